@@ -1,0 +1,36 @@
+# Two commands do everything on a fresh machine:
+#   make run    set up .venv, fetch the default model, open the app
+#   make test   the same set-up, then lint, types, import contract and the whole test suite
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: run chat test lint model clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test,dev]'
+	touch $(STAMP)
+
+model: $(STAMP)
+	$(PY) -m engine fetch
+
+run: model
+	$(PY) -m app
+
+chat: model
+	$(PY) -m engine chat
+
+lint: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(PY) -m mypy engine kernels
+	$(VENV)/bin/lint-imports
+
+test: model lint
+	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q -p no:cacheprovider
+
+clean:
+	rm -rf $(VENV) results
