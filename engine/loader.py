@@ -1,0 +1,249 @@
+"""Load a model from a GGUF file or a Hugging Face / MLX directory.
+
+Every failure becomes a ModelLoadError that names the file and what is wrong: a
+missing or truncated file, an unknown architecture, a missing or mis-shaped tensor.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+
+from engine import models
+from engine.errors import ModelLoadError, UnsupportedArchitecture
+from engine.models.base import DecoderModel, ModelConfig, Weights
+from engine.tokenizer import Tokenizer
+from kernels.ops import Ops, QuantizedWeight, make_ops
+
+Progress = Callable[[str, float], None]
+
+_GGUF_LAYER_NAMES = {
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "attn_q_norm": "self_attn.q_norm",
+    "attn_k_norm": "self_attn.k_norm",
+    "attn_norm": "input_layernorm",
+    "ffn_norm": "post_attention_layernorm",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+}
+_GGUF_GLOBAL_NAMES = {
+    "token_embd": "model.embed_tokens",
+    "output_norm": "model.norm",
+    "output": "lm_head",
+}
+_GGUF_FILE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 32: "BF16"}
+_MOE_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
+
+
+@dataclass
+class LoadedModel:
+    model: DecoderModel
+    tokenizer: Tokenizer
+    config: ModelConfig
+    path: Path
+    fingerprint: str
+    ops: Ops
+
+    @property
+    def name(self) -> str:
+        return self.path.stem if self.path.is_file() else self.path.name
+
+
+def load_model(
+    path: str | Path,
+    backend: str | None = None,
+    dtype: str | None = None,
+    progress: Progress | None = None,
+) -> LoadedModel:
+    path = Path(path).expanduser()
+    report = progress or (lambda _msg, _frac: None)
+    if not path.exists():
+        raise ModelLoadError(path, "no such file or directory")
+    ops = make_ops(backend, dtype)
+    report("reading weights", 0.05)
+    if path.is_dir():
+        cfg, weights, tokenizer, fingerprint = _read_hf_dir(path)
+    else:
+        cfg, weights, tokenizer, fingerprint = _read_gguf(path)
+    family = models.family_for_hf(cfg.family) or models.family_for_gguf(cfg.family)
+    assert family is not None
+    report("preparing layers", 0.5)
+    model = family.build(ops, cfg, weights)
+    report("ready", 1.0)
+    return LoadedModel(model, tokenizer, cfg, path, fingerprint, ops)
+
+
+# -- GGUF -----------------------------------------------------------------------------
+
+
+def _read_gguf(path: Path) -> tuple[ModelConfig, Weights, Tokenizer, str]:
+    if path.stat().st_size < 32:
+        raise ModelLoadError(path, "file is empty or too small to be a GGUF model")
+    with open(path, "rb") as f:
+        if f.read(4) != b"GGUF":
+            raise ModelLoadError(path, "not a GGUF file (bad magic bytes)")
+    try:
+        raw, meta = mx.load(str(path), return_metadata=True)
+    except Exception as exc:  # MLX reports truncation and corruption as plain errors
+        raise ModelLoadError(path, f"corrupt or truncated GGUF file ({exc})") from None
+    arch = str(meta.get("general.architecture", ""))
+    family = models.family_for_gguf(arch)
+    if family is None:
+        raise UnsupportedArchitecture(path, f"unsupported GGUF architecture {arch!r}")
+    try:
+        cfg = family.config_from_gguf(meta, arch)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ModelLoadError(path, f"incomplete {arch} metadata ({exc})") from None
+    tensors, name_of = _group_quantized(raw, group_size=32, rename=_gguf_to_hf)
+    file_type = meta.get("general.file_type")
+    quant = _GGUF_FILE_TYPES.get(int(file_type.item()) if file_type is not None else -1, "mixed")
+    cfg = _finish_config(cfg, tensors, quant, tie=not _has(tensors, "lm_head.weight"))
+    tokenizer = Tokenizer.from_gguf_metadata(meta, path)
+    return cfg, Weights(tensors, str(path), name_of), tokenizer, _fingerprint_file(path, cfg)
+
+
+def _gguf_to_hf(name: str) -> str:
+    m = re.fullmatch(r"blk\.(\d+)\.(\w+)\.(weight|bias|scales|biases)", name)
+    if m and m.group(2) in _GGUF_LAYER_NAMES:
+        return f"model.layers.{m.group(1)}.{_GGUF_LAYER_NAMES[m.group(2)]}.{m.group(3)}"
+    m = re.fullmatch(r"(\w+)\.(weight|bias|scales|biases)", name)
+    if m and m.group(1) in _GGUF_GLOBAL_NAMES:
+        return f"{_GGUF_GLOBAL_NAMES[m.group(1)]}.{m.group(2)}"
+    return name
+
+
+# -- Hugging Face / MLX directories -------------------------------------------------------
+
+
+def _read_hf_dir(path: Path) -> tuple[ModelConfig, Weights, Tokenizer, str]:
+    config_file = path / "config.json"
+    if not config_file.is_file():
+        raise ModelLoadError(path, "no config.json in this directory (not a model directory?)")
+    try:
+        raw_cfg = json.loads(config_file.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ModelLoadError(config_file, f"unreadable config.json ({exc})") from None
+    text_cfg = {**raw_cfg, **(raw_cfg.get("text_config") or {})}
+    model_type = str(text_cfg.get("model_type") or raw_cfg.get("model_type") or "")
+    if any(int(text_cfg.get(k) or 0) > 0 for k in _MOE_KEYS) or "moe" in model_type:
+        raise UnsupportedArchitecture(
+            config_file, f"mixture-of-experts models ({model_type}) are not supported yet"
+        )
+    family = models.family_for_hf(model_type)
+    if family is None:
+        raise UnsupportedArchitecture(config_file, f"unsupported model_type {model_type!r}")
+    try:
+        cfg = family.config_from_hf(text_cfg)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ModelLoadError(config_file, f"incomplete config for {model_type} ({exc})") from None
+    raw = _read_safetensors(path)
+    quant = raw_cfg.get("quantization") or raw_cfg.get("quantization_config") or {}
+    group_size = int(quant.get("group_size", 64))
+    rename = getattr(family, "canonical_name", None) or (lambda n: n)
+    tensors, name_of = _group_quantized(raw, group_size=group_size, rename=rename)
+    label = f"{quant['bits']}-bit" if "bits" in quant else _dtype_label(raw)
+    tie = bool(text_cfg.get("tie_word_embeddings", not _has(tensors, "lm_head.weight")))
+    cfg = _finish_config(cfg, tensors, label, tie=tie)
+    tokenizer = Tokenizer.from_dir(path)
+    return cfg, Weights(tensors, str(path), name_of), tokenizer, _fingerprint_dir(path, cfg)
+
+
+def _read_safetensors(path: Path) -> dict[str, Any]:
+    index = path / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+        except (OSError, json.JSONDecodeError, KeyError) as exc:
+            raise ModelLoadError(index, f"unreadable shard index ({exc})") from None
+        files = sorted({path / f for f in weight_map.values()})
+    else:
+        files = sorted(path.glob("*.safetensors"))
+    if not files:
+        raise ModelLoadError(path, "no *.safetensors weight files in this directory")
+    tensors: dict[str, Any] = {}
+    for file in files:
+        if not file.is_file():
+            raise ModelLoadError(file, "weight shard named in the index is missing")
+        try:
+            tensors.update(mx.load(str(file)))
+        except Exception as exc:
+            raise ModelLoadError(file, f"corrupt or truncated safetensors file ({exc})") from None
+    return tensors
+
+
+# -- shared -------------------------------------------------------------------------------
+
+
+def _group_quantized(
+    raw: dict[str, Any], group_size: int, rename: Callable[[str], str]
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """Fold (weight, scales, biases) triples into QuantizedWeight under canonical names."""
+    tensors: dict[str, Any] = {}
+    name_of: dict[str, str] = {}
+    for name, value in raw.items():
+        if name.endswith((".scales", ".biases")):
+            continue
+        canonical = rename(name)
+        if not canonical:
+            continue  # a tensor the family does not use (vision tower, MTP head, ...)
+        base = name[: -len(".weight")] if name.endswith(".weight") else None
+        if base is not None and f"{base}.scales" in raw:
+            scales, biases = raw[f"{base}.scales"], raw.get(f"{base}.biases")
+            if biases is None:
+                raise ModelLoadError(name, "quantized tensor without biases")
+            in_features = int(scales.shape[-1]) * group_size
+            bits = int(value.shape[-1]) * 32 // in_features
+            value = QuantizedWeight(value, scales, biases, group_size, bits)
+        tensors[canonical] = value
+        name_of[canonical] = name
+    return tensors, name_of
+
+
+def _has(tensors: dict[str, Any], name: str) -> bool:
+    return name in tensors
+
+
+def _finish_config(cfg: ModelConfig, tensors: dict[str, Any], quant: str, tie: bool) -> ModelConfig:
+    params = 0
+    for t in tensors.values():
+        shape = t.shape
+        n = 1
+        for s in shape:
+            n *= int(s)
+        params += n
+    extra = {**cfg.extra, "num_parameters": params}
+    fields = {**cfg.__dict__, "quantization": quant, "tie_word_embeddings": tie, "extra": extra}
+    return ModelConfig(**fields)
+
+
+def _dtype_label(raw: dict[str, Any]) -> str:
+    dtypes = {str(v.dtype).replace("mlx.core.", "") for v in raw.values()}
+    return "/".join(sorted(dtypes))
+
+
+def _fingerprint_file(path: Path, cfg: ModelConfig) -> str:
+    digest = hashlib.sha256(repr(sorted(cfg.__dict__.items())).encode())
+    digest.update(str(path.stat().st_size).encode())
+    with open(path, "rb") as f:
+        digest.update(f.read(1 << 20))
+    return digest.hexdigest()[:32]
+
+
+def _fingerprint_dir(path: Path, cfg: ModelConfig) -> str:
+    digest = hashlib.sha256(repr(sorted(cfg.__dict__.items())).encode())
+    for file in sorted(path.glob("*.safetensors")):
+        digest.update(f"{file.name}:{file.stat().st_size}".encode())
+        with open(file, "rb") as f:
+            digest.update(f.read(1 << 16))
+    return digest.hexdigest()[:32]

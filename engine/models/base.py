@@ -1,0 +1,260 @@
+"""What every model family shares: the config, the weights container, the attention and
+MLP blocks and the decoder-stack forward. A family file only maps its config and
+tensor names onto these.
+
+Shapes: no batch dimension (one sequence at a time). x is [L, D] (rows = tokens);
+attention heads are [H, L, Dh].
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from engine.errors import ModelLoadError
+from engine.sequence import SequenceState
+from engine.state import FullKV, LayerState, RecurrentState, SlidingKV, SnapshotPolicy
+from kernels.ops import Array, Ops
+
+FULL, SLIDING, LINEAR = "full_attention", "sliding_attention", "linear_attention"
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    family: str
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    rms_norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    rope_traditional: bool = False
+    rotary_dim: int = 0  # 0: the whole head
+    context_length: int = 4096
+    tie_word_embeddings: bool = False
+    qk_norm: bool = False
+    attn_output_gate: bool = False
+    norm_offset: float = 0.0  # Qwen3.5 stores RMSNorm weights zero-centred (w = 1 + stored)
+    sliding_window: int = 0
+    layer_types: tuple[str, ...] = ()
+    linear_num_key_heads: int = 0
+    linear_num_value_heads: int = 0
+    linear_key_head_dim: int = 0
+    linear_value_head_dim: int = 0
+    linear_conv_kernel_dim: int = 0
+    quantization: str = "float"
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        for name in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
+                     "intermediate_size", "vocab_size"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"config field {name} must be positive")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError("num_heads must be a multiple of num_kv_heads")
+        if self.layer_types and len(self.layer_types) != self.num_layers:
+            raise ValueError("layer_types must name one type per layer")
+
+    def layer_type(self, i: int) -> str:
+        if self.layer_types:
+            return self.layer_types[i]
+        return SLIDING if self.sliding_window else FULL
+
+    @property
+    def rope_dims(self) -> int:
+        return self.rotary_dim or self.head_dim
+
+
+class Weights:
+    """Tensors by canonical (Hugging Face) name, with errors that name file and tensor."""
+
+    def __init__(self, tensors: dict[str, Any], source: str, name_of: dict[str, str] | None = None):
+        self.tensors = tensors
+        self.source = source
+        self.name_of = name_of or {}  # canonical name -> name in the file, for messages
+
+    def has(self, name: str) -> bool:
+        return name in self.tensors
+
+    def get(self, name: str, shape: tuple[int, ...] | None = None) -> Any:
+        if name not in self.tensors:
+            raise ModelLoadError(self.source, f"missing tensor {self.name_of.get(name, name)!r}")
+        t = self.tensors[name]
+        if shape is not None:
+            actual = tuple(t.shape)
+            if actual != tuple(shape):
+                raise ModelLoadError(
+                    self.source,
+                    f"tensor {self.name_of.get(name, name)!r} has shape {actual}, "
+                    f"expected {tuple(shape)}",
+                )
+        return t
+
+
+class Linear:
+    """A linear layer's weight in the backend's preferred layout."""
+
+    def __init__(self, ops: Ops, w: Any) -> None:
+        self.w = ops.weight(w)
+
+    @classmethod
+    def fused(cls, ops: Ops, ws: list[Any]) -> Linear:
+        layer = cls.__new__(cls)
+        layer.w = ops.concat_weights([ops.weight(w) for w in ws])
+        return layer
+
+
+def load_linear(ops: Ops, weights: Weights, name: str, out_dim: int, in_dim: int) -> Any:
+    """The raw tensor (dense or quantized) after checking its logical shape."""
+    return weights.get(name, (out_dim, in_dim))
+
+
+class AttentionBlock:
+    """Multi-head attention with GQA; optional q/k RMSNorm, output gate, partial rope."""
+
+    def __init__(self, ops: Ops, cfg: ModelConfig, weights: Weights, prefix: str) -> None:
+        self.ops, self.cfg = ops, cfg
+        D, H, Hkv, Dh = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        q_out = H * Dh * (2 if cfg.attn_output_gate else 1)
+        parts = [
+            load_linear(ops, weights, f"{prefix}.q_proj.weight", q_out, D),
+            load_linear(ops, weights, f"{prefix}.k_proj.weight", Hkv * Dh, D),
+            load_linear(ops, weights, f"{prefix}.v_proj.weight", Hkv * Dh, D),
+        ]
+        self.qkv = Linear.fused(ops, parts)
+        self.o = Linear(ops, load_linear(ops, weights, f"{prefix}.o_proj.weight", D, H * Dh))
+        self.q_norm = self.k_norm = None
+        if cfg.qk_norm:
+            self.q_norm = _norm(ops, cfg, weights.get(f"{prefix}.q_norm.weight", (Dh,)))
+            self.k_norm = _norm(ops, cfg, weights.get(f"{prefix}.k_norm.weight", (Dh,)))
+        self.splits = [q_out, Hkv * Dh, Hkv * Dh]
+        self.scale = Dh**-0.5
+
+    def __call__(self, x: Array, kv: FullKV | SlidingKV, offset: int) -> Array:
+        ops, cfg = self.ops, self.cfg
+        L = int(x.shape[0])
+        H, Hkv, Dh = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        q, k, v = ops.split(ops.linear(x, self.qkv.w), self.splits, axis=-1)
+        gate = None
+        if cfg.attn_output_gate:  # Qwen3.5: q_proj emits [query | gate] per head
+            qg = q.reshape(L, H, 2 * Dh)
+            q, gate = qg[..., :Dh], qg[..., Dh:].reshape(L, H * Dh)
+        q = q.reshape(L, H, Dh).transpose(1, 0, 2)  # [H, L, Dh]
+        k = k.reshape(L, Hkv, Dh).transpose(1, 0, 2)  # [Hkv, L, Dh]
+        v = v.reshape(L, Hkv, Dh).transpose(1, 0, 2)
+        if self.q_norm is not None:
+            q = ops.rms_norm(q, self.q_norm, cfg.rms_norm_eps)
+            k = ops.rms_norm(k, self.k_norm, cfg.rms_norm_eps)
+        q = ops.rope(q, offset, cfg.rope_dims, cfg.rope_theta, cfg.rope_traditional)
+        k = ops.rope(k, offset, cfg.rope_dims, cfg.rope_theta, cfg.rope_traditional)
+        keys, values, mask = kv.append(k, v)
+        o = ops.attention(q, keys, values, self.scale, mask)  # [H, L, Dh]
+        o = o.transpose(1, 0, 2).reshape(L, H * Dh)
+        if gate is not None:
+            o = o * ops.sigmoid(gate)
+        return ops.linear(o, self.o.w)
+
+
+class MLP:
+    def __init__(self, ops: Ops, cfg: ModelConfig, weights: Weights, prefix: str) -> None:
+        self.ops = ops
+        D, F = cfg.hidden_size, cfg.intermediate_size
+        gate = load_linear(ops, weights, f"{prefix}.gate_proj.weight", F, D)
+        up = load_linear(ops, weights, f"{prefix}.up_proj.weight", F, D)
+        self.gate_up = Linear.fused(ops, [gate, up])
+        self.down = Linear(ops, load_linear(ops, weights, f"{prefix}.down_proj.weight", D, F))
+        self.F = F
+
+    def __call__(self, x: Array) -> Array:
+        ops = self.ops
+        gate, up = ops.split(ops.linear(x, self.gate_up.w), [self.F, self.F], axis=-1)
+        return ops.linear(ops.silu(gate) * up, self.down.w)
+
+
+def _norm(ops: Ops, cfg: ModelConfig, w: Any) -> Array:
+    dense = ops.norm_weight(w)
+    return dense + cfg.norm_offset if cfg.norm_offset else dense
+
+
+class DecoderLayer:
+    """Pre-norm residual block: mixer (attention or recurrent) then MLP."""
+
+    def __init__(self, ops: Ops, cfg: ModelConfig, weights: Weights, i: int, mixer: Any):
+        p = f"model.layers.{i}"
+        D = cfg.hidden_size
+        self.ops, self.cfg, self.mixer = ops, cfg, mixer
+        self.input_norm = _norm(ops, cfg, weights.get(f"{p}.input_layernorm.weight", (D,)))
+        self.post_norm = _norm(ops, cfg, weights.get(f"{p}.post_attention_layernorm.weight", (D,)))
+        self.mlp = MLP(ops, cfg, weights, f"{p}.mlp")
+
+    def __call__(self, x: Array, layer_state: LayerState, offset: int) -> Array:
+        eps = self.cfg.rms_norm_eps
+        h = x + self.mixer(self.ops.rms_norm(x, self.input_norm, eps), layer_state, offset)
+        return h + self.mlp(self.ops.rms_norm(h, self.post_norm, eps))
+
+
+class DecoderModel:
+    """Embedding, a stack of decoder layers, final norm and the LM head."""
+
+    def __init__(self, ops: Ops, cfg: ModelConfig, weights: Weights, mixers: list[Any]):
+        self.ops, self.config = ops, cfg
+        V, D = cfg.vocab_size, cfg.hidden_size
+        self.embed = ops.weight(weights.get("model.embed_tokens.weight", (V, D)))
+        self.layers = [DecoderLayer(ops, cfg, weights, i, m) for i, m in enumerate(mixers)]
+        self.norm = _norm(ops, cfg, weights.get("model.norm.weight", (D,)))
+        if cfg.tie_word_embeddings or not weights.has("lm_head.weight"):
+            self.lm_head = self.embed
+        else:
+            self.lm_head = ops.weight(weights.get("lm_head.weight", (V, D)))
+        self.snapshot_policy = SnapshotPolicy()
+
+    def new_layer_state(self, i: int) -> LayerState:
+        cfg, ops = self.config, self.ops
+        kind = cfg.layer_type(i)
+        if kind == FULL:
+            return FullKV(ops, cfg.num_kv_heads, cfg.head_dim)
+        if kind == SLIDING:
+            slack = int(cfg.extra.get("sliding_slack", 64))
+            return SlidingKV(ops, cfg.num_kv_heads, cfg.head_dim, cfg.sliding_window, slack)
+        if kind == LINEAR:
+            mixer = self.layers[i].mixer
+            return RecurrentState(ops, *mixer.state_shape())
+        raise ValueError(f"unknown layer type {kind!r}")
+
+    def new_state(self, policy: SnapshotPolicy | None = None) -> SequenceState:
+        layers = [self.new_layer_state(i) for i in range(self.config.num_layers)]
+        return SequenceState(self.ops, layers, policy or self.snapshot_policy)
+
+    def forward(self, token_ids: list[int], state: SequenceState, logits: str = "last") -> Array:
+        """Append `token_ids` to `state`; logits for "all" rows, the "last" row, or "none"."""
+        if not token_ids:
+            raise ValueError("forward needs at least one token")
+        ops = self.ops
+        offset = state.begin_forward(len(token_ids))
+        ids = np.asarray(token_ids, dtype=np.int64)
+        x = ops.embed(self.embed, ids)
+        for layer, layer_state in zip(self.layers, state.layers, strict=True):
+            x = layer(x, layer_state, offset)
+        out = None
+        if logits != "none":
+            h = x if logits == "all" else x[-1:]
+            out = ops.linear(ops.rms_norm(h, self.norm, self.config.rms_norm_eps), self.lm_head)
+            ops.evaluate(out)
+        else:
+            ops.evaluate(*[a for s in state.layers for a in _live_arrays(s)])
+        state.end_forward(list(token_ids))
+        return out
+
+    def num_parameters(self) -> int:
+        return int(self.config.extra.get("num_parameters", 0))
+
+
+def _live_arrays(layer_state: LayerState) -> list[Any]:
+    if isinstance(layer_state, RecurrentState):
+        return [layer_state.conv, layer_state.ssm]
+    return [layer_state.keys, layer_state.values]

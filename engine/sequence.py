@@ -1,0 +1,329 @@
+"""A sequence's whole computed state: committed tokens, every layer's cache, snapshots.
+
+The contracts (DESIGN.md): after any sequence of appends, rollbacks, truncations and
+retaining rollbacks the next-token logits equal a fresh prefill of the same tokens;
+an operation that cannot be served exactly is refused (StateError) before anything
+changes, or takes an explicit exact fallback (replay from an earlier snapshot).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import numpy as np
+
+from engine.errors import StateError
+from engine.state import Checkpoint, FullKV, LayerState, RecurrentState, SnapshotPolicy, Tape
+from kernels.ops import Array, Ops
+
+
+class SequenceState:
+    def __init__(self, ops: Ops, layers: list[LayerState], policy: SnapshotPolicy | None = None):
+        self.ops = ops
+        self.layers = layers
+        self.policy = policy or SnapshotPolicy()
+        self.tokens: list[int] = []
+        self.epoch = 0  # bumped by every rewind; checkpoints from an older epoch are stale
+        self.is_poisoned = False  # a forward failed half-way; only reset() recovers
+        self._recording: Checkpoint | None = None
+        self.needs_snapshots = any(not isinstance(layer, FullKV) for layer in layers)
+        self._stride_snaps: OrderedDict[int, tuple[Any, ...]] = OrderedDict()
+        self._marked_snaps: OrderedDict[int, tuple[Any, ...]] = OrderedDict()
+        self._pending_marks: set[int] = set()
+
+    @property
+    def offset(self) -> int:
+        return len(self.tokens)
+
+    # -- appending (called by the model's forward) ----------------------------------
+    def begin_forward(self, num_tokens: int) -> int:
+        if self.is_poisoned:
+            raise StateError("the state was left inconsistent by a failed forward; reset it")
+        self.is_poisoned = True  # cleared by end_forward; a raise in between leaves it set
+        return self.offset
+
+    def end_forward(self, token_ids: list[int]) -> None:
+        self.tokens.extend(token_ids)
+        self.is_poisoned = False
+        if self._recording is None:
+            self._take_due_snapshots()
+
+    def reset(self) -> None:
+        for layer, snap in zip(self.layers, self._initial_snaps(), strict=True):
+            if snap is None:
+                layer.rewind(0)
+            else:
+                layer.restore(snap, 0)
+        self.tokens = []
+        self.epoch += 1
+        self.is_poisoned = False
+        self._recording = None
+        self._stride_snaps.clear()
+        self._marked_snaps.clear()
+
+    # -- snapshots for deep rollback --------------------------------------------------
+    def mark(self, position: int) -> None:
+        """Ask for a snapshot at `position` (a turn boundary), now or when reached."""
+        if not self.needs_snapshots:
+            return
+        if position == self.offset and self._recording is None:
+            self._store(self._marked_snaps, position, self.policy.marked_capacity)
+        elif position > self.offset:
+            self._pending_marks.add(position)
+
+    def next_snapshot_position(self) -> int | None:
+        """The next position where a forward chunk should stop so a snapshot lands exactly."""
+        if not self.needs_snapshots:
+            return None
+        stride = self.policy.stride
+        candidates = [(self.offset // stride + 1) * stride] if self.policy.stride_capacity else []
+        candidates += [p for p in self._pending_marks if p > self.offset]
+        return min(candidates) if candidates else None
+
+    def _take_due_snapshots(self) -> None:
+        if not self.needs_snapshots:
+            return
+        pos = self.offset
+        if pos in self._pending_marks:
+            self._pending_marks.discard(pos)
+            self._store(self._marked_snaps, pos, self.policy.marked_capacity)
+        if pos and pos % self.policy.stride == 0:
+            self._store(self._stride_snaps, pos, self.policy.stride_capacity)
+
+    def _store(self, store: OrderedDict[int, tuple[Any, ...]], pos: int, capacity: int) -> None:
+        if capacity == 0:
+            return
+        store[pos] = tuple(layer.snapshot() for layer in self.layers)
+        store.move_to_end(pos)
+        while len(store) > capacity:
+            store.popitem(last=False)
+
+    def _initial_snaps(self) -> tuple[Any, ...]:
+        snaps = []
+        for layer in self.layers:
+            if isinstance(layer, RecurrentState):
+                conv = self.ops.zeros(tuple(layer.conv.shape))
+                ssm = self.ops.zeros(tuple(layer.ssm.shape), dtype=layer.ssm.dtype)
+                snaps.append((conv, ssm))
+            elif isinstance(layer, FullKV):
+                snaps.append(None)
+            else:
+                empty = np.full(layer.size, -1, dtype=np.int64)
+                snaps.append((self.ops.zeros(tuple(layer.keys.shape)),
+                              self.ops.zeros(tuple(layer.values.shape)), empty))
+        return tuple(snaps)
+
+    def snapshot_positions(self) -> list[int]:
+        return sorted(set(self._stride_snaps) | set(self._marked_snaps))
+
+    def snapshot_nbytes(self) -> int:
+        """Bytes held by stored snapshots (each distinct array counted once)."""
+        seen: dict[int, int] = {}
+        for store in (self._stride_snaps, self._marked_snaps):
+            for snaps in store.values():
+                for snap in snaps:
+                    for arr in _arrays_in(snap):
+                        seen[id(arr)] = int(arr.nbytes)
+        return sum(seen.values())
+
+    def nbytes(self) -> int:
+        return sum(layer.nbytes() for layer in self.layers) + self.snapshot_nbytes()
+
+    # -- truncate: roll back to an earlier position (an edit point) -------------------
+    def plan_truncate(self, n: int) -> int:
+        """The position truncate(n) restores to before replaying; validates, mutates nothing."""
+        if not 0 <= n <= self.offset:
+            raise StateError(f"cannot truncate to {n}: the state holds {self.offset} tokens")
+        if self._can_rewind_directly(n):
+            return n
+        for pos in sorted(self._stored_snapshots(), reverse=True):
+            if pos <= n:
+                return pos
+        return 0  # the explicit exact fallback: replay from the start
+
+    def _can_rewind_directly(self, n: int) -> bool:
+        for layer in self.layers:
+            if n == self.offset:
+                continue
+            if isinstance(layer, RecurrentState) or self.offset - n > layer.max_rollback():
+                return False
+        return True
+
+    def _stored_snapshots(self) -> dict[int, tuple[Any, ...]]:
+        merged = dict(self._stride_snaps)
+        merged.update(self._marked_snaps)
+        return merged
+
+    def restore_to(self, position: int) -> list[int]:
+        """Restore to `position` (from plan_truncate); returns the tokens dropped."""
+        if position == self.offset:
+            return []
+        if position != self.plan_truncate(position):
+            raise StateError(f"position {position} is not directly restorable; use plan_truncate")
+        snaps = self._snaps_for(position)
+        dropped = self.tokens[position:]
+        for layer, snap in zip(self.layers, snaps, strict=True):
+            if snap is None and not isinstance(layer, RecurrentState):
+                layer.rewind(position)
+            else:
+                layer.restore(snap, position)
+        self.tokens = self.tokens[:position]
+        self._forget_after(position)
+        return dropped
+
+    def _snaps_for(self, position: int) -> tuple[Any, ...]:
+        if position == 0:
+            return self._initial_snaps()
+        stored = self._stored_snapshots().get(position)
+        if self._can_rewind_directly(position):
+            return tuple(None for _ in self.layers)
+        assert stored is not None
+        return stored
+
+    def _forget_after(self, position: int) -> None:
+        self.epoch += 1
+        self._recording = None
+        for layer in self.layers:
+            if isinstance(layer, RecurrentState):
+                layer.tape = None
+        for store in (self._stride_snaps, self._marked_snaps):
+            for pos in [p for p in store if p > position]:
+                del store[pos]
+        self._pending_marks = {p for p in self._pending_marks if p > position}
+
+    # -- checkpoint / rollback / rollback_retaining (speculative verify) -------------
+    def checkpoint(self, record: bool = False) -> Checkpoint:
+        """A restore point here; with `record`, the next forwards tape recurrent inputs."""
+        if self._recording is not None:
+            raise StateError("a recorded checkpoint is still open; roll it back or commit it")
+        snaps = tuple(
+            layer.snapshot() if isinstance(layer, RecurrentState) else None
+            for layer in self.layers
+        )
+        cp = Checkpoint(self.offset, self.epoch, snaps, record)
+        if record:
+            self._recording = cp
+            for layer in self.layers:
+                if isinstance(layer, RecurrentState):
+                    layer.tape = Tape()
+        return cp
+
+    def _validate(self, cp: Checkpoint) -> None:
+        if cp.epoch != self.epoch:
+            raise StateError("stale checkpoint: the state was rolled back since it was taken")
+        if cp.position > self.offset:
+            raise StateError("checkpoint is ahead of the state")
+        for layer in self.layers:
+            depth = self.offset - cp.position
+            if not isinstance(layer, RecurrentState | FullKV) and depth > layer.max_rollback():
+                raise StateError(
+                    f"rollback of {depth} positions exceeds a sliding window's slack "
+                    f"({layer.max_rollback()})"
+                )
+
+    def rollback(self, cp: Checkpoint) -> None:
+        """Undo everything since `cp` exactly; the checkpoint is consumed."""
+        self._validate(cp)
+        for layer, snap in zip(self.layers, cp.layer_snaps, strict=True):
+            if isinstance(layer, RecurrentState):
+                layer.restore(snap, cp.position)
+            else:
+                layer.rewind(cp.position)
+        self.tokens = self.tokens[: cp.position]
+        self._forget_after(cp.position)
+
+    def commit(self, cp: Checkpoint) -> None:
+        """Keep everything since a recorded checkpoint (a full accept): drop the tape."""
+        self._validate(cp)
+        if self._recording is not cp:
+            raise StateError("commit needs the open recorded checkpoint")
+        self._end_recording()
+        self._take_due_snapshots()
+
+    def rollback_retaining(self, cp: Checkpoint, keep_rows: int) -> None:
+        """After a recorded verify, keep its first `keep_rows` rows and drop the rest.
+
+        Attention layers trim the rejected tail; recurrent layers restore the state from
+        before the verify and replay the kept rows from the tape. No model pass.
+        """
+        self._validate(cp)
+        if self._recording is not cp:
+            raise StateError("rollback_retaining needs the open recorded checkpoint")
+        rows = self.offset - cp.position
+        if not 0 <= keep_rows <= rows:
+            raise StateError(f"keep_rows={keep_rows} outside the {rows} verified rows")
+        for layer in self.layers:
+            if isinstance(layer, RecurrentState) and (
+                layer.tape is None or layer.tape.num_rows() != rows
+            ):
+                raise StateError("the verify tape does not cover the rows since the checkpoint")
+        keep_pos = cp.position + keep_rows
+        for layer, snap in zip(self.layers, cp.layer_snaps, strict=True):
+            if isinstance(layer, RecurrentState):
+                layer.replay(snap, cp.position, keep_rows)
+            else:
+                layer.rewind(keep_pos)
+        self.tokens = self.tokens[:keep_pos]
+        self._end_recording()
+        self.epoch += 1
+        self._take_due_snapshots()
+
+    def _end_recording(self) -> None:
+        self._recording = None
+        for layer in self.layers:
+            if isinstance(layer, RecurrentState):
+                layer.tape = None
+
+
+def _arrays_in(snap: Any) -> list[Any]:
+    if snap is None:
+        return []
+    if isinstance(snap, tuple):
+        return [a for a in snap if hasattr(a, "nbytes")]
+    return [snap]
+
+
+class Forward(Protocol):
+    def forward(self, token_ids: list[int], state: SequenceState, logits: str = "last") -> Array: ...
+
+
+def prefill(
+    model: Forward,
+    state: SequenceState,
+    token_ids: list[int],
+    *,
+    chunk_size: int = 512,
+    on_chunk: Callable[[int], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> Array | None:
+    """Append `token_ids` in chunks, stopping at snapshot positions; last-row logits.
+
+    Returns None when `should_stop` asked to stop between chunks (the state then holds
+    exactly the chunks already appended).
+    """
+    logits = None
+    done = 0
+    while done < len(token_ids):
+        if should_stop is not None and should_stop():
+            return None
+        end = min(len(token_ids), done + chunk_size)
+        boundary = state.next_snapshot_position()
+        if boundary is not None:
+            end = min(end, done + boundary - state.offset)
+        last = end == len(token_ids)
+        logits = model.forward(token_ids[done:end], state, logits="last" if last else "none")
+        done = end
+        if on_chunk is not None:
+            on_chunk(done)
+    return logits
+
+
+def truncate(model: Forward, state: SequenceState, n: int, **prefill_kwargs: Any) -> None:
+    """Roll the state back to position n exactly: nearest restorable point, then replay."""
+    start = state.plan_truncate(n)
+    replay = state.tokens[start:n]
+    state.restore_to(start)
+    if replay:
+        prefill(model, state, replay, **prefill_kwargs)

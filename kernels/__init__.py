@@ -1,0 +1,1 @@
+"""Numeric kernels the models call, each beside a plain reference it is tested against."""

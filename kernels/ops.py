@@ -1,0 +1,103 @@
+"""The op set the models are written against, and how a backend is chosen.
+
+Two backends implement it: `NumpyOps` (the CPU fast path: weights dequantized once to
+float32 and multiplied through NumPy's BLAS, every other op in NumPy, no per-op
+scheduling cost) and `MlxOps` (MLX on its GPU, or on the CPU as the plain reference
+path). Model code is written once against this interface; arrays are opaque to it.
+
+Pure-function rule: no op mutates an input array, except `write_rows`, which the
+attention KV cache uses on buffers nothing else references. Recurrent states are
+therefore snapshotted by keeping a reference.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+Array = Any  # np.ndarray or mx.array, depending on the backend
+
+
+@dataclass(frozen=True)
+class QuantizedWeight:
+    """An affine-quantized matrix in MLX's layout: w = scales * q + biases per group."""
+
+    packed: Any  # uint32 [out, in * bits / 32]
+    scales: Any  # [out, in / group_size]
+    biases: Any  # [out, in / group_size]
+    group_size: int
+    bits: int
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (int(self.packed.shape[0]), int(self.packed.shape[1]) * 32 // self.bits)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.packed.nbytes + self.scales.nbytes + self.biases.nbytes)
+
+
+class Ops(Protocol):
+    name: str
+    dtype: Any
+
+    def weight(self, w: Any) -> Any: ...
+    def norm_weight(self, w: Any) -> Any: ...
+    def concat_weights(self, ws: list[Any]) -> Any: ...
+    def weight_nbytes(self, w: Any) -> int: ...
+    def asarray(self, x: Any) -> Array: ...
+    def to_numpy(self, x: Array) -> np.ndarray: ...
+    def linear(self, x: Array, w: Any) -> Array: ...
+    def embed(self, table: Any, ids: np.ndarray) -> Array: ...
+    def rms_norm(self, x: Array, w: Array | None, eps: float) -> Array: ...
+    def rope(
+        self, x: Array, offset: int, dims: int, base: float, traditional: bool
+    ) -> Array: ...
+    def attention(self, q: Array, k: Array, v: Array, scale: float, mask: Any) -> Array: ...
+    def silu(self, x: Array) -> Array: ...
+    def sigmoid(self, x: Array) -> Array: ...
+    def softplus(self, x: Array) -> Array: ...
+    def exp(self, x: Array) -> Array: ...
+    def concat(self, xs: list[Array], axis: int) -> Array: ...
+    def split(self, x: Array, sizes: list[int], axis: int) -> list[Array]: ...
+    def zeros(self, shape: tuple[int, ...], dtype: Any = None) -> Array: ...
+    def write_rows(self, buf: Array, start: int, rows: Array) -> Array: ...
+    def take_rows(self, buf: Array, idx: np.ndarray) -> Array: ...
+    def snapshot(self, x: Array) -> Array: ...
+    def nbytes(self, x: Array) -> int: ...
+    def evaluate(self, *xs: Any) -> None: ...
+    def gated_delta_recurrent(self, q, k, v, g, beta, state) -> tuple[Array, Array]: ...
+    def gated_delta_chunked(self, q, k, v, g, beta, state) -> tuple[Array, Array]: ...
+    def causal_conv1d(self, x, weight, conv_state) -> tuple[Array, Array]: ...
+    def conv_state_after(self, conv_state, x_rows) -> Array: ...
+
+
+def default_backend() -> str:
+    """`numpy` when MLX's default device is the CPU (it is ~10x slower there), else `mlx`.
+
+    BRANCHCHAT_BACKEND overrides the choice (useful to compare the two paths).
+    """
+    forced = os.environ.get("BRANCHCHAT_BACKEND")
+    if forced:
+        if forced not in ("numpy", "mlx"):
+            raise ValueError(f"BRANCHCHAT_BACKEND must be 'numpy' or 'mlx', not {forced!r}")
+        return forced
+    import mlx.core as mx
+
+    return "numpy" if mx.default_device() == mx.cpu else "mlx"
+
+
+def make_ops(backend: str | None = None, dtype: str | None = None) -> Ops:
+    backend = backend or default_backend()
+    if backend == "numpy":
+        from kernels.ops_numpy import NumpyOps
+
+        return NumpyOps()
+    if backend == "mlx":
+        from kernels.ops_mlx import MlxOps
+
+        return MlxOps(dtype)
+    raise ValueError(f"unknown backend {backend!r}; expected 'numpy' or 'mlx'")
