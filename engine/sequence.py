@@ -101,7 +101,7 @@ class SequenceState:
             store.popitem(last=False)
 
     def _initial_snaps(self) -> tuple[Any, ...]:
-        snaps = []
+        snaps: list[Any] = []
         for layer in self.layers:
             if isinstance(layer, RecurrentState):
                 conv = self.ops.zeros(tuple(layer.conv.shape))
@@ -111,8 +111,13 @@ class SequenceState:
                 snaps.append(None)
             else:
                 empty = np.full(layer.size, -1, dtype=np.int64)
-                snaps.append((self.ops.zeros(tuple(layer.keys.shape)),
-                              self.ops.zeros(tuple(layer.values.shape)), empty))
+                snaps.append(
+                    (
+                        self.ops.zeros(tuple(layer.keys.shape)),
+                        self.ops.zeros(tuple(layer.values.shape)),
+                        empty,
+                    )
+                )
         return tuple(snaps)
 
     def snapshot_positions(self) -> list[int]:
@@ -199,8 +204,7 @@ class SequenceState:
         if self._recording is not None:
             raise StateError("a recorded checkpoint is still open; roll it back or commit it")
         snaps = tuple(
-            layer.snapshot() if isinstance(layer, RecurrentState) else None
-            for layer in self.layers
+            layer.snapshot() if isinstance(layer, RecurrentState) else None for layer in self.layers
         )
         cp = Checkpoint(self.offset, self.epoch, snaps, record)
         if record:
@@ -286,7 +290,9 @@ def _arrays_in(snap: Any) -> list[Any]:
 
 
 class Forward(Protocol):
-    def forward(self, token_ids: list[int], state: SequenceState, logits: str = "last") -> Array: ...
+    def forward(
+        self, token_ids: list[int], state: SequenceState, logits: str = "last"
+    ) -> Array: ...
 
 
 def prefill(

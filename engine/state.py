@@ -17,7 +17,6 @@ state exactly as it was.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,8 +43,8 @@ class FullKV:
     def __init__(self, ops: Ops, num_kv_heads: int, head_dim: int) -> None:
         self.ops = ops
         self.shape = (num_kv_heads, head_dim)
-        self.keys: Array | None = None
-        self.values: Array | None = None
+        self.keys: Any = None
+        self.values: Any = None
         self.length = 0
 
     def capacity(self) -> int:
@@ -189,7 +188,9 @@ class Tape:
 class RecurrentState:
     """Gated DeltaNet state: conv window [K-1, C] and delta-rule matrix [H, Dk, Dv]."""
 
-    def __init__(self, ops: Ops, conv_channels: int, conv_kernel: int, heads: int, dk: int, dv: int):
+    def __init__(
+        self, ops: Ops, conv_channels: int, conv_kernel: int, heads: int, dk: int, dv: int
+    ):
         self.ops = ops
         self.conv = ops.zeros((conv_kernel - 1, conv_channels))
         self.ssm = ops.zeros((heads, dk, dv), dtype=_f32(ops))
@@ -203,6 +204,10 @@ class RecurrentState:
 
     def max_rollback(self) -> int:
         return 0  # folded history: only a snapshot or a tape can take it back
+
+    def rewind(self, position: int) -> None:
+        if position != self.length:
+            raise StateError("a recurrent state cannot rewind without a snapshot")
 
     def snapshot(self) -> Any:
         return (self.conv, self.ssm)  # kernels return new arrays: a reference is a copy
@@ -219,8 +224,7 @@ class RecurrentState:
             ops = self.ops
             conv_in = ops.concat(self.tape.conv_in, axis=0)[:keep]
             q, k, v, g, beta = (
-                ops.concat([piece[i] for piece in self.tape.qkvgb], axis=0)[:keep]
-                for i in range(5)
+                ops.concat([piece[i] for piece in self.tape.qkvgb], axis=0)[:keep] for i in range(5)
             )
             conv = ops.conv_state_after(conv, conv_in)
             _, ssm = ops.gated_delta_recurrent(q, k, v, g, beta, ssm)

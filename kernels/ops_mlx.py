@@ -33,8 +33,11 @@ class MlxOps:
     def weight(self, w: Any) -> Any:
         if isinstance(w, QuantizedWeight):
             return QuantizedWeight(
-                w.packed, w.scales.astype(self.dtype), w.biases.astype(self.dtype),
-                w.group_size, w.bits,
+                w.packed,
+                w.scales.astype(self.dtype),
+                w.biases.astype(self.dtype),
+                w.group_size,
+                w.bits,
             )
         return self.asarray(w)
 
@@ -76,8 +79,13 @@ class MlxOps:
     def linear(self, x: mx.array, w: Any) -> mx.array:
         if isinstance(w, QuantizedWeight):
             return mx.quantized_matmul(
-                x, w.packed, w.scales, w.biases, transpose=True,
-                group_size=w.group_size, bits=w.bits,
+                x,
+                w.packed,
+                w.scales,
+                w.biases,
+                transpose=True,
+                group_size=w.group_size,
+                bits=w.bits,
             )
         return x @ w.T
 
@@ -85,8 +93,11 @@ class MlxOps:
         idx = mx.array(ids.astype(np.int32))
         if isinstance(table, QuantizedWeight):
             return mx.dequantize(
-                table.packed[idx], table.scales[idx], table.biases[idx],
-                group_size=table.group_size, bits=table.bits,
+                table.packed[idx],
+                table.scales[idx],
+                table.biases[idx],
+                group_size=table.group_size,
+                bits=table.bits,
             ).astype(self.dtype)
         return table[idx]
 
@@ -94,9 +105,7 @@ class MlxOps:
         return mx.fast.rms_norm(x, w, eps)
 
     def rope(self, x: mx.array, offset: int, dims: int, base: float, traditional: bool) -> Any:
-        return mx.fast.rope(
-            x, dims, traditional=traditional, base=base, scale=1.0, offset=offset
-        )
+        return mx.fast.rope(x, dims, traditional=traditional, base=base, scale=1.0, offset=offset)
 
     def attention(self, q: mx.array, k: mx.array, v: mx.array, scale: float, mask: Any) -> Any:
         m = None if mask is None else mx.array(mask)
@@ -119,7 +128,7 @@ class MlxOps:
         return mx.concatenate(xs, axis=axis)
 
     def split(self, x: mx.array, sizes: list[int], axis: int) -> list[mx.array]:
-        return mx.split(x, np.cumsum(sizes)[:-1].tolist(), axis=axis)
+        return list(mx.split(x, np.cumsum(sizes)[:-1].tolist(), axis=axis))
 
     def zeros(self, shape: tuple[int, ...], dtype: Any = None) -> mx.array:
         return mx.zeros(shape, dtype=dtype or self.dtype)

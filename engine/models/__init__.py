@@ -10,7 +10,7 @@ from engine.models import llama, qwen3
 def families() -> list[ModuleType]:
     mods: list[ModuleType] = [llama, qwen3]
     try:
-        from engine.models import qwen3_5
+        from engine.models import qwen3_5  # type: ignore[attr-defined,unused-ignore]
 
         mods.append(qwen3_5)
     except ImportError:

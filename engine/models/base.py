@@ -51,8 +51,15 @@ class ModelConfig:
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
-        for name in ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim",
-                     "intermediate_size", "vocab_size"):
+        for name in (
+            "hidden_size",
+            "num_layers",
+            "num_heads",
+            "num_kv_heads",
+            "head_dim",
+            "intermediate_size",
+            "vocab_size",
+        ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"config field {name} must be positive")
         if self.num_heads % self.num_kv_heads:

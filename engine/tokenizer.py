@@ -1,0 +1,302 @@
+"""Text <-> token ids for a model, built from GGUF metadata or a Hugging Face tokenizer.json.
+
+The BPE itself is the Hugging Face `tokenizers` library; this module only assembles it the
+way llama.cpp does for a GGUF file (which pre-tokenizer regex goes with which
+`tokenizer.ggml.pre` name, which tokens are special, whether to add BOS), and adds a
+streaming detokenizer that never shows half a character.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tokenizers
+from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
+
+from engine.errors import ModelLoadError
+
+log = logging.getLogger(__name__)
+
+# GGUF token types (llama.cpp's llama_token_type): 3 = control, 4 = user-defined.
+TOKEN_TYPE_CONTROL = 3
+TOKEN_TYPE_USER_DEFINED = 4
+
+# llama.cpp's llama-vocab.cpp regexes; its engine lacks `(?i:...)`, so contractions are spelt
+# out per letter. GPT-4 style (llama 3) groups digits by three, qwen2 splits every digit.
+_LLAMA3_REGEX = (
+    r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+"
+    r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+_QWEN2_REGEX = (
+    r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+"
+    r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+# `tokenizer.ggml.pre` names grouped as llama.cpp groups them.
+_LLAMA3_NAMES = frozenset({"llama3", "llama-v3", "llama-bpe", "falcon3", "pixtral", "dbrx"})
+_QWEN2_NAMES = frozenset({"qwen2", "stablelm2", "hunyuan", "deepseek-r1-qwen"})
+_DIGIT_NAMES = frozenset({"smollm", "starcoder", "refact", "codeshell", "command-r"})
+_GPT2_NAMES = frozenset({"default", "gpt-2", "gpt2", "mpt", "olmo", "jais"})
+
+# Special tokens that end a turn, as llama.cpp collects its end-of-generation set: a model
+# may emit any of these instead of its declared EOS, and generation must stop on each.
+END_OF_TURN_TOKENS = (
+    "<|im_end|>",
+    "<|endoftext|>",
+    "<|eot_id|>",
+    "<|eom_id|>",
+    "<|end_of_text|>",
+    "<|end|>",
+    "<end_of_turn>",
+)
+
+
+def _pre_tokenizer(pre: str) -> tuple[pre_tokenizers.PreTokenizer, bool]:
+    """The pre-tokenizer for a `tokenizer.ggml.pre` name, and whether BPE ignores merges."""
+    if pre in _DIGIT_NAMES:
+        # Verified token-for-token against llama.cpp on SmolLM2: "\p{N}" then the gpt2 regex.
+        digits = pre_tokenizers.Digits(individual_digits=True)
+        byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        return pre_tokenizers.Sequence([digits, byte_level]), False
+    if pre in _LLAMA3_NAMES or pre in _QWEN2_NAMES:
+        regex = _LLAMA3_REGEX if pre in _LLAMA3_NAMES else _QWEN2_REGEX
+        split = pre_tokenizers.Split(Regex(regex), behavior="isolated")
+        byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+        return pre_tokenizers.Sequence([split, byte_level]), pre in _LLAMA3_NAMES
+    if pre not in _GPT2_NAMES:
+        log.warning("unknown tokenizer.ggml.pre %r; using the gpt2 pre-tokenizer", pre)
+    return pre_tokenizers.ByteLevel(add_prefix_space=False), False
+
+
+def _scalar(value: Any) -> Any:
+    """A python value from a GGUF metadata entry (mlx scalars carry `.item()`)."""
+    return value.item() if hasattr(value, "item") else value
+
+
+def _token_text(entry: Any) -> str | None:
+    """A special token from tokenizer_config.json: a string or {"content": ...}."""
+    if isinstance(entry, dict):
+        entry = entry.get("content")
+    return entry if isinstance(entry, str) else None
+
+
+class Tokenizer:
+    """A model's tokenizer: encode, decode, and which ids are BOS, end-of-turn or special.
+
+    `eos_ids` holds every id that should stop generation: the declared EOS, any listed in
+    generation_config.json, and the special tokens named in END_OF_TURN_TOKENS.
+    """
+
+    def __init__(
+        self,
+        hf: tokenizers.Tokenizer,
+        *,
+        bos_id: int | None,
+        eos_id: int | None,
+        add_bos: bool,
+        chat_template: str | None,
+        extra_eos_ids: Iterable[int] = (),
+    ) -> None:
+        self.hf = hf
+        self.bos_id = bos_id
+        self.eos_id = eos_id
+        self.add_bos = add_bos
+        self.chat_template = chat_template
+        added = hf.get_added_tokens_decoder()
+        self._special_ids = frozenset(i for i, token in added.items() if token.special)
+        # Every id that ends generation: the declared EOS(es) plus special end-of-turn tokens.
+        turn_ends = [hf.token_to_id(text) for text in END_OF_TURN_TOKENS]
+        self.eos_ids: frozenset[int] = frozenset(
+            [*([] if eos_id is None else [eos_id]), *extra_eos_ids]
+            + [i for i in turn_ends if i in self._special_ids]
+        )
+
+    @classmethod
+    def from_gguf_metadata(cls, meta: Mapping[str, Any], path: object) -> Tokenizer:
+        """Build from `mx.load(path, return_metadata=True)[1]`; only byte-level BPE is served."""
+
+        def need(key: str) -> Any:
+            if key not in meta:
+                raise ModelLoadError(path, f"GGUF metadata lacks {key}; cannot build the tokenizer")
+            return meta[key]
+
+        model_kind = str(need("tokenizer.ggml.model"))
+        if model_kind != "gpt2":
+            raise ModelLoadError(
+                path,
+                f"tokenizer model {model_kind!r} is not supported (only 'gpt2' byte-level BPE)",
+            )
+        tokens = list(need("tokenizer.ggml.tokens"))
+        types = np.asarray(meta.get("tokenizer.ggml.token_type", np.ones(len(tokens)))).tolist()
+        if len(types) != len(tokens):
+            raise ModelLoadError(path, f"{len(types)} token types for {len(tokens)} tokens")
+        # Each merge is "left right"; byte-level tokens never hold a space, so the first splits.
+        merges = [tuple(m.split(" ", 1)) for m in need("tokenizer.ggml.merges")]
+        pre = str(meta.get("tokenizer.ggml.pre", "default"))
+        pre_tokenizer, ignore_merges = _pre_tokenizer(pre)
+
+        vocab = {text: i for i, text in enumerate(tokens)}
+        hf = tokenizers.Tokenizer(models.BPE(vocab, merges, ignore_merges=ignore_merges))
+        hf.pre_tokenizer = pre_tokenizer
+        hf.decoder = decoders.ByteLevel()
+        # Control tokens are special; user-defined ones are matched in text but shown as text.
+        hf.add_tokens(
+            [
+                AddedToken(text, special=token_type == TOKEN_TYPE_CONTROL, normalized=False)
+                for text, token_type in zip(tokens, types, strict=True)
+                if token_type in (TOKEN_TYPE_CONTROL, TOKEN_TYPE_USER_DEFINED)
+            ]
+        )
+
+        bos = meta.get("tokenizer.ggml.bos_token_id")
+        eos = meta.get("tokenizer.ggml.eos_token_id")
+        add_bos = meta.get("tokenizer.ggml.add_bos_token")
+        template = meta.get("tokenizer.chat_template")
+        return cls(
+            hf,
+            bos_id=None if bos is None else int(_scalar(bos)),
+            eos_id=None if eos is None else int(_scalar(eos)),
+            # llama.cpp adds BOS for the llama 3 family unless the file says otherwise.
+            add_bos=pre in _LLAMA3_NAMES if add_bos is None else bool(_scalar(add_bos)),
+            chat_template=template if isinstance(template, str) else None,
+        )
+
+    @classmethod
+    def from_dir(cls, path: str | Path) -> Tokenizer:
+        """Build from a Hugging Face model directory (tokenizer.json and its config files)."""
+        directory = Path(path)
+        if not (directory / "tokenizer.json").is_file():
+            raise ModelLoadError(directory, "no tokenizer.json in this directory")
+        try:
+            hf = tokenizers.Tokenizer.from_file(str(directory / "tokenizer.json"))
+        except Exception as e:  # the library raises a bare Exception on malformed JSON
+            raise ModelLoadError(directory / "tokenizer.json", f"unreadable: {e}") from e
+        config = _read_json(directory / "tokenizer_config.json")
+        generation = _read_json(directory / "generation_config.json")
+
+        bos_text = _token_text(config.get("bos_token"))
+        bos_id = hf.token_to_id(bos_text) if bos_text else None
+        eos_text = _token_text(config.get("eos_token"))
+        eos_id = hf.token_to_id(eos_text) if eos_text else None
+        # generation_config.json may list several (llama 3.1: <|end_of_text|>, <|eot_id|>...).
+        generation_eos = generation.get("eos_token_id", [])
+        if not isinstance(generation_eos, list):
+            generation_eos = [generation_eos]
+        extra_eos_ids = [int(i) for i in generation_eos if i is not None]
+
+        add_bos = config.get("add_bos_token")
+        if add_bos is None:
+            # No flag: trust tokenizer.json's post-processor (llama 3 adds BOS there).
+            empty = hf.encode("", add_special_tokens=True).ids
+            add_bos = bos_id is not None and empty[:1] == [bos_id]
+        return cls(
+            hf,
+            bos_id=bos_id,
+            eos_id=eos_id,
+            add_bos=bool(add_bos),
+            chat_template=_chat_template(directory, config),
+            extra_eos_ids=extra_eos_ids,
+        )
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.hf.get_vocab_size(with_added_tokens=True))
+
+    @property
+    def bos_token(self) -> str:
+        """BOS as text, for chat templates ("" when the model has none)."""
+        return "" if self.bos_id is None else self.id_to_token(self.bos_id) or ""
+
+    @property
+    def eos_token(self) -> str:
+        """The declared EOS as text, for chat templates ("" when the model has none)."""
+        return "" if self.eos_id is None else self.id_to_token(self.eos_id) or ""
+
+    def encode(self, text: str, add_special: bool = False) -> list[int]:
+        """Token ids for text; special-token text in it (e.g. "<|im_start|>") becomes its id.
+
+        add_special prepends BOS when the model wants one (`add_bos`). A byte with no token in
+        the vocabulary (SmolLM2 lacks a few control bytes) is dropped, as llama.cpp does.
+        """
+        ids: list[int] = self.hf.encode(text, add_special_tokens=False).ids
+        if add_special and self.add_bos and self.bos_id is not None:
+            ids.insert(0, self.bos_id)
+        return ids
+
+    def decode(self, ids: Sequence[int], *, skip_special: bool = False) -> str:
+        """Text for ids; bytes that are not valid UTF-8 come out as U+FFFD."""
+        return str(self.hf.decode(list(ids), skip_special_tokens=skip_special))
+
+    def id_to_token(self, token_id: int) -> str | None:
+        """The vocabulary entry (byte-level form, e.g. "Ġworld") or None if out of range."""
+        token: str | None = self.hf.id_to_token(token_id)
+        return token
+
+    def token_to_id(self, token: str) -> int | None:
+        token_id: int | None = self.hf.token_to_id(token)
+        return token_id
+
+    def is_special(self, token_id: int) -> bool:
+        """Whether the id is a control token (chat tags, BOS/EOS), not ordinary text."""
+        return token_id in self._special_ids
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise ModelLoadError(path, f"unreadable JSON: {e}") from e
+    return data if isinstance(data, dict) else {}
+
+
+def _chat_template(directory: Path, config: Mapping[str, Any]) -> str | None:
+    """chat_template.jinja wins (newer repos); else the config's string or named "default"."""
+    jinja_file = directory / "chat_template.jinja"
+    if jinja_file.is_file():
+        return jinja_file.read_text(encoding="utf-8")
+    template = config.get("chat_template")
+    if isinstance(template, list):
+        named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+        template = named.get("default")
+    return template if isinstance(template, str) else None
+
+
+class StreamingDetokenizer:
+    """Turns ids arriving one at a time into text deltas that never split a character.
+
+    A window of ids is decoded at each step, starting one id before the last point where
+    the text was whole; that id is context only (it keeps decoders that strip a leading
+    space honest) and its text is not emitted again. Trailing U+FFFD is held back until the
+    next id either completes the character or proves it invalid, or until `flush`.
+    The deltas joined equal `tokenizer.decode(all ids)`.
+    """
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self._window: list[int] = []
+        self._num_emitted = 0  # characters of decode(self._window) already returned
+
+    def add(self, token_id: int) -> str:
+        """Add one id; return the text it completes ("" while a character is unfinished)."""
+        self._window.append(token_id)
+        text = self.tokenizer.decode(self._window)
+        whole = text.rstrip("\ufffd")
+        delta = whole[self._num_emitted :]
+        self._num_emitted = max(self._num_emitted, len(whole))
+        if whole == text and len(self._window) > 1:
+            # Text is whole here: restart the window at the last id, kept as context.
+            self._window = self._window[-1:]
+            self._num_emitted = len(self.tokenizer.decode(self._window))
+        return delta
+
+    def flush(self) -> str:
+        """Return whatever was held back (invalid bytes come out as U+FFFD) and reset."""
+        delta = self.tokenizer.decode(self._window)[self._num_emitted :]
+        self._window, self._num_emitted = [], 0
+        return delta

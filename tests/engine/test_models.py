@@ -1,0 +1,129 @@
+"""Every loader x format x backend reproduces the independent float64 reference forward.
+
+The tiny files hold random weights; each TinySpec holds exactly the float32 values its
+file decodes to, so quantized files are held to the same tolerance as float ones: any
+error beyond float32 rounding is a loader or model bug, not quantization noise.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine.loader import load_model
+from tests.conftest import TinyModel, TinyModels
+from tests.tiny_models import VOCAB_SIZE, build_hf_tokenizer, reference_forward
+
+BACKENDS = ["numpy", "mlx"]
+TOLERANCE = 1e-4  # max abs diff on logits of magnitude ~10: float32 accumulation only
+NUM_TOKENS = 40
+SPLIT_AT = 17
+
+GGUF_CASES = [
+    *(
+        {"qtype": q, "tie": tie}
+        for q in ("F32", "F16", "Q4_0", "Q4_1", "Q8_0")
+        for tie in (True, False)
+    ),
+    {"qtype": "Q4_1", "embed_qtype": "Q8_0", "tie": True},  # the default model's mix
+]
+HF_CASES = [
+    {"family": family, "bits": bits, "shards": shards}
+    for family in ("llama", "qwen3")
+    for bits in (None, 4, 8)
+    for shards in (1, 2)
+]
+HF_CASES += [
+    {"family": "llama", "bits": 4, "group_size": 64, "tie": True},  # mlx-lm's default group
+    {"family": "qwen3", "bits": None, "tie": True},  # Qwen3-0.6B ties its embeddings
+    # Real downloads store bfloat16 (scales too); the spec holds their exact float32 values.
+    {"family": "llama", "bits": None, "dtype": "bfloat16"},
+    {"family": "qwen3", "bits": 4, "dtype": "bfloat16"},
+]
+
+
+def case_id(case: dict) -> str:
+    return "-".join(f"{k}={v}" for k, v in case.items())
+
+
+def token_ids(seed: int = 0, n: int = NUM_TOKENS) -> list[int]:
+    return [int(t) for t in np.random.default_rng(seed).integers(0, VOCAB_SIZE, n)]
+
+
+def forward_all(path: object, backend: str, ids: list[int]) -> np.ndarray:
+    model = load_model(path, backend=backend).model
+    logits = model.forward(ids, model.new_state(), logits="all")
+    return np.asarray(logits, dtype=np.float64)
+
+
+def assert_matches_reference(got: np.ndarray, want: np.ndarray) -> None:
+    assert got.shape == want.shape
+    diff = np.abs(got - want)
+    worst = np.unravel_index(diff.argmax(), diff.shape)
+    assert diff.max() <= TOLERANCE, f"max abs diff {diff.max():.3g} at (row, token) {worst}"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", GGUF_CASES, ids=case_id)
+def test_gguf_matches_reference(tiny_models: TinyModels, case: dict, backend: str) -> None:
+    path, spec = tiny_models.gguf(**case)
+    ids = token_ids()
+    assert_matches_reference(forward_all(path, backend, ids), reference_forward(spec, ids))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", HF_CASES, ids=case_id)
+def test_hf_dir_matches_reference(tiny_models: TinyModels, case: dict, backend: str) -> None:
+    path, spec = tiny_models.hf(**case)
+    ids = token_ids()
+    assert_matches_reference(forward_all(path, backend, ids), reference_forward(spec, ids))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("fixture", ["tiny_llama_q4_gguf", "tiny_llama_hf", "tiny_qwen3_hf"])
+def test_forward_in_two_pieces_equals_one_pass(
+    request: pytest.FixtureRequest, fixture: str, backend: str
+) -> None:
+    path, spec = request.getfixturevalue(fixture)
+    ids = token_ids(seed=1)
+    model = load_model(path, backend=backend).model
+    state = model.new_state()
+    first = np.asarray(model.forward(ids[:SPLIT_AT], state, logits="all"), dtype=np.float64)
+    second = np.asarray(model.forward(ids[SPLIT_AT:], state, logits="all"), dtype=np.float64)
+    whole = np.asarray(model.forward(ids, model.new_state(), logits="all"), dtype=np.float64)
+    split = np.concatenate([first, second])
+    diff = np.abs(split - whole).max()
+    assert diff <= TOLERANCE, f"two pieces differ from one pass by {diff:.3g}"
+    assert_matches_reference(split, reference_forward(spec, ids))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_last_logits_are_the_last_row(tiny_llama_gguf: TinyModel, backend: str) -> None:
+    path, spec = tiny_llama_gguf
+    ids = token_ids(seed=2)
+    model = load_model(path, backend=backend).model
+    last = np.asarray(model.forward(ids, model.new_state(), logits="last"), dtype=np.float64)
+    assert last.size == VOCAB_SIZE
+    assert_matches_reference(last.reshape(1, VOCAB_SIZE), reference_forward(spec, ids)[-1:])
+
+
+def test_tiny_weights_make_context_matter(tiny_llama_gguf: TinyModel) -> None:
+    """Guards the fixture itself: if earlier tokens barely moved the logits, a model that
+    ignored its cache would still pass the reference comparisons."""
+    _, spec = tiny_llama_gguf
+    ids = token_ids(seed=3)
+    changed = [(ids[0] + 1) % VOCAB_SIZE, *ids[1:]]
+    diff = np.abs(reference_forward(spec, ids)[-1] - reference_forward(spec, changed)[-1])
+    assert diff.max() > 100 * TOLERANCE
+
+
+@pytest.mark.parametrize("fixture", ["tiny_llama_gguf", "tiny_llama_hf", "tiny_qwen3_hf"])
+def test_config_and_tokenizer(request: pytest.FixtureRequest, fixture: str) -> None:
+    path, spec = request.getfixturevalue(fixture)
+    lm = load_model(path, backend="numpy")
+    assert lm.config.family == spec.family
+    assert lm.config.hidden_size == spec.config["hidden_size"]
+    assert lm.config.num_layers == spec.config["num_hidden_layers"]
+    assert lm.config.vocab_size == VOCAB_SIZE
+    text = "<|im_start|>user\nThe cat sat on 2024 mats.<|im_end|>\n"
+    assert lm.tokenizer.encode(text) == build_hf_tokenizer().encode(text).ids

@@ -1,0 +1,461 @@
+"""Tiny random-weight models in the exact on-disk formats a real download has, plus an
+independent float64 NumPy forward to check the product's models against.
+
+Every builder returns a `TinySpec` whose `weights` hold, in Hugging Face naming and
+layout, exactly the float32 values the written file decodes to (after GGUF or MLX
+dequantization and after undoing GGUF's rope permutation). `reference_forward(spec, ids)`
+is the plain Llama / Qwen3 forward of Hugging Face transformers over those weights.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import gguf
+import mlx.core as mx
+import numpy as np
+from gguf import GGMLQuantizationType
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
+
+# --- the shared tokenizer: byte-level BPE like SmolLM2's, cut down to ~320 tokens ---
+
+SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+BOS_ID, EOS_ID = 1, 2  # like SmolLM2's GGUF: a BOS id is recorded but never added
+TOKEN_TYPE_NORMAL, TOKEN_TYPE_CONTROL = 1, 3
+
+# SmolLM2-Instruct's ChatML template, verbatim from the default model's GGUF.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
+    "Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + "
+    "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+# In priority order; each merge joins two tokens that already exist.
+# fmt: off
+MERGES = [
+    "Ġ t", "Ġ a", "i n", "h e", "Ġ Ġ", "r e", "o n", "e r", "Ġt he", "a t", "Ġ s", "Ġ o", "e n",
+    "Ġ c", "e s", "Ġ w", "n d", "i t", "o r", "i s", "a l", "Ġ p", "in g", "Ġ f", "a n", "e d",
+    "Ġ b", "o u", "a r", "Ġ in", "Ġ m", "Ġo f", "Ġ d", "Ġ h", "Ġa nd", "i c", "a s", "l e", "Ġt o",
+    "i on", "o m", "l l", "en t", "Ġ n", "Ġ l", "s t", "Ġ re", "v e", "Ġ e", "r o", "l y", "Ġb e",
+    "Ġ g", "Ġ T", "c t", "Ġ y", "Ġs t", "Ġ I", "Ġ is", "Ġh e", "l o",
+]
+# fmt: on
+
+
+def bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's byte -> printable character table, in GPT-2's order (printable bytes first)."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1)]
+    printable += range(ord("®"), ord("ÿ") + 1)
+    table = {b: chr(b) for b in printable}
+    for n, b in enumerate(b for b in range(256) if b not in table):
+        table[b] = chr(256 + n)
+    return table
+
+
+def vocab_tokens() -> tuple[list[str], list[str]]:
+    """(tokens by id, merges as "a b"), the vocab padded to a multiple of 32 with merges."""
+    tokens = [*SPECIAL_TOKENS, *bytes_to_unicode().values()]
+    merges = list(MERGES)
+    pad = (f"Ġ {c}" for c in "uvkjqxzUVKJQXZ")
+    while (len(tokens) + len(merges)) % 32:
+        merges.append(next(pad))
+    for merge in merges:
+        left, right = merge.split(" ")
+        if left not in tokens or right not in tokens:
+            raise ValueError(f"merge {merge!r} joins a token not in the vocab")
+        tokens.append(left + right)
+    return tokens, merges
+
+
+VOCAB_SIZE = len(vocab_tokens()[0])
+
+
+def token_types() -> list[int]:
+    return [TOKEN_TYPE_CONTROL] * len(SPECIAL_TOKENS) + [TOKEN_TYPE_NORMAL] * (
+        VOCAB_SIZE - len(SPECIAL_TOKENS)
+    )
+
+
+def add_gguf_tokenizer(writer: gguf.GGUFWriter) -> None:
+    tokens, merges = vocab_tokens()
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("smollm")
+    writer.add_token_list(tokens)
+    writer.add_token_types(token_types())
+    writer.add_token_merges(merges)
+    writer.add_bos_token_id(BOS_ID)
+    writer.add_eos_token_id(EOS_ID)
+    writer.add_unk_token_id(0)
+    writer.add_pad_token_id(EOS_ID)
+    writer.add_add_bos_token(False)
+    writer.add_add_space_prefix(False)
+    writer.add_chat_template(CHAT_TEMPLATE)
+
+
+def build_hf_tokenizer() -> Tokenizer:
+    tokens, merges = vocab_tokens()
+    vocab = {tok: i for i, tok in enumerate(tokens)}
+    pairs = [tuple(m.split(" ")) for m in merges]
+    tok = Tokenizer(models.BPE(vocab, pairs, unk_token=None, fuse_unk=False))
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        ]
+    )
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in SPECIAL_TOKENS])
+    return tok
+
+
+def write_hf_tokenizer(directory: Path) -> None:
+    build_hf_tokenizer().save(str(directory / "tokenizer.json"))
+    added = {
+        str(i): {"content": s, "lstrip": False, "normalized": False, "rstrip": False,
+                 "single_word": False, "special": True}
+        for i, s in enumerate(SPECIAL_TOKENS)
+    }  # fmt: skip
+    config = {
+        "add_prefix_space": False,
+        "added_tokens_decoder": added,
+        "additional_special_tokens": list(SPECIAL_TOKENS[1:]),
+        "bos_token": None,
+        "chat_template": CHAT_TEMPLATE,
+        "clean_up_tokenization_spaces": False,
+        "eos_token": "<|im_end|>",
+        "model_max_length": 8192,
+        "pad_token": "<|im_end|>",
+        "tokenizer_class": "GPT2Tokenizer",
+        "unk_token": "<|endoftext|>",
+    }
+    (directory / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
+
+
+# --- weights ---
+
+
+@dataclass
+class TinySpec:
+    family: str  # "llama" | "qwen3"
+    config: dict  # Hugging Face config.json style
+    weights: dict[str, np.ndarray]  # HF names and layout, float32, as the file decodes
+
+
+def tiny_config(family: str, tie: bool, **overrides: object) -> dict:
+    config: dict = {
+        "model_type": family,
+        "hidden_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        # Qwen3 decouples head_dim from hidden_size / heads (0.6B: 16 x 128 on 1024), so
+        # the tiny Qwen3 does too, to catch code that derives one from the other.
+        "head_dim": 32 if family == "qwen3" else 16,
+        "intermediate_size": 128,
+        "vocab_size": VOCAB_SIZE,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 10000.0,
+        "max_position_embeddings": 512,
+        "tie_word_embeddings": tie,
+        "hidden_act": "silu",
+        "attention_bias": False,
+        "bos_token_id": BOS_ID,
+        "eos_token_id": EOS_ID,
+        "rope_scaling": None,
+        "torch_dtype": "float32",
+    }
+    if family == "llama":
+        config |= {"architectures": ["LlamaForCausalLM"], "mlp_bias": False, "pretraining_tp": 1}
+    elif family == "qwen3":
+        config |= {
+            "architectures": ["Qwen3ForCausalLM"],
+            "use_sliding_window": False,
+            "sliding_window": None,
+            "max_window_layers": 2,
+        }
+    else:
+        raise ValueError(f"unknown tiny family {family!r}")
+    config.update(overrides)
+    return config
+
+
+def random_weights(family: str, config: dict, seed: int) -> dict[str, np.ndarray]:
+    """Projections with std 0.2 (so attention is far from uniform and context matters),
+    norm weights around 1."""
+    rng = np.random.default_rng(seed)
+    D, F, V = config["hidden_size"], config["intermediate_size"], config["vocab_size"]
+    H, KV, hd = config["num_attention_heads"], config["num_key_value_heads"], config["head_dim"]
+
+    def proj(*shape: int) -> np.ndarray:
+        return (0.2 * rng.standard_normal(shape)).astype(np.float32)
+
+    def norm(n: int) -> np.ndarray:
+        return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+
+    w = {"model.embed_tokens.weight": proj(V, D)}
+    for i in range(config["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        w[p + "input_layernorm.weight"] = norm(D)
+        w[p + "self_attn.q_proj.weight"] = proj(H * hd, D)
+        w[p + "self_attn.k_proj.weight"] = proj(KV * hd, D)
+        w[p + "self_attn.v_proj.weight"] = proj(KV * hd, D)
+        w[p + "self_attn.o_proj.weight"] = proj(D, H * hd)
+        if family == "qwen3":
+            w[p + "self_attn.q_norm.weight"] = norm(hd)
+            w[p + "self_attn.k_norm.weight"] = norm(hd)
+        w[p + "post_attention_layernorm.weight"] = norm(D)
+        w[p + "mlp.gate_proj.weight"] = proj(F, D)
+        w[p + "mlp.up_proj.weight"] = proj(F, D)
+        w[p + "mlp.down_proj.weight"] = proj(D, F)
+    w["model.norm.weight"] = norm(D)
+    if not config["tie_word_embeddings"]:
+        w["lm_head.weight"] = proj(V, D)
+    return w
+
+
+# --- GGUF (llama.cpp's convert_hf_to_gguf.py layout) ---
+
+GGUF_NAMES = {
+    "input_layernorm": "attn_norm",
+    "self_attn.q_proj": "attn_q",
+    "self_attn.k_proj": "attn_k",
+    "self_attn.v_proj": "attn_v",
+    "self_attn.o_proj": "attn_output",
+    "post_attention_layernorm": "ffn_norm",
+    "mlp.gate_proj": "ffn_gate",
+    "mlp.up_proj": "ffn_up",
+    "mlp.down_proj": "ffn_down",
+}
+FILE_TYPES = {"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "Q5_0": 8, "Q5_1": 9}
+
+
+def gguf_name(hf_name: str) -> str:
+    if hf_name == "model.embed_tokens.weight":
+        return "token_embd.weight"
+    if hf_name == "model.norm.weight":
+        return "output_norm.weight"
+    if hf_name == "lm_head.weight":
+        return "output.weight"
+    _, _, layer, rest = hf_name.split(".", 3)
+    return f"blk.{layer}.{GGUF_NAMES[rest.removesuffix('.weight')]}.weight"
+
+
+def permute_for_rope(w: np.ndarray, n_head: int) -> np.ndarray:
+    """convert_hf_to_gguf.py's LlamaModel.permute: interleave each head's two rotate_half
+    halves so that llama.cpp's pairwise ("traditional") rope applies."""
+    # [n_head * hd, D] -> [n_head, 2, hd/2, D] -> [n_head, hd/2, 2, D]
+    return (
+        w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:])
+        .swapaxes(1, 2)
+        .reshape(w.shape)
+    )
+
+
+def unpermute_for_rope(w: np.ndarray, n_head: int) -> np.ndarray:
+    # [n_head, hd/2, 2, D] -> [n_head, 2, hd/2, D]
+    return (
+        w.reshape(n_head, w.shape[0] // n_head // 2, 2, *w.shape[1:])
+        .swapaxes(1, 2)
+        .reshape(w.shape)
+    )
+
+
+def make_llama_gguf(
+    path: str | Path,
+    *,
+    qtype: str = "F32",
+    embed_qtype: str | None = None,
+    tie: bool = True,
+    seed: int = 0,
+    arch: str = "llama",
+    omit: tuple[str, ...] = (),
+    replace: dict[str, np.ndarray] | None = None,
+    **config_overrides: object,
+) -> TinySpec:
+    """Write a tiny Llama GGUF; return the HF-layout weights it decodes to.
+
+    `qtype` applies to every 2-D weight, `embed_qtype` (default: `qtype`) to token_embd;
+    norms stay F32, as in llama.cpp's files. `arch`, `omit` (GGUF tensor names to leave
+    out) and `replace` (GGUF name -> raw F32 array written as is) build broken files.
+    """
+    config = tiny_config("llama", tie, **config_overrides)
+    weights = random_weights("llama", config, seed)
+    H, KV = config["num_attention_heads"], config["num_key_value_heads"]
+    writer = gguf.GGUFWriter(str(path), arch)
+    writer.add_name("Tiny Llama")
+    writer.add_type("model")
+    writer.add_block_count(config["num_hidden_layers"])
+    writer.add_context_length(config["max_position_embeddings"])
+    writer.add_embedding_length(config["hidden_size"])
+    writer.add_feed_forward_length(config["intermediate_size"])
+    writer.add_head_count(H)
+    writer.add_head_count_kv(KV)
+    writer.add_rope_freq_base(config["rope_theta"])
+    writer.add_layer_norm_rms_eps(config["rms_norm_eps"])
+    writer.add_file_type(FILE_TYPES[qtype])
+    writer.add_vocab_size(config["vocab_size"])
+    writer.add_rope_dimension_count(config["head_dim"])
+    writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    add_gguf_tokenizer(writer)
+
+    decoded: dict[str, np.ndarray] = {}
+    for hf_name, w in weights.items():
+        name = gguf_name(hf_name)
+        n_head = H if "q_proj" in hf_name else KV if "k_proj" in hf_name else 0
+        if n_head:
+            w = permute_for_rope(w, n_head)
+        kind = qtype if w.ndim == 2 else "F32"
+        if hf_name == "model.embed_tokens.weight" and embed_qtype is not None:
+            kind = embed_qtype
+        raw_type = GGMLQuantizationType[kind]
+        stored = gguf.quants.quantize(w, raw_type)
+        value = gguf.quants.dequantize(stored, raw_type).reshape(w.shape).astype(np.float32)
+        decoded[hf_name] = unpermute_for_rope(value, n_head) if n_head else value
+        if name in omit:
+            continue
+        if replace and name in replace:
+            writer.add_tensor(name, replace[name].astype(np.float32))
+        elif kind in ("F32", "F16"):
+            writer.add_tensor(name, stored)
+        else:
+            writer.add_tensor(name, stored, raw_dtype=raw_type)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return TinySpec("llama", config, decoded)
+
+
+# --- Hugging Face / MLX directories ---
+
+QUANTIZED_SUFFIXES = ("_proj.weight", "embed_tokens.weight", "lm_head.weight")
+
+
+def make_hf_dir(
+    path: str | Path,
+    family: str = "llama",
+    *,
+    bits: int | None = None,
+    group_size: int = 32,
+    shards: int = 1,
+    tie: bool = False,
+    seed: int = 0,
+    dtype: str = "float32",
+    **overrides: object,
+) -> TinySpec:
+    """Write a tiny HF-layout model directory (mlx-lm's layout when `bits` is set: every
+    Linear and the embedding as `.weight` uint32 + `.scales` + `.biases`).
+
+    `dtype` ("float32" | "float16" | "bfloat16") is the stored dtype of float tensors
+    and of the quantization scales and biases, as in real downloads.
+    """
+    directory = Path(path)
+    directory.mkdir(parents=True, exist_ok=True)
+    config = tiny_config(family, tie, **overrides)
+    config["torch_dtype"] = dtype
+    if bits is not None:
+        config["quantization"] = {"group_size": group_size, "bits": bits}
+        config["quantization_config"] = dict(config["quantization"])
+    weights = random_weights(family, config, seed)
+    store_dtype = getattr(mx, dtype)
+
+    arrays: dict[str, mx.array] = {}
+    decoded: dict[str, np.ndarray] = {}
+    for name, w in weights.items():
+        value = mx.array(w).astype(store_dtype)
+        if bits is not None and name.endswith(QUANTIZED_SUFFIXES):
+            wq, scales, biases = mx.quantize(value, group_size, bits)
+            base = name.removesuffix(".weight")
+            arrays |= {name: wq, f"{base}.scales": scales, f"{base}.biases": biases}
+            exact = mx.dequantize(
+                wq, scales.astype(mx.float32), biases.astype(mx.float32), group_size, bits
+            )
+            decoded[name] = np.array(exact.astype(mx.float32))
+        else:
+            arrays[name] = value
+            decoded[name] = np.array(value.astype(mx.float32))
+
+    names = sorted(arrays)
+    per_shard = -(-len(names) // shards)
+    groups = [names[i : i + per_shard] for i in range(0, len(names), per_shard)]
+    if len(groups) != shards:
+        raise ValueError(f"cannot split {len(names)} tensors into {shards} shards")
+    if shards == 1:
+        mx.save_safetensors(str(directory / "model.safetensors"), arrays, {"format": "mlx"})
+    else:
+        weight_map = {}
+        for i, group in enumerate(groups, start=1):
+            file = f"model-{i:05d}-of-{shards:05d}.safetensors"
+            mx.save_safetensors(
+                str(directory / file), {n: arrays[n] for n in group}, {"format": "mlx"}
+            )
+            weight_map |= {n: file for n in group}
+        total = sum(a.nbytes for a in arrays.values())
+        index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+        (directory / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
+    (directory / "config.json").write_text(json.dumps(config, indent=2))
+    write_hf_tokenizer(directory)
+    return TinySpec(family, config, decoded)
+
+
+# --- the reference forward ---
+
+
+def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+
+def rope_rotate_half(x: np.ndarray, theta: float) -> np.ndarray:
+    """HF's apply_rotary_pos_emb (RoFormer, arXiv:2104.09864) at positions 0..L-1.
+    x: [heads, L, hd]."""
+    _, L, hd = x.shape
+    inv_freq = theta ** (-np.arange(0, hd, 2, dtype=np.float64) / hd)  # [hd/2]
+    angles = np.arange(L, dtype=np.float64)[:, None] * inv_freq[None, :]  # [L, hd/2]
+    cos = np.cos(np.concatenate([angles, angles], axis=-1))  # [L, hd]
+    sin = np.sin(np.concatenate([angles, angles], axis=-1))
+    x1, x2 = x[..., : hd // 2], x[..., hd // 2 :]
+    return x * cos + np.concatenate([-x2, x1], axis=-1) * sin
+
+
+def reference_forward(spec: TinySpec, token_ids: list[int]) -> np.ndarray:
+    """Logits [L, vocab] in float64 for `token_ids` at positions 0..L-1."""
+    c = spec.config
+    w = {k: v.astype(np.float64) for k, v in spec.weights.items()}
+    H, KV, hd = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
+    eps, theta = c["rms_norm_eps"], c["rope_theta"]
+    L = len(token_ids)
+    causal = np.tril(np.ones((L, L), dtype=bool))
+
+    x = w["model.embed_tokens.weight"][np.asarray(token_ids)]  # [L, D]
+    for i in range(c["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        h = rms_norm(x, w[p + "input_layernorm.weight"], eps)
+        q = (h @ w[p + "self_attn.q_proj.weight"].T).reshape(L, H, hd).transpose(1, 0, 2)
+        k = (h @ w[p + "self_attn.k_proj.weight"].T).reshape(L, KV, hd).transpose(1, 0, 2)
+        v = (h @ w[p + "self_attn.v_proj.weight"].T).reshape(L, KV, hd).transpose(1, 0, 2)
+        if spec.family == "qwen3":  # per-head RMSNorm of q and k, before rope
+            q = rms_norm(q, w[p + "self_attn.q_norm.weight"], eps)
+            k = rms_norm(k, w[p + "self_attn.k_norm.weight"], eps)
+        q, k = rope_rotate_half(q, theta), rope_rotate_half(k, theta)
+        heads = []
+        for head in range(H):
+            kv = head // (H // KV)
+            scores = q[head] @ k[kv].T * hd**-0.5  # [L, L]
+            scores = np.where(causal, scores, -np.inf)
+            probs = np.exp(scores - scores.max(axis=-1, keepdims=True))
+            probs /= probs.sum(axis=-1, keepdims=True)
+            heads.append(probs @ v[kv])  # [L, hd]
+        attn = np.concatenate(heads, axis=-1)  # [L, H * hd]
+        x = x + attn @ w[p + "self_attn.o_proj.weight"].T
+        h = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps)
+        gate = h @ w[p + "mlp.gate_proj.weight"].T
+        up = h @ w[p + "mlp.up_proj.weight"].T
+        x = x + (gate / (1.0 + np.exp(-gate)) * up) @ w[p + "mlp.down_proj.weight"].T
+    x = rms_norm(x, w["model.norm.weight"], eps)
+    head_w = w.get("lm_head.weight", w["model.embed_tokens.weight"])
+    return x @ head_w.T
