@@ -271,7 +271,8 @@ class SnapshotPolicy:
     stride: int = 256  # one every `stride` tokens, so a truncate replays at most this many
     stride_capacity: int = 32  # the stride ring's size; the oldest is evicted
     marked_capacity: int = 64  # caller-marked (turn boundary) snapshots, LRU
+    sliding_slack: int = 64  # extra ring rows beyond a sliding window: cheap rewind depth
 
     def __post_init__(self) -> None:
-        if self.stride < 1 or self.stride_capacity < 0 or self.marked_capacity < 0:
+        if min(self.stride - 1, self.stride_capacity, self.marked_capacity, self.sliding_slack) < 0:
             raise ValueError("stride must be >= 1 and capacities >= 0")

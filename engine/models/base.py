@@ -220,22 +220,24 @@ class DecoderModel:
             self.lm_head = ops.weight(weights.get("lm_head.weight", (V, D)))
         self.snapshot_policy = SnapshotPolicy()
 
-    def new_layer_state(self, i: int) -> LayerState:
+    def new_layer_state(self, i: int, policy: SnapshotPolicy) -> LayerState:
         cfg, ops = self.config, self.ops
         kind = cfg.layer_type(i)
         if kind == FULL:
             return FullKV(ops, cfg.num_kv_heads, cfg.head_dim)
         if kind == SLIDING:
-            slack = int(cfg.extra.get("sliding_slack", 64))
-            return SlidingKV(ops, cfg.num_kv_heads, cfg.head_dim, cfg.sliding_window, slack)
+            return SlidingKV(
+                ops, cfg.num_kv_heads, cfg.head_dim, cfg.sliding_window, policy.sliding_slack
+            )
         if kind == LINEAR:
             mixer = self.layers[i].mixer
             return RecurrentState(ops, *mixer.state_shape())
         raise ValueError(f"unknown layer type {kind!r}")
 
     def new_state(self, policy: SnapshotPolicy | None = None) -> SequenceState:
-        layers = [self.new_layer_state(i) for i in range(self.config.num_layers)]
-        return SequenceState(self.ops, layers, policy or self.snapshot_policy)
+        policy = policy or self.snapshot_policy
+        layers = [self.new_layer_state(i, policy) for i in range(self.config.num_layers)]
+        return SequenceState(self.ops, layers, policy)
 
     def forward(self, token_ids: list[int], state: SequenceState, logits: str = "last") -> Array:
         """Append `token_ids` to `state`; logits for "all" rows, the "last" row, or "none"."""
