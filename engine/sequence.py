@@ -37,10 +37,14 @@ class SequenceState:
     def offset(self) -> int:
         return len(self.tokens)
 
+    @property
+    def is_recording(self) -> bool:
+        """A recorded checkpoint (a verify) is open: its rows are not committed yet."""
+        return self._recording is not None
+
     # -- appending (called by the model's forward) ----------------------------------
     def begin_forward(self, num_tokens: int) -> int:
-        if self.is_poisoned:
-            raise StateError("the state was left inconsistent by a failed forward; reset it")
+        self._check_usable()
         self.is_poisoned = True  # cleared by end_forward; a raise in between leaves it set
         return self.offset
 
@@ -49,6 +53,10 @@ class SequenceState:
         self.is_poisoned = False
         if self._recording is None:
             self._take_due_snapshots()
+
+    def _check_usable(self) -> None:
+        if self.is_poisoned:
+            raise StateError("the state was left inconsistent by a failed forward; reset it")
 
     def reset(self) -> None:
         for layer, snap in zip(self.layers, self._initial_snaps(), strict=True):
@@ -59,13 +67,15 @@ class SequenceState:
         self.tokens = []
         self.epoch += 1
         self.is_poisoned = False
-        self._recording = None
+        self._end_recording()
         self._stride_snaps.clear()
         self._marked_snaps.clear()
+        self._pending_marks.clear()
 
     # -- snapshots for deep rollback --------------------------------------------------
     def mark(self, position: int) -> None:
         """Ask for a snapshot at `position` (a turn boundary), now or when reached."""
+        self._check_usable()
         if not self.needs_snapshots:
             return
         if position == self.offset and self._recording is None:
@@ -93,9 +103,12 @@ class SequenceState:
             self._store(self._stride_snaps, pos, self.policy.stride_capacity)
 
     def _store(self, store: OrderedDict[int, tuple[Any, ...]], pos: int, capacity: int) -> None:
-        if capacity == 0:
-            return
-        store[pos] = tuple(layer.snapshot() for layer in self.layers)
+        if capacity:
+            self._put(store, pos, tuple(layer.snapshot() for layer in self.layers), capacity)
+
+    @staticmethod
+    def _put(store: OrderedDict[int, tuple[Any, ...]], pos: int, snaps: Any, capacity: int) -> None:
+        store[pos] = snaps
         store.move_to_end(pos)
         while len(store) > capacity:
             store.popitem(last=False)
@@ -123,6 +136,23 @@ class SequenceState:
     def snapshot_positions(self) -> list[int]:
         return sorted(set(self._stride_snaps) | set(self._marked_snaps))
 
+    def snapshot_items(self) -> list[tuple[str, int, tuple[Any, ...]]]:
+        """(store, position, per-layer snaps) for every stored snapshot, oldest first per
+        store; store is "stride" or "marked". For saving a state."""
+        stores = (("stride", self._stride_snaps), ("marked", self._marked_snaps))
+        return [(name, pos, snaps) for name, store in stores for pos, snaps in store.items()]
+
+    def load_snapshot(self, position: int, store: str, snaps: tuple[Any, ...]) -> None:
+        """Put back a snapshot from `snapshot_items` (loading a saved state), as the newest."""
+        if store not in ("stride", "marked") or len(snaps) != len(self.layers):
+            raise StateError(f"not a snapshot of this state: {store!r}, {len(snaps)} layers")
+        if not 0 < position <= self.offset:
+            raise StateError(f"snapshot at {position} is outside the {self.offset} tokens")
+        if store == "stride":
+            self._put(self._stride_snaps, position, snaps, self.policy.stride_capacity)
+        else:
+            self._put(self._marked_snaps, position, snaps, self.policy.marked_capacity)
+
     def snapshot_nbytes(self) -> int:
         """Bytes held by stored snapshots (each distinct array counted once)."""
         seen: dict[int, int] = {}
@@ -139,6 +169,7 @@ class SequenceState:
     # -- truncate: roll back to an earlier position (an edit point) -------------------
     def plan_truncate(self, n: int) -> int:
         """The position truncate(n) restores to before replaying; validates, mutates nothing."""
+        self._check_usable()
         if not 0 <= n <= self.offset:
             raise StateError(f"cannot truncate to {n}: the state holds {self.offset} tokens")
         if self._can_rewind_directly(n):
@@ -155,6 +186,14 @@ class SequenceState:
             if isinstance(layer, RecurrentState) or self.offset - n > layer.max_rollback():
                 return False
         return True
+
+    def stored_snapshots(self) -> dict[int, tuple[Any, ...]]:
+        return self._stored_snapshots()
+
+    def adopt_tokens(self, tokens: list[int]) -> None:
+        """Record tokens whose rows were appended directly (the branch cache)."""
+        self.tokens.extend(tokens)
+        self.epoch += 1
 
     def _stored_snapshots(self) -> dict[int, tuple[Any, ...]]:
         merged = dict(self._stride_snaps)
@@ -201,6 +240,7 @@ class SequenceState:
     # -- checkpoint / rollback / rollback_retaining (speculative verify) -------------
     def checkpoint(self, record: bool = False) -> Checkpoint:
         """A restore point here; with `record`, the next forwards tape recurrent inputs."""
+        self._check_usable()
         if self._recording is not None:
             raise StateError("a recorded checkpoint is still open; roll it back or commit it")
         snaps = tuple(
@@ -214,13 +254,15 @@ class SequenceState:
                     layer.tape = Tape()
         return cp
 
-    def _validate(self, cp: Checkpoint) -> None:
+    def _validate(self, cp: Checkpoint, target: int | None = None) -> None:
+        """Checks before any mutation; `target` is where the call rewinds to (default cp)."""
+        self._check_usable()
         if cp.epoch != self.epoch:
             raise StateError("stale checkpoint: the state was rolled back since it was taken")
         if cp.position > self.offset:
             raise StateError("checkpoint is ahead of the state")
+        depth = self.offset - (cp.position if target is None else target)
         for layer in self.layers:
-            depth = self.offset - cp.position
             if not isinstance(layer, RecurrentState | FullKV) and depth > layer.max_rollback():
                 raise StateError(
                     f"rollback of {depth} positions exceeds a sliding window's slack "
@@ -240,7 +282,7 @@ class SequenceState:
 
     def commit(self, cp: Checkpoint) -> None:
         """Keep everything since a recorded checkpoint (a full accept): drop the tape."""
-        self._validate(cp)
+        self._validate(cp, target=self.offset)
         if self._recording is not cp:
             raise StateError("commit needs the open recorded checkpoint")
         self._end_recording()
@@ -252,7 +294,7 @@ class SequenceState:
         Attention layers trim the rejected tail; recurrent layers restore the state from
         before the verify and replay the kept rows from the tape. No model pass.
         """
-        self._validate(cp)
+        self._validate(cp, target=cp.position + keep_rows)
         if self._recording is not cp:
             raise StateError("rollback_retaining needs the open recorded checkpoint")
         rows = self.offset - cp.position

@@ -136,8 +136,10 @@ class SlidingKV:
     def max_rollback(self) -> int:
         """How many positions back a rewind can go with the rows the ring still holds."""
         oldest = int(self.positions[self.positions >= 0].min()) if self.length else 0
+        if oldest == 0:  # nothing evicted yet: every earlier position is still held
+            return self.length
         # a query at position n needs keys n-window+1 .. n-1
-        return max(0, min(self.length, self.length - (oldest + self.window - 1)))
+        return max(0, self.length - (oldest + self.window - 1))
 
     def rewind(self, position: int) -> None:
         if self.length - position > self.max_rollback():
@@ -276,3 +278,19 @@ class SnapshotPolicy:
     def __post_init__(self) -> None:
         if min(self.stride - 1, self.stride_capacity, self.marked_capacity, self.sliding_slack) < 0:
             raise ValueError("stride must be >= 1 and capacities >= 0")
+
+
+def copy_rows(layer: FullKV, start: int, end: int) -> tuple[Array, Array]:
+    """Rows [start, end) of a full-attention layer, as new arrays (for the branch cache)."""
+    ops = layer.ops
+    return ops.snapshot(layer.keys[:, start:end]), ops.snapshot(layer.values[:, start:end])
+
+
+def append_rows(layer: FullKV, keys: Array, values: Array) -> None:
+    """Append cached rows computed earlier for the same positions and prefix."""
+    end = layer.length + int(keys.shape[1])
+    if end > layer.capacity():
+        layer._grow(end)
+    layer.keys = layer.ops.write_rows(layer.keys, layer.length, keys)
+    layer.values = layer.ops.write_rows(layer.values, layer.length, values)
+    layer.length = end

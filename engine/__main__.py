@@ -1,0 +1,53 @@
+"""Terminal interface: `python -m engine {fetch,generate,chat,convert}`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m engine", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("fetch", help="fetch and verify the default model if it is missing")
+    for name, help_text in (("generate", "one prompt, streamed"), ("chat", "interactive chat")):
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("--model", help="a .gguf file or a model directory (default: SmolLM2)")
+        p.add_argument("--backend", choices=("numpy", "mlx"), help="default: by device")
+        p.add_argument("--threads", type=int, help="BLAS threads on the CPU path")
+        p.add_argument("--system", help="a system message")
+        p.add_argument("--max-tokens", type=int, default=512)
+        p.add_argument("--temperature", type=float, default=0.0)
+        p.add_argument("--top-p", type=float, default=1.0)
+        p.add_argument("--top-k", type=int, default=0)
+        p.add_argument("--min-p", type=float, default=0.0)
+        p.add_argument("--repetition-penalty", type=float, default=1.0)
+        p.add_argument("--seed", type=int)
+        p.add_argument(
+            "--drafter", choices=("auto", "off", "lookup", "draft_model"), default="auto"
+        )
+        p.add_argument("--draft-model", help="a small model sharing the tokenizer")
+        if name == "generate":
+            p.add_argument("--prompt", required=True)
+            p.add_argument("--json", action="store_true", help="print one JSON object")
+    conv = sub.add_parser("convert", help="write an MLX model directory from a GGUF file")
+    conv.add_argument("gguf")
+    conv.add_argument("out_dir")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if getattr(args, "threads", None):  # must precede the first numpy import
+        os.environ["OPENBLAS_NUM_THREADS"] = os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    from engine import cli
+
+    try:
+        return int(cli.run(args))
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,133 @@
+"""Branch-aware cache: the computed tails of recently used branches.
+
+The live state holds one branch. When a request forks away from it (an edit, a switch
+to a sibling), the tail past the fork point is kept here: its attention rows and the
+recurrent states at the positions where snapshots exist. Shared prefixes are stored
+once (in the live state; a tail holds only what follows its fork), and switching back
+to a cached branch appends the tail's rows instead of recomputing them. Exact, because
+rows for the same positions over the same tokens are the same rows.
+
+Memory is bounded by a budget with least-recently-used eviction. Models with sliding
+window layers are not cached here (a ring cannot take appended rows); they re-prefill.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from engine.sequence import SequenceState
+from engine.state import FullKV, RecurrentState, append_rows, copy_rows
+
+MIN_TAIL = 8  # tails shorter than this are cheaper to recompute than to keep
+
+
+def _key(tokens: list[int]) -> str:
+    return hashlib.sha1(np.asarray(tokens, dtype=np.int64).tobytes()).hexdigest()
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    if n == 0:
+        return 0
+    x, y = np.asarray(a[:n]), np.asarray(b[:n])
+    diff = np.flatnonzero(x != y)
+    return int(diff[0]) if diff.size else n
+
+
+@dataclass
+class Tail:
+    base_key: str  # hash of the tokens before the fork
+    fork: int
+    tokens: list[int]
+    rows: list[Any]  # per layer: (keys, values) for FullKV, None otherwise
+    recurrent: dict[int, tuple[Any, ...]]  # length past the fork -> per-layer snapshots
+    nbytes: int
+
+
+class BranchCache:
+    def __init__(self, budget_bytes: int = 512 << 20) -> None:
+        self.budget_bytes = budget_bytes
+        self.tails: OrderedDict[int, Tail] = OrderedDict()
+        self._next_id = 0
+
+    @staticmethod
+    def supports(state: SequenceState) -> bool:
+        return all(isinstance(layer, FullKV | RecurrentState) for layer in state.layers)
+
+    def nbytes(self) -> int:
+        return sum(t.nbytes for t in self.tails.values())
+
+    def save_tail(self, state: SequenceState, fork: int) -> None:
+        """Keep the state's rows past `fork` before the state is truncated there."""
+        length = state.offset - fork
+        if length < MIN_TAIL or not self.supports(state):
+            return
+        rows: list[Any] = []
+        nbytes = 0
+        for layer in state.layers:
+            if isinstance(layer, FullKV):
+                k, v = copy_rows(layer, fork, state.offset)
+                rows.append((k, v))
+                nbytes += int(k.nbytes + v.nbytes)
+            else:
+                rows.append(None)
+        recurrent: dict[int, tuple[Any, ...]] = {}
+        if state.needs_snapshots:  # recurrent layers: the end state, plus stored snapshots
+            recurrent[length] = tuple(layer.snapshot() for layer in state.layers)
+            for pos, snaps in state.stored_snapshots().items():
+                if fork < pos < state.offset:
+                    recurrent[pos - fork] = snaps
+            nbytes += sum(
+                int(a.nbytes)
+                for snaps in recurrent.values()
+                for snap in snaps
+                if snap is not None
+                for a in snap
+            )
+        tail = Tail(_key(state.tokens[:fork]), fork, state.tokens[fork:], rows, recurrent, nbytes)
+        self.tails[self._next_id] = tail
+        self._next_id += 1
+        self._evict()
+
+    def _evict(self) -> None:
+        while self.tails and self.nbytes() > self.budget_bytes:
+            self.tails.popitem(last=False)
+
+    def best_match(
+        self, state: SequenceState, ids: list[int], reuse: int
+    ) -> tuple[int, int] | None:
+        """(tail id, usable length) of the cached tail that beats `reuse`, if any."""
+        best = None
+        for tail_id, tail in self.tails.items():
+            if tail.fork > min(state.offset, len(ids)) or tail.fork > reuse:
+                continue
+            if _key(ids[: tail.fork]) != tail.base_key:
+                continue
+            usable = common_prefix(tail.tokens, ids[tail.fork :])
+            if state.needs_snapshots:
+                usable = max((m for m in tail.recurrent if m <= usable), default=0)
+            gain = tail.fork + usable
+            if gain > reuse and (best is None or gain > best[1] + self.tails[best[0]].fork):
+                best = (tail_id, usable)
+        return best
+
+    def restore(self, state: SequenceState, tail_id: int, usable: int) -> None:
+        """Append a tail's first `usable` rows to a state sitting exactly at its fork."""
+        tail = self.tails[tail_id]
+        self.tails.move_to_end(tail_id)
+        if state.offset != tail.fork:
+            raise ValueError("the state must sit at the tail's fork point")
+        snaps = tail.recurrent.get(usable)
+        for i, layer in enumerate(state.layers):
+            if isinstance(layer, FullKV):
+                keys, values = tail.rows[i]
+                append_rows(layer, keys[:, :usable], values[:, :usable])
+            elif isinstance(layer, RecurrentState):
+                assert snaps is not None
+                layer.restore(snaps[i], tail.fork + usable)
+        state.adopt_tokens(tail.tokens[:usable])

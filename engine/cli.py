@@ -1,0 +1,181 @@
+"""The terminal commands, driving the same Engine (thread, commands, events) as the app."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import queue
+import sys
+import uuid
+from typing import Any
+
+from engine import events as ev
+from engine.default_model import ensure_default_model
+from engine.errors import EngineError
+from engine.sampling import SamplingSettings
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.command == "fetch":
+        return _fetch()
+    if args.command == "convert":
+        from engine.convert import convert_gguf
+
+        out = convert_gguf(args.gguf, args.out_dir)
+        print(f"wrote {out}")
+        return 0
+    model = args.model or str(_default_model())
+    client = _Client(args.backend)
+    try:
+        loaded = client.load(model, args.draft_model)
+        if loaded is None:
+            return 1
+        if args.command == "generate":
+            return _generate(client, args)
+        return _chat(client, args, loaded)
+    finally:
+        client.engine.close()
+
+
+def _fetch() -> int:
+    try:
+        ensure_default_model(lambda msg: print(msg, file=sys.stderr))
+    except EngineError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _default_model() -> Any:
+    try:
+        return ensure_default_model(lambda msg: print(msg, file=sys.stderr))
+    except EngineError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(1) from None
+
+
+class _Client:
+    """Blocking helpers over the engine's event stream."""
+
+    def __init__(self, backend: str | None) -> None:
+        from engine.engine import Engine
+
+        self.events: queue.Queue[ev.Event] = queue.Queue()
+        self.engine = Engine(self.events.put, backend=backend)
+
+    def load(self, path: str, draft: str | None) -> ev.ModelLoaded | None:
+        self.engine.submit(ev.LoadModel(path, draft))
+        while True:
+            event = self.events.get()
+            if isinstance(event, ev.ModelLoaded):
+                return event
+            if isinstance(event, ev.Failed):
+                print(f"error: {event.message}", file=sys.stderr)
+                return None
+
+    def stream(self, cmd: ev.Generate, echo: bool) -> ev.Finished | ev.Failed:
+        self.engine.submit(cmd)
+        while True:
+            try:
+                event = self.events.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            except KeyboardInterrupt:
+                self.engine.submit(ev.Stop(cmd.request_id))
+                continue
+            if isinstance(event, ev.Tokens) and echo:
+                sys.stdout.write(event.text)
+                sys.stdout.flush()
+            elif isinstance(event, ev.Finished | ev.Failed):
+                return event
+
+
+def _settings(args: argparse.Namespace) -> ev.GenerationSettings:
+    sampling = SamplingSettings(
+        temperature=args.temperature,
+        top_p=args.top_p,
+        top_k=args.top_k,
+        min_p=args.min_p,
+        repetition_penalty=args.repetition_penalty,
+        seed=args.seed,
+    )
+    return ev.GenerationSettings(sampling, max_tokens=args.max_tokens, drafter=args.drafter)
+
+
+def _generate(client: _Client, args: argparse.Namespace) -> int:
+    messages = [ev.Message("system", args.system)] if args.system else []
+    messages.append(ev.Message("user", args.prompt))
+    cmd = ev.Generate(uuid.uuid4().hex, tuple(messages), _settings(args))
+    result = client.stream(cmd, echo=not args.json)
+    if isinstance(result, ev.Failed):
+        print(f"error: {result.message}", file=sys.stderr)
+        return 1
+    s = result.stats
+    assert s is not None
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "text": result.text,
+                    "token_ids": list(result.token_ids),
+                    "finish_reason": result.reason,
+                    "stats": {
+                        "prompt_tokens": s.prompt_tokens,
+                        "generated_tokens": s.generated_tokens,
+                        "ttft_s": round(s.ttft_s, 4),
+                        "prefill_tok_s": round(s.prefill_tok_s, 2),
+                        "decode_tok_s": round(s.decode_tok_s, 2),
+                        "drafted": s.drafted,
+                        "accepted": s.accepted,
+                    },
+                }
+            )
+        )
+    else:
+        print()
+        _print_stats(s)
+    return 0
+
+
+def _print_stats(s: ev.Stats) -> None:
+    drafted = f" · accepted {s.accepted}/{s.drafted} drafted" if s.drafted else ""
+    print(
+        f"[{s.prompt_tokens} prompt tokens ({s.reused_tokens} reused) · TTFT {s.ttft_s:.2f} s · "
+        f"prefill {s.prefill_tok_s:.1f} tok/s · decode {s.decode_tok_s:.1f} tok/s · "
+        f"{s.generated_tokens} tokens{drafted}]",
+        file=sys.stderr,
+    )
+
+
+def _chat(client: _Client, args: argparse.Namespace, loaded: ev.ModelLoaded) -> int:
+    print(
+        f"{loaded.name} ({loaded.family}, {loaded.quantization}, {loaded.context_length} ctx, "
+        f"{loaded.backend}). /reset starts over, /quit or Ctrl+D leaves, Ctrl+C stops a reply.",
+        file=sys.stderr,
+    )
+    history: list[ev.Message] = [ev.Message("system", args.system)] if args.system else []
+    conversation = uuid.uuid4().hex
+    while True:
+        try:
+            line = input("\n> ")
+        except EOFError:
+            print(file=sys.stderr)
+            return 0
+        if line.strip() in ("/quit", "/exit"):
+            return 0
+        if line.strip() == "/reset":
+            history = history[:1] if args.system else []
+            continue
+        if not line.strip():
+            continue
+        history.append(ev.Message("user", line))
+        cmd = ev.Generate(uuid.uuid4().hex, tuple(history), _settings(args), conversation)
+        result = client.stream(cmd, echo=True)
+        print()
+        if isinstance(result, ev.Failed):
+            print(f"error: {result.message}", file=sys.stderr)
+            history.pop()
+            continue
+        history.append(ev.Message("assistant", result.text))
+        if result.stats is not None:
+            _print_stats(result.stats)

@@ -1,0 +1,235 @@
+"""The decode loop: plain or speculative, chosen step by step by expected speed.
+
+Invariant: `pending` is the last sampled token; it is emitted but not yet in the state.
+A step forwards [pending] + k drafted tokens in ONE batched pass (k = 0 is plain
+decoding), accepts the longest prefix the target agrees with plus one token of its
+own, and keeps the state exact with `rollback_retaining` (attention trims rows,
+recurrent layers replay the kept rows from the verify tape; no second pass).
+
+Acceptance is speculative rejection sampling (Leviathan et al. 2023; Chen et al. 2023):
+accept a drafted d with probability min(1, p(d)/q(d)); on rejection draw from
+normalize(max(0, p - q)); after k accepts draw a bonus token from p. A deterministic
+drafter has a one-hot q, and greedy decoding has a one-hot p, which reduces to
+"accept while d == argmax". The output distribution is the target's either way.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from engine import sampling
+from engine.drafters import Draft, Drafter
+from engine.sampling import SamplingSettings
+
+MAX_DRAFT = 16
+
+
+class CostModel:
+    """Seconds per forward of m rows on this device, measured (EMA per row count).
+
+    On MLX's CPU backend a verify of m rows costs ~m decode steps; on a GPU or through
+    BLAS it is nearly flat in m, which is what makes speculation pay.
+    """
+
+    def __init__(self, decay: float = 0.8) -> None:
+        self.decay = decay
+        self.seconds: dict[int, float] = {}
+
+    def observe(self, rows: int, seconds: float) -> None:
+        old = self.seconds.get(rows)
+        self.seconds[rows] = (
+            seconds if old is None else self.decay * old + (1 - self.decay) * seconds
+        )
+
+    def cost(self, rows: int) -> float:
+        if rows in self.seconds:
+            return self.seconds[rows]
+        known = sorted(self.seconds)
+        if not known:
+            return float(rows)  # no measurement yet: assume linear (never optimistic)
+        lo = max((m for m in known if m < rows), default=None)
+        hi = min((m for m in known if m > rows), default=None)
+        if lo is not None and hi is not None:
+            w = (rows - lo) / (hi - lo)
+            return (1 - w) * self.seconds[lo] + w * self.seconds[hi]
+        if lo is not None:  # extrapolate linearly in the extra rows from the top point
+            per_row = self.seconds[lo] / lo
+            return self.seconds[lo] + (rows - lo) * per_row
+        assert hi is not None
+        return self.seconds[hi] * rows / hi
+
+
+@dataclass
+class AcceptanceModel:
+    """Running per-token acceptance of one drafter (exponentially forgotten counts)."""
+
+    decay: float = 0.95
+    accepted: float = 1.0  # a Beta(1, 1) prior
+    trials: float = 2.0
+
+    @property
+    def rate(self) -> float:
+        return self.accepted / self.trials
+
+    def observe(self, drafted: int, accepted: int) -> None:
+        self.accepted = self.decay * self.accepted + accepted
+        self.trials = self.decay * self.trials + accepted + (1 if accepted < drafted else 0)
+
+
+def best_draft_length(alpha: float, costs: CostModel, available: int) -> int:
+    """k maximising expected tokens per second: (1 - a^(k+1)) / (1 - a) per cost(k+1)."""
+    best_k, best_rate = 0, 1.0 / costs.cost(1)
+    for k in range(1, min(available, MAX_DRAFT) + 1):
+        expected = sum(alpha**i for i in range(k + 1))
+        rate = expected / costs.cost(k + 1)
+        if rate > best_rate * 1.02:  # a margin: never speculate for a rounding error
+            best_k, best_rate = k, rate
+    return best_k
+
+
+@dataclass
+class DecodeRequest:
+    settings: SamplingSettings
+    max_tokens: int
+    eos_ids: frozenset[int]
+    emit: Callable[[list[int], list[bool]], None]
+    should_stop: Callable[[], bool]
+    drafter: Drafter | None = None
+    acceptance: AcceptanceModel | None = None
+    context_limit: int = 1 << 30
+
+
+@dataclass
+class DecodeResult:
+    token_ids: list[int] = field(default_factory=list)
+    reason: str = "length"
+    drafted: int = 0
+    accepted: int = 0
+    first_token_time: float = 0.0
+    end_time: float = 0.0
+
+
+def decode(
+    model: Any, state: Any, last_logits: np.ndarray, req: DecodeRequest, costs: CostModel
+) -> DecodeResult:
+    """Generate from `last_logits` (the row after the state's last token) until done.
+
+    On return the state holds the prompt and every produced token but the last one
+    (plus, after an early EOS among accepted drafts, the rows verified with it).
+    """
+    rng = np.random.default_rng(req.settings.seed)
+    s = req.settings
+    out = DecodeResult()
+    produced = [(sampling.sample(last_logits, state.tokens, s, rng), False)]
+    out.first_token_time = time.perf_counter()
+    if req.drafter is not None:
+        req.drafter.begin(list(state.tokens))
+    while True:
+        reason = _take(produced, out, req)
+        if not reason and req.should_stop():
+            reason = "stopped"
+        if not reason and state.offset + 1 >= req.context_limit:
+            reason = "length"
+        if reason:
+            out.reason = reason
+            break
+        pending = out.token_ids[-1]
+        k = _choose_k(req, costs, len(out.token_ids), state)
+        draft = req.drafter.propose(pending, k) if (req.drafter is not None and k) else Draft([])
+        rows = [pending, *draft.tokens[:k]]
+        t0 = time.perf_counter()
+        if len(rows) == 1:
+            logits = model.ops.to_numpy(model.forward(rows, state, logits="last"))
+            costs.observe(1, time.perf_counter() - t0)
+            if req.drafter is not None:
+                req.drafter.commit(rows)
+            produced = [(sampling.sample(logits[-1], state.tokens, s, rng), False)]
+            continue
+        cp = state.checkpoint(record=True)
+        logits = model.ops.to_numpy(model.forward(rows, state, logits="all"))
+        costs.observe(len(rows), time.perf_counter() - t0)
+        num_drafted = len(rows) - 1
+        accepted, nxt = _verify(logits, draft, num_drafted, state.tokens, s, rng)
+        if accepted == num_drafted:
+            state.commit(cp)
+        else:
+            state.rollback_retaining(cp, 1 + accepted)
+        out.drafted += num_drafted
+        out.accepted += accepted
+        if req.acceptance is not None:
+            req.acceptance.observe(num_drafted, accepted)
+        if req.drafter is not None:
+            req.drafter.commit(rows[: 1 + accepted])
+        produced = [(t, True) for t in draft.tokens[:accepted]] + [(nxt, False)]
+    if req.drafter is not None:
+        req.drafter.end()
+    out.end_time = time.perf_counter()
+    return out
+
+
+def _take(produced: list[tuple[int, bool]], out: DecodeResult, req: DecodeRequest) -> str:
+    """Record and emit newly produced tokens up to an EOS or the token limit."""
+    ids: list[int] = []
+    flags: list[bool] = []
+    reason = ""
+    for token, from_draft in produced:
+        if token in req.eos_ids:
+            reason = "eos"
+            break
+        ids.append(token)
+        flags.append(from_draft)
+        if len(out.token_ids) + len(ids) >= req.max_tokens:
+            reason = "length"
+            break
+    if ids:
+        out.token_ids.extend(ids)
+        req.emit(ids, flags)
+    return reason
+
+
+def _choose_k(req: DecodeRequest, costs: CostModel, produced: int, state: Any) -> int:
+    if req.drafter is None or req.acceptance is None:
+        return 0
+    room = min(req.max_tokens - produced, req.context_limit - state.offset - 2)
+    return best_draft_length(req.acceptance.rate, costs, max(0, room))
+
+
+def _verify(
+    logits: np.ndarray,
+    draft: Draft,
+    k: int,
+    history: list[int],
+    s: SamplingSettings,
+    rng: np.random.Generator,
+) -> tuple[int, int]:
+    """Accepted count among the k drafted tokens and the target's own next token.
+
+    `history` already holds the verified rows; row i's history is its prefix.
+    """
+    base = len(history) - k  # rows are [pending, d1..dk]; row i's history is history[:base+i]
+    for i in range(k):
+        d = draft.tokens[i]
+        hist = history[: base + i]
+        if s.is_greedy:
+            target = sampling.greedy(logits[i], hist, s)
+            if d == target:
+                continue
+            return i, target
+        p = sampling.probabilities(logits[i], hist, s)
+        q_d = 1.0 if draft.probs is None else float(draft.probs[i][d])
+        if rng.random() * q_d < p[d]:  # accept with probability min(1, p/q)
+            continue
+        residual = p.copy()
+        if draft.probs is None:
+            residual[d] = 0.0
+        else:
+            residual = np.maximum(0.0, p - draft.probs[i])
+        if residual.sum() <= 0:
+            residual = p
+        return i, sampling.draw(residual / residual.sum(), rng)
+    return k, sampling.sample(logits[k], history[: base + k], s, rng)

@@ -1,0 +1,156 @@
+"""The engine's commands and events: frozen dataclasses crossing the thread boundary.
+
+Commands go in through `Engine.submit`; events come out to the listener the engine
+was given. No MLX array ever crosses: events carry plain Python values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from engine.sampling import SamplingSettings
+
+# -- commands -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Message:
+    role: str  # "system" | "user" | "assistant"
+    content: str
+
+
+@dataclass(frozen=True)
+class GenerationSettings:
+    sampling: SamplingSettings = field(default_factory=SamplingSettings)
+    max_tokens: int = 512
+    drafter: str = "auto"  # "auto" | "off" | "lookup" | "draft_model"
+    continue_last: bool = False  # continue the last assistant message instead of a new one
+    drop_oldest_turns: bool = False  # opt-in policy when the branch exceeds the context
+
+    def __post_init__(self) -> None:
+        if self.max_tokens < 1:
+            raise ValueError("max_tokens must be >= 1")
+        if self.drafter not in ("auto", "off", "lookup", "draft_model"):
+            raise ValueError(f"unknown drafter {self.drafter!r}")
+
+
+@dataclass(frozen=True)
+class LoadModel:
+    path: str
+    draft_model_path: str | None = None
+
+
+@dataclass(frozen=True)
+class Generate:
+    request_id: str
+    messages: tuple[Message, ...]
+    settings: GenerationSettings = field(default_factory=GenerationSettings)
+    conversation_id: str = ""  # names the persistent prompt-cache entry
+
+
+@dataclass(frozen=True)
+class Stop:
+    request_id: str
+
+
+@dataclass(frozen=True)
+class SaveState:
+    conversation_id: str
+
+
+@dataclass(frozen=True)
+class SetCacheBudget:
+    max_bytes: int
+
+
+@dataclass(frozen=True)
+class Close:
+    pass
+
+
+Command = LoadModel | Generate | Stop | SaveState | SetCacheBudget | Close
+
+# -- events ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelLoading:
+    path: str
+    stage: str
+    fraction: float
+
+
+@dataclass(frozen=True)
+class ModelLoaded:
+    path: str
+    name: str
+    family: str
+    num_parameters: int
+    quantization: str
+    context_length: int
+    backend: str
+    draft_model: str | None = None
+
+
+@dataclass(frozen=True)
+class PrefillProgress:
+    request_id: str
+    done: int
+    total: int
+    reused: int
+
+
+@dataclass(frozen=True)
+class Tokens:
+    request_id: str
+    text: str
+    token_ids: tuple[int, ...]
+    from_draft: tuple[bool, ...]
+
+
+@dataclass(frozen=True)
+class Stats:
+    request_id: str
+    prompt_tokens: int
+    generated_tokens: int
+    reused_tokens: int
+    prefilled_tokens: int
+    ttft_s: float
+    prefill_tok_s: float
+    decode_tok_s: float
+    drafted: int
+    accepted: int
+    context_tokens: int
+    context_length: int
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+
+@dataclass(frozen=True)
+class Finished:
+    request_id: str
+    reason: str  # "eos" | "length" | "stopped"
+    text: str
+    token_ids: tuple[int, ...]
+    stats: Stats | None = None
+
+
+@dataclass(frozen=True)
+class Failed:
+    request_id: str  # "" when not about a request (e.g. model loading)
+    message: str
+    details: str = ""
+
+
+@dataclass(frozen=True)
+class StateSaved:
+    conversation_id: str
+    path: str
+    num_bytes: int
+
+
+Event = (
+    ModelLoading | ModelLoaded | PrefillProgress | Tokens | Stats | Finished | Failed | StateSaved
+)

@@ -1,0 +1,271 @@
+"""One loaded model and its computed state: what the engine thread runs a request on.
+
+A request renders its branch with the model's chat template, reuses the longest
+prefix it can find (the live state, a cached sibling branch, the on-disk prompt cache),
+rolls the state back to it exactly, prefills only the rest in interruptible chunks and
+decodes (speculatively where it pays). Everything here runs on the engine thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from engine import events as ev
+from engine.branch_cache import BranchCache, common_prefix
+from engine.chat_template import DEFAULT_CHATML_TEMPLATE, render_chat
+from engine.decoding import AcceptanceModel, CostModel, DecodeRequest, decode
+from engine.drafters import Drafter, DraftModelDrafter, SuffixDrafter
+from engine.errors import ContextOverflow, EngineError
+from engine.loader import LoadedModel
+from engine.sequence import prefill, truncate
+from engine.tokenizer import StreamingDetokenizer
+
+log = logging.getLogger(__name__)
+
+Emit = Callable[[ev.Event], None]
+PREFILL_CHUNK = 256
+
+
+@dataclass
+class Rendered:
+    token_ids: list[int]
+    boundaries: list[int]  # token positions where each message ends
+
+
+class Session:
+    def __init__(
+        self,
+        loaded: LoadedModel,
+        draft: LoadedModel | None = None,
+        cache_dir: Path | None = None,
+        cache_budget_bytes: int = 512 << 20,
+    ) -> None:
+        self.loaded = loaded
+        self.model = loaded.model
+        self.tokenizer = loaded.tokenizer
+        self.state = self.model.new_state()
+        self.branches = BranchCache(cache_budget_bytes)
+        self.prompt_cache = None
+        if cache_dir is not None:
+            from engine.prompt_cache import PromptCache  # only when persistence is wanted
+
+            self.prompt_cache = PromptCache(cache_dir, loaded.fingerprint)
+        self.conversation_id = ""
+        self.costs = CostModel()
+        self.lookup = SuffixDrafter()
+        self.draft = draft
+        self.draft_drafter = DraftModelDrafter(draft.model) if draft is not None else None
+        self.acceptance = {"lookup": AcceptanceModel(), "draft_model": AcceptanceModel()}
+        self.template = self.tokenizer.chat_template or DEFAULT_CHATML_TEMPLATE
+
+    # -- rendering --------------------------------------------------------------------
+    def render(self, messages: tuple[ev.Message, ...], continue_last: bool) -> Rendered:
+        dicts = [{"role": m.role, "content": m.content} for m in messages]
+        kw = {"bos_token": self.tokenizer.bos_token, "eos_token": self.tokenizer.eos_token}
+        if continue_last:
+            if not dicts or dicts[-1]["role"] != "assistant":
+                raise EngineError("Continue needs a last assistant message to continue.")
+            text = render_chat(self.template, dicts[:-1], add_generation_prompt=True, **kw)
+            text += dicts[-1]["content"]
+        else:
+            text = render_chat(self.template, dicts, add_generation_prompt=True, **kw)
+        ids = self.tokenizer.encode(text, add_special=self.tokenizer.add_bos)
+        boundaries = []
+        for i in range(1, len(dicts)):  # turn boundaries: where each earlier prefix ends
+            prefix = render_chat(self.template, dicts[:i], add_generation_prompt=False, **kw)
+            n = len(self.tokenizer.encode(prefix, add_special=self.tokenizer.add_bos))
+            if n < len(ids) and prefix and text.startswith(prefix):
+                boundaries.append(n)
+        return Rendered(ids, boundaries)
+
+    def fit_context(self, cmd: ev.Generate) -> Rendered:
+        """Render, dropping the oldest turns when allowed; refuse when it cannot fit."""
+        messages = cmd.messages
+        limit = self.loaded.config.context_length
+        while True:
+            rendered = self.render(messages, cmd.settings.continue_last)
+            if len(rendered.token_ids) < limit:
+                return rendered
+            droppable = [i for i, m in enumerate(messages) if m.role != "system"]
+            if not cmd.settings.drop_oldest_turns or len(droppable) <= 1:
+                raise ContextOverflow(
+                    f"This conversation needs {len(rendered.token_ids)} tokens but the model "
+                    f"holds {limit}. Start a new chat, shorten or delete earlier messages, or "
+                    "turn on 'drop the oldest turns' in the settings."
+                )
+            first = droppable[0]
+            # drop the oldest user turn together with the reply that follows it
+            cut = 2 if len(droppable) > 2 and messages[first + 1].role == "assistant" else 1
+            messages = messages[:first] + messages[first + cut :]
+
+    # -- one request --------------------------------------------------------------------
+    def generate(self, cmd: ev.Generate, emit: Emit, should_stop: Callable[[], bool]) -> None:
+        start = time.perf_counter()
+        rendered = self.fit_context(cmd)
+        ids = rendered.token_ids
+        if not ids:
+            raise EngineError("Nothing to send: the rendered prompt is empty.")
+        self._switch_conversation(cmd.conversation_id, ids)
+        reused, prefilled = self._rewind_for(ids)
+        for pos in rendered.boundaries:
+            self.state.mark(pos)
+        total = len(ids) - self.state.offset
+
+        def on_chunk(done: int) -> None:
+            emit(ev.PrefillProgress(cmd.request_id, done, total, reused))
+
+        emit(ev.PrefillProgress(cmd.request_id, 0, total, reused))
+        logits = prefill(
+            self.model,
+            self.state,
+            ids[self.state.offset :],
+            chunk_size=PREFILL_CHUNK,
+            on_chunk=on_chunk,
+            should_stop=should_stop,
+        )
+        prefill_s = time.perf_counter() - start
+        if logits is None:  # stopped during prefill
+            stats = self._stats(cmd, ids, reused, prefilled + 0, prefill_s, 0.0, 0, 0, 0)
+            emit(stats)
+            emit(ev.Finished(cmd.request_id, "stopped", "", (), stats))
+            return
+        prefilled += total
+        detok = StreamingDetokenizer(self.tokenizer)
+        pieces: list[str] = []
+
+        def on_tokens(token_ids: list[int], from_draft: list[bool]) -> None:
+            text = "".join(detok.add(t) for t in token_ids)
+            pieces.append(text)
+            emit(ev.Tokens(cmd.request_id, text, tuple(token_ids), tuple(from_draft)))
+
+        drafter, acceptance = self._drafter(cmd.settings.drafter)
+        req = DecodeRequest(
+            settings=cmd.settings.sampling,
+            max_tokens=cmd.settings.max_tokens,
+            eos_ids=self.tokenizer.eos_ids,
+            emit=on_tokens,
+            should_stop=should_stop,
+            drafter=drafter,
+            acceptance=acceptance,
+            context_limit=self.loaded.config.context_length,
+        )
+        row = np.asarray(self.loaded.ops.to_numpy(logits))[-1]
+        result = decode(self.model, self.state, row, req, self.costs)
+        if drafter is not self.lookup:  # the lookup index sees every reply, drafted or not
+            self.lookup.begin(ids)
+            self.lookup.commit(result.token_ids)
+            self.lookup.end()
+        tail = detok.flush()
+        if tail:
+            pieces.append(tail)
+            emit(ev.Tokens(cmd.request_id, tail, (), ()))
+        ttft = result.first_token_time - start
+        decode_s = max(result.end_time - result.first_token_time, 1e-9)
+        n = len(result.token_ids)
+        stats = self._stats(
+            cmd,
+            ids,
+            reused,
+            prefilled,
+            ttft,
+            (n - 1) / decode_s if n > 1 else 0.0,
+            n,
+            result.drafted,
+            result.accepted,
+        )
+        emit(stats)
+        emit(
+            ev.Finished(
+                cmd.request_id, result.reason, "".join(pieces), tuple(result.token_ids), stats
+            )
+        )
+
+    def _stats(
+        self,
+        cmd: ev.Generate,
+        ids: list[int],
+        reused: int,
+        prefilled: int,
+        ttft: float,
+        decode_tok_s: float,
+        generated: int,
+        drafted: int,
+        accepted: int,
+    ) -> ev.Stats:
+        return ev.Stats(
+            request_id=cmd.request_id,
+            prompt_tokens=len(ids),
+            generated_tokens=generated,
+            reused_tokens=reused,
+            prefilled_tokens=prefilled,
+            ttft_s=ttft,
+            prefill_tok_s=prefilled / ttft if ttft > 0 and prefilled else 0.0,
+            decode_tok_s=decode_tok_s,
+            drafted=drafted,
+            accepted=accepted,
+            context_tokens=self.state.offset + 1,
+            context_length=self.loaded.config.context_length,
+        )
+
+    def _drafter(self, choice: str) -> tuple[Drafter | None, AcceptanceModel | None]:
+        if choice == "off":
+            return None, None
+        if choice in ("draft_model", "auto") and self.draft_drafter is not None:
+            return self.draft_drafter, self.acceptance["draft_model"]
+        if choice == "draft_model":
+            raise EngineError("No draft model is loaded; pick one in the settings or use lookup.")
+        return self.lookup, self.acceptance["lookup"]
+
+    def _rewind_for(self, ids: list[int]) -> tuple[int, int]:
+        """Bring the state to the longest reusable prefix of ids; (reused, replayed)."""
+        # at least the last prompt token is forwarded: its logits start the reply
+        target = min(common_prefix(self.state.tokens, ids), len(ids) - 1)
+        match = self.branches.best_match(self.state, ids[:-1], target)
+        fork = self.branches.tails[match[0]].fork if match else target
+        if self.state.offset > fork:
+            self.branches.save_tail(self.state, fork)
+        start = self.state.plan_truncate(fork)
+        replayed = fork - start
+        truncate(self.model, self.state, fork, chunk_size=PREFILL_CHUNK)
+        self.state.mark(fork)
+        if match is not None:
+            self.branches.restore(self.state, *match)
+        return self.state.offset - replayed, replayed
+
+    # -- persistent prompt cache ------------------------------------------------------------
+    def _switch_conversation(self, conversation_id: str, ids: list[int]) -> None:
+        if conversation_id == self.conversation_id or self.prompt_cache is None:
+            self.conversation_id = conversation_id
+            return
+        if self.conversation_id:
+            self.prompt_cache.save(self.conversation_id, self.state)
+        self.conversation_id = conversation_id
+        reuse = common_prefix(self.state.tokens, ids)
+        cached = self.prompt_cache.load(conversation_id, self.model)
+        if cached is not None and common_prefix(cached.tokens, ids) > reuse:
+            if self.state.offset:
+                self.branches.save_tail(self.state, 0)
+            self.state = cached
+
+    def save(self) -> tuple[str, int] | None:
+        if self.prompt_cache is None or not self.conversation_id or not self.state.offset:
+            return None
+        return self.prompt_cache.save(self.conversation_id, self.state)
+
+    def calibrate(self) -> None:
+        """Measure forward costs of 1..16 rows so the draft length is chosen from facts."""
+        state = self.model.new_state()
+        prefill(self.model, state, [1] * 32)
+        for rows in (1, 2, 4, 8, 16):
+            for _ in range(2):
+                cp = state.checkpoint()
+                t0 = time.perf_counter()
+                self.model.forward([1] * rows, state, logits="all")
+                self.costs.observe(rows, time.perf_counter() - t0)
+                state.rollback(cp)

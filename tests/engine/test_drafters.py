@@ -1,0 +1,300 @@
+"""Drafters: the suffix automaton against a brute-force matcher, cross-request lookup, and
+the draft model's state staying exactly the committed context."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from engine.drafters import Draft, DraftModelDrafter, SuffixDrafter
+from engine.loader import load_model
+from engine.sampling import SamplingSettings, probabilities
+from engine.sequence import SequenceState, prefill
+from tests.conftest import TinyModel
+from tests.hybrid_models import make_hybrid_dir
+
+# -- SuffixDrafter ---------------------------------------------------------------------
+
+
+def brute_force_ends(corpus: list[int], pending: int) -> tuple[int, list[int]]:
+    """Longest suffix of corpus + [pending] (inside the last document) occurring in the
+    corpus, and the end positions of those occurrences."""
+    text = corpus + [pending]
+    n = len(text)
+    best, ends = 0, []
+    for length in range(1, n + 1):
+        suffix = text[n - length :]
+        if min(suffix) < 0:
+            break
+        found = [e for e in range(length - 1, n - 1) if text[e - length + 1 : e + 1] == suffix]
+        if not found:  # a longer suffix contains this one, so it cannot occur either
+            break
+        best, ends = length, found
+    return best, ends
+
+
+def check_proposal(
+    drafter: SuffixDrafter, corpus: list[int], pending: int, k: int, draft: Draft, exact: bool
+) -> None:
+    length, ends = brute_force_ends(corpus, pending)
+    assert drafter.match_length == length
+    assert draft.probs is None
+    if length < drafter.min_match:
+        assert draft.tokens == []
+        return
+    text = corpus + [pending] + draft.tokens  # a repeating loop reads on into the draft
+
+    def continues_at(e: int) -> bool:
+        m = len(draft.tokens)
+        stopped = m == k or text[e + 1 + m] < 0
+        return text[e + 1 : e + 1 + m] == draft.tokens and stopped
+
+    if exact:  # an unbounded recency walk: the most recent occurrence exactly
+        assert continues_at(max(ends))
+    else:
+        assert any(continues_at(e) for e in ends)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), exact=st.booleans(), min_match=st.integers(1, 3))
+def test_suffix_drafter_matches_brute_force(data: st.DataObject, exact: bool, min_match: int):
+    alphabet = st.integers(0, 2)
+    drafter = SuffixDrafter(min_match=min_match, recency_depth=10**9 if exact else 2)
+    expected: list[int] = []  # the corpus, modelled independently
+    doc: list[int] = []
+    for _ in range(data.draw(st.integers(1, 4))):
+        how = data.draw(st.sampled_from(["fresh", "extend", "edit"]))
+        extra = data.draw(st.lists(alphabet, max_size=8))
+        if how == "extend":
+            context = doc + extra
+        elif how == "edit":
+            context = doc[: data.draw(st.integers(0, len(doc)))] + extra
+        else:
+            context = extra
+        drafter.begin(context)
+        if expected and context[: len(doc)] == doc:
+            expected += context[len(doc) :]
+        else:
+            expected += [-(drafter.num_documents)] + context
+        doc = context
+        assert drafter.corpus == expected
+        for _ in range(data.draw(st.integers(0, 6))):
+            pending, k = data.draw(alphabet), data.draw(st.integers(1, 6))
+            draft = drafter.propose(pending, k)
+            check_proposal(drafter, expected, pending, k, draft, exact)
+            committed = [pending] + data.draw(st.lists(alphabet, max_size=3))
+            drafter.commit(committed)
+            expected += committed
+            doc += committed
+        drafter.end()
+    assert drafter.corpus == expected
+
+
+def decode(drafter: SuffixDrafter, reply: list[int], k: int) -> list[list[int]]:
+    """Feed `reply` one token at a time as a decode loop would; the proposals made."""
+    proposals = []
+    for token in reply:
+        proposals.append(drafter.propose(token, k).tokens)
+        drafter.commit([token])
+    return proposals
+
+
+def test_regenerate_after_edit_drafts_the_previous_answer():
+    rng = np.random.default_rng(0)
+    prompt = [int(t) for t in rng.integers(0, 1000, 40)]
+    reply = [int(t) for t in rng.integers(1000, 2000, 20)]
+    drafter = SuffixDrafter()
+    drafter.begin(prompt)
+    decode(drafter, reply, k=8)
+    drafter.end()
+
+    edited = list(prompt)
+    edited[10] = 5000  # a small edit well before the end
+    drafter.begin(edited)
+    proposals = decode(drafter, reply, k=8)
+    for i, proposal in enumerate(proposals):
+        assert proposal == reply[i + 1 : i + 9]
+    assert drafter.match_length >= 30  # edited[11:] + the reply
+
+
+def test_the_most_recent_branch_wins():
+    prompt, first, second = [1, 2, 3, 4], [7, 8, 9, 10], [7, 11, 12, 13]
+    drafter = SuffixDrafter()
+    for reply in (first, second):
+        drafter.begin(prompt)
+        decode(drafter, reply, k=4)
+        drafter.end()
+    drafter.begin(prompt)
+    assert drafter.propose(7, 4).tokens == [11, 12, 13]
+
+
+def test_sentinels_keep_matches_inside_documents():
+    drafter = SuffixDrafter(min_match=2)
+    drafter.begin([1, 2, 3])
+    drafter.begin([7, 8])  # not an extension of [1, 2, 3]: a new document
+    drafter.begin([3])
+    # "3 7" only exists across a document boundary
+    assert drafter.propose(7, 4).tokens == []
+    assert drafter.match_length == 1
+    drafter.begin([1, 2])
+    # "1 2 3" ends its document: nothing follows it
+    assert drafter.propose(3, 4).tokens == []
+    assert drafter.match_length == 3
+    assert all(t < 0 for t in drafter.corpus if t not in (1, 2, 3, 7, 8))
+
+
+def test_next_turn_continues_the_document():
+    drafter = SuffixDrafter()
+    drafter.begin([1, 2, 3])
+    drafter.commit([4, 5])
+    drafter.begin([1, 2, 3, 4, 5, 6, 7])
+    assert drafter.corpus == [-1, 1, 2, 3, 4, 5, 6, 7]
+    assert drafter.num_documents == 1
+
+
+def test_repeating_loop_drafts_past_the_end():
+    drafter = SuffixDrafter()
+    drafter.begin([5, 6, 5, 6])
+    assert drafter.propose(5, 5).tokens == [6, 5, 6, 5, 6]
+
+
+def test_suffix_drafter_rejects_bad_config_and_tokens():
+    with pytest.raises(ValueError):
+        SuffixDrafter(min_match=0)
+    with pytest.raises(ValueError):
+        SuffixDrafter().begin([1, -3])
+    drafter = SuffixDrafter()
+    drafter.begin([1, 2])
+    with pytest.raises(ValueError):
+        drafter.commit([3, -1])
+    assert drafter.corpus == [-1, 1, 2]
+
+
+# -- DraftModelDrafter -----------------------------------------------------------------
+
+DRAFT_MODELS = [("llama", "numpy"), ("llama", "mlx"), ("hybrid", "numpy")]
+TOLERANCE = 1e-4
+
+
+class CountingModel:
+    """A model wrapper that counts the tokens forwarded."""
+
+    def __init__(self, model) -> None:
+        self.model, self.ops = model, model.ops
+        self.num_forwarded = 0
+
+    def new_state(self) -> SequenceState:
+        return self.model.new_state()
+
+    def forward(self, token_ids: list[int], state: SequenceState, logits: str = "last"):
+        self.num_forwarded += len(token_ids)
+        return self.model.forward(token_ids, state, logits)
+
+
+@pytest.fixture(scope="module", params=DRAFT_MODELS)
+def draft_model(request, tiny_llama_gguf: TinyModel, tmp_path_factory) -> CountingModel:
+    family, backend = request.param
+    if family == "hybrid":  # recurrent layers: propose's rollback restores snapshots
+        path = tmp_path_factory.mktemp("hybrid") / "model"
+        make_hybrid_dir(path)
+    else:
+        path = tiny_llama_gguf[0]
+    return CountingModel(load_model(path, backend=backend).model)
+
+
+def to_numpy(model, logits) -> np.ndarray:
+    return np.asarray(model.ops.to_numpy(logits), dtype=np.float64)
+
+
+def assert_holds_exactly(drafter: DraftModelDrafter, context: list[int], probe: int = 3):
+    """The draft state is `context`, and its cache gives a fresh prefill's logits."""
+    model, state = drafter.model, drafter.state
+    assert state.tokens == context
+    cp = state.checkpoint()
+    got = to_numpy(model, model.forward([probe], state))
+    state.rollback(cp)
+    fresh = model.new_state()
+    want = to_numpy(model, prefill(model, fresh, context + [probe]))
+    assert np.max(np.abs(got - want)) < TOLERANCE
+
+
+def greedy_continuation(model, context: list[int], k: int) -> list[int]:
+    state = model.new_state()
+    logits = prefill(model, state, context)
+    out = []
+    for _ in range(k):
+        out.append(int(np.argmax(to_numpy(model, logits)[-1])))
+        logits = model.forward([out[-1]], state)
+    return out
+
+
+def test_draft_state_is_the_committed_context(draft_model: CountingModel):
+    rng = np.random.default_rng(1)
+    vocab = draft_model.model.config.vocab_size
+    drafter = DraftModelDrafter(draft_model)
+    context = [int(t) for t in rng.integers(0, vocab, 12)]
+    drafter.begin(context)
+    assert_holds_exactly(drafter, context)
+    for _ in range(6):
+        pending = int(rng.integers(0, vocab))
+        draft = drafter.propose(pending, 4)
+        assert draft.probs is None
+        assert draft.tokens == greedy_continuation(draft_model, context + [pending], 4)
+        assert drafter.state.tokens == context
+        committed = [pending] + draft.tokens[: int(rng.integers(0, 5))]
+        drafter.commit(committed)
+        context += committed
+        assert_holds_exactly(drafter, context)
+    drafter.end()
+
+    # An edited branch: the drafter keeps the common prefix and forwards only the rest.
+    edited = context[:9] + [int(t) for t in rng.integers(0, vocab, 5)]
+    before = draft_model.num_forwarded
+    drafter.begin(edited)
+    if drafter.state.needs_snapshots:  # replays from the nearest snapshot at or before 9
+        assert draft_model.num_forwarded - before <= len(edited)
+    else:
+        assert draft_model.num_forwarded - before == 5
+    assert_holds_exactly(drafter, edited)
+    drafter.begin(edited + [7, 8])
+    assert_holds_exactly(drafter, edited + [7, 8])
+
+
+def test_sampling_drafter_returns_q(draft_model: CountingModel):
+    vocab = draft_model.model.config.vocab_size
+    hot = SamplingSettings(temperature=1.0, top_k=20)
+
+    def transform(row: np.ndarray, history: list[int]) -> np.ndarray:
+        return probabilities(row, history, hot)
+
+    context = [5, 9, 14, 2, 77]
+    drafts = []
+    for _ in range(2):
+        drafter = DraftModelDrafter(draft_model, transform, seed=3)
+        drafter.begin(context)
+        drafts.append(drafter.propose(11, 5))
+        assert_holds_exactly(drafter, context)
+    draft = drafts[0]
+    assert draft.tokens == drafts[1].tokens
+    assert draft.probs is not None and draft.probs.shape == (5, vocab)
+    assert draft.probs.dtype == np.float64
+    np.testing.assert_allclose(draft.probs.sum(axis=1), 1.0)
+    assert all(draft.probs[i, t] > 0 for i, t in enumerate(draft.tokens))
+
+    greedy = SamplingSettings()
+    drafter = DraftModelDrafter(draft_model, lambda row, h: probabilities(row, h, greedy))
+    drafter.begin(context)
+    one_hot = drafter.propose(11, 5)
+    assert one_hot.tokens == greedy_continuation(draft_model, context + [11], 5)
+    assert one_hot.probs is not None
+    assert np.all(one_hot.probs.max(axis=1) == 1.0)
+
+
+def test_empty_draft_requests(draft_model: CountingModel):
+    drafter = DraftModelDrafter(draft_model)
+    drafter.begin([])
+    assert drafter.propose(4, 0).tokens == []
+    assert drafter.propose(4, 3).tokens == greedy_continuation(draft_model, [4], 3)
+    assert drafter.state.tokens == []
