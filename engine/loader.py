@@ -82,7 +82,8 @@ def load_model(
     report("preparing layers", 0.5)
     model = family.build(ops, cfg, weights)
     report("ready", 1.0)
-    return LoadedModel(model, tokenizer, cfg, path, fingerprint, ops)
+    # build() may refine the config (e.g. an MLX conversion's norms already hold 1 + w)
+    return LoadedModel(model, tokenizer, model.config, path, fingerprint, ops)
 
 
 # -- GGUF -----------------------------------------------------------------------------
