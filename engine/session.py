@@ -49,6 +49,8 @@ class Session:
         self.loaded = loaded
         self.model = loaded.model
         self.tokenizer = loaded.tokenizer
+        if loaded.ops.name == "mlx" and _on_gpu():
+            self.model.enable_compiled_decode()
         self.state = self.model.new_state()
         self.branches = BranchCache(cache_budget_bytes)
         self.prompt_cache = None
@@ -77,7 +79,9 @@ class Session:
             text = render_chat(self.template, dicts, add_generation_prompt=True, **kw)
         ids = self.tokenizer.encode(text, add_special=self.tokenizer.add_bos)
         boundaries = []
-        for i in range(1, len(dicts)):  # turn boundaries: where each earlier prefix ends
+        # Turn boundaries: where each prefix of the messages ends, the whole list included,
+        # so the next turn (or a regenerate) can roll a recurrent state back to a snapshot.
+        for i in range(1, len(dicts) + 1):
             prefix = render_chat(self.template, dicts[:i], add_generation_prompt=False, **kw)
             n = len(self.tokenizer.encode(prefix, add_special=self.tokenizer.add_bos))
             if n < len(ids) and prefix and text.startswith(prefix):
@@ -107,6 +111,7 @@ class Session:
     # -- one request --------------------------------------------------------------------
     def generate(self, cmd: ev.Generate, emit: Emit, should_stop: Callable[[], bool]) -> None:
         start = time.perf_counter()
+        self._recover()
         rendered = self.fit_context(cmd)
         ids = rendered.token_ids
         if not ids:
@@ -115,7 +120,8 @@ class Session:
         reused, prefilled = self._rewind_for(ids)
         for pos in rendered.boundaries:
             self.state.mark(pos)
-        total = len(ids) - self.state.offset
+        begin = self.state.offset
+        total = len(ids) - begin
 
         def on_chunk(done: int) -> None:
             emit(ev.PrefillProgress(cmd.request_id, done, total, reused))
@@ -130,8 +136,9 @@ class Session:
             should_stop=should_stop,
         )
         prefill_s = time.perf_counter() - start
-        if logits is None:  # stopped during prefill
-            stats = self._stats(cmd, ids, reused, prefilled + 0, prefill_s, 0.0, 0, 0, 0)
+        if logits is None:  # stopped during prefill: the state keeps the chunks done
+            prefilled += self.state.offset - begin
+            stats = self._stats(cmd, ids, reused, prefilled, prefill_s, 0.0, 0, 0, 0)
             emit(stats)
             emit(ev.Finished(cmd.request_id, "stopped", "", (), stats))
             return
@@ -186,6 +193,14 @@ class Session:
             )
         )
 
+    def _recover(self) -> None:
+        """A forward that raised (out of memory, a bug) poisons its state: start it afresh."""
+        states = [self.state] + ([self.draft_drafter.state] if self.draft_drafter else [])
+        for state in states:
+            if state.is_poisoned:
+                log.warning("a previous request failed mid-forward; recomputing its state")
+                state.reset()
+
     def _stats(
         self,
         cmd: ev.Generate,
@@ -209,7 +224,7 @@ class Session:
             decode_tok_s=decode_tok_s,
             drafted=drafted,
             accepted=accepted,
-            context_tokens=self.state.offset + 1,
+            context_tokens=self.state.offset + (1 if generated else 0),  # + the pending token
             context_length=self.loaded.config.context_length,
         )
 
@@ -269,3 +284,9 @@ class Session:
                 self.model.forward([1] * rows, state, logits="all")
                 self.costs.observe(rows, time.perf_counter() - t0)
                 state.rollback(cp)
+
+
+def _on_gpu() -> bool:
+    import mlx.core as mx
+
+    return bool(mx.default_device() == mx.gpu)

@@ -90,7 +90,7 @@ class MlxOps:
         return x @ w.T
 
     def embed(self, table: Any, ids: np.ndarray) -> mx.array:
-        idx = mx.array(ids.astype(np.int32))
+        idx = ids if isinstance(ids, mx.array) else mx.array(ids.astype(np.int32))
         if isinstance(table, QuantizedWeight):
             return mx.dequantize(
                 table.packed[idx],
@@ -108,7 +108,7 @@ class MlxOps:
         return mx.fast.rope(x, dims, traditional=traditional, base=base, scale=1.0, offset=offset)
 
     def attention(self, q: mx.array, k: mx.array, v: mx.array, scale: float, mask: Any) -> Any:
-        m = None if mask is None else mx.array(mask)
+        m = mask if mask is None or isinstance(mask, mx.array) else mx.array(mask)
         out = mx.fast.scaled_dot_product_attention(q[None], k[None], v[None], scale=scale, mask=m)
         return out[0]
 

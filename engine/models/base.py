@@ -219,6 +219,13 @@ class DecoderModel:
         else:
             self.lm_head = ops.weight(weights.get("lm_head.weight", (V, D)))
         self.snapshot_policy = SnapshotPolicy()
+        self.compiled_decode: Any = None  # set by enable_compiled_decode() on the MLX backend
+
+    def enable_compiled_decode(self) -> None:
+        """Decode one token per call through one compiled MLX graph (GPU launch overhead)."""
+        from engine.models.compiled import CompiledDecode
+
+        self.compiled_decode = CompiledDecode(self)
 
     def new_layer_state(self, i: int, policy: SnapshotPolicy) -> LayerState:
         cfg, ops = self.config, self.ops
@@ -243,21 +250,36 @@ class DecoderModel:
         """Append `token_ids` to `state`; logits for "all" rows, the "last" row, or "none"."""
         if not token_ids:
             raise ValueError("forward needs at least one token")
+        if (
+            len(token_ids) == 1
+            and logits != "none"
+            and self.compiled_decode is not None
+            and self.compiled_decode.supports(state)
+        ):
+            return self.compiled_decode(token_ids[0], state)
         ops = self.ops
         offset = state.begin_forward(len(token_ids))
-        ids = np.asarray(token_ids, dtype=np.int64)
-        x = ops.embed(self.embed, ids)
-        for layer, layer_state in zip(self.layers, state.layers, strict=True):
-            x = layer(x, layer_state, offset)
+        x = self.hidden(np.asarray(token_ids, dtype=np.int64), state.layers, offset)
         out = None
         if logits != "none":
-            h = x if logits == "all" else x[-1:]
-            out = ops.linear(ops.rms_norm(h, self.norm, self.config.rms_norm_eps), self.lm_head)
+            out = self.logits(x if logits == "all" else x[-1:])
             ops.evaluate(out)
         else:
             ops.evaluate(*[a for s in state.layers for a in _live_arrays(s)])
         state.end_forward(list(token_ids))
         return out
+
+    def hidden(self, ids: Any, layer_states: list[Any], offset: Any) -> Array:
+        """The last hidden states [L, D] for token ids appended at `offset`."""
+        x = self.ops.embed(self.embed, ids)
+        for layer, layer_state in zip(self.layers, layer_states, strict=True):
+            x = layer(x, layer_state, offset)
+        return x
+
+    def logits(self, h: Array) -> Array:
+        return self.ops.linear(
+            self.ops.rms_norm(h, self.norm, self.config.rms_norm_eps), self.lm_head
+        )
 
     def num_parameters(self) -> int:
         return int(self.config.extra.get("num_parameters", 0))
