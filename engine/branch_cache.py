@@ -62,8 +62,9 @@ class BranchCache:
     def nbytes(self) -> int:
         return sum(t.nbytes for t in self.tails.values())
 
-    def save_tail(self, state: SequenceState, fork: int) -> None:
-        """Keep the state's rows past `fork` before the state is truncated there."""
+    def save_tail(self, state: SequenceState, fork: int, keep: int | None = None) -> None:
+        """Keep the state's rows past `fork` before the state is truncated there; the
+        tail `keep` (about to be restored) is not evicted to make room."""
         length = state.offset - fork
         if length < MIN_TAIL or not self.supports(state):
             return
@@ -92,11 +93,14 @@ class BranchCache:
         tail = Tail(_key(state.tokens[:fork]), fork, state.tokens[fork:], rows, recurrent, nbytes)
         self.tails[self._next_id] = tail
         self._next_id += 1
-        self._evict()
+        self._evict(keep)
 
-    def _evict(self) -> None:
-        while self.tails and self.nbytes() > self.budget_bytes:
-            self.tails.popitem(last=False)
+    def _evict(self, keep: int | None = None) -> None:
+        while self.nbytes() > self.budget_bytes:
+            victim = next((tail_id for tail_id in self.tails if tail_id != keep), None)
+            if victim is None:
+                return
+            del self.tails[victim]
 
     def best_match(
         self, state: SequenceState, ids: list[int], reuse: int

@@ -161,7 +161,8 @@ class Engine:
             return rid in self._stopped
 
         try:
-            if not any(m.content.strip() for m in command.messages if m.role == "user"):
+            users = [m for m in command.messages if m.role == "user"]
+            if not users or not users[-1].content.strip():  # the message being answered
                 raise EngineError("The message is empty. Type something to send.")
             self.session.generate(command, self._emit, should_stop)
         finally:

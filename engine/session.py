@@ -244,7 +244,7 @@ class Session:
         match = self.branches.best_match(self.state, ids[:-1], target)
         fork = self.branches.tails[match[0]].fork if match else target
         if self.state.offset > fork:
-            self.branches.save_tail(self.state, fork)
+            self.branches.save_tail(self.state, fork, keep=match[0] if match else None)
         start = self.state.plan_truncate(fork)
         replayed = fork - start
         truncate(self.model, self.state, fork, chunk_size=PREFILL_CHUNK)
