@@ -1,0 +1,309 @@
+"""What the chat does: send, edit, regenerate, continue, stop and branch switching, kept
+in the store and streamed into the message model. No widgets here.
+
+Edits never overwrite. Editing a user message adds a sibling user message and generates
+a new reply under it. Editing an assistant message adds a sibling assistant message with
+the edited text (status "edited") and generates nothing; [Continue] on it asks the model
+to carry on from the edited text.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+
+from PySide6.QtCore import QObject, QTimer, Signal
+
+from app.bridge import EngineBridge
+from app.message_model import MessageItem, MessageModel
+from app.settings import AppSettings
+from app.stats_format import final_line, stats_dict
+from app.store import ConversationStore
+from app.streaming_reply import StreamingReply
+from app.tree import MessageTree
+from engine.events import Failed, Finished, Generate, Message, PrefillProgress, Stats, Stop, Tokens
+
+REPAINT_INTERVAL_MS = 33  # the streamed message is pushed to the view at most ~30 times/s
+MAX_REPAINT_INTERVAL_MS = 250
+REPAINT_BUDGET = 3  # a push may cost at most 1/3 of the time between pushes
+PARTIAL_SAVE_INTERVAL_MS = 2000  # a crash loses at most this much of a streamed reply
+END_STATUS = {"eos": "done", "length": "length", "stopped": "stopped"}
+
+
+class ChatController(QObject):
+    conversation_changed = Signal(object)  # the conversation id shown, or None
+    conversations_changed = Signal()  # titles / order changed: the sidebar reloads
+    busy_changed = Signal(bool)
+    status_line = Signal(str)  # live speed figures, then the last request's
+    prefill_progress = Signal(int, int, int)  # done, total, reused
+    reveal_message = Signal(str)  # scroll to this message
+
+    def __init__(
+        self,
+        store: ConversationStore,
+        bridge: EngineBridge,
+        settings: Callable[[], AppSettings],
+        parent: QObject | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self.store, self.bridge, self._settings = store, bridge, settings
+        self.model = MessageModel(self)
+        self.conversation_id: str | None = None
+        self.tree = MessageTree()
+        self.active: StreamingReply | None = None
+        self.context_length: int | None = None
+        self._flush_timer = QTimer(self, singleShot=True, interval=REPAINT_INTERVAL_MS)
+        self._flush_timer.timeout.connect(self._flush)
+        self._save_timer = QTimer(self, interval=PARTIAL_SAVE_INTERVAL_MS)
+        self._save_timer.timeout.connect(self._save_partial)
+        bridge.tokens.connect(self._on_tokens)
+        bridge.prefill_progress.connect(self._on_prefill)
+        bridge.stats.connect(self._on_stats)
+        bridge.finished.connect(self._on_finished)
+        bridge.failed.connect(self._on_failed)
+
+    @property
+    def is_busy(self) -> bool:
+        return self.active is not None
+
+    # -- navigation -------------------------------------------------------------------
+
+    def open_conversation(self, conversation_id: str | None, reveal: str | None = None) -> None:
+        if reveal is not None:
+            self.store.select(reveal)
+        self.conversation_id = conversation_id
+        self._reload()
+        self.conversation_changed.emit(conversation_id)
+        if reveal is not None:
+            self.reveal_message.emit(reveal)
+
+    def new_chat(self) -> None:
+        self.open_conversation(None)
+
+    def switch_branch(self, message_id: str, step: int) -> None:
+        sibling = self.tree.sibling_at(message_id, step)
+        if sibling is not None:
+            self.store.select(sibling.id)
+            self._reload()
+
+    def last_user_message_id(self) -> str | None:
+        users = [item.id for item in self.model.items if item.role == "user"]
+        return users[-1] if users else None
+
+    # -- actions ----------------------------------------------------------------------
+
+    def send(self, text: str) -> bool:
+        text = text.strip()
+        if not text or self.is_busy:
+            return False
+        if self.conversation_id is None:
+            title = " ".join(text.split())[:48] or "New chat"
+            self.conversation_id = self.store.create_conversation(title).id
+            self.conversation_changed.emit(self.conversation_id)
+        path = self.tree.selected_path()
+        parent = path[-1].id if path else None
+        user = self.store.add_message(self.conversation_id, parent, "user", text)
+        self._start_reply(user.id)
+        self.conversations_changed.emit()
+        return True
+
+    def edit_message(self, message_id: str, text: str) -> bool:
+        node = self.tree.node(message_id)
+        if self.is_busy or not text.strip() or text == node.content:
+            return False
+        assert self.conversation_id is not None
+        if node.role == "user":
+            user = self.store.add_message(self.conversation_id, node.parent_id, "user", text)
+            self._start_reply(user.id)
+        else:
+            self.store.add_message(
+                self.conversation_id, node.parent_id, node.role, text, status="edited"
+            )
+            self._reload()
+        return True
+
+    def regenerate(self, message_id: str) -> bool:
+        node = self.tree.node(message_id)
+        if self.is_busy or node.role != "assistant":
+            return False
+        self._start_reply(node.parent_id)
+        return True
+
+    def retry(self, message_id: str) -> bool:
+        """Ask again for a reply to the last message, a question left unanswered."""
+        path = self.tree.selected_path()
+        if self.is_busy or not path or path[-1].id != message_id or path[-1].role != "user":
+            return False
+        self._start_reply(message_id)
+        return True
+
+    def continue_message(self, message_id: str) -> bool:
+        path = self.tree.selected_path()
+        node = self.tree.node(message_id)
+        if self.is_busy or not path or path[-1].id != message_id or not node.is_continuable:
+            return False
+        self.store.update_message(message_id, status="streaming")
+        self._submit(path, message_id, base=node.content, spans=node.draft_spans)
+        return True
+
+    def stop(self) -> bool:
+        if self.active is None or self.active.is_stopping:
+            return False
+        self.active.is_stopping = True
+        self.bridge.submit(Stop(self.active.request_id))
+        return True
+
+    def shutdown(self) -> None:
+        """The window is closing: keep what a streaming reply has said, as a stopped one."""
+        active, self.active = self.active, None
+        self._flush_timer.stop()
+        self._save_timer.stop()
+        if active is not None:
+            self.bridge.submit(Stop(active.request_id))
+            self.store.update_message(
+                active.message_id,
+                content=active.text,
+                status="stopped",
+                draft_spans=active.spans,
+            )
+
+    # -- internals --------------------------------------------------------------------
+
+    def _start_reply(self, parent_id: str | None) -> None:
+        assert self.conversation_id is not None
+        reply = self.store.add_message(
+            self.conversation_id, parent_id, "assistant", "", status="streaming"
+        )
+        path = self.store.load_tree(self.conversation_id).path_to(reply.id)
+        self._submit(path, reply.id, base="", spans=())
+
+    def _submit(self, path, message_id: str, *, base: str, spans) -> None:
+        assert self.conversation_id is not None
+        settings = self._settings()
+        continuing = bool(base)
+        messages = [Message(n.role, n.content) for n in path if continuing or n.id != message_id]
+        if settings.system_prompt.strip():
+            messages.insert(0, Message("system", settings.system_prompt.strip()))
+        request_id = uuid.uuid4().hex
+        self.active = StreamingReply.start(
+            request_id, self.conversation_id, message_id, base, spans
+        )
+        self._reload()
+        self.model.set_busy(True)
+        self.busy_changed.emit(True)
+        self.status_line.emit("Waiting for the model…")
+        self._save_timer.start()
+        self.bridge.submit(
+            Generate(
+                request_id,
+                tuple(messages),
+                settings.generation_settings(continue_last=continuing),
+                conversation_id=self.conversation_id,
+            )
+        )
+        self.reveal_message.emit(message_id)
+
+    def _reload(self) -> None:
+        if self.conversation_id is None:
+            self.tree = MessageTree()
+            self.model.set_items([])
+            return
+        self.tree = self.store.load_tree(self.conversation_id)
+        items = []
+        for node in self.tree.selected_path():
+            index, count = self.tree.position(node.id)
+            content, spans, status = node.content, node.draft_spans, node.status
+            if self.active is not None and self.active.message_id == node.id:
+                content, spans, status = (
+                    self.active.text,
+                    self.active.spans,
+                    "streaming",
+                )
+            items.append(
+                MessageItem(node.id, node.role, content, status, node.stats, spans, index, count)
+            )
+        self.model.set_items(items)
+
+    def _is_mine(self, request_id: str) -> bool:
+        return self.active is not None and self.active.request_id == request_id
+
+    def _on_tokens(self, batch: list[Tokens]) -> None:
+        active = self.active
+        if active is None:
+            return
+        for event in batch:
+            if event.request_id == active.request_id:
+                active.add(event)
+        if not self._flush_timer.isActive():
+            self._flush_timer.start()
+
+    def _flush(self) -> None:
+        active = self.active
+        if active is None:
+            return
+        started = time.perf_counter()
+        self.model.update_text(active.message_id, active.text, active.spans)
+        # A very long reply costs more to lay out each time: push it less often, so
+        # the window keeps most of its time for input.
+        cost_ms = 1000 * (time.perf_counter() - started)
+        interval = min(MAX_REPAINT_INTERVAL_MS, max(REPAINT_INTERVAL_MS, REPAINT_BUDGET * cost_ms))
+        self._flush_timer.setInterval(int(interval))
+        line = active.live_line(self.context_length)
+        if line is not None:
+            self.status_line.emit(line)
+
+    def _save_partial(self) -> None:
+        active = self.active
+        if active is None or active.text == active.saved_text:
+            return
+        self.store.update_message(active.message_id, content=active.text, draft_spans=active.spans)
+        active.saved_text = active.text
+
+    def _on_prefill(self, event: PrefillProgress) -> None:
+        if self._is_mine(event.request_id):
+            self.prefill_progress.emit(event.done, event.total, event.reused)
+
+    def _on_stats(self, event: Stats) -> None:
+        if self._is_mine(event.request_id):
+            self.status_line.emit(final_line(stats_dict(event)))
+
+    def _on_finished(self, event: Finished) -> None:
+        active = self.active
+        if active is None or event.request_id != active.request_id:
+            return
+        text, spans = active.final_text(event)
+        stats = stats_dict(event.stats, reason=event.reason) if event.stats else None
+        status = END_STATUS.get(event.reason, "done")
+        self.store.update_message(
+            active.message_id, content=text, status=status, stats=stats, draft_spans=spans
+        )
+        if stats:
+            self.status_line.emit(final_line(stats))
+        self._end_request()
+
+    def _on_failed(self, event: Failed) -> None:
+        active = self.active
+        if active is None or event.request_id != active.request_id:
+            return
+        if active.text:
+            spans = active.spans
+            self.store.update_message(
+                active.message_id, content=active.text, status="stopped", draft_spans=spans
+            )
+        else:
+            self.store.discard_empty_message(active.message_id)
+        self.status_line.emit("")
+        self._end_request()
+
+    def _end_request(self) -> None:
+        active, self.active = self.active, None
+        self._flush_timer.stop()
+        self._flush_timer.setInterval(REPAINT_INTERVAL_MS)
+        self._save_timer.stop()
+        self.prefill_progress.emit(0, 0, 0)
+        if active is not None and active.conversation_id == self.conversation_id:
+            self._reload()
+        self.model.set_busy(False)
+        self.busy_changed.emit(False)
+        self.conversations_changed.emit()

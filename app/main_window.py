@@ -1,0 +1,306 @@
+"""The main window: sidebar | model header, banner, chat, composer. It wires the widgets
+to the chat controller and the engine bridge, and owns the model picker, settings,
+import/export and the theme."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from PySide6.QtCore import QSettings, Qt
+from PySide6.QtGui import QCloseEvent, QGuiApplication, QKeySequence, QShortcut
+from PySide6.QtWidgets import (
+    QApplication,
+    QFileDialog,
+    QMainWindow,
+    QSplitter,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.banner import Banner
+from app.bridge import EngineBridge
+from app.chat_controller import ChatController
+from app.chat_view import ChatView
+from app.composer import Composer
+from app.model_fetch import DefaultModelFetcher
+from app.model_header import ModelHeader
+from app.settings import AppSettings, load_settings, save_settings
+from app.settings_dialog import SettingsDialog
+from app.sidebar import Sidebar
+from app.store import ConversationStore
+from app.store_io import export_json, export_markdown, import_json
+from app.theme import Theme, apply_theme, system_theme
+from engine.default_model import is_default_model_present
+from engine.events import Failed, LoadModel, ModelLoaded, SetCacheBudget
+
+
+class MainWindow(QMainWindow):
+    def __init__(
+        self,
+        store: ConversationStore,
+        bridge: EngineBridge,
+        qsettings: QSettings,
+        theme: Theme | None = None,
+    ) -> None:
+        super().__init__()
+        self.setWindowTitle("BranchChat")
+        self.resize(1200, 800)
+        self.store, self.bridge, self.qsettings = store, bridge, qsettings
+        self.settings: AppSettings = load_settings(qsettings)
+        self.theme = theme or system_theme()
+        self._follows_system = theme is None
+        self.model_path: str | None = None
+        self.controller = ChatController(store, bridge, lambda: self.settings, self)
+
+        self.sidebar = Sidebar(self.theme, self)
+        self.header = ModelHeader(lambda: self.settings.recent_models, self)
+        self.banner = Banner(self)
+        self.chat = ChatView(self.controller.model, self.theme, self)
+        self.chat.delegate.set_tint_drafted(self.settings.tint_drafted)
+        self.composer = Composer(self)
+        right = QWidget(self)
+        right.setObjectName("chatPane")
+        column = QVBoxLayout(right)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.setSpacing(0)
+        for widget, stretch in ((self.header, 0), (self.banner, 0), (self.chat, 1)):
+            column.addWidget(widget, stretch)
+        column.addWidget(self.composer)
+        splitter = QSplitter(Qt.Orientation.Horizontal, self)
+        splitter.addWidget(self.sidebar)
+        splitter.addWidget(right)
+        splitter.setStretchFactor(1, 1)
+        splitter.setSizes([260, 940])
+        splitter.setChildrenCollapsible(False)
+        self.sidebar.setMinimumWidth(200)
+        self.setCentralWidget(splitter)
+        self.fetcher = DefaultModelFetcher(self)
+        self._connect()
+        self._shortcuts()
+        self.refresh_sidebar()
+        if self._follows_system:
+            QGuiApplication.styleHints().colorSchemeChanged.connect(self._on_scheme_changed)
+
+    def _connect(self) -> None:
+        c, b = self.controller, self.bridge
+        self.composer.send_requested.connect(self._send)
+        self.composer.stop_requested.connect(c.stop)
+        self.composer.edit_last_requested.connect(self.edit_last_user_message)
+        c.busy_changed.connect(self.composer.set_generating)
+        c.status_line.connect(self.composer.set_status)
+        c.prefill_progress.connect(self.composer.set_prefill)
+        c.conversations_changed.connect(self.refresh_sidebar)
+        c.conversation_changed.connect(self.sidebar.set_current)
+        c.reveal_message.connect(self.chat.list_view.scroll_to_message)
+        self.chat.edit_saved.connect(c.edit_message)
+        self.chat.action_triggered.connect(self._on_message_action)
+        self.sidebar.new_chat_requested.connect(self.new_chat)
+        self.sidebar.conversation_selected.connect(self._open)
+        self.sidebar.search_hit_selected.connect(lambda cid, mid: self._open(cid, mid))
+        self.sidebar.search_changed.connect(lambda _query: self.refresh_sidebar())
+        self.sidebar.rename_requested.connect(self._rename)
+        self.sidebar.delete_requested.connect(self.delete_conversation)
+        self.sidebar.export_requested.connect(self._export_dialog)
+        self.sidebar.import_requested.connect(self._import_dialog)
+        self.header.default_model_requested.connect(self.load_default_model)
+        self.header.open_file_requested.connect(self._open_model_file)
+        self.header.open_folder_requested.connect(self._open_model_folder)
+        self.header.model_path_requested.connect(self.load_model)
+        self.header.settings_requested.connect(self.open_settings)
+        b.model_loading.connect(self.header.show_loading)
+        b.model_loaded.connect(self._on_model_loaded)
+        b.failed.connect(self._on_failed)
+        self.fetcher.progress.connect(lambda text: self.header.show_message("Default model", text))
+        self.fetcher.ready.connect(self.load_model)
+        self.fetcher.failed.connect(self._on_fetch_failed)
+
+    def _shortcuts(self) -> None:
+        QShortcut(QKeySequence.StandardKey.New, self, activated=self.new_chat)
+        QShortcut(QKeySequence.StandardKey.Find, self, activated=self.sidebar.focus_search)
+        # Esc stops a reply; while none streams it is left to the widgets (cancel a rename).
+        self.stop_shortcut = QShortcut(QKeySequence(Qt.Key.Key_Escape), self)
+        self.stop_shortcut.activated.connect(self.controller.stop)
+        self.stop_shortcut.setEnabled(False)
+        self.controller.busy_changed.connect(self.stop_shortcut.setEnabled)
+
+    # -- conversations ----------------------------------------------------------------
+
+    def refresh_sidebar(self) -> None:
+        query = self.sidebar.query
+        if query:
+            self.sidebar.show_hits(self.store.search(query))
+        else:
+            self.sidebar.show_conversations(self.store.list_conversations())
+
+    def new_chat(self) -> None:
+        self.chat.end_edit()
+        self.controller.new_chat()
+        self.composer.edit.setFocus()
+
+    def _open(self, conversation_id: str, message_id: str | None = None) -> None:
+        self.chat.end_edit()
+        self.controller.open_conversation(conversation_id, reveal=message_id)
+
+    def _send(self, text: str) -> None:
+        if self.controller.send(text):
+            self.composer.clear()
+
+    def _rename(self, conversation_id: str, title: str) -> None:
+        self.store.rename_conversation(conversation_id, title)
+        self.refresh_sidebar()
+
+    def delete_conversation(self, conversation_id: str) -> None:
+        conversation = self.store.get_conversation(conversation_id)
+        if conversation is None:
+            return
+        active = self.controller.active
+        if active is not None and active.conversation_id == conversation_id:
+            self.controller.stop()
+        self.store.delete_conversation(conversation_id)
+        if self.controller.conversation_id == conversation_id:
+            self.controller.new_chat()
+        self.refresh_sidebar()
+        undo = ("Undo", lambda: self.undo_delete(conversation_id))
+        self.banner.show_notice(f"Deleted “{conversation.title}”.", undo, timeout_ms=10000)
+
+    def undo_delete(self, conversation_id: str) -> None:
+        self.store.restore_conversation(conversation_id)
+        self.refresh_sidebar()
+        self._open(conversation_id)
+
+    def edit_last_user_message(self) -> None:
+        message_id = self.controller.last_user_message_id()
+        if message_id is not None:
+            self.chat.begin_edit(message_id)
+
+    def _on_message_action(self, message_id: str, action: str, _argument: object) -> None:
+        c = self.controller
+        if action in ("prev", "next"):
+            c.switch_branch(message_id, -1 if action == "prev" else 1)
+        elif action == "regenerate":
+            c.regenerate(message_id)
+        elif action == "continue":
+            c.continue_message(message_id)
+        elif action == "retry":
+            c.retry(message_id)
+
+    # -- import / export --------------------------------------------------------------
+
+    def export_conversation(self, conversation_id: str, fmt: str, path: str | Path) -> None:
+        if fmt == "json":
+            text = json.dumps(
+                export_json(self.store, conversation_id), indent=2, ensure_ascii=False
+            )
+        else:
+            text = export_markdown(self.store, conversation_id)
+        Path(path).write_text(text, encoding="utf-8")
+
+    def import_conversation(self, path: str | Path) -> str | None:
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+            conversation = import_json(self.store, data)
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            self.banner.show_error(f"Could not import {Path(path).name}.", str(error))
+            return None
+        self.refresh_sidebar()
+        self._open(conversation.id)
+        return conversation.id
+
+    def _export_dialog(self, conversation_id: str, fmt: str) -> None:
+        conversation = self.store.get_conversation(conversation_id)
+        suffix, kind = (".json", "JSON (*.json)") if fmt == "json" else (".md", "Markdown (*.md)")
+        name = "".join(ch if ch.isalnum() or ch in " -_" else "_" for ch in conversation.title)
+        path, _ = QFileDialog.getSaveFileName(self, "Export conversation", name + suffix, kind)
+        if path:
+            self.export_conversation(conversation_id, fmt, path)
+
+    def _import_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Import conversation", "", "JSON (*.json)")
+        if path:
+            self.import_conversation(path)
+
+    # -- model ------------------------------------------------------------------------
+
+    def load_model(self, path: str) -> None:
+        self.model_path = path
+        draft = self.settings.draft_model_path if self.settings.drafter == "draft_model" else ""
+        self.header.show_message(f"Loading {Path(path).name}…")
+        self.bridge.submit(SetCacheBudget(self.settings.cache_budget_mb << 20))
+        self.bridge.submit(LoadModel(path, draft_model_path=draft or None))
+
+    def load_default_model(self) -> None:
+        from engine.default_model import default_model_path
+
+        if is_default_model_present():
+            self.load_model(str(default_model_path()))
+        else:
+            self.header.show_message("Default model", "Fetching SmolLM2-135M-Instruct (~93 MB)…")
+            self.fetcher.start()
+
+    def _open_model_file(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Open model", "", "GGUF (*.gguf);;All (*)")
+        if path:
+            self.load_model(path)
+
+    def _open_model_folder(self) -> None:
+        path = QFileDialog.getExistingDirectory(self, "Open model folder")
+        if path:
+            self.load_model(path)
+
+    def _on_model_loaded(self, event: ModelLoaded) -> None:
+        self.header.show_loaded(event)
+        self.controller.context_length = event.context_length
+        self._save_settings(self.settings.with_recent_model(event.path))
+
+    def _on_failed(self, event: Failed) -> None:
+        if not event.request_id:
+            self.header.show_message("No model loaded", "Pick one from the Model menu")
+        self.banner.show_error(event.message, event.details)
+
+    def _on_fetch_failed(self, message: str) -> None:
+        self.header.show_message("No model loaded", "Pick one from the Model menu")
+        self.banner.show_error("The default model could not be fetched.", message)
+
+    # -- settings and theme -----------------------------------------------------------
+
+    def open_settings(self) -> None:
+        dialog = SettingsDialog(self.settings, self)
+        if dialog.exec():
+            self.apply_settings(dialog.result_settings())
+
+    def apply_settings(self, settings: AppSettings) -> None:
+        old, self.settings = self.settings, settings
+        self._save_settings(settings)
+        self.chat.delegate.set_tint_drafted(settings.tint_drafted)
+        self.chat.list_view.doItemsLayout()
+        if settings.cache_budget_mb != old.cache_budget_mb:
+            self.bridge.submit(SetCacheBudget(settings.cache_budget_mb << 20))
+        draft_changed = (settings.drafter, settings.draft_model_path) != (
+            old.drafter,
+            old.draft_model_path,
+        )
+        if draft_changed and self.model_path and "draft_model" in (settings.drafter, old.drafter):
+            self.load_model(self.model_path)  # the draft model is loaded with the target
+
+    def _save_settings(self, settings: AppSettings) -> None:
+        self.settings = settings
+        save_settings(self.qsettings, settings)
+
+    def _on_scheme_changed(self, _scheme) -> None:
+        self.set_theme(system_theme())
+
+    def set_theme(self, theme: Theme) -> None:
+        self.theme = theme
+        app = QApplication.instance()
+        if isinstance(app, QApplication):
+            apply_theme(app, theme)
+        self.chat.set_theme(theme)
+        self.sidebar.set_theme(theme)
+
+    # -- shutdown ---------------------------------------------------------------------
+
+    def closeEvent(self, event: QCloseEvent) -> None:
+        self.controller.shutdown()
+        self.bridge.close()
+        super().closeEvent(event)

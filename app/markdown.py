@@ -1,0 +1,189 @@
+"""A message's Markdown as a laid-out QTextDocument: Qt's own Markdown reader, then code
+blocks restyled and highlighted, inline code shaded, and drafted spans tinted.
+
+Drafted spans are character ranges of the Markdown source. They are carried through the
+Markdown reader as private-use marker characters, found in the finished document, turned
+into a background tint and removed, so the tint lands on the rendered text.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from PySide6.QtGui import (
+    QColor,
+    QFont,
+    QTextBlockFormat,
+    QTextCharFormat,
+    QTextCursor,
+    QTextDocument,
+    QTextFormat,
+)
+
+from app.highlight import code_spans
+from app.theme import CODE_COLORS, Theme
+
+DRAFT_START, DRAFT_END = "\ue000", "\ue001"
+CODE_HEADER = 30  # px above a code block's first line: the strip with language and Copy
+CODE_PAD = 10
+CODE_INDENT = 14
+CODE_GAP = 10  # px between a code block and the prose around it
+# Block syntax at a line start that a marker placed before it would break.
+BLOCK_PREFIX = re.compile(r"[ \t]*(?:(?:[-*+]|\d+[.)]|#{1,6}|>)[ \t]+)*")
+FENCE = re.compile(r"[ \t]{0,3}(?:```|~~~)")
+
+
+@dataclass(frozen=True)
+class CodeBlock:
+    text: str
+    language: str
+    first_block: int  # block numbers in the document, inclusive
+    last_block: int
+
+
+@dataclass
+class RenderedMarkdown:
+    doc: QTextDocument
+    code_blocks: list[CodeBlock]
+
+
+def render(
+    text: str,
+    theme: Theme,
+    font: QFont,
+    draft_spans: tuple[tuple[int, int], ...] = (),
+) -> RenderedMarkdown:
+    doc = QTextDocument()
+    doc.setDefaultFont(font)
+    doc.setDocumentMargin(0)
+    doc.setMarkdown(with_draft_markers(text, draft_spans) if draft_spans else text)
+    if draft_spans:
+        _tint_marked(doc, QColor(theme.drafted))
+    code_blocks = _style_blocks(doc, theme, has_inline_code="`" in text)
+    return RenderedMarkdown(doc, code_blocks)
+
+
+def with_draft_markers(text: str, spans: tuple[tuple[int, int], ...]) -> str:
+    """`text` with DRAFT_START/DRAFT_END around each span, kept off Markdown syntax that
+    only works at a line start (fences, list bullets, headings, quotes)."""
+    pieces: list[tuple[int, int]] = []
+    line_start = 0
+    for line in text.splitlines(keepends=True):
+        line_end = line_start + len(line.rstrip("\r\n"))
+        if not FENCE.match(line):
+            prefix_end = line_start + BLOCK_PREFIX.match(line).end()
+            for start, end in spans:
+                a, b = max(start, prefix_end), min(end, line_end)
+                if a < b:
+                    pieces.append((a, b))
+        line_start += len(line)
+    out, at = [], 0
+    for a, b in sorted(pieces):
+        out += [text[at:a], DRAFT_START, text[a:b], DRAFT_END]
+        at = b
+    out.append(text[at:])
+    return "".join(out)
+
+
+def _tint_marked(doc: QTextDocument, color: QColor) -> None:
+    positions: list[tuple[int, str]] = []
+    for marker in (DRAFT_START, DRAFT_END):
+        cursor = doc.find(marker)
+        while not cursor.isNull():
+            positions.append((cursor.selectionStart(), marker))
+            cursor = doc.find(marker, cursor.selectionEnd())
+    positions.sort()
+    pairs, opened = [], None
+    for position, marker in positions:
+        if marker == DRAFT_START:
+            opened = position
+        elif opened is not None:
+            pairs.append((opened, position))
+            opened = None
+    tint = QTextCharFormat()
+    tint.setBackground(color)
+    cursor = QTextCursor(doc)
+    cursor.beginEditBlock()
+    for start, end in reversed(pairs):  # back to front: earlier positions stay valid
+        cursor.setPosition(start + 1)
+        cursor.setPosition(end, QTextCursor.MoveMode.KeepAnchor)
+        cursor.mergeCharFormat(tint)
+        for position in (end, start):
+            cursor.setPosition(position)
+            cursor.deleteChar()
+    cursor.endEditBlock()
+    for _position, marker in reversed(positions):  # unpaired leftovers, if any
+        cursor = doc.find(marker)
+        if not cursor.isNull():
+            cursor.removeSelectedText()
+
+
+def _style_blocks(doc: QTextDocument, theme: Theme, has_inline_code: bool) -> list[CodeBlock]:
+    """Restyle fenced code (margins, colours, highlighting), shade inline code, and loosen
+    the line spacing of prose; returns the code blocks for the Copy buttons."""
+    groups: list[list] = []
+    inline_code = QTextCharFormat()
+    inline_code.setBackground(QColor(theme.hover))
+    cursor = QTextCursor(doc)
+    cursor.beginEditBlock()
+    cursor.select(QTextCursor.SelectionType.Document)
+    prose = QTextBlockFormat()
+    prose.setLineHeight(128, QTextBlockFormat.LineHeightTypes.ProportionalHeight.value)
+    cursor.mergeBlockFormat(prose)  # one call for every block; code blocks are reset below
+    block, previous_was_code = doc.begin(), False
+    while block.isValid():
+        is_code = block.blockFormat().hasProperty(QTextFormat.Property.BlockCodeFence)
+        if is_code:
+            if not previous_was_code:
+                groups.append([])
+            groups[-1].append(block)
+        elif has_inline_code:
+            _shade_inline_code(cursor, block, inline_code)
+        previous_was_code = is_code
+        block = block.next()
+    code_blocks = [_style_code(cursor, group, theme) for group in groups]
+    cursor.endEditBlock()
+    return code_blocks
+
+
+def _shade_inline_code(cursor: QTextCursor, block, fmt: QTextCharFormat) -> None:
+    it = block.begin()
+    while not it.atEnd():
+        fragment = it.fragment()
+        if fragment.charFormat().fontFixedPitch():
+            cursor.setPosition(fragment.position())
+            cursor.setPosition(fragment.position() + fragment.length(), cursor.MoveMode.KeepAnchor)
+            cursor.mergeCharFormat(fmt)
+        it += 1
+
+
+def _style_code(cursor: QTextCursor, group: list, theme: Theme) -> CodeBlock:
+    first, last = group[0], group[-1]
+    language = str(first.blockFormat().property(QTextFormat.Property.BlockCodeLanguage) or "")
+    for block in group:
+        fmt = block.blockFormat()
+        fmt.setLineHeight(100, QTextBlockFormat.LineHeightTypes.ProportionalHeight.value)
+        fmt.setLeftMargin(CODE_INDENT)
+        fmt.setRightMargin(CODE_INDENT)
+        fmt.setTopMargin(CODE_GAP + CODE_HEADER + CODE_PAD if block == first else 0)
+        fmt.setBottomMargin(CODE_PAD + 4 + CODE_GAP if block == last else 0)
+        cursor.setPosition(block.position())
+        cursor.setBlockFormat(fmt)
+    code = "\n".join(block.text() for block in group)
+    base = first.position()
+    plain = QTextCharFormat()
+    plain.setForeground(QColor(theme.code_text))
+    cursor.setPosition(base)
+    cursor.setPosition(base + len(code), QTextCursor.MoveMode.KeepAnchor)
+    cursor.mergeCharFormat(plain)
+    formats: dict[str, QTextCharFormat] = {}
+    for start, length, kind in code_spans(code, language):
+        if kind not in formats:
+            formats[kind] = QTextCharFormat()
+            formats[kind].setForeground(QColor(CODE_COLORS[kind]))
+            formats[kind].setFontItalic(kind == "comment")
+        cursor.setPosition(base + start)
+        cursor.setPosition(base + start + length, QTextCursor.MoveMode.KeepAnchor)
+        cursor.mergeCharFormat(formats[kind])
+    return CodeBlock(code, language, first.blockNumber(), last.blockNumber())

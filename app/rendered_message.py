@@ -1,0 +1,75 @@
+"""Rendered message documents, cached per message and laid out per width. Parsing the
+Markdown is the costly part, so it happens once per text; a new width only re-wraps."""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from PySide6.QtCore import QRectF
+from PySide6.QtGui import QFont
+
+from app.markdown import CODE_HEADER, CODE_PAD, RenderedMarkdown, render
+from app.message_model import MessageItem
+from app.theme import Theme
+
+CACHE_SIZE = 600
+
+
+@dataclass
+class Rendered:
+    key: tuple
+    markdown: RenderedMarkdown
+    width: int = -1
+    ideal_width: int = 0
+    code_rects: list[QRectF] = field(default_factory=list)  # the painted code frames
+
+    @property
+    def height(self) -> int:
+        # A code block's painted frame reaches below its last line's bottom margin,
+        # which the document does not count when the block ends the message.
+        bottoms = [self.markdown.doc.size().height(), *(r.bottom() for r in self.code_rects)]
+        return math.ceil(max(bottoms))
+
+    def wrap(self, width: int, *, shrink: bool) -> None:
+        """Lay out for `width`; `shrink` narrows the document to its longest line."""
+        if width == self.width:
+            return
+        doc = self.markdown.doc
+        doc.setTextWidth(width)
+        self.ideal_width = width
+        if shrink:
+            self.ideal_width = min(width, math.ceil(doc.idealWidth()))
+            doc.setTextWidth(self.ideal_width)
+        self.width = width
+        layout = doc.documentLayout()
+        self.code_rects = []
+        for block in self.markdown.code_blocks:
+            top = layout.blockBoundingRect(doc.findBlockByNumber(block.first_block)).top()
+            bottom = layout.blockBoundingRect(doc.findBlockByNumber(block.last_block)).bottom()
+            top -= CODE_HEADER + CODE_PAD
+            self.code_rects.append(QRectF(0, top, doc.textWidth(), bottom + CODE_PAD + 4 - top))
+
+
+class RenderCache:
+    def __init__(self, size: int = CACHE_SIZE) -> None:
+        self._size = size
+        self._entries: OrderedDict[str, Rendered] = OrderedDict()
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+    def get(self, item: MessageItem, width: int, theme: Theme, font: QFont, tint: bool):
+        spans = item.draft_spans if tint else ()
+        key = (item.content, spans, theme.name)
+        entry = self._entries.get(item.id)
+        if entry is None or entry.key != key:
+            text = item.content if item.content else "…"  # a reply still waiting
+            entry = Rendered(key, render(text, theme, font, spans))
+            self._entries[item.id] = entry
+            while len(self._entries) > self._size:
+                self._entries.popitem(last=False)
+        self._entries.move_to_end(item.id)
+        entry.wrap(width, shrink=item.role == "user")  # a short question, a short bubble
+        return entry

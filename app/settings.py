@@ -1,0 +1,90 @@
+"""The person's settings, persisted with QSettings, and how they become engine settings."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields, replace
+
+from PySide6.QtCore import QSettings
+
+from engine.events import GenerationSettings
+from engine.sampling import SamplingSettings
+
+DRAFTERS = ("auto", "off", "lookup", "draft_model")
+MAX_RECENT_MODELS = 8
+
+
+@dataclass(frozen=True)
+class AppSettings:
+    system_prompt: str = ""
+    temperature: float = 0.7
+    top_p: float = 0.95
+    top_k: int = 0
+    max_tokens: int = 1024
+    drafter: str = "auto"
+    draft_model_path: str = ""
+    cache_budget_mb: int = 2048
+    tint_drafted: bool = False
+    recent_models: tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if self.drafter not in DRAFTERS:
+            raise ValueError(f"unknown drafter {self.drafter!r}")
+        if self.max_tokens < 1:
+            raise ValueError("max_tokens must be >= 1")
+        if self.cache_budget_mb < 0:
+            raise ValueError("cache_budget_mb must be >= 0")
+
+    def generation_settings(self, *, continue_last: bool = False) -> GenerationSettings:
+        sampling = SamplingSettings(
+            temperature=self.temperature, top_p=self.top_p, top_k=self.top_k
+        )
+        return GenerationSettings(
+            sampling=sampling,
+            max_tokens=self.max_tokens,
+            drafter=self.drafter,
+            continue_last=continue_last,
+        )
+
+    def with_recent_model(self, path: str) -> AppSettings:
+        recent = (path, *(p for p in self.recent_models if p != path))[:MAX_RECENT_MODELS]
+        return replace(self, recent_models=recent)
+
+
+def load_settings(qsettings: QSettings) -> AppSettings:
+    """Read what was saved; anything missing or unreadable falls back to the default."""
+    defaults = AppSettings()
+    values = {}
+    for f in fields(AppSettings):
+        default = getattr(defaults, f.name)
+        raw = qsettings.value(f.name, None)
+        if raw is None:
+            continue
+        try:
+            values[f.name] = _convert(raw, default)
+        except (TypeError, ValueError):
+            continue
+    try:
+        return AppSettings(**values)
+    except ValueError:
+        return defaults
+
+
+def save_settings(qsettings: QSettings, settings: AppSettings) -> None:
+    for name, value in asdict(settings).items():
+        qsettings.setValue(name, list(value) if isinstance(value, tuple) else value)
+    qsettings.sync()
+
+
+def _convert(raw: object, default: object) -> object:
+    # QSettings' INI backend gives strings back; the native ones may keep types.
+    if isinstance(default, bool):
+        return raw if isinstance(raw, bool) else str(raw).lower() in ("true", "1", "yes")
+    if isinstance(default, int):
+        return int(raw)  # type: ignore[arg-type]
+    if isinstance(default, float):
+        return float(raw)  # type: ignore[arg-type]
+    if isinstance(default, tuple):
+        if isinstance(raw, str):
+            return (raw,) if raw else ()
+        return tuple(str(x) for x in raw)  # type: ignore[union-attr]
+    return str(raw)

@@ -1,0 +1,127 @@
+"""The settings dialog: system prompt, sampling, max tokens, drafter, cache budget and the
+drafted-token tint. It edits an AppSettings; the window saves and applies it."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QDoubleSpinBox,
+    QFileDialog,
+    QFormLayout,
+    QHBoxLayout,
+    QLineEdit,
+    QPlainTextEdit,
+    QPushButton,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.settings import DRAFTERS, AppSettings
+
+DRAFTER_LABELS = {
+    "auto": "Auto (picks what pays)",
+    "off": "Off",
+    "lookup": "Prompt lookup",
+    "draft_model": "Draft model",
+}
+
+
+class SettingsDialog(QDialog):
+    def __init__(self, settings: AppSettings, parent=None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Settings")
+        self.setMinimumWidth(460)
+        self._settings = settings
+        self.system_prompt = QPlainTextEdit(settings.system_prompt, self)
+        self.system_prompt.setPlaceholderText("Optional: how the assistant should behave")
+        self.system_prompt.setFixedHeight(90)
+        self.temperature = _double(0.0, 2.0, 0.05, settings.temperature)
+        self.top_p = _double(0.01, 1.0, 0.01, settings.top_p)
+        self.top_k = _int(0, 1000, settings.top_k, "off")
+        self.max_tokens = _int(1, 32768, settings.max_tokens)
+        self.drafter = QComboBox(self)
+        for key in DRAFTERS:
+            self.drafter.addItem(DRAFTER_LABELS[key], key)
+        self.drafter.setCurrentIndex(DRAFTERS.index(settings.drafter))
+        self.draft_model_path = QLineEdit(settings.draft_model_path, self)
+        self.draft_model_path.setPlaceholderText("A smaller model sharing the tokenizer")
+        browse = QPushButton("Browse…", self)
+        browse.clicked.connect(self._browse)
+        draft_row = QWidget(self)
+        row = QHBoxLayout(draft_row)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.addWidget(self.draft_model_path, 1)
+        row.addWidget(browse)
+        self._draft_row = draft_row
+        self.cache_budget = _int(0, 1 << 20, settings.cache_budget_mb)
+        self.cache_budget.setSuffix(" MB")
+        self.tint_drafted = QCheckBox("Tint tokens that came from accepted drafts", self)
+        self.tint_drafted.setChecked(settings.tint_drafted)
+        form = QFormLayout()
+        form.addRow("System prompt", self.system_prompt)
+        form.addRow("Temperature", self.temperature)
+        form.addRow("Top-p", self.top_p)
+        form.addRow("Top-k", self.top_k)
+        form.addRow("Max tokens", self.max_tokens)
+        form.addRow("Drafter", self.drafter)
+        form.addRow("Draft model", draft_row)
+        form.addRow("Cache memory", self.cache_budget)
+        form.addRow("", self.tint_drafted)
+        buttons = QDialogButtonBox(
+            QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel, self
+        )
+        buttons.accepted.connect(self.accept)
+        buttons.rejected.connect(self.reject)
+        layout = QVBoxLayout(self)
+        layout.addLayout(form)
+        layout.addWidget(buttons)
+        self.drafter.currentIndexChanged.connect(self._update_draft_row)
+        self._update_draft_row()
+
+    def _update_draft_row(self) -> None:
+        self._draft_row.setEnabled(self.drafter.currentData() == "draft_model")
+
+    def _browse(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(
+            self, "Draft model", "", "GGUF models (*.gguf);;All files (*)"
+        )
+        if path:
+            self.draft_model_path.setText(path)
+
+    def result_settings(self) -> AppSettings:
+        return replace(
+            self._settings,
+            system_prompt=self.system_prompt.toPlainText(),
+            temperature=self.temperature.value(),
+            top_p=self.top_p.value(),
+            top_k=self.top_k.value(),
+            max_tokens=self.max_tokens.value(),
+            drafter=self.drafter.currentData(),
+            draft_model_path=self.draft_model_path.text().strip(),
+            cache_budget_mb=self.cache_budget.value(),
+            tint_drafted=self.tint_drafted.isChecked(),
+        )
+
+
+def _double(low: float, high: float, step: float, value: float) -> QDoubleSpinBox:
+    box = QDoubleSpinBox()
+    box.setRange(low, high)
+    box.setSingleStep(step)
+    box.setDecimals(2)
+    box.setValue(value)
+    return box
+
+
+def _int(low: int, high: int, value: int, special: str = "") -> QSpinBox:
+    box = QSpinBox()
+    box.setRange(low, high)
+    box.setValue(value)
+    if special:
+        box.setSpecialValueText(special)
+    return box

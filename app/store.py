@@ -1,0 +1,317 @@
+"""The conversation store: SQLite in the user data directory, no Qt.
+
+WAL mode, one transaction per write, foreign keys on. Deleting a conversation is soft
+(it can be undone) until `purge_deleted`. A reply being streamed is written as it grows
+(status "streaming"); a store opened after a crash turns those into "stopped" replies,
+which the window offers to continue.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+
+from app.tree import STATUSES, MessageTree, Node
+
+APP_NAME = "branchchat"
+SCHEMA_VERSION = 1
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS conversations (
+    id TEXT PRIMARY KEY,
+    title TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    selected_root TEXT,
+    deleted_at REAL
+);
+CREATE TABLE IF NOT EXISTS messages (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+    parent_id TEXT REFERENCES messages(id) ON DELETE CASCADE,
+    role TEXT NOT NULL CHECK (role IN ('system', 'user', 'assistant')),
+    content TEXT NOT NULL,
+    status TEXT NOT NULL DEFAULT 'done',
+    created_at REAL NOT NULL,
+    selected_child TEXT,
+    stats TEXT,
+    draft_spans TEXT
+);
+CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id);
+CREATE INDEX IF NOT EXISTS messages_by_parent ON messages(parent_id);
+"""
+
+
+def default_db_path() -> Path:
+    return Path(platformdirs.user_data_dir(APP_NAME)) / "conversations.sqlite3"
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+@dataclass(frozen=True)
+class Conversation:
+    id: str
+    title: str
+    created_at: float
+    updated_at: float
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    conversation_id: str
+    conversation_title: str
+    message_id: str
+    role: str
+    snippet: str
+
+
+class ConversationStore:
+    def __init__(self, path: str | Path | None = None) -> None:
+        self.path = Path(path) if path is not None else default_db_path()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # Autocommit mode: every write goes through `transaction()` explicitly.
+        self._db = sqlite3.connect(self.path, isolation_level=None)
+        self._db.row_factory = sqlite3.Row
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute("PRAGMA foreign_keys=ON")
+        with self.transaction():
+            for statement in SCHEMA.split(";"):
+                if statement.strip():
+                    self._db.execute(statement)
+            self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            # A reply that was streaming when the last session ended is a stopped reply.
+            self._db.execute("UPDATE messages SET status='stopped' WHERE status='streaming'")
+
+    def close(self) -> None:
+        self._db.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """BEGIN IMMEDIATE .. COMMIT, or ROLLBACK on any exception (which is re-raised)."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._db
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    @property
+    def journal_mode(self) -> str:
+        return self._db.execute("PRAGMA journal_mode").fetchone()[0]
+
+    # -- conversations ----------------------------------------------------------------
+
+    def create_conversation(self, title: str = "New chat", *, created_at: float | None = None):
+        now = time.time() if created_at is None else created_at
+        conversation = Conversation(new_id(), title, now, now)
+        with self.transaction() as db:
+            db.execute(
+                "INSERT INTO conversations (id, title, created_at, updated_at) VALUES (?,?,?,?)",
+                (conversation.id, title, now, now),
+            )
+        return conversation
+
+    def list_conversations(self) -> list[Conversation]:
+        rows = self._db.execute(
+            "SELECT id, title, created_at, updated_at FROM conversations "
+            "WHERE deleted_at IS NULL ORDER BY updated_at DESC"
+        )
+        return [Conversation(*row) for row in rows]
+
+    def get_conversation(self, conversation_id: str) -> Conversation | None:
+        row = self._db.execute(
+            "SELECT id, title, created_at, updated_at FROM conversations WHERE id=?",
+            (conversation_id,),
+        ).fetchone()
+        return Conversation(*row) if row else None
+
+    def rename_conversation(self, conversation_id: str, title: str) -> None:
+        with self.transaction() as db:
+            self._require(db, "conversations", conversation_id)
+            db.execute("UPDATE conversations SET title=? WHERE id=?", (title, conversation_id))
+
+    def delete_conversation(self, conversation_id: str) -> None:
+        """Soft delete: hidden from lists and search until restored or purged."""
+        with self.transaction() as db:
+            self._require(db, "conversations", conversation_id)
+            db.execute(
+                "UPDATE conversations SET deleted_at=? WHERE id=?", (time.time(), conversation_id)
+            )
+
+    def restore_conversation(self, conversation_id: str) -> None:
+        with self.transaction() as db:
+            db.execute("UPDATE conversations SET deleted_at=NULL WHERE id=?", (conversation_id,))
+
+    def purge_deleted(self) -> int:
+        with self.transaction() as db:
+            cursor = db.execute("DELETE FROM conversations WHERE deleted_at IS NOT NULL")
+        return cursor.rowcount
+
+    # -- messages ---------------------------------------------------------------------
+
+    def add_message(
+        self,
+        conversation_id: str,
+        parent_id: str | None,
+        role: str,
+        content: str,
+        *,
+        status: str = "done",
+        stats: dict[str, Any] | None = None,
+        draft_spans: tuple[tuple[int, int], ...] = (),
+        created_at: float | None = None,
+        select: bool = True,
+    ) -> Node:
+        """Add a message under `parent_id` (None: a root) and, by default, select it."""
+        if status not in STATUSES:
+            raise ValueError(f"unknown status {status!r}")
+        node_id, now = new_id(), time.time() if created_at is None else created_at
+        with self.transaction() as db:
+            self._require(db, "conversations", conversation_id)
+            if parent_id is not None:
+                self._require(db, "messages", parent_id, conversation_id=conversation_id)
+            cursor = db.execute(
+                "INSERT INTO messages (id, conversation_id, parent_id, role, content, status, "
+                "created_at, stats, draft_spans) VALUES (?,?,?,?,?,?,?,?,?)",
+                (node_id, conversation_id, parent_id, role, content, status, now,
+                 _json(stats), _json([list(s) for s in draft_spans]) if draft_spans else None),
+            )  # fmt: skip
+            if select:
+                self._select(db, conversation_id, parent_id, node_id)
+            db.execute("UPDATE conversations SET updated_at=? WHERE id=?", (now, conversation_id))
+        return Node(node_id, parent_id, role, content, status, now, cursor.lastrowid or 0,
+                    None, stats, tuple(draft_spans))  # fmt: skip
+
+    def update_message(
+        self,
+        message_id: str,
+        *,
+        content: str | None = None,
+        status: str | None = None,
+        stats: dict[str, Any] | None = None,
+        draft_spans: tuple[tuple[int, int], ...] | None = None,
+    ) -> None:
+        if status is not None and status not in STATUSES:
+            raise ValueError(f"unknown status {status!r}")
+        changes: dict[str, Any] = {"content": content, "status": status}
+        changes["stats"] = _json(stats) if stats is not None else None
+        if draft_spans is not None:
+            changes["draft_spans"] = _json([list(s) for s in draft_spans])
+        changes = {k: v for k, v in changes.items() if v is not None}
+        if not changes:
+            return
+        with self.transaction() as db:
+            self._require(db, "messages", message_id)
+            assignments = ", ".join(f"{column}=?" for column in changes)
+            db.execute(
+                f"UPDATE messages SET {assignments} WHERE id=?", (*changes.values(), message_id)
+            )
+
+    def discard_empty_message(self, message_id: str) -> bool:
+        """Remove a reply placeholder that never received text; content is never lost."""
+        with self.transaction() as db:
+            cursor = db.execute(
+                "DELETE FROM messages WHERE id=? AND content='' AND NOT EXISTS "
+                "(SELECT 1 FROM messages child WHERE child.parent_id=?)",
+                (message_id, message_id),
+            )
+        return cursor.rowcount == 1
+
+    def select(self, message_id: str) -> None:
+        """Put `message_id` on its conversation's selected branch (every ancestor points at it)."""
+        with self.transaction() as db:
+            row = self._require(db, "messages", message_id)
+            conversation_id = row["conversation_id"]
+            while True:
+                self._select(db, conversation_id, row["parent_id"], row["id"])
+                if row["parent_id"] is None:
+                    break
+                row = self._require(db, "messages", row["parent_id"])
+
+    def load_tree(self, conversation_id: str) -> MessageTree:
+        row = self._db.execute(
+            "SELECT selected_root FROM conversations WHERE id=?", (conversation_id,)
+        ).fetchone()
+        if row is None:
+            raise KeyError(f"no conversation {conversation_id}")
+        rows = self._db.execute(
+            "SELECT * FROM messages WHERE conversation_id=? ORDER BY seq", (conversation_id,)
+        )
+        return MessageTree((_node(r) for r in rows), selected_root=row["selected_root"])
+
+    def search(self, query: str, limit: int = 50) -> list[SearchHit]:
+        """Messages (in conversations not deleted) whose text contains `query`, newest first."""
+        query = query.strip()
+        if not query:
+            return []
+        pattern = "%" + query.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        rows = self._db.execute(
+            "SELECT m.id, m.role, m.content, c.id AS cid, c.title FROM messages m "
+            "JOIN conversations c ON c.id = m.conversation_id "
+            "WHERE c.deleted_at IS NULL AND m.content LIKE ? ESCAPE '\\' "
+            "ORDER BY m.created_at DESC LIMIT ?",
+            (pattern, limit),
+        )
+        return [SearchHit(r["cid"], r["title"], r["id"], r["role"], snippet(r["content"], query))
+                for r in rows]  # fmt: skip
+
+    # -- helpers ----------------------------------------------------------------------
+
+    @staticmethod
+    def _require(db: sqlite3.Connection, table: str, row_id: str, **match: str) -> sqlite3.Row:
+        row = db.execute(f"SELECT * FROM {table} WHERE id=?", (row_id,)).fetchone()
+        if row is None or any(row[k] != v for k, v in match.items()):
+            raise KeyError(f"no {table[:-1]} {row_id}" + (f" in {match}" if match else ""))
+        return row
+
+    @staticmethod
+    def _select(db: sqlite3.Connection, conversation_id: str, parent_id: str | None, child: str):
+        if parent_id is None:
+            db.execute(
+                "UPDATE conversations SET selected_root=? WHERE id=?", (child, conversation_id)
+            )
+        else:
+            db.execute("UPDATE messages SET selected_child=? WHERE id=?", (child, parent_id))
+
+
+def snippet(text: str, query: str, width: int = 80) -> str:
+    """One line of `text` around the first match of `query` (case-insensitive)."""
+    flat = " ".join(text.split())
+    at = flat.casefold().find(query.casefold())
+    start = max(0, at - width // 3) if at >= 0 else 0
+    piece = flat[start : start + width]
+    return ("…" if start > 0 else "") + piece + ("…" if start + width < len(flat) else "")
+
+
+def _json(value: Any) -> str | None:
+    return None if value is None else json.dumps(value)
+
+
+def _node(row: sqlite3.Row) -> Node:
+    spans = json.loads(row["draft_spans"]) if row["draft_spans"] else []
+    return Node(
+        id=row["id"],
+        parent_id=row["parent_id"],
+        role=row["role"],
+        content=row["content"],
+        status=row["status"],
+        created_at=row["created_at"],
+        seq=row["seq"],
+        selected_child=row["selected_child"],
+        stats=json.loads(row["stats"]) if row["stats"] else None,
+        draft_spans=tuple((int(a), int(b)) for a, b in spans),
+    )

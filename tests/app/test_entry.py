@@ -1,0 +1,48 @@
+"""`python -m app` without a display, and the screenshot mode."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from PySide6.QtGui import QImage
+
+from app.__main__ import missing_display_message
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def env_without_display() -> dict[str, str]:
+    env = dict(os.environ)
+    for name in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM"):
+        env.pop(name, None)
+    return env
+
+
+def test_no_display_prints_what_to_do_and_exits_2():
+    if not sys.platform.startswith("linux"):
+        assert missing_display_message(env_without_display()) is None
+        return
+    result = subprocess.run(
+        [sys.executable, "-m", "app"], cwd=ROOT, env=env_without_display(),
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 2
+    for hint in ("QT_QPA_PLATFORM=offscreen", "xvfb-run", "python -m engine chat"):
+        assert hint in result.stderr
+    assert missing_display_message({"DISPLAY": ":0"}, "linux") is None
+    assert missing_display_message({"QT_QPA_PLATFORM": "offscreen"}, "linux") is None
+    assert missing_display_message({}, "darwin") is None
+
+
+def test_screenshot_mode_renders_the_demo_without_a_model(tmp_path):
+    out = tmp_path / "shot.png"
+    result = subprocess.run(
+        [sys.executable, "-m", "app", "--screenshot", str(out)], cwd=ROOT,
+        env=env_without_display(), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    image = QImage(str(out))
+    assert (image.width(), image.height()) == (1200, 800)

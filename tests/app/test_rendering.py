@@ -1,0 +1,55 @@
+"""Markdown rendering, highlighting, drafted-token tint and the stats lines."""
+
+from __future__ import annotations
+
+from PySide6.QtGui import QColor, QFont, QTextCursor
+
+from app.markdown import render, with_draft_markers
+from app.stats_format import compact, live_line, message_line
+from app.theme import CODE_COLORS, LIGHT
+
+TEXT = "Some **bold** prose.\n\n```python\ndef f(n):\n    return n  # done\n```\n\n- a list\n"
+
+
+def char_format_at(doc, position):
+    cursor = QTextCursor(doc)
+    cursor.setPosition(position + 1)
+    return cursor.charFormat()
+
+
+def test_code_blocks_are_found_and_highlighted(qapp):
+    rendered = render(TEXT, LIGHT, QFont("DejaVu Sans", 10))
+    assert [(b.text, b.language) for b in rendered.code_blocks] == [
+        ("def f(n):\n    return n  # done", "python")
+    ]
+    doc = rendered.doc
+    plain = doc.toPlainText()
+    assert plain == "Some bold prose.\ndef f(n):\n    return n  # done\na list"
+    keyword = char_format_at(doc, plain.index("def"))
+    assert keyword.foreground().color() == QColor(CODE_COLORS["keyword"])
+    comment = char_format_at(doc, plain.index("# done"))
+    assert comment.foreground().color() == QColor(CODE_COLORS["comment"])
+
+
+def test_drafted_spans_are_tinted_and_the_markers_removed(qapp):
+    text = "- first item\n- second item"
+    spans = ((0, 7), (15, 21))  # "- first" (bullet included) and "second"
+    marked = with_draft_markers(text, spans)
+    assert marked == "- \ue000first\ue001 item\n- \ue000second\ue001 item"
+    doc = render(text, LIGHT, QFont("DejaVu Sans", 10), spans).doc
+    plain = doc.toPlainText()
+    assert plain == "first item\nsecond item"
+    tint = QColor(LIGHT.drafted)
+    assert char_format_at(doc, plain.index("first")).background().color() == tint
+    assert char_format_at(doc, plain.index("second")).background().color() == tint
+    assert char_format_at(doc, plain.index(" item")).background().color() != tint
+
+
+def test_stats_lines():
+    stats = dict(generated_tokens=41, decode_tok_s=38.2, ttft_s=0.21, drafted=40, accepted=25)
+    assert message_line(stats) == "41 tok · 38.2 tok/s · TTFT 0.21 s · 61% drafted"
+    assert message_line(None) == ""
+    line = live_line(tok_s=36.9, ttft_s=0.19, acceptance=0.71, context_tokens=4130,
+                     context_length=8192)  # fmt: skip
+    assert line == "36.9 tok/s · TTFT 0.19 s · accepted 71% · ctx 4.1k/8k"
+    assert compact(512) == "512" and compact(131072) == "128k"

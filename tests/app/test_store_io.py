@@ -1,0 +1,69 @@
+"""Export and import without Qt: the JSON round trip keeps the whole tree."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.store import ConversationStore
+from app.store_io import export_json, export_markdown, import_json
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = ConversationStore(tmp_path / "db.sqlite3")
+    yield s
+    s.close()
+
+
+def make_branchy(store):
+    c = store.create_conversation("Branchy")
+    q = store.add_message(c.id, None, "user", "question")
+    store.add_message(c.id, q.id, "assistant", "first answer", stats={"generated_tokens": 2})
+    a2 = store.add_message(
+        c.id, q.id, "assistant", "second `answer`", status="stopped", draft_spans=((0, 6),)
+    )
+    store.add_message(c.id, a2.id, "user", "follow-up")
+    store.select(a2.id)
+    return c
+
+
+def shape(store, conversation_id):
+    tree = store.load_tree(conversation_id)
+
+    def walk(parent):
+        return [
+            (n.role, n.content, n.status, n.stats, n.draft_spans, walk(n.id))
+            for n in tree.children(parent)
+        ]
+
+    return walk(None), [n.content for n in tree.selected_path()]
+
+
+def test_json_round_trip_keeps_the_tree_and_the_selection(store):
+    c = make_branchy(store)
+    data = export_json(store, c.id)
+    copy = import_json(store, data)
+    assert copy.id != c.id and copy.title == "Branchy"
+    assert shape(store, copy.id) == shape(store, c.id)
+    assert shape(store, c.id)[1] == ["question", "second `answer`", "follow-up"]
+    again = export_json(store, copy.id)
+    assert [m["content"] for m in again["messages"]] == [m["content"] for m in data["messages"]]
+
+
+def test_a_bad_import_changes_nothing(store):
+    c = make_branchy(store)
+    data = export_json(store, c.id)
+    data["messages"][-1]["parent_id"] = "nowhere"
+    with pytest.raises(ValueError):
+        import_json(store, data)
+    with pytest.raises(ValueError):
+        import_json(store, {"format": "something else"})
+    assert [x.id for x in store.list_conversations()] == [c.id]
+
+
+def test_markdown_export_is_the_selected_branch(store):
+    c = make_branchy(store)
+    text = export_markdown(store, c.id)
+    assert text.startswith("# Branchy\n")
+    assert "## You\n\nquestion" in text and "## Assistant\n\nsecond `answer`" in text
+    assert "first answer" not in text and "*(stopped)*" in text

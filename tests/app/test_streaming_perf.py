@@ -1,0 +1,51 @@
+"""A fast token stream into a long conversation never stalls the GUI event loop."""
+
+from __future__ import annotations
+
+import time
+
+from PySide6.QtCore import QTimer
+
+MAX_STALL_S = 0.050
+NUM_TOKENS = 2000
+NUM_EARLIER_TURNS = 150  # 300 messages above the streamed reply
+
+PIECES = ["The", " quick", " **brown**", " fox", " jumps", " over", " `lazy`", " dogs.", "\n\n"]
+
+
+def test_a_2000_token_stream_never_stalls_the_event_loop(harness, qtbot):
+    window = harness.open()
+    store = window.store
+    conversation = store.create_conversation("long one")
+    parent = None
+    for turn in range(NUM_EARLIER_TURNS):
+        user = store.add_message(conversation.id, parent, "user", f"Question {turn}?")
+        parent = store.add_message(
+            conversation.id, user.id, "assistant", f"Answer {turn} with *some* `markdown`."
+        ).id
+    window.controller.open_conversation(conversation.id)
+    qtbot.wait(50)  # first layout of the long list happens here, before we measure
+
+    harness.engine.tokens_override = [PIECES[i % len(PIECES)] for i in range(NUM_TOKENS)]
+    gaps: list[float] = []
+    last = [time.perf_counter()]
+
+    def tick() -> None:
+        now = time.perf_counter()
+        gaps.append(now - last[0])
+        last[0] = now
+
+    timer = QTimer(interval=5)
+    timer.timeout.connect(tick)
+    timer.start()
+    harness.send("Stream a lot, please.", wait=False)
+    last[0] = time.perf_counter()  # from here on the stream plays
+    harness.wait_idle(timeout=20000)
+    qtbot.wait(50)  # the final repaint
+    timer.stop()
+
+    reply = harness.items()[-1]
+    assert reply.content == "".join(harness.engine.tokens_override)
+    assert len(harness.items()) == 2 * NUM_EARLIER_TURNS + 2
+    assert gaps, "the timer never ticked"
+    assert max(gaps) < MAX_STALL_S, f"the event loop stalled {max(gaps) * 1000:.0f} ms"
