@@ -66,19 +66,35 @@ class CostModel:
 
 @dataclass
 class AcceptanceModel:
-    """Running per-token acceptance of one drafter (exponentially forgotten counts)."""
+    """Per-token acceptance of one drafter: a Beta(1, 1) prior plus forgotten evidence.
 
-    decay: float = 0.95
-    accepted: float = 1.0  # a Beta(1, 1) prior
-    trials: float = 2.0
+    Evidence is only gathered while drafting, so it also fades on plain steps
+    (`idle_decay`) and is dropped when a request begins: otherwise a rate that once fell
+    below break-even would never be tested again, and a request the drafter predicts well
+    (a regenerate repeating the previous answer after a fresh question) got no drafts.
+    """
+
+    decay: float = 0.95  # per verify
+    idle_decay: float = 0.98  # per plain step: 35 undrafted tokens halve the evidence
+    accepted: float = 0.0
+    trials: float = 0.0
 
     @property
     def rate(self) -> float:
-        return self.accepted / self.trials
+        return (self.accepted + 1.0) / (self.trials + 2.0)  # the posterior mean
 
     def observe(self, drafted: int, accepted: int) -> None:
         self.accepted = self.decay * self.accepted + accepted
         self.trials = self.decay * self.trials + accepted + (1 if accepted < drafted else 0)
+
+    def idle(self) -> None:
+        """A step without a draft: the evidence ages."""
+        self.accepted *= self.idle_decay
+        self.trials *= self.idle_decay
+
+    def forget(self) -> None:
+        """A new request: whether it repeats earlier text is its own matter."""
+        self.accepted = self.trials = 0.0
 
 
 def best_draft_length(alpha: float, costs: CostModel, available: int) -> int:
@@ -129,6 +145,8 @@ def decode(
     out.first_token_time = time.perf_counter()
     if req.drafter is not None:
         req.drafter.begin(list(state.tokens))
+    if req.acceptance is not None:
+        req.acceptance.forget()
     while True:
         reason = _take(produced, out, req)
         if not reason and req.should_stop():
@@ -146,6 +164,8 @@ def decode(
         if len(rows) == 1:
             logits = model.ops.to_numpy(model.forward(rows, state, logits="last"))
             costs.observe(1, time.perf_counter() - t0)
+            if req.acceptance is not None:
+                req.acceptance.idle()
             if req.drafter is not None:
                 req.drafter.commit(rows)
             produced = [(sampling.sample(logits[-1], state.tokens, s, rng), False)]
@@ -195,7 +215,8 @@ def _take(produced: list[tuple[int, bool]], out: DecodeResult, req: DecodeReques
 def _choose_k(req: DecodeRequest, costs: CostModel, produced: int, state: Any) -> int:
     if req.drafter is None or req.acceptance is None:
         return 0
-    room = min(req.max_tokens - produced, req.context_limit - state.offset - 2)
+    # k drafts yield up to k + 1 tokens: a row past the token limit is verified for nothing
+    room = min(req.max_tokens - produced - 1, req.context_limit - state.offset - 2)
     return best_draft_length(req.acceptance.rate, costs, max(0, room))
 
 

@@ -132,7 +132,7 @@ class Stats:
 class Finished:
     request_id: str
     reason: str  # "eos" | "length" | "stopped"
-    text: str
+    text: str  # what this request generated (with continue_last: the continuation only)
     token_ids: tuple[int, ...]
     stats: Stats | None = None
 

@@ -146,7 +146,7 @@ class SequenceState:
         """Put back a snapshot from `snapshot_items` (loading a saved state), as the newest."""
         if store not in ("stride", "marked") or len(snaps) != len(self.layers):
             raise StateError(f"not a snapshot of this state: {store!r}, {len(snaps)} layers")
-        if not 0 < position <= self.offset:
+        if not 0 <= position <= self.offset:
             raise StateError(f"snapshot at {position} is outside the {self.offset} tokens")
         if store == "stride":
             self._put(self._stride_snaps, position, snaps, self.policy.stride_capacity)

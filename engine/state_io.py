@@ -13,12 +13,13 @@ a full disk never leaves a half-written file, and the previous file stays as it 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
 import os
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 import mlx.core as mx
 import numpy as np
@@ -33,8 +34,8 @@ _HEADER_KEY = "branchchat_state"
 _DIGEST_KEY = "branchchat_sha256"
 
 
-class _NewState(Any):  # what load_state needs from a model: DecoderModel.new_state
-    pass
+class StatefulModel(Protocol):
+    def new_state(self, policy: SnapshotPolicy | None = None) -> SequenceState: ...
 
 
 def save_state(state: SequenceState, path: str | Path, fingerprint: str) -> int:
@@ -80,11 +81,11 @@ def save_state(state: SequenceState, path: str | Path, fingerprint: str) -> int:
     except OSError as exc:
         raise StateError(f"could not save the state to {path}: {exc.strerror or exc}") from exc
     finally:
-        tmp.unlink(missing_ok=True)
+        _remove_quietly(tmp)
 
 
-def load_state(model: Any, path: str | Path, fingerprint: str) -> SequenceState:
-    """A new state for `model` (anything with `new_state(policy)`) from a saved file."""
+def load_state(model: StatefulModel, path: str | Path, fingerprint: str) -> SequenceState:
+    """A new state for `model` from a file `save_state` wrote for the same fingerprint."""
     path = Path(path)
     if not path.is_file():
         raise StateError(f"{path}: no such state file")
@@ -116,8 +117,10 @@ def load_state(model: Any, path: str | Path, fingerprint: str) -> SequenceState:
         raise StateError(f"{path}: inconsistent state file ({exc!r})") from None
 
 
-def _rebuild(model: Any, meta: dict, tensors: dict[str, Any], path: Path) -> SequenceState:
-    state: SequenceState = model.new_state(SnapshotPolicy(**meta["policy"]))
+def _rebuild(
+    model: StatefulModel, meta: dict, tensors: dict[str, Any], path: Path
+) -> SequenceState:
+    state = model.new_state(SnapshotPolicy(**meta["policy"]))
     kinds = [type(layer).__name__ for layer in state.layers]
     saved_kinds = [entry["kind"] for entry in meta["layers"]]
     if kinds != saved_kinds:
@@ -142,15 +145,19 @@ def _write_safetensors(f: IO[bytes], tensors: dict[str, Any], metadata: dict[str
     mx.save_safetensors(f, tensors, metadata)  # type: ignore[arg-type]
 
 
+def _remove_quietly(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        path.unlink(missing_ok=True)
+
+
 def _fsync_dir(directory: Path) -> None:
     try:
         fd = os.open(directory, os.O_RDONLY)
     except OSError:
         return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass  # some filesystems cannot fsync a directory; the file itself is synced
+    try:  # some filesystems cannot fsync a directory; the file itself is synced
+        with contextlib.suppress(OSError):
+            os.fsync(fd)
     finally:
         os.close(fd)
 
