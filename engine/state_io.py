@@ -112,24 +112,22 @@ def load_state(model: StatefulModel, path: str | Path, fingerprint: str) -> Sequ
             f"this model's is {fingerprint}"
         )
     try:
-        return _rebuild(model, meta, tensors, path)
-    except (KeyError, TypeError, ValueError, IndexError) as exc:
-        raise StateError(f"{path}: inconsistent state file ({exc!r})") from None
+        return _rebuild(model, meta, tensors)
+    except (StateError, KeyError, TypeError, ValueError, IndexError) as exc:
+        raise StateError(f"{path}: inconsistent state file ({exc})") from None
 
 
-def _rebuild(
-    model: StatefulModel, meta: dict, tensors: dict[str, Any], path: Path
-) -> SequenceState:
+def _rebuild(model: StatefulModel, meta: dict, tensors: dict[str, Any]) -> SequenceState:
     state = model.new_state(SnapshotPolicy(**meta["policy"]))
     kinds = [type(layer).__name__ for layer in state.layers]
     saved_kinds = [entry["kind"] for entry in meta["layers"]]
     if kinds != saved_kinds:
-        raise StateError(f"{path}: layers {saved_kinds} do not match this model's {kinds}")
+        raise ValueError(f"its layers {saved_kinds} do not match this model's {kinds}")
     tokens = [int(t) for t in meta["tokens"]]
     table = _LoadedArrays(tensors, state.ops.name)
     for layer, entry in zip(state.layers, meta["layers"], strict=True):
         if int(entry["length"]) != len(tokens):
-            raise StateError(f"{path}: a layer holds {entry['length']} of {len(tokens)} tokens")
+            raise ValueError(f"a layer holds {entry['length']} of {len(tokens)} tokens")
         arrays = {key: table.get(name) for key, name in entry["arrays"].items()}
         layer.load_arrays(arrays, len(tokens))
     state.tokens = tokens

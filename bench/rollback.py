@@ -1,0 +1,265 @@
+"""Deep rollback on a hybrid model: truncate from a snapshot against a full re-prefill.
+
+    python -m bench rollback [--json] [--context N] [--backend numpy|mlx] [--positions K]
+
+A random-weight Qwen3.5-style hybrid (3 Gated DeltaNet : 1 gated attention) is written to a
+temporary directory and loaded like a download: on the CPU a small one (hidden 512, 8
+layers), on a GPU Qwen3.5-0.8B's true shapes. One state is prefilled to the context (2048
+tokens on the CPU, 8192 on a GPU) with the default snapshot policy. Then, on a copy of it
+for each of K random earlier positions: truncate there plus the next token's logits,
+against a full re-prefill of the same prefix plus the next logits; and on the state
+itself: a verify pass of 8 rows, and a retaining rollback keeping 3 of the 8. Figures are
+medians; "spread" holds min and max. Results go to results/rollback-<timestamp>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import random
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+
+from bench import common
+
+VERIFY_ROWS, KEEP_ROWS = 8, 3
+CPU_SHAPES: dict[str, Any] = {
+    "hidden_size": 512,
+    "num_hidden_layers": 8,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "intermediate_size": 1536,
+    "linear_num_key_heads": 8,
+    "linear_num_value_heads": 8,
+    "linear_key_head_dim": 64,
+    "linear_value_head_dim": 64,
+    "vocab_size": 32768,
+}
+GPU_SHAPES: dict[str, Any] = {  # Qwen3.5-0.8B's text model
+    "hidden_size": 1024,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+    "head_dim": 256,
+    "intermediate_size": 3584,
+    "linear_num_key_heads": 16,
+    "linear_num_value_heads": 16,
+    "linear_key_head_dim": 128,
+    "linear_value_head_dim": 128,
+    "vocab_size": 248320,
+}
+
+
+def write_model(directory: Path, shapes: dict[str, Any], dtype: Any, seed: int = 0) -> Path:
+    """A Qwen3.5 text checkpoint in the HF layout (zero-centred norms, conv1d (C, 1, K))
+    with random weights, and a placeholder tokenizer (the bench feeds token ids)."""
+    from tokenizers import Tokenizer, models
+
+    config = {
+        **shapes,
+        "model_type": "qwen3_5_text",
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10000000.0,
+        "partial_rotary_factor": 0.25,
+        "max_position_embeddings": 32768,
+        "linear_conv_kernel_dim": 4,
+        "full_attention_interval": 4,
+        "tie_word_embeddings": True,
+    }
+    c = config
+    D, F, V = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
+    H, KV, hd = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
+    nk, nv = c["linear_num_key_heads"], c["linear_num_value_heads"]
+    dk, dv, K = c["linear_key_head_dim"], c["linear_value_head_dim"], c["linear_conv_kernel_dim"]
+    key = mx.random.key(seed)
+
+    def normal(*shape: int, std: float = 0.02, mean: float = 0.0) -> mx.array:
+        nonlocal key
+        key, sub = mx.random.split(key)
+        return (mean + std * mx.random.normal(shape, key=sub)).astype(dtype)
+
+    w = {"model.embed_tokens.weight": normal(V, D), "model.norm.weight": normal(D, std=0.1)}
+    for i in range(c["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        w[p + "input_layernorm.weight"] = normal(D, std=0.1)
+        w[p + "post_attention_layernorm.weight"] = normal(D, std=0.1)
+        if (i + 1) % c["full_attention_interval"] == 0:
+            w[p + "self_attn.q_proj.weight"] = normal(2 * H * hd, D)  # [query | gate] per head
+            w[p + "self_attn.k_proj.weight"] = normal(KV * hd, D)
+            w[p + "self_attn.v_proj.weight"] = normal(KV * hd, D)
+            w[p + "self_attn.o_proj.weight"] = normal(D, H * hd)
+            w[p + "self_attn.q_norm.weight"] = normal(hd, std=0.1)
+            w[p + "self_attn.k_norm.weight"] = normal(hd, std=0.1)
+        else:
+            a = p + "linear_attn."
+            conv_dim = 2 * nk * dk + nv * dv
+            w[a + "in_proj_qkv.weight"] = normal(conv_dim, D)
+            w[a + "in_proj_z.weight"] = normal(nv * dv, D)
+            w[a + "in_proj_b.weight"] = normal(nv, D)
+            w[a + "in_proj_a.weight"] = normal(nv, D)
+            w[a + "conv1d.weight"] = normal(conv_dim, 1, K, std=0.3)
+            w[a + "A_log"] = mx.log(mx.random.uniform(0.05, 1.0, (nv,))).astype(dtype)
+            w[a + "dt_bias"] = normal(nv, std=0.5)
+            w[a + "norm.weight"] = normal(dv, std=0.1, mean=1.0)
+            w[a + "out_proj.weight"] = normal(D, nv * dv)
+        w[p + "mlp.gate_proj.weight"] = normal(F, D)
+        w[p + "mlp.up_proj.weight"] = normal(F, D)
+        w[p + "mlp.down_proj.weight"] = normal(D, F)
+    directory.mkdir(parents=True, exist_ok=True)
+    mx.save_safetensors(str(directory / "model.safetensors"), w, {"format": "pt"})
+    (directory / "config.json").write_text(json.dumps(config, indent=2))
+    Tokenizer(models.WordLevel({"<unk>": 0}, unk_token="<unk>")).save(
+        str(directory / "tokenizer.json")
+    )
+    return directory
+
+
+def sync(state: Any) -> None:
+    """Wait for MLX's lazy work on the state's recurrent arrays (a no-op on NumPy)."""
+    from engine.state import RecurrentState
+
+    pending = [
+        a
+        for layer in state.layers
+        if isinstance(layer, RecurrentState)
+        for a in (layer.conv, layer.ssm)
+        if isinstance(a, mx.array)
+    ]
+    if pending:
+        mx.eval(pending)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from engine.loader import load_model
+    from engine.sequence import prefill, truncate
+    from engine.session import PREFILL_CHUNK
+
+    on_gpu = mx.default_device() == mx.gpu
+    context = args.context or (8192 if on_gpu else 2048)
+    shapes = GPU_SHAPES if on_gpu else CPU_SHAPES
+    rng = random.Random(args.seed)
+    ids = [rng.randrange(shapes["vocab_size"]) for _ in range(context + VERIFY_ROWS * 16)]
+    probe = ids[-1]
+    with tempfile.TemporaryDirectory() as tmp:
+        dtype = mx.bfloat16 if on_gpu else mx.float32
+        loaded = load_model(write_model(Path(tmp) / "hybrid", shapes, dtype), backend=args.backend)
+    model = loaded.model
+
+    def truncate_then_next_logits(state: Any, n: int) -> None:
+        truncate(model, state, n, chunk_size=PREFILL_CHUNK)
+        model.forward([probe], state)
+
+    def reprefill_then_next_logits(n: int) -> None:
+        fresh = model.new_state()
+        prefill(model, fresh, ids[:n], chunk_size=PREFILL_CHUNK)
+        model.forward([probe], fresh)
+
+    state = model.new_state()
+    build_s = common.timed(lambda: prefill(model, state, ids[:context], chunk_size=PREFILL_CHUNK))
+    say(args, f"prefilled {context} tokens in {build_s:.2f} s")
+
+    positions = sorted(rng.randrange(context // 8, context) for _ in range(args.positions))
+    # one untimed round of each first: MLX builds its kernels on first use (~2 s on CUDA)
+    truncate_then_next_logits(copy.deepcopy(state, {id(state.ops): state.ops}), positions[0])
+    reprefill_then_next_logits(context // 8)
+    cp = state.checkpoint(record=True)
+    model.forward(ids[context : context + VERIFY_ROWS], state, logits="all")
+    state.rollback_retaining(cp, KEEP_ROWS)
+
+    truncate_s, reprefill_s, replayed = [], [], []
+    for n in positions:
+        clone = copy.deepcopy(state, {id(state.ops): state.ops})  # ops hold MLX dtypes
+        replayed.append(n - clone.plan_truncate(n))
+        truncate_s.append(common.timed(lambda c=clone, n=n: truncate_then_next_logits(c, n)))
+        reprefill_s.append(common.timed(lambda n=n: reprefill_then_next_logits(n)))
+        say(
+            args,
+            f"position {n}: truncate {truncate_s[-1]:.3f} s, re-prefill {reprefill_s[-1]:.3f} s",
+        )
+
+    verify_s, retaining_s = [], []
+    for run_index in range(args.runs):
+        block = ids[context + run_index * VERIFY_ROWS : context + (run_index + 1) * VERIFY_ROWS]
+        cp = state.checkpoint(record=True)
+        verify_s.append(common.timed(lambda b=block: model.forward(b, state, logits="all")))
+        retaining_s.append(
+            common.timed(lambda cp=cp: (state.rollback_retaining(cp, KEEP_ROWS), sync(state)))
+        )
+
+    figures = {
+        "truncate_s": truncate_s,
+        "full_reprefill_s": reprefill_s,
+        "speedup": [r / t for r, t in zip(reprefill_s, truncate_s, strict=True)],  # per position
+        "verify_s": verify_s,
+        "retaining_rollback_s": retaining_s,
+    }
+    return common.rounded(
+        {
+            "context_tokens": context,
+            **{name: common.spread(values)["median"] for name, values in figures.items()},
+            "spread": {name: common.spread(values) for name, values in figures.items()},
+            "stride": state.policy.stride,
+            "positions": positions,
+            "replayed_tokens": replayed,
+            "verify_rows": VERIFY_ROWS,
+            "kept_rows": KEEP_ROWS,
+            "build_s": build_s,
+            "state_mib": state.nbytes() / 2**20,
+            "snapshot_mib": state.snapshot_nbytes() / 2**20,
+            "model": {**shapes, "dtype": str(dtype).removeprefix("mlx.core.")},
+            "backend": loaded.ops.name,
+            "device": str(mx.default_device()),
+            "machine": common.machine(),
+            "versions": common.versions(),
+            "command": "python -m bench rollback " + " ".join(args.argv),
+            "date": common.now_iso(),
+        }
+    )
+
+
+def say(args: argparse.Namespace, text: str) -> None:
+    if not args.json:
+        print(text, file=sys.stderr, flush=True)
+
+
+def print_table(result: dict[str, Any]) -> None:
+    spread = result["spread"]
+    print(
+        f"hybrid, {result['context_tokens']} tokens, snapshot stride {result['stride']}, "
+        f"{result['backend']} on {result['device']}"
+    )
+    print(f"{'figure':<30}{'median':>12}{'min':>12}{'max':>12}")
+    for name in ("truncate_s", "full_reprefill_s", "speedup", "verify_s", "retaining_rollback_s"):
+        s = spread[name]
+        print(f"{name:<30}{s['median']:>12.4g}{s['min']:>12.4g}{s['max']:>12.4g}")
+    print(f"replayed tokens per truncate: {result['replayed_tokens']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench rollback", description=__doc__)
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--context", type=int, default=0, help="tokens (2048 CPU, 8192 GPU)")
+    parser.add_argument("--backend", choices=("numpy", "mlx"), default=None)
+    parser.add_argument("--positions", type=int, default=5, help="truncate positions to time")
+    parser.add_argument("--runs", type=int, default=5, help="verify + retaining rollbacks")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    args.argv = list(argv if argv is not None else sys.argv[1:])
+    result = run(args)
+    path = common.write_results("rollback", result)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print_table(result)
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
