@@ -30,51 +30,65 @@ MAX_DRAFT = 16
 
 
 class CostModel:
-    """Seconds per forward of m rows on this device, measured (EMA per row count).
+    """Seconds per forward of m rows on this device: the cost of one row times the measured
+    ratio cost(m) / cost(1) (EMAs).
 
     On MLX's CPU backend a verify of m rows costs ~m decode steps; on a GPU or through
-    BLAS it is nearly flat in m, which is what makes speculation pay.
+    BLAS it is nearly flat in m, which is what makes speculation pay. Ratios rather than
+    seconds are kept for m > 1 because they are only measured while speculating: absolute
+    verify times taken under a burst of load (at calibration, say) would stay stale once
+    they stopped speculation, while plain steps sped up again, and nothing re-measured them.
     """
 
     def __init__(self, decay: float = 0.8) -> None:
         self.decay = decay
-        self.seconds: dict[int, float] = {}
+        self.step_seconds: float | None = None  # one row
+        self.ratios: dict[int, float] = {1: 1.0}
+
+    @property
+    def seconds(self) -> dict[int, float]:
+        """The current estimate for every measured row count."""
+        return {rows: self.cost(rows) for rows in sorted(self.ratios)}
 
     def observe(self, rows: int, seconds: float) -> None:
-        old = self.seconds.get(rows)
-        self.seconds[rows] = (
-            seconds if old is None else self.decay * old + (1 - self.decay) * seconds
-        )
+        if rows == 1:
+            self.step_seconds = self._ema(self.step_seconds, seconds)
+        elif self.step_seconds is not None:  # a ratio needs the one-row cost first
+            self.ratios[rows] = self._ema(self.ratios.get(rows), seconds / self.step_seconds)
+
+    def _ema(self, old: float | None, new: float) -> float:
+        return new if old is None else self.decay * old + (1 - self.decay) * new
 
     def cost(self, rows: int) -> float:
-        if rows in self.seconds:
-            return self.seconds[rows]
-        known = sorted(self.seconds)
-        if not known:
-            return float(rows)  # no measurement yet: assume linear (never optimistic)
-        lo = max((m for m in known if m < rows), default=None)
-        hi = min((m for m in known if m > rows), default=None)
-        if lo is not None and hi is not None:
+        step = 1.0 if self.step_seconds is None else self.step_seconds
+        return step * self._ratio(rows)
+
+    def _ratio(self, rows: int) -> float:
+        ratios = self.ratios
+        if rows in ratios:
+            return ratios[rows]
+        lo = max(m for m in ratios if m < rows)  # 1 is always known
+        hi = min((m for m in ratios if m > rows), default=None)
+        if hi is not None:
             w = (rows - lo) / (hi - lo)
-            return (1 - w) * self.seconds[lo] + w * self.seconds[hi]
-        if lo is not None:  # extrapolate linearly in the extra rows from the top point
-            per_row = self.seconds[lo] / lo
-            return self.seconds[lo] + (rows - lo) * per_row
-        assert hi is not None
-        return self.seconds[hi] * rows / hi
+            return (1 - w) * ratios[lo] + w * ratios[hi]
+        # past the top point: linear in the extra rows (with nothing measured: cost(m) = m,
+        # never optimistic)
+        return ratios[lo] + (rows - lo) * ratios[lo] / lo
 
 
 @dataclass
 class AcceptanceModel:
     """Per-token acceptance of one drafter: a Beta(1, 1) prior plus forgotten evidence.
 
-    Evidence is only gathered while drafting, so it also fades on plain steps
-    (`idle_decay`) and is dropped when a request begins: otherwise a rate that once fell
-    below break-even would never be tested again, and a request the drafter predicts well
-    (a regenerate repeating the previous answer after a fresh question) got no drafts.
+    Evidence ages per token: `decay` per drafted token judged (so a run of accepts that ends
+    is outweighed within a few failed drafts) and `idle_decay` per plain step. Evidence is
+    only gathered while drafting, so without the idle ageing, and without dropping it when a
+    request begins, a rate that once fell below break-even would never be tested again: a
+    regenerate repeating the previous answer after a fresh question got no drafts at all.
     """
 
-    decay: float = 0.95  # per verify
+    decay: float = 0.9  # per judged draft token: a memory of ~10 of them
     idle_decay: float = 0.98  # per plain step: 35 undrafted tokens halve the evidence
     accepted: float = 0.0
     trials: float = 0.0
@@ -84,8 +98,10 @@ class AcceptanceModel:
         return (self.accepted + 1.0) / (self.trials + 2.0)  # the posterior mean
 
     def observe(self, drafted: int, accepted: int) -> None:
-        self.accepted = self.decay * self.accepted + accepted
-        self.trials = self.decay * self.trials + accepted + (1 if accepted < drafted else 0)
+        judged = accepted + (1 if accepted < drafted else 0)
+        keep = self.decay**judged
+        self.accepted = keep * self.accepted + accepted
+        self.trials = keep * self.trials + judged
 
     def idle(self) -> None:
         """A step without a draft: the evidence ages."""
