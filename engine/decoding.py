@@ -92,6 +92,13 @@ class AcceptanceModel:
     idle_decay: float = 0.98  # per plain step: 35 undrafted tokens halve the evidence
     accepted: float = 0.0
     trials: float = 0.0
+    token_seconds: float = 0.0  # what drafting one token costs (a draft model's forward)
+
+    def observe_cost(self, drafted: int, seconds: float) -> None:
+        per_token = seconds / drafted
+        self.token_seconds = (
+            per_token if not self.token_seconds else (0.8 * self.token_seconds + 0.2 * per_token)
+        )
 
     @property
     def rate(self) -> float:
@@ -113,12 +120,15 @@ class AcceptanceModel:
         self.accepted = self.trials = 0.0
 
 
-def best_draft_length(alpha: float, costs: CostModel, available: int) -> int:
-    """k maximising expected tokens per second: (1 - a^(k+1)) / (1 - a) per cost(k+1)."""
+def best_draft_length(
+    alpha: float, costs: CostModel, available: int, draft_token_s: float = 0.0
+) -> int:
+    """k maximising expected tokens per second: (1 - a^(k+1)) / (1 - a) tokens per
+    cost(k+1) + k * draft_token_s (the verify plus drafting the k tokens)."""
     best_k, best_rate = 0, 1.0 / costs.cost(1)
     for k in range(1, min(available, MAX_DRAFT) + 1):
         expected = sum(alpha**i for i in range(k + 1))
-        rate = expected / costs.cost(k + 1)
+        rate = expected / (costs.cost(k + 1) + k * draft_token_s)
         if rate > best_rate * 1.02:  # a margin: never speculate for a rounding error
             best_k, best_rate = k, rate
     return best_k
@@ -174,7 +184,10 @@ def decode(
             break
         pending = out.token_ids[-1]
         k = _choose_k(req, costs, len(out.token_ids), state)
+        t0 = time.perf_counter()
         draft = req.drafter.propose(pending, k) if (req.drafter is not None and k) else Draft([])
+        if draft.tokens and req.acceptance is not None:
+            req.acceptance.observe_cost(len(draft.tokens), time.perf_counter() - t0)
         rows = [pending, *draft.tokens[:k]]
         t0 = time.perf_counter()
         if len(rows) == 1:
@@ -233,7 +246,8 @@ def _choose_k(req: DecodeRequest, costs: CostModel, produced: int, state: Any) -
         return 0
     # k drafts yield up to k + 1 tokens: a row past the token limit is verified for nothing
     room = min(req.max_tokens - produced - 1, req.context_limit - state.offset - 2)
-    return best_draft_length(req.acceptance.rate, costs, max(0, room))
+    acc = req.acceptance
+    return best_draft_length(acc.rate, costs, max(0, room), acc.token_seconds)
 
 
 def _verify(

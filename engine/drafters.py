@@ -223,11 +223,13 @@ class DraftModel(Protocol):
 class DraftModelDrafter:
     """A small model sharing the target's tokenizer, drafting one token per forward.
 
-    Its state always holds exactly the committed context between calls: `propose`
-    checkpoints, drafts, and rolls back; `commit` forwards the committed tokens in one
-    batched call. With `transform` (a logits row and the history -> a probability
-    vector, e.g. engine.sampling.probabilities with the request's settings) it samples
-    from q and returns q's rows; without, it is greedy and returns probs=None.
+    Between requests its state holds exactly the committed context: `propose`
+    checkpoints, drafts, and rolls back; `commit` only queues the committed tokens, which
+    the next `propose` (or `end`) forwards in one batched call, so plain steps between
+    drafts cost the draft model nothing until it drafts again. With `transform` (a logits
+    row and the history -> a probability vector, e.g. engine.sampling.probabilities with the
+    request's settings) it samples from q and returns q's rows; without, it is greedy and
+    returns probs=None.
     """
 
     name = "draft_model"
@@ -243,8 +245,10 @@ class DraftModelDrafter:
         self.transform = transform
         self.rng = np.random.default_rng(seed)
         self.state = model.new_state()
+        self._queued: list[int] = []  # committed, not yet forwarded
 
     def begin(self, context: list[int]) -> None:
+        self._queued = []
         tokens = self.state.tokens
         lcp = 0
         for a, b in zip(tokens, context, strict=False):
@@ -259,6 +263,7 @@ class DraftModelDrafter:
     def propose(self, pending: int, k: int) -> Draft:
         if k <= 0:
             return Draft([])
+        self.sync()
         state, model = self.state, self.model
         cp = state.checkpoint()
         drafted: list[int] = []
@@ -282,11 +287,16 @@ class DraftModelDrafter:
         return Draft(drafted, probs)
 
     def commit(self, tokens: list[int]) -> None:
-        if tokens:
-            prefill(self.model, self.state, tokens)
+        self._queued.extend(tokens)
 
     def end(self) -> None:
-        pass  # keep the state: the next request usually shares a long prefix
+        self.sync()  # keep the state: the next request usually shares a long prefix
+
+    def sync(self) -> None:
+        """Forward the queued committed tokens now."""
+        if self._queued:
+            prefill(self.model, self.state, self._queued)
+            self._queued = []
 
     def _restore(self, cp: Checkpoint) -> None:
         try:

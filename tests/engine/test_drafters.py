@@ -210,6 +210,7 @@ def to_numpy(model, logits) -> np.ndarray:
 
 def assert_holds_exactly(drafter: DraftModelDrafter, context: list[int], probe: int = 3):
     """The draft state is `context`, and its cache gives a fresh prefill's logits."""
+    drafter.sync()  # commit only queues tokens; propose, end and sync forward them
     model, state = drafter.model, drafter.state
     assert state.tokens == context
     cp = state.checkpoint()

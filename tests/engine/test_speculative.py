@@ -109,7 +109,7 @@ class RandomK:
     def restart(self) -> None:
         self.rng = np.random.default_rng(7)
 
-    def __call__(self, alpha: float, costs: CostModel, available: int) -> int:
+    def __call__(self, alpha: float, costs: CostModel, available: int, *_: float) -> int:
         return min(available, int(self.rng.integers(0, MAX_FORCED_K + 1)))
 
 
@@ -644,7 +644,9 @@ def test_default_model_greedy_lookup_equals_plain(monkeypatch: pytest.MonkeyPatc
     from engine.session import Session
 
     # Always draft as long as allowed: the identity must hold for every k, measured or not.
-    monkeypatch.setattr(decoding, "best_draft_length", lambda _a, _c, available: min(available, 8))
+    monkeypatch.setattr(
+        decoding, "best_draft_length", lambda _a, _c, available, *_: min(available, 8)
+    )
     loaded = default_model()
 
     def replies(drafter: str) -> list[ev.Finished]:
