@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -81,6 +82,12 @@ def load_model(
         raise UnsupportedArchitecture(path, f"no implementation for family {cfg.family!r}")
     report("preparing layers", 0.5)
     model = family.build(ops, cfg, weights)
+    if (
+        ops.name == "mlx"
+        and mx.default_device() == mx.gpu
+        and os.environ.get("BRANCHCHAT_COMPILE", "1") != "0"
+    ):
+        model.enable_compiled_decode()  # GPU decode is launch-bound; BRANCHCHAT_COMPILE=0 opts out
     report("ready", 1.0)
     # build() may refine the config (e.g. an MLX conversion's norms already hold 1 + w)
     return LoadedModel(model, tokenizer, model.config, path, fingerprint, ops)

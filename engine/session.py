@@ -8,6 +8,7 @@ decodes (speculatively where it pays). Everything here runs on the engine thread
 
 from __future__ import annotations
 
+import bisect
 import logging
 import time
 from collections.abc import Callable
@@ -49,8 +50,6 @@ class Session:
         self.loaded = loaded
         self.model = loaded.model
         self.tokenizer = loaded.tokenizer
-        if loaded.ops.name == "mlx" and _on_gpu():
-            self.model.enable_compiled_decode()
         self.state = self.model.new_state()
         self.branches = BranchCache(cache_budget_bytes)
         self.prompt_cache = None
@@ -77,15 +76,17 @@ class Session:
             text += dicts[-1]["content"]
         else:
             text = render_chat(self.template, dicts, add_generation_prompt=True, **kw)
-        ids = self.tokenizer.encode(text, add_special=self.tokenizer.add_bos)
+        ids, ends = self.tokenizer.encode_with_ends(text, add_special=self.tokenizer.add_bos)
         boundaries = []
         # Turn boundaries: where each prefix of the messages ends, the whole list included,
         # so the next turn (or a regenerate) can roll a recurrent state back to a snapshot.
+        # One tokenization: a boundary is the number of tokens ending within the prefix.
         for i in range(1, len(dicts) + 1):
             prefix = render_chat(self.template, dicts[:i], add_generation_prompt=False, **kw)
-            n = len(self.tokenizer.encode(prefix, add_special=self.tokenizer.add_bos))
-            if n < len(ids) and prefix and text.startswith(prefix):
-                boundaries.append(n)
+            if prefix and text.startswith(prefix):
+                n = bisect.bisect_right(ends, len(prefix))
+                if 0 < n < len(ids):
+                    boundaries.append(n)
         return Rendered(ids, boundaries)
 
     def fit_context(self, cmd: ev.Generate) -> Rendered:
@@ -284,9 +285,3 @@ class Session:
                 self.model.forward([1] * rows, state, logits="all")
                 self.costs.observe(rows, time.perf_counter() - t0)
                 state.rollback(cp)
-
-
-def _on_gpu() -> bool:
-    import mlx.core as mx
-
-    return bool(mx.default_device() == mx.gpu)

@@ -227,6 +227,15 @@ class Tokenizer:
             ids.insert(0, self.bos_id)
         return ids
 
+    def encode_with_ends(self, text: str, add_special: bool = False) -> tuple[list[int], list[int]]:
+        """Token ids for text plus, per token, the character offset where it ends."""
+        enc = self.hf.encode(text, add_special_tokens=False)
+        ids, ends = list(enc.ids), [end for _, end in enc.offsets]
+        if add_special and self.add_bos and self.bos_id is not None:
+            ids.insert(0, self.bos_id)
+            ends.insert(0, 0)
+        return ids, ends
+
     def decode(self, ids: Sequence[int], *, skip_special: bool = False) -> str:
         """Text for ids; bytes that are not valid UTF-8 come out as U+FFFD."""
         return str(self.hf.decode(list(ids), skip_special_tokens=skip_special))

@@ -97,5 +97,6 @@ def make_ops(backend: str | None = None, dtype: str | None = None) -> Ops:
     if backend == "mlx":
         from kernels.ops_mlx import MlxOps
 
-        return MlxOps(dtype)
+        # BRANCHCHAT_DTYPE=float32 on a GPU: bit-stable greedy speculation for comparisons
+        return MlxOps(dtype or os.environ.get("BRANCHCHAT_DTYPE") or None)
     raise ValueError(f"unknown backend {backend!r}; expected 'numpy' or 'mlx'")
