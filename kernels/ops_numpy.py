@@ -71,11 +71,11 @@ class NumpyOps:
         return _as_f32(w)
 
     def concat_weights(self, ws: list[Any]) -> np.ndarray | QMatrix:
-        first = ws[0]
-        if isinstance(first, QMatrix) and all(isinstance(w, QMatrix) for w in ws):
-            same = [(w.bits, w.group_size, w.shape[1]) for w in ws]
-            if len(set(same)) == 1:
-                return first.concat(ws[1:])
+        first, rest = ws[0], ws[1:]
+        packed = isinstance(first, QMatrix) and all(isinstance(w, QMatrix) for w in rest)
+        if packed and first.can_concat(rest):
+            return first.concat(rest)
+        # mixed kinds (a fused projection of quantized and dense parts): dense [in, out]
         return np.ascontiguousarray(np.concatenate([_dense_t(w) for w in ws], axis=1))
 
     def weight_nbytes(self, w: Any) -> int:

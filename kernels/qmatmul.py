@@ -1,0 +1,273 @@
+"""Matrix products against MLX affine-quantized weights on the CPU, kept packed.
+
+Decode on a CPU is bound by the bytes of weights read per token: the default model's
+weights take ~540 MB dequantized to float32 but ~98 MB packed, so the C kernel
+(kernels/qmatmul.c, built by setup.py) multiplies against the packed rows directly, up to
+8 rows of x per pass over the weights (a speculative verify). Above KERNEL_MAX_ROWS rows
+(a long prefill) BLAS wins on a float32 copy of the weight, dequantized a block of rows
+at a time into a reused scratch buffer.
+
+`matmul_reference` and `dequantize_reference` are the plain NumPy definitions the kernel
+is tested against (tests/kernels/test_qmatmul.py).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+ABI_VERSION = 1  # kernels/qmatmul.c's; a stale build from older sources is not used
+
+
+def _load_extension() -> Any:
+    try:
+        ext = importlib.import_module("kernels._qmatmul")
+    except ImportError:  # not built (no compiler at install time): the NumPy path serves
+        return None
+    return ext if getattr(ext, "ABI_VERSION", None) == ABI_VERSION else None
+
+
+_ext = _load_extension()
+
+F32 = np.float32
+F16 = np.float16
+SUPPORTED_BITS = (4, 8)
+# Up to this many rows the kernel beats dequantize + BLAS; measured on the 2-core dev
+# machine (default model prefill, tok/s kernel vs BLAS): 37 rows 596 vs 418, 64 rows 664
+# vs 637, 96 rows 761 vs 774, 128 rows 631 vs 761, 512 rows 554 vs 615.
+KERNEL_MAX_ROWS = 64
+# Float32 elements of the dequantized block handed to BLAS (8 MB: stays in the L3 cache).
+BLAS_BLOCK_ELEMENTS = 1 << 21
+
+
+def available() -> bool:
+    """Whether the C kernel is built and importable."""
+    return _ext is not None
+
+
+def enabled() -> bool:
+    """Whether the numpy backend should hold quantized weights packed for this kernel.
+
+    BRANCHCHAT_QMATMUL=0 turns it off, =1 on; by default it is on where a SIMD code path
+    was built (AVX2 or AVX-512): the portable C one is no faster than BLAS on float32.
+    """
+    flag = os.environ.get("BRANCHCHAT_QMATMUL", "")
+    if flag not in ("", "0", "1"):
+        raise ValueError(f"BRANCHCHAT_QMATMUL must be 0 or 1, not {flag!r}")
+    if not available() or flag == "0":
+        return False
+    return flag == "1" or _ext.info()["isa"] != "generic"
+
+
+def default_num_threads() -> int:
+    """BRANCHCHAT_THREADS, else the cores this process may run on."""
+    forced = os.environ.get("BRANCHCHAT_THREADS")
+    if forced:
+        if not forced.isdigit() or int(forced) < 1:
+            raise ValueError(f"BRANCHCHAT_THREADS must be a positive integer, not {forced!r}")
+        return int(forced)
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def set_num_threads(n: int) -> None:
+    if n < 1:
+        raise ValueError(f"the thread count must be at least 1, not {n}")
+    if _ext is not None:
+        _ext.set_num_threads(n)
+
+
+if _ext is not None:
+    _ext.set_num_threads(default_num_threads())
+
+
+@dataclass(frozen=True)
+class QMatrix:
+    """A quantized [n, k] weight as the kernel takes it: W[j] = scales * q + biases per group.
+
+    packed: uint32 [n, k * bits / 32] (MLX's layout); scales/biases: [n, k / group], both
+    float16 (what GGUF and most MLX models store: 2 bytes a group fewer to read) or both
+    float32 (when float16 cannot hold them exactly).
+    """
+
+    packed: np.ndarray
+    scales: np.ndarray
+    biases: np.ndarray
+    group_size: int
+    bits: int
+
+    def __post_init__(self) -> None:
+        n, words = self.packed.shape
+        k = words * 32 // self.bits
+        if self.bits not in SUPPORTED_BITS:
+            raise ValueError(f"bits must be one of {SUPPORTED_BITS}, not {self.bits}")
+        if self.group_size % 32 or k % self.group_size:
+            raise ValueError(f"group_size {self.group_size} must be a multiple of 32 dividing {k}")
+        if self.scales.shape != (n, k // self.group_size) or self.biases.shape != self.scales.shape:
+            raise ValueError("scales and biases must be [n, k / group_size]")
+        if self.scales.dtype != self.biases.dtype or self.scales.dtype not in (F16, F32):
+            raise ValueError("scales and biases must both be float16 or both float32")
+
+    @classmethod
+    def from_arrays(
+        cls, packed: Any, scales: Any, biases: Any, group_size: int, bits: int
+    ) -> QMatrix:
+        """From any array type NumPy can read (MLX arrays included); the scales and biases
+        are held in float16 when that is exact, else in float32."""
+        s, b = _to_numpy(scales).astype(F32), _to_numpy(biases).astype(F32)
+        s16, b16 = s.astype(F16), b.astype(F16)
+        exact = np.array_equal(s16.astype(F32), s) and np.array_equal(b16.astype(F32), b)
+        return cls(
+            np.ascontiguousarray(_to_numpy(packed), dtype=np.uint32),
+            np.ascontiguousarray(s16 if exact else s),
+            np.ascontiguousarray(b16 if exact else b),
+            group_size,
+            bits,
+        )
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (int(self.packed.shape[0]), int(self.packed.shape[1]) * 32 // self.bits)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.packed.nbytes + self.scales.nbytes + self.biases.nbytes)
+
+    def can_concat(self, others: list[QMatrix]) -> bool:
+        key = (self.bits, self.group_size, self.shape[1], self.scales.dtype)
+        return all((q.bits, q.group_size, q.shape[1], q.scales.dtype) == key for q in others)
+
+    def concat(self, others: list[QMatrix]) -> QMatrix:
+        """The rows of self then of each of `others` (a fused QKV or gate/up projection)."""
+        if not self.can_concat(others):
+            raise ValueError("only matrices with equal bits, group size, k and scale dtype concat")
+        parts = [self, *others]
+        return QMatrix(
+            np.concatenate([q.packed for q in parts]),
+            np.concatenate([q.scales for q in parts]),
+            np.concatenate([q.biases for q in parts]),
+            self.group_size,
+            self.bits,
+        )
+
+
+def supports(bits: int, group_size: int) -> bool:
+    return bits in SUPPORTED_BITS and group_size % 32 == 0
+
+
+def _to_numpy(a: Any) -> np.ndarray:
+    if isinstance(a, np.ndarray):
+        return a
+    import mlx.core as mx
+
+    if a.dtype == mx.bfloat16:  # NumPy has no bfloat16; float32 holds it exactly
+        a = a.astype(mx.float32)
+    return np.array(a)
+
+
+def _args(qm: QMatrix) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int]:
+    return qm.packed, qm.scales, qm.biases, qm.group_size, qm.bits
+
+
+def _require_ext() -> Any:
+    if _ext is None:
+        raise RuntimeError("kernels._qmatmul is not built (pip install -e . builds it)")
+    return _ext
+
+
+# -- the fast path -----------------------------------------------------------------------
+
+
+def matmul(x: np.ndarray, qm: QMatrix) -> np.ndarray:
+    """x [..., k] @ W^T -> [..., n] in float32: the kernel for few rows, BLAS for many."""
+    ext = _require_ext()
+    n = qm.packed.shape[0]
+    x2 = x if x.ndim == 2 else x.reshape(-1, x.shape[-1])  # [m, k]
+    if x2.dtype != F32 or not x2.flags.c_contiguous:
+        x2 = np.ascontiguousarray(x2, dtype=F32)
+    m = x2.shape[0]
+    if m <= KERNEL_MAX_ROWS:
+        out = np.empty((m, n), dtype=F32)
+        ext.matmul(x2, qm.packed, qm.scales, qm.biases, qm.group_size, qm.bits, out)
+    else:
+        out = _matmul_blocked(x2, qm)
+    return out if x.ndim == 2 else out.reshape(*x.shape[:-1], n)
+
+
+_scratch = threading.local()
+
+
+def _scratch_buffer(elements: int) -> np.ndarray:
+    buf = getattr(_scratch, "buf", None)
+    if buf is None or buf.size < elements:
+        buf = np.empty(max(elements, BLAS_BLOCK_ELEMENTS), dtype=F32)
+        _scratch.buf = buf
+    return buf
+
+
+def _matmul_blocked(x: np.ndarray, qm: QMatrix) -> np.ndarray:
+    """x @ W^T through BLAS, W dequantized a block of rows at a time into a reused buffer."""
+    ext = _require_ext()
+    n, k = qm.shape
+    block = max(1, min(n, BLAS_BLOCK_ELEMENTS // k))
+    scratch = _scratch_buffer(block * k)
+    out = np.empty((x.shape[0], n), dtype=F32)
+    for start in range(0, n, block):
+        stop = min(n, start + block)
+        w = scratch[: (stop - start) * k].reshape(stop - start, k)  # [rows, k]
+        ext.dequantize(*_row_slice(qm, start, stop), w)
+        if start == 0 and stop == n:
+            np.matmul(x, w.T, out=out)
+        else:
+            out[:, start:stop] = x @ w.T
+    return out
+
+
+def _row_slice(qm: QMatrix, start: int, stop: int) -> tuple[Any, ...]:
+    return (
+        qm.packed[start:stop],
+        qm.scales[start:stop],
+        qm.biases[start:stop],
+        qm.group_size,
+        qm.bits,
+    )
+
+
+def dequantize(qm: QMatrix) -> np.ndarray:
+    """The float32 [n, k] matrix."""
+    out = np.empty(qm.shape, dtype=F32)
+    _require_ext().dequantize(*_args(qm), out)
+    return out
+
+
+def embed_rows(qm: QMatrix, ids: np.ndarray) -> np.ndarray:
+    """Rows `ids` of the dequantized matrix: [len(ids), k] float32 (an embedding lookup)."""
+    rows = np.ascontiguousarray(ids, dtype=np.int64).reshape(-1)
+    out = np.empty((rows.shape[0], qm.shape[1]), dtype=F32)
+    _require_ext().dequantize(*_args(qm), out, rows)
+    return out
+
+
+# -- plain references ---------------------------------------------------------------------
+
+
+def dequantize_reference(qm: QMatrix) -> np.ndarray:
+    """float64 [n, k]: element j of a row at bits (j % (32/bits)) * bits of word j // (32/bits)."""
+    n, k = qm.shape
+    per_word = 32 // qm.bits
+    shifts = (np.arange(per_word, dtype=np.uint32) * qm.bits)[None, None, :]
+    q = (qm.packed[:, :, None] >> shifts) & np.uint32((1 << qm.bits) - 1)  # [n, words, per_word]
+    q = q.reshape(n, k // qm.group_size, qm.group_size).astype(np.float64)
+    w = q * qm.scales[:, :, None].astype(np.float64) + qm.biases[:, :, None].astype(np.float64)
+    return w.reshape(n, k)
+
+
+def matmul_reference(x: np.ndarray, qm: QMatrix) -> np.ndarray:
+    """x [m, k] @ W^T in float64."""
+    return x.astype(np.float64) @ dequantize_reference(qm).T

@@ -1,0 +1,193 @@
+"""The packed-weight C kernel (kernels/qmatmul.c) against the NumPy references in
+kernels.qmatmul, on each of its code paths (AVX-512, AVX2, portable C) the build has."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from kernels import qmatmul
+from kernels.ops import QuantizedWeight
+from kernels.ops_numpy import NumpyOps
+from kernels.qmatmul import QMatrix
+
+pytestmark = pytest.mark.skipif(
+    not qmatmul.available(), reason="kernels._qmatmul is not built (pip install -e . builds it)"
+)
+
+TOL = 1e-5  # relative to the output's scale; float32 accumulation over k <= 1024
+
+
+def random_qmatrix(
+    n: int, k: int, bits: int, group_size: int, seed: int = 0, dtype: type = np.float32
+) -> QMatrix:
+    rng = np.random.default_rng(seed)
+    words = rng.integers(0, 2**32, (n, k * bits // 32), dtype=np.uint64).astype(np.uint32)
+    scales = (rng.standard_normal((n, k // group_size)) * 0.02).astype(dtype)
+    biases = (rng.standard_normal((n, k // group_size)) * 0.1).astype(dtype)
+    return QMatrix(words, scales, biases, group_size, bits)
+
+
+@pytest.fixture(params=["avx512", "avx2", "generic"])
+def code_path(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Each test runs on every code path the build has (the machine picks the best)."""
+    ext = qmatmul._ext
+    assert ext is not None
+    best = ext.info()["isa"]
+    if request.param not in ext.info()["built"]:
+        pytest.skip(f"built without the {request.param} code path")
+    ext.set_isa(request.param)
+    yield request.param
+    ext.set_isa(best)
+
+
+def assert_close(got: np.ndarray, ref: np.ndarray) -> None:
+    scale = max(float(np.abs(ref).max()), 1e-6)
+    np.testing.assert_allclose(got, ref, rtol=0, atol=TOL * scale)
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("group_size", [32, 64, 128])
+@pytest.mark.parametrize("m", [1, 2, 3, 8, 9, 17, 100])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_matmul_matches_reference(
+    code_path: str, bits: int, group_size: int, m: int, dtype: type
+) -> None:
+    rng = np.random.default_rng(m * 100 + bits + group_size)
+    k = group_size * int(rng.integers(1, 5))
+    n = int(rng.choice([1, 3, 5, 37, 130]))  # odd sizes exercise the column tails
+    qm = random_qmatrix(n, k, bits, group_size, seed=m, dtype=dtype)
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    got = qmatmul.matmul(x, qm)
+    assert got.shape == (m, n) and got.dtype == np.float32
+    assert_close(got, qmatmul.matmul_reference(x, qm))
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize(("m", "k"), [(1, 512), (8, 512), (40, 512), (150, 4096)])
+def test_parallel_split_matches_reference(
+    code_path: str, threads: int, m: int, k: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Big enough for the thread pool to split the columns into many chunks, and (150 rows
+    of 4096) x into several row panels."""
+    monkeypatch.setattr(qmatmul, "KERNEL_MAX_ROWS", 1000)
+    qm = random_qmatrix(1030 if m < 100 else 70, k, 4, 32, seed=threads)
+    x = np.random.default_rng(m).standard_normal((m, k)).astype(np.float32)
+    try:
+        qmatmul.set_num_threads(threads)
+        got = qmatmul.matmul(x, qm)
+    finally:
+        qmatmul.set_num_threads(qmatmul.default_num_threads())
+    assert_close(got, qmatmul.matmul_reference(x, qm))
+
+
+def test_blocked_blas_path_matches_reference(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Many rows go through BLAS on the weight dequantized a block of rows at a time."""
+    monkeypatch.setattr(qmatmul, "BLAS_BLOCK_ELEMENTS", 64 * 96)  # 64-row blocks of 96
+    monkeypatch.setattr(qmatmul._scratch, "buf", None, raising=False)
+    qm = random_qmatrix(150, 96, 8, 32)
+    x = np.random.default_rng(1).standard_normal((qmatmul.KERNEL_MAX_ROWS + 5, 96))
+    got = qmatmul.matmul(x.astype(np.float32), qm)
+    assert_close(got, qmatmul.matmul_reference(x, qm))
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("group_size", [32, 64, 128])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_dequantize_and_embed_rows(code_path: str, bits: int, group_size: int, dtype: type) -> None:
+    qm = random_qmatrix(41, group_size * 3, bits, group_size, dtype=dtype)
+    ref = qmatmul.dequantize_reference(qm)
+    np.testing.assert_allclose(qmatmul.dequantize(qm), ref, rtol=1e-6, atol=1e-6)
+    ids = np.array([5, 0, 40, 5, 17])
+    np.testing.assert_allclose(qmatmul.embed_rows(qm, ids), ref[ids], rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_reference_matches_mlx_layout(bits: int) -> None:
+    """The reference reads MLX's packing: mx.quantize, then our dequantize == mx.dequantize."""
+    w = mx.random.normal((24, 128), key=mx.random.key(bits))
+    packed, scales, biases = mx.quantize(w, 64, bits)
+    qm = QMatrix.from_arrays(packed, scales, biases, 64, bits)
+    expected = np.array(mx.dequantize(packed, scales, biases, group_size=64, bits=bits))
+    np.testing.assert_allclose(qmatmul.dequantize_reference(qm), expected, rtol=0, atol=1e-6)
+
+
+def test_scales_kept_in_float16_only_when_exact() -> None:
+    qm = random_qmatrix(4, 64, 4, 32)
+    s16, b16 = qm.scales.astype(np.float16), qm.biases.astype(np.float16)
+    exact = QMatrix.from_arrays(qm.packed, s16.astype(np.float32), b16, 32, 4)
+    assert exact.scales.dtype == np.float16 and exact.biases.dtype == np.float16
+    inexact = QMatrix.from_arrays(qm.packed, s16, qm.biases, 32, 4)  # biases need float32
+    assert inexact.scales.dtype == np.float32 and inexact.biases.dtype == np.float32
+    subnormal = np.full_like(qm.scales, 1e-6, dtype=np.float16)  # half subnormals are exact
+    tiny = QMatrix.from_arrays(qm.packed, subnormal, subnormal, 32, 4)
+    assert tiny.scales.dtype == np.float16
+    x = np.ones((1, 64), np.float32)
+    assert_close(qmatmul.matmul(x, tiny), qmatmul.matmul_reference(x, tiny))
+
+
+def test_numpy_backend_without_the_extension(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failed build (no compiler) leaves the dense NumPy path, with equal results."""
+    qw = QuantizedWeight(*mx.quantize(mx.random.normal((64, 128)), 32, 4), 32, 4)
+    x = np.random.default_rng(0).standard_normal((2, 128)).astype(np.float32)
+    want = NumpyOps(packed=True).linear(x, NumpyOps(packed=True).weight(qw))
+    monkeypatch.setattr(qmatmul, "_ext", None)
+    assert not qmatmul.available() and not qmatmul.enabled()
+    ops = NumpyOps()
+    w = ops.weight(qw)
+    assert isinstance(w, np.ndarray) and w.shape == (128, 64)  # dense [in, out]
+    np.testing.assert_allclose(ops.linear(x, w), want, rtol=1e-5, atol=1e-5)
+
+
+def test_switched_off_by_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BRANCHCHAT_QMATMUL", "0")
+    assert not qmatmul.enabled() and not NumpyOps().packed
+    monkeypatch.setenv("BRANCHCHAT_QMATMUL", "yes")
+    with pytest.raises(ValueError, match="BRANCHCHAT_QMATMUL"):
+        qmatmul.enabled()
+
+
+def test_thread_count_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BRANCHCHAT_THREADS", "3")
+    assert qmatmul.default_num_threads() == 3
+    monkeypatch.delenv("BRANCHCHAT_THREADS")
+    assert qmatmul.default_num_threads() >= 1
+    monkeypatch.setenv("BRANCHCHAT_THREADS", "0")
+    with pytest.raises(ValueError, match="BRANCHCHAT_THREADS"):
+        qmatmul.default_num_threads()
+
+
+def test_bad_arguments_raise() -> None:
+    qm = random_qmatrix(8, 64, 4, 32)
+    ext = qmatmul._ext
+    assert ext is not None
+    with pytest.raises(ValueError, match="x must be"):
+        ext.matmul(np.zeros((1, 64)), *qmatmul._args(qm), np.zeros((1, 8), np.float32))
+    with pytest.raises(ValueError, match="do not match"):
+        ext.matmul(np.zeros((1, 96), np.float32), *qmatmul._args(qm), np.zeros((1, 8), np.float32))
+    with pytest.raises(IndexError):
+        qmatmul.embed_rows(qm, np.array([8]))
+    with pytest.raises(ValueError, match="bits"):
+        QMatrix(qm.packed, qm.scales, qm.biases, 32, 3)
+
+
+def test_numpy_ops_keep_quantized_weights_packed() -> None:
+    """NumpyOps holds a QuantizedWeight packed, fuses packed rows, and matches the dense path."""
+    rng = np.random.default_rng(3)
+    mats = [rng.standard_normal((n, 64)).astype(np.float32) for n in (32, 16)]
+    qws = [QuantizedWeight(*mx.quantize(mx.array(w), 32, 4), 32, 4) for w in mats]
+    packed, dense = NumpyOps(packed=True), NumpyOps(packed=False)
+    fused = packed.concat_weights([packed.weight(w) for w in qws])
+    assert isinstance(fused, QMatrix) and fused.shape == (48, 64)
+    x = rng.standard_normal((3, 64)).astype(np.float32)
+    want = dense.linear(x, dense.concat_weights([dense.weight(w) for w in qws]))
+    np.testing.assert_allclose(packed.linear(x, fused), want, rtol=1e-5, atol=1e-5)
+    ids = np.array([3, 0, 31])
+    np.testing.assert_allclose(
+        packed.embed(packed.weight(qws[0]), ids), dense.embed(dense.weight(qws[0]), ids), atol=1e-6
+    )
+    mixed = packed.concat_weights([packed.weight(qws[0]), packed.weight(mats[1])])
+    assert isinstance(mixed, np.ndarray) and mixed.shape == (64, 48)  # dense [in, out]
