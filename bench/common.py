@@ -1,0 +1,282 @@
+"""What every benchmark shares: the machine and versions, median/min/max over runs, the
+prompt text, results files, and a random-weight Qwen3.5-style hybrid model for edit timings.
+
+Benchmarks are not tests: they print figures and write JSON under results/; the docs quote
+the figures with the command that produced them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import platform
+import random
+import shutil
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+RESULTS_DIR = Path("results")
+PEER_PACKAGES = ("llama-cpp-python", "mlx-lm")
+
+# -- machine and versions ------------------------------------------------------------------
+
+
+def machine() -> dict[str, Any]:
+    """The CPU, its SIMD features, cores, memory and the load when the run started."""
+    info: dict[str, Any] = {
+        "platform": platform.platform(),
+        "cpu": platform.processor() or platform.machine(),
+        "cores": os.cpu_count(),
+        "load_average_1m": round(os.getloadavg()[0], 2),
+    }
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        text = cpuinfo.read_text()
+        for line in text.splitlines():
+            if line.startswith("model name"):
+                info["cpu"] = line.split(":", 1)[1].strip()
+                break
+        flags = next((ln for ln in text.splitlines() if ln.startswith("flags")), "").split()
+        info["simd"] = [f for f in ("avx2", "fma", "avx512f", "avx512_vnni") if f in flags]
+    meminfo = Path("/proc/meminfo")
+    if meminfo.is_file():
+        total_kb = int(meminfo.read_text().split()[1])
+        info["memory_gib"] = round(total_kb / 2**20, 1)
+    return info
+
+
+def versions() -> dict[str, str | None]:
+    """Versions of Python and the packages a figure depends on (None: not installed)."""
+    out: dict[str, str | None] = {"python": platform.python_version()}
+    for package in ("branchchat", "numpy", "mlx", "tokenizers", *PEER_PACKAGES):
+        try:
+            out[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            out[package] = None
+    try:
+        blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]  # type: ignore[index]
+        out["numpy_blas"] = f"{blas.get('name')} {blas.get('version')}"
+    except Exception:  # older numpy prints the config instead of returning it
+        out["numpy_blas"] = None
+    return out
+
+
+def wait_for_quiet_machine(max_load: float = 1.5, timeout_s: float = 0.0) -> float:
+    """Wait (up to timeout_s) for the 1-minute load average to drop below max_load."""
+    deadline = time.monotonic() + timeout_s
+    load = os.getloadavg()[0]
+    while load > max_load and time.monotonic() < deadline:
+        time.sleep(10)
+        load = os.getloadavg()[0]
+    return load
+
+
+# -- statistics ----------------------------------------------------------------------------
+
+
+def spread(values: Sequence[float]) -> dict[str, float]:
+    """Median, min and max of a run's samples (the figure is the median)."""
+    return {
+        "median": float(statistics.median(values)),
+        "min": float(min(values)),
+        "max": float(max(values)),
+    }
+
+
+def timed(fn: Callable[[], Any]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def rounded(x: Any, digits: int = 4) -> Any:
+    """Round floats (recursively) so the JSON stays readable."""
+    if isinstance(x, float):
+        return float(f"{x:.{digits}g}")
+    if isinstance(x, dict):
+        return {k: rounded(v, digits) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [rounded(v, digits) for v in x]
+    return x
+
+
+# -- results -------------------------------------------------------------------------------
+
+
+def write_results(name: str, payload: dict[str, Any], directory: Path = RESULTS_DIR) -> Path:
+    """Write results/<name>-<UTC timestamp>.json and return its path."""
+    directory.mkdir(parents=True, exist_ok=True)
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    path = directory / f"{name}-{stamp}.json"
+    path.write_text(json.dumps(payload, indent=2) + "\n")
+    return path
+
+
+def now_iso() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+def peer_missing_message(package: str) -> str:
+    return (
+        f"{package} is not installed, so it is left out. Install the peers with "
+        "`pip install -e '.[peers]'` (llama-cpp-python builds from source)."
+    )
+
+
+# -- the default model and prompt text ------------------------------------------------------
+
+
+def default_model() -> Path:
+    from engine.default_model import ensure_default_model
+
+    return ensure_default_model(lambda msg: print(msg, flush=True))
+
+
+def model_info(path: Path) -> dict[str, Any]:
+    return {"path": str(path), "name": path.name, "bytes": path.stat().st_size}
+
+
+def converted_default_model(directory: Path) -> Path:
+    """The default model converted to an MLX directory (mlx-lm's input) under directory.
+
+    Converted afresh on every run (~2 s), so a figure never comes from a stale conversion."""
+    from engine.convert import convert_gguf
+
+    return convert_gguf(default_model(), directory / "smollm2-mlx")
+
+
+_VOCABULARY = (
+    "the model reads every token of the conversation once and keeps its keys and values so "
+    "that a later request can reuse them when the text before an edit point has not changed "
+    "river mountain garden window kitchen market station library harbour village forest "
+    "yellow quiet early bright careful simple honest rapid gentle narrow ancient modern "
+    "explain compare measure describe improve borrow travel remember follow prepare "
+    "because although whenever unless while after before during between around"
+)
+_WORDS = _VOCABULARY.split()
+
+
+def prose(num_words: int, seed: int) -> str:
+    """Deterministic English-like filler text of about num_words words."""
+    rng = random.Random(seed)
+    sentences = []
+    words = 0
+    while words < num_words:
+        n = rng.randint(8, 18)
+        sentence = " ".join(rng.choice(_WORDS) for _ in range(n))
+        sentences.append(sentence.capitalize() + ".")
+        words += n
+    return " ".join(sentences)
+
+
+def prompt_ids(tokenizer: Any, num_tokens: int, seed: int = 0) -> list[int]:
+    """Exactly num_tokens ids of prose (no special tokens), the same for every engine."""
+    ids: list[int] = []
+    chunk = 0
+    while len(ids) < num_tokens:
+        ids += tokenizer.encode(prose(400, seed * 1000 + chunk) + "\n")
+        chunk += 1
+    return ids[:num_tokens]
+
+
+def conversation(num_turns: int, words_per_message: int, seed: int = 0) -> list[tuple[str, str]]:
+    """(role, content) pairs: a system message, then alternating user / assistant turns."""
+    turns = [("system", "You are a helpful assistant. Answer carefully and briefly.")]
+    for i in range(num_turns):
+        turns.append(("user", f"Question {i + 1}: " + prose(words_per_message // 3, seed + i)))
+        turns.append(("assistant", prose(words_per_message, seed + 100 + i)))
+    return turns
+
+
+# -- a random-weight Qwen3.5-style hybrid (3 Gated DeltaNet : 1 gated attention) ------------
+
+HYBRID_CONFIG: dict[str, Any] = {
+    "model_type": "qwen3_5_text",
+    "architectures": ["Qwen3_5ForCausalLM"],
+    "hidden_size": 512,
+    "num_hidden_layers": 8,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "intermediate_size": 1536,
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 10000000.0,
+    "partial_rotary_factor": 0.25,
+    "max_position_embeddings": 8192,
+    "linear_num_key_heads": 4,
+    "linear_num_value_heads": 8,
+    "linear_key_head_dim": 64,
+    "linear_value_head_dim": 64,
+    "linear_conv_kernel_dim": 4,
+    "full_attention_interval": 4,
+    "hidden_act": "silu",
+    "tie_word_embeddings": True,
+    "torch_dtype": "float16",
+}
+
+
+def write_hybrid_model(directory: Path, tokenizer_dir: Path, seed: int = 0) -> Path:
+    """A Qwen3.5-style hybrid in the official HF layout (zero-centred norms, conv1d (C, 1, K),
+    unfused in_proj_qkv | z | b | a), random weights, the default model's tokenizer."""
+    import mlx.core as mx
+
+    directory.mkdir(parents=True, exist_ok=True)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(tokenizer_dir / name, directory / name)
+    vocab = json.loads((tokenizer_dir / "config.json").read_text())["vocab_size"]
+    config = {**HYBRID_CONFIG, "vocab_size": vocab}
+    config["layer_types"] = [
+        "full_attention" if (i + 1) % config["full_attention_interval"] == 0 else "linear_attention"
+        for i in range(config["num_hidden_layers"])
+    ]
+    rng = np.random.default_rng(seed)
+    D, F = config["hidden_size"], config["intermediate_size"]
+    H, KV, hd = config["num_attention_heads"], config["num_key_value_heads"], config["head_dim"]
+    nk, nv = config["linear_num_key_heads"], config["linear_num_value_heads"]
+    dk, dv = config["linear_key_head_dim"], config["linear_value_head_dim"]
+    K = config["linear_conv_kernel_dim"]
+
+    def proj(*shape: int, std: float = 0.02) -> np.ndarray:
+        return (std * rng.standard_normal(shape)).astype(np.float16)
+
+    def zero_centred(n: int) -> np.ndarray:
+        return (0.1 * rng.standard_normal(n)).astype(np.float16)
+
+    w = {"model.embed_tokens.weight": proj(vocab, D), "model.norm.weight": zero_centred(D)}
+    for i, kind in enumerate(config["layer_types"]):
+        p = f"model.layers.{i}."
+        w[p + "input_layernorm.weight"] = zero_centred(D)
+        w[p + "post_attention_layernorm.weight"] = zero_centred(D)
+        if kind == "full_attention":
+            w[p + "self_attn.q_proj.weight"] = proj(2 * H * hd, D)  # [query | gate] per head
+            w[p + "self_attn.k_proj.weight"] = proj(KV * hd, D)
+            w[p + "self_attn.v_proj.weight"] = proj(KV * hd, D)
+            w[p + "self_attn.o_proj.weight"] = proj(D, H * hd)
+            w[p + "self_attn.q_norm.weight"] = zero_centred(hd)
+            w[p + "self_attn.k_norm.weight"] = zero_centred(hd)
+        else:
+            a = p + "linear_attn."
+            conv_dim = 2 * nk * dk + nv * dv
+            w[a + "in_proj_qkv.weight"] = proj(conv_dim, D)
+            w[a + "in_proj_z.weight"] = proj(nv * dv, D)
+            w[a + "in_proj_b.weight"] = proj(nv, D)
+            w[a + "in_proj_a.weight"] = proj(nv, D)
+            w[a + "conv1d.weight"] = proj(conv_dim, 1, K, std=0.3)
+            w[a + "A_log"] = np.log(rng.uniform(0.05, 1.0, nv)).astype(np.float16)
+            w[a + "dt_bias"] = (0.5 * rng.standard_normal(nv)).astype(np.float16)
+            w[a + "norm.weight"] = (1.0 + 0.1 * rng.standard_normal(dv)).astype(np.float16)
+            w[a + "out_proj.weight"] = proj(D, nv * dv)
+        w[p + "mlp.gate_proj.weight"] = proj(F, D)
+        w[p + "mlp.up_proj.weight"] = proj(F, D)
+        w[p + "mlp.down_proj.weight"] = proj(D, F)
+    arrays = {name: mx.array(value) for name, value in w.items()}
+    mx.save_safetensors(str(directory / "model.safetensors"), arrays, {"format": "pt"})
+    (directory / "config.json").write_text(json.dumps(config, indent=2))
+    return directory

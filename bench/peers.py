@@ -1,0 +1,184 @@
+"""The peers we compare against, driven through the same small runner interface as ours:
+llama.cpp (llama-cpp-python, on the same GGUF) and mlx-lm (on the GGUF converted by
+engine.convert). Both are optional (`pip install -e '.[peers]'`) and imported lazily.
+
+A runner holds one sequence. `prefill(ids)` starts afresh and returns the greedy next token,
+`decode(token)` appends one token and returns the next, `prefill_cached(ids)` reuses the
+longest common prefix with what the runner holds (each peer's own prompt cache) and
+returns the first token, `verify(rows)` times a batched forward of `rows` tokens with
+logits for every row and undoes it (None where the peer cannot do that cheaply).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+class PeerMissing(RuntimeError):
+    """An optional peer package is not installed."""
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _import(module: str, package: str) -> Any:
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        from bench.common import peer_missing_message
+
+        raise PeerMissing(peer_missing_message(package)) from None
+
+
+class LlamaCppRunner:
+    """llama.cpp through llama-cpp-python's Llama: same GGUF, same thread count as ours."""
+
+    name = "llama_cpp"
+
+    def __init__(self, gguf_path: Path, n_ctx: int = 4096) -> None:
+        llama_cpp = _import("llama_cpp", "llama-cpp-python")
+        threads = os.cpu_count() or 1
+        self.llm = llama_cpp.Llama(
+            model_path=str(gguf_path),
+            n_ctx=n_ctx,
+            n_batch=512,
+            n_threads=threads,
+            n_threads_batch=threads,
+            logits_all=False,
+            verbose=False,
+        )
+        self.settings = {"n_ctx": n_ctx, "n_batch": 512, "n_threads": threads}
+
+    def _greedy(self) -> int:
+        # with logits_all=False only the last row has logits, and eval() does not copy them
+        row = self.llm._ctx.get_logits_ith(-1)
+        return int(np.argmax(np.ctypeslib.as_array(row, shape=(self.llm.n_vocab(),))))
+
+    def prefill(self, ids: list[int]) -> int:
+        self.llm.reset()
+        self.llm.eval(ids)
+        return self._greedy()
+
+    def decode(self, token: int) -> int:
+        self.llm.eval([token])
+        return self._greedy()
+
+    def prefill_cached(self, ids: list[int]) -> int:
+        """Llama.generate keeps the evaluated tokens and re-evaluates only past the common
+        prefix (its KV rows after it are dropped): llama.cpp's own prompt cache."""
+        tokens = self.llm.generate(ids, top_k=1, top_p=1.0, min_p=0.0, temp=0.0, reset=True)
+        first = next(tokens)
+        tokens.close()
+        return int(first)
+
+    def verify(self, rows: int) -> float | None:
+        return None  # needs a second Llama with logits_all=True; not measured
+
+
+class MlxLmRunner:
+    """mlx-lm's Llama with its KV cache, driven the way mlx_lm.generate_step does: the prompt
+    but its last token in prefill_step_size chunks evaluating only the cache, then the last
+    token for logits, then one token per step.
+
+    Quantized scales and biases are cast to float32 at load: they are float16 in the file,
+    and MLX's CPU backend runs float16 ~40x slower than float32 (see DESIGN.md), so
+    float32 is mlx-lm's best setting on this machine. On a GPU leave them as they are."""
+
+    name = "mlx_lm"
+    prefill_step_size = 2048  # mlx_lm.generate's default
+
+    def __init__(self, model_dir: Path, float32: bool = True) -> None:
+        mlx_lm = _import("mlx_lm", "mlx-lm")
+        cache_mod = _import("mlx_lm.models.cache", "mlx-lm")
+        import mlx.core as mx
+        from mlx.utils import tree_map
+
+        self.mx, self.cache_mod = mx, cache_mod
+        self.model, self.tokenizer = mlx_lm.load(str(model_dir))
+        if float32:
+
+            def to_f32(x: Any) -> Any:
+                return x.astype(mx.float32) if x.dtype in (mx.float16, mx.bfloat16) else x
+
+            self.model.update(tree_map(to_f32, self.model.parameters()))
+        mx.eval(self.model.parameters())
+        self.cache: list[Any] = cache_mod.make_prompt_cache(self.model)
+        self.tokens: list[int] = []
+        self.settings = {"dtype": "float32" if float32 else "as stored (float16)"}
+        self.cannot_trim = ""
+
+    def _forward(self, ids: list[int]) -> int:
+        mx = self.mx
+        head, last = ids[:-1], ids[-1:]
+        for start in range(0, len(head), self.prefill_step_size):
+            chunk = head[start : start + self.prefill_step_size]
+            self.model(mx.array(chunk)[None], cache=self.cache)
+            mx.eval([c.state for c in self.cache])
+        logits = self.model(mx.array(last)[None], cache=self.cache)[0, -1]
+        token = int(mx.argmax(logits).item())
+        self.tokens += ids
+        return token
+
+    def prefill(self, ids: list[int]) -> int:
+        self.cache = self.cache_mod.make_prompt_cache(self.model)
+        self.tokens = []
+        return self._forward(ids)
+
+    def decode(self, token: int) -> int:
+        return self._forward([token])
+
+    def prefill_cached(self, ids: list[int]) -> int:
+        """mlx-lm's prompt cache: trim the cache back to the common prefix, then prefill
+        only the rest (at least the last token, whose logits start the reply)."""
+        keep = min(common_prefix(self.tokens, ids), len(ids) - 1)
+        if not self.cache_mod.can_trim_prompt_cache(self.cache):
+            self.cannot_trim = "mlx-lm cannot trim this model's cache: a full re-prefill"
+            return self.prefill(ids)
+        self.cache_mod.trim_prompt_cache(self.cache, len(self.tokens) - keep)
+        self.tokens = self.tokens[:keep]
+        return self._forward(ids[keep:])
+
+    def verify(self, rows: int) -> float | None:
+        """Seconds for a forward of `rows` tokens with logits for every row, then undone."""
+        mx = self.mx
+        ids = [self.tokens[-1]] * rows
+        t0 = time.perf_counter()
+        logits = self.model(mx.array(ids)[None], cache=self.cache)
+        mx.eval(logits)
+        elapsed = time.perf_counter() - t0
+        self.cache_mod.trim_prompt_cache(self.cache, rows)
+        return elapsed
+
+
+def make_peers(
+    names: list[str], gguf_path: Path, mlx_dir: Path | None, n_ctx: int = 4096
+) -> tuple[list[Any], dict[str, str]]:
+    """Runners for the peers that are installed, and why the others are missing."""
+    runners: list[Any] = []
+    missing: dict[str, str] = {}
+    for name in names:
+        try:
+            if name == "llama_cpp":
+                runners.append(LlamaCppRunner(gguf_path, n_ctx))
+            elif name == "mlx_lm":
+                if mlx_dir is None:
+                    raise PeerMissing("no converted MLX directory for mlx-lm")
+                runners.append(MlxLmRunner(mlx_dir))
+            else:
+                raise ValueError(f"unknown peer {name!r}")
+        except PeerMissing as exc:
+            missing[name] = str(exc)
+    return runners, missing
