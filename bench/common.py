@@ -14,6 +14,7 @@ import platform
 import random
 import shutil
 import statistics
+import subprocess
 import time
 from collections.abc import Callable, Sequence
 from importlib import metadata
@@ -60,12 +61,31 @@ def versions() -> dict[str, str | None]:
             out[package] = metadata.version(package)
         except metadata.PackageNotFoundError:
             out[package] = None
+    out["git"] = _git_revision()
     try:
         blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]  # type: ignore[index]
         out["numpy_blas"] = f"{blas.get('name')} {blas.get('version')}"
     except Exception:  # older numpy prints the config instead of returning it
         out["numpy_blas"] = None
     return out
+
+
+def _git_revision() -> str | None:
+    """The checkout's commit, with "+dirty" when tracked files differ from it."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    except OSError:
+        return None
+    return f"{commit}+dirty" if commit and dirty else commit or None
 
 
 def wait_for_quiet_machine(max_load: float = 1.5, timeout_s: float = 0.0) -> float:

@@ -47,7 +47,12 @@ class OursRunner:
         self.model, self.ops = self.lm.model, self.lm.ops
         self.state = self.model.new_state()
         self.chunk = PREFILL_CHUNK
-        self.settings = {"backend": self.ops.name, "prefill_chunk": PREFILL_CHUNK}
+        self.settings = {
+            "backend": self.ops.name,
+            "prefill_chunk": PREFILL_CHUNK,
+            # the C kernel on packed 4/8-bit rows (kernels/qmatmul.py), else float32 BLAS
+            "packed_matmul": bool(getattr(self.ops, "packed", False)),
+        }
 
     def _greedy(self, logits: Any) -> int:
         return int(np.argmax(np.asarray(self.ops.to_numpy(logits))[-1]))
