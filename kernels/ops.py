@@ -3,7 +3,8 @@
 Two backends implement it: `NumpyOps` (the CPU fast path: quantized weights stay packed
 and go through a C kernel for decode-sized rows, larger batches and float weights
 through NumPy's BLAS, every other op in NumPy, no per-op scheduling cost) and `MlxOps`
-(MLX on its GPU, or on the CPU as the plain reference path). Model code is written once against this interface; arrays are opaque to it.
+(MLX on its GPU, or on the CPU as the plain reference path). Model code is written once
+against this interface; arrays are opaque to it.
 
 Pure-function rule: no op mutates an input array, except `write_rows`, which the
 attention KV cache uses on buffers nothing else references. Recurrent states are
