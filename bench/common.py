@@ -15,6 +15,7 @@ import random
 import shutil
 import statistics
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 from importlib import metadata
@@ -88,13 +89,16 @@ def _git_revision() -> str | None:
     return f"{commit}+dirty" if commit and dirty else commit or None
 
 
-def wait_for_quiet_machine(max_load: float = 1.5, timeout_s: float = 0.0) -> float:
-    """Wait (up to timeout_s) for the 1-minute load average to drop below max_load."""
-    deadline = time.monotonic() + timeout_s
+def warn_if_busy(max_load: float = 1.5) -> float:
+    """Say on stderr when the 1-minute load average is above max_load: on a 2-core machine
+    another busy process halves a multi-threaded figure. Returns the load average."""
     load = os.getloadavg()[0]
-    while load > max_load and time.monotonic() < deadline:
-        time.sleep(10)
-        load = os.getloadavg()[0]
+    if load > max_load:
+        print(
+            f"warning: load average {load:.2f} > {max_load}; figures will be noisy "
+            "(wait for a quiet machine, see `uptime`)",
+            file=sys.stderr,
+        )
     return load
 
 
@@ -156,7 +160,8 @@ def peer_missing_message(package: str) -> str:
 def default_model() -> Path:
     from engine.default_model import ensure_default_model
 
-    return ensure_default_model(lambda msg: print(msg, flush=True))
+    # progress goes to stderr: stdout carries the --json object
+    return ensure_default_model(lambda msg: print(msg, file=sys.stderr, flush=True))
 
 
 def model_info(path: Path) -> dict[str, Any]:

@@ -42,6 +42,7 @@ class OursRunner:
     def __init__(self, gguf_path: Path, backend: str | None) -> None:
         from engine.loader import load_model
         from engine.session import PREFILL_CHUNK
+        from kernels import qmatmul
 
         self.lm = load_model(gguf_path, backend=backend)
         self.model, self.ops = self.lm.model, self.lm.ops
@@ -52,6 +53,7 @@ class OursRunner:
             "prefill_chunk": PREFILL_CHUNK,
             # the C kernel on packed 4/8-bit rows (kernels/qmatmul.py), else float32 BLAS
             "packed_matmul": bool(getattr(self.ops, "packed", False)),
+            "threads": qmatmul.default_num_threads(),
         }
 
     def _greedy(self, logits: Any) -> int:
@@ -110,6 +112,9 @@ def _mean_step(runner: Any, token: int, steps: int) -> float:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    # the load average and the checkout as the run starts
+    common.warn_if_busy()
+    machine, versions, date = common.machine(), common.versions(), common.now_iso()
     gguf = common.default_model()
     ours = OursRunner(gguf, args.backend)
     ids = common.prompt_ids(ours.lm.tokenizer, max(CONTEXTS))
@@ -130,8 +135,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 samples[runner.name].append(measure(runner, ids, args.steps))
                 if not args.json:
                     print(f"run {run_index + 1}/{args.runs} {runner.name}: done", file=sys.stderr)
-    machine = common.machine()  # the load average as the run starts
-    result: dict[str, Any] = {"command": _command(args), "date": common.now_iso()}
+    result: dict[str, Any] = {"command": _command(args), "date": date}
     spread: dict[str, Any] = {}
     for name, runs in samples.items():
         keys = runs[0].keys()
@@ -155,7 +159,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         **{r.name: r.settings for r in runners},
     }
     result["machine"] = {**machine, "load_average_1m_end": round(os.getloadavg()[0], 2)}
-    result["versions"] = common.versions()
+    result["versions"] = versions
     result["model"] = common.model_info(gguf)
     result["runs"] = args.runs
     if "mlx_lm" in samples:

@@ -5,8 +5,9 @@ full prefill, and llama.cpp / mlx-lm with their own prompt caches.
 
 A ~2k-token multi-turn conversation (system, 7 user/assistant turns, a last user message).
 Each run starts a fresh Engine and sends the conversation (TTFT = a fresh engine's full
-prefill), then edits one user message at a time, each time coming back to the original
-branch first (untimed; our branch cache makes that cheap) so every edit forks from the
+prefill), then edits one user message at a time and goes back to the original branch
+after each edit (the "< 1/2 >" switch; timed as back_*: our branch cache restores the
+original rows, a single-sequence prompt cache re-prefills), so every edit forks from the
 conversation the person was looking at. Every user message is edited once: the last one
 ("edit_last"), the one nearest the middle ("edit_middle"), and the rest give TTFT against
 edit depth (tokens from the edit to the end). The same for a random-weight Qwen3.5-style
@@ -123,9 +124,10 @@ def bench_ours(
             stats = client.first_token(messages)  # the whole conversation: a full prefill
             sample: dict[str, Any] = {"full": (stats.ttft_s, stats.reused_tokens)}
             for index in sorted(targets, reverse=True):
-                client.first_token(messages)  # back on the original branch (untimed)
                 stats = client.first_token(edited(messages, index, run + 1))
                 sample[index] = (stats.ttft_s, stats.reused_tokens)
+                stats = client.first_token(messages)  # back to the original branch
+                sample["back", index] = (stats.ttft_s, stats.reused_tokens)
             samples.append(sample)
         finally:
             client.close()
@@ -142,11 +144,13 @@ def bench_peer(
         runner.prefill(ids)
         sample: dict[str, Any] = {"full": (time.perf_counter() - t0, 0)}
         for index in sorted(targets, reverse=True):
-            runner.prefill_cached(ids)  # back on the original conversation (untimed)
             new_ids = render_ids(tokenizer, edited(messages, index, run + 1))
             t0 = time.perf_counter()
             runner.prefill_cached(new_ids)
             sample[index] = (time.perf_counter() - t0, None)
+            t0 = time.perf_counter()
+            runner.prefill_cached(ids)  # back to the original conversation
+            sample["back", index] = (time.perf_counter() - t0, None)
         samples.append(sample)
     return samples
 
@@ -177,6 +181,7 @@ def summarize(
     reused: dict[str, Any] = {"full": samples[0]["full"][1]}
     for label, index in named.items():
         out[f"edit_{label}_ttft_s"] = ttft(index)["median"]
+        out[f"back_after_edit_{label}_ttft_s"] = ttft(("back", index))["median"]
         out[f"edit_{label}_depth_tokens"] = targets[index]
         out[f"speedup_{label}"] = full["median"] / ttft(index)["median"]
         spread[f"edit_{label}_ttft_s"] = ttft(index)
@@ -185,7 +190,7 @@ def summarize(
         out["reused_tokens"] = reused
     out["depth_curve"] = [
         {"depth_tokens": targets[i], "ttft_s": ttft(i)["median"], "min": ttft(i)["min"],
-         "max": ttft(i)["max"]}
+         "max": ttft(i)["max"], "back_ttft_s": ttft(("back", i))["median"]}
         for i in sorted(targets, key=lambda i: targets[i])
     ] + [{"depth_tokens": num_tokens, "ttft_s": full["median"], "min": full["min"],
           "max": full["max"], "full_prefill": True}]  # fmt: skip
@@ -197,9 +202,11 @@ def summarize(
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from engine.tokenizer import Tokenizer
 
+    # the load average and the checkout as the run starts
+    common.warn_if_busy()
+    machine, versions, date = common.machine(), common.versions(), common.now_iso()
     gguf = common.default_model()
-    machine = common.machine()  # the load average as the run starts
-    result: dict[str, Any] = {"command": _command(args), "date": common.now_iso()}
+    result: dict[str, Any] = {"command": _command(args), "date": date}
     with tempfile.TemporaryDirectory() as tmp:
         mlx_dir = common.converted_default_model(Path(tmp))
         tokenizer = Tokenizer.from_dir(mlx_dir)  # token-identical to the GGUF's (tested)
@@ -244,7 +251,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 )
                 result[runner.name] = summary
     result["machine"] = {**machine, "load_average_1m_end": round(os.getloadavg()[0], 2)}
-    result["versions"] = common.versions()
+    result["versions"] = versions
     result["model"] = common.model_info(gguf)
     result["runs"] = args.runs
     return common.rounded(result)
@@ -270,6 +277,7 @@ def print_summary(result: dict[str, Any]) -> None:
     rows += [(n, result[n]) for n in ("llama_cpp", "mlx_lm") if n in result]
     print(f"conversation: {result['conversation_tokens']} tokens")
     header = ("full (s)", 10), ("edit last", 11), ("edit mid", 10), ("x last", 8), ("x mid", 8)
+    header += (("back mid", 10),)
     print(f"{'engine':<16}" + "".join(f"{h:>{w}}" for h, w in header))
     for name, r in rows:
         if "missing" in r:
@@ -281,6 +289,9 @@ def print_summary(result: dict[str, Any]) -> None:
             f"{r['edit_middle_ttft_s']:>10.3f}" if "edit_middle_ttft_s" in r else f"{'-':>10}",
             f"{r['speedup_last']:>8.1f}",
             f"{r['speedup_middle']:>8.1f}" if "speedup_middle" in r else f"{'-':>8}",
+            f"{r['back_after_edit_middle_ttft_s']:>10.3f}"
+            if "back_after_edit_middle_ttft_s" in r
+            else f"{'-':>10}",
         ]
         print(f"{name:<16}" + "".join(cells))
 

@@ -4,7 +4,8 @@
 
 A decode result gives docs/decode_speed.png (decode and prefill tokens/s against context
 length, ours and each peer); an edit result gives docs/edit_ttft.png (time to first token
-against edit depth, ours, the hybrid and llama.cpp, with the full prefill marked).
+against edit depth, ours, the hybrid and llama.cpp, with the full prefill marked, and
+dashed, the time to go back to the original branch after that edit).
 """
 
 from __future__ import annotations
@@ -94,6 +95,16 @@ def edit_plot(result: dict[str, Any], out: Path) -> Path:
             color=color,
             label=f"{label}: edit",
         )
+        backs = [p for p in edits if "back_ttft_s" in p]
+        if backs:
+            ax.plot(
+                [p["depth_tokens"] for p in backs],
+                [p["back_ttft_s"] for p in backs],
+                linestyle="--",
+                marker="x",
+                color=color,
+                label=f"{label}: back to the original",
+            )
         full = [p for p in curve if p.get("full_prefill")]
         if full:
             ax.scatter(
