@@ -248,60 +248,76 @@ HYBRID_CONFIG: dict[str, Any] = {
 
 
 def write_hybrid_model(directory: Path, tokenizer_dir: Path, seed: int = 0) -> Path:
-    """A Qwen3.5-style hybrid in the official HF layout (zero-centred norms, conv1d (C, 1, K),
-    unfused in_proj_qkv | z | b | a), random weights, the default model's tokenizer."""
+    """The small Qwen3.5-style hybrid (HYBRID_CONFIG) with the default model's tokenizer."""
+    vocab = json.loads((tokenizer_dir / "config.json").read_text())["vocab_size"]
     import mlx.core as mx
 
-    directory.mkdir(parents=True, exist_ok=True)
+    write_random_hybrid(directory, {**HYBRID_CONFIG, "vocab_size": vocab}, mx.float16, seed)
     for name in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(tokenizer_dir / name, directory / name)
-    vocab = json.loads((tokenizer_dir / "config.json").read_text())["vocab_size"]
-    config = {**HYBRID_CONFIG, "vocab_size": vocab}
-    config["layer_types"] = [
-        "full_attention" if (i + 1) % config["full_attention_interval"] == 0 else "linear_attention"
-        for i in range(config["num_hidden_layers"])
+    return directory
+
+
+def write_random_hybrid(directory: Path, config: dict[str, Any], dtype: Any, seed: int) -> Path:
+    """A Qwen3.5 text checkpoint in the official HF layout (zero-centred norms, conv1d
+    (C, 1, K), unfused in_proj_qkv | z | b | a) with random weights drawn by MLX on its
+    default device (fast for GPU-sized shapes), plus its config.json."""
+    import mlx.core as mx
+
+    c = {
+        "model_type": "qwen3_5_text",
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10000000.0,
+        "partial_rotary_factor": 0.25,
+        "max_position_embeddings": 32768,
+        "linear_conv_kernel_dim": 4,
+        "full_attention_interval": 4,
+        "tie_word_embeddings": True,
+        **config,
+    }
+    c["layer_types"] = [
+        "full_attention" if (i + 1) % c["full_attention_interval"] == 0 else "linear_attention"
+        for i in range(c["num_hidden_layers"])
     ]
-    rng = np.random.default_rng(seed)
-    D, F = config["hidden_size"], config["intermediate_size"]
-    H, KV, hd = config["num_attention_heads"], config["num_key_value_heads"], config["head_dim"]
-    nk, nv = config["linear_num_key_heads"], config["linear_num_value_heads"]
-    dk, dv = config["linear_key_head_dim"], config["linear_value_head_dim"]
-    K = config["linear_conv_kernel_dim"]
+    D, F, V = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
+    H, KV, hd = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
+    nk, nv = c["linear_num_key_heads"], c["linear_num_value_heads"]
+    dk, dv, K = c["linear_key_head_dim"], c["linear_value_head_dim"], c["linear_conv_kernel_dim"]
+    key = mx.random.key(seed)
 
-    def proj(*shape: int, std: float = 0.02) -> np.ndarray:
-        return (std * rng.standard_normal(shape)).astype(np.float16)
+    def normal(*shape: int, std: float = 0.02, mean: float = 0.0) -> mx.array:
+        nonlocal key
+        key, sub = mx.random.split(key)
+        return (mean + std * mx.random.normal(shape, key=sub)).astype(dtype)
 
-    def zero_centred(n: int) -> np.ndarray:
-        return (0.1 * rng.standard_normal(n)).astype(np.float16)
-
-    w = {"model.embed_tokens.weight": proj(vocab, D), "model.norm.weight": zero_centred(D)}
-    for i, kind in enumerate(config["layer_types"]):
+    w = {"model.embed_tokens.weight": normal(V, D), "model.norm.weight": normal(D, std=0.1)}
+    for i, kind in enumerate(c["layer_types"]):
         p = f"model.layers.{i}."
-        w[p + "input_layernorm.weight"] = zero_centred(D)
-        w[p + "post_attention_layernorm.weight"] = zero_centred(D)
+        w[p + "input_layernorm.weight"] = normal(D, std=0.1)
+        w[p + "post_attention_layernorm.weight"] = normal(D, std=0.1)
         if kind == "full_attention":
-            w[p + "self_attn.q_proj.weight"] = proj(2 * H * hd, D)  # [query | gate] per head
-            w[p + "self_attn.k_proj.weight"] = proj(KV * hd, D)
-            w[p + "self_attn.v_proj.weight"] = proj(KV * hd, D)
-            w[p + "self_attn.o_proj.weight"] = proj(D, H * hd)
-            w[p + "self_attn.q_norm.weight"] = zero_centred(hd)
-            w[p + "self_attn.k_norm.weight"] = zero_centred(hd)
+            w[p + "self_attn.q_proj.weight"] = normal(2 * H * hd, D)  # [query | gate] per head
+            w[p + "self_attn.k_proj.weight"] = normal(KV * hd, D)
+            w[p + "self_attn.v_proj.weight"] = normal(KV * hd, D)
+            w[p + "self_attn.o_proj.weight"] = normal(D, H * hd)
+            w[p + "self_attn.q_norm.weight"] = normal(hd, std=0.1)
+            w[p + "self_attn.k_norm.weight"] = normal(hd, std=0.1)
         else:
             a = p + "linear_attn."
             conv_dim = 2 * nk * dk + nv * dv
-            w[a + "in_proj_qkv.weight"] = proj(conv_dim, D)
-            w[a + "in_proj_z.weight"] = proj(nv * dv, D)
-            w[a + "in_proj_b.weight"] = proj(nv, D)
-            w[a + "in_proj_a.weight"] = proj(nv, D)
-            w[a + "conv1d.weight"] = proj(conv_dim, 1, K, std=0.3)
-            w[a + "A_log"] = np.log(rng.uniform(0.05, 1.0, nv)).astype(np.float16)
-            w[a + "dt_bias"] = (0.5 * rng.standard_normal(nv)).astype(np.float16)
-            w[a + "norm.weight"] = (1.0 + 0.1 * rng.standard_normal(dv)).astype(np.float16)
-            w[a + "out_proj.weight"] = proj(D, nv * dv)
-        w[p + "mlp.gate_proj.weight"] = proj(F, D)
-        w[p + "mlp.up_proj.weight"] = proj(F, D)
-        w[p + "mlp.down_proj.weight"] = proj(D, F)
-    arrays = {name: mx.array(value) for name, value in w.items()}
-    mx.save_safetensors(str(directory / "model.safetensors"), arrays, {"format": "pt"})
-    (directory / "config.json").write_text(json.dumps(config, indent=2))
+            w[a + "in_proj_qkv.weight"] = normal(conv_dim, D)
+            w[a + "in_proj_z.weight"] = normal(nv * dv, D)
+            w[a + "in_proj_b.weight"] = normal(nv, D)
+            w[a + "in_proj_a.weight"] = normal(nv, D)
+            w[a + "conv1d.weight"] = normal(conv_dim, 1, K, std=0.3)
+            w[a + "A_log"] = mx.log(mx.random.uniform(0.05, 1.0, (nv,))).astype(dtype)
+            w[a + "dt_bias"] = normal(nv, std=0.5)
+            w[a + "norm.weight"] = normal(dv, std=0.1, mean=1.0)
+            w[a + "out_proj.weight"] = normal(D, nv * dv)
+        w[p + "mlp.gate_proj.weight"] = normal(F, D)
+        w[p + "mlp.up_proj.weight"] = normal(F, D)
+        w[p + "mlp.down_proj.weight"] = normal(D, F)
+    directory.mkdir(parents=True, exist_ok=True)
+    mx.save_safetensors(str(directory / "model.safetensors"), w, {"format": "pt"})
+    (directory / "config.json").write_text(json.dumps(c, indent=2))
     return directory

@@ -57,63 +57,10 @@ GPU_SHAPES: dict[str, Any] = {  # Qwen3.5-0.8B's text model
 
 
 def write_model(directory: Path, shapes: dict[str, Any], dtype: Any, seed: int = 0) -> Path:
-    """A Qwen3.5 text checkpoint in the HF layout (zero-centred norms, conv1d (C, 1, K))
-    with random weights, and a placeholder tokenizer (the bench feeds token ids)."""
+    """The random hybrid in `shapes`, with a placeholder tokenizer (the bench feeds ids)."""
     from tokenizers import Tokenizer, models
 
-    config = {
-        **shapes,
-        "model_type": "qwen3_5_text",
-        "rms_norm_eps": 1e-6,
-        "rope_theta": 10000000.0,
-        "partial_rotary_factor": 0.25,
-        "max_position_embeddings": 32768,
-        "linear_conv_kernel_dim": 4,
-        "full_attention_interval": 4,
-        "tie_word_embeddings": True,
-    }
-    c = config
-    D, F, V = c["hidden_size"], c["intermediate_size"], c["vocab_size"]
-    H, KV, hd = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
-    nk, nv = c["linear_num_key_heads"], c["linear_num_value_heads"]
-    dk, dv, K = c["linear_key_head_dim"], c["linear_value_head_dim"], c["linear_conv_kernel_dim"]
-    key = mx.random.key(seed)
-
-    def normal(*shape: int, std: float = 0.02, mean: float = 0.0) -> mx.array:
-        nonlocal key
-        key, sub = mx.random.split(key)
-        return (mean + std * mx.random.normal(shape, key=sub)).astype(dtype)
-
-    w = {"model.embed_tokens.weight": normal(V, D), "model.norm.weight": normal(D, std=0.1)}
-    for i in range(c["num_hidden_layers"]):
-        p = f"model.layers.{i}."
-        w[p + "input_layernorm.weight"] = normal(D, std=0.1)
-        w[p + "post_attention_layernorm.weight"] = normal(D, std=0.1)
-        if (i + 1) % c["full_attention_interval"] == 0:
-            w[p + "self_attn.q_proj.weight"] = normal(2 * H * hd, D)  # [query | gate] per head
-            w[p + "self_attn.k_proj.weight"] = normal(KV * hd, D)
-            w[p + "self_attn.v_proj.weight"] = normal(KV * hd, D)
-            w[p + "self_attn.o_proj.weight"] = normal(D, H * hd)
-            w[p + "self_attn.q_norm.weight"] = normal(hd, std=0.1)
-            w[p + "self_attn.k_norm.weight"] = normal(hd, std=0.1)
-        else:
-            a = p + "linear_attn."
-            conv_dim = 2 * nk * dk + nv * dv
-            w[a + "in_proj_qkv.weight"] = normal(conv_dim, D)
-            w[a + "in_proj_z.weight"] = normal(nv * dv, D)
-            w[a + "in_proj_b.weight"] = normal(nv, D)
-            w[a + "in_proj_a.weight"] = normal(nv, D)
-            w[a + "conv1d.weight"] = normal(conv_dim, 1, K, std=0.3)
-            w[a + "A_log"] = mx.log(mx.random.uniform(0.05, 1.0, (nv,))).astype(dtype)
-            w[a + "dt_bias"] = normal(nv, std=0.5)
-            w[a + "norm.weight"] = normal(dv, std=0.1, mean=1.0)
-            w[a + "out_proj.weight"] = normal(D, nv * dv)
-        w[p + "mlp.gate_proj.weight"] = normal(F, D)
-        w[p + "mlp.up_proj.weight"] = normal(F, D)
-        w[p + "mlp.down_proj.weight"] = normal(D, F)
-    directory.mkdir(parents=True, exist_ok=True)
-    mx.save_safetensors(str(directory / "model.safetensors"), w, {"format": "pt"})
-    (directory / "config.json").write_text(json.dumps(config, indent=2))
+    common.write_random_hybrid(directory, shapes, dtype, seed)
     Tokenizer(models.WordLevel({"<unk>": 0}, unk_token="<unk>")).save(
         str(directory / "tokenizer.json")
     )
