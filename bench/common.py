@@ -143,6 +143,23 @@ def write_results(name: str, payload: dict[str, Any], directory: Path = RESULTS_
     return path
 
 
+def report(
+    name: str,
+    result: dict[str, Any],
+    as_json: bool,
+    print_table: Callable[[dict[str, Any]], None] | None = None,
+) -> int:
+    """Write the result file, then print ONE JSON object or the readable table."""
+    path = write_results(name, result)
+    if as_json:
+        print(json.dumps(result))
+    else:
+        if print_table is not None:
+            print_table(result)
+        print(f"wrote {path}")
+    return 0
+
+
 def now_iso() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 

@@ -15,7 +15,6 @@ Results go to results/decode-<timestamp>.json.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -208,10 +207,4 @@ def main(argv: list[str] | None = None) -> int:
     if min(args.runs, args.steps, args.mlx_lm_runs) < 1:
         parser.error("--runs, --steps and --mlx-lm-runs must be >= 1")
     result = run(args)
-    path = common.write_results("decode", result)
-    if args.json:
-        print(json.dumps(result))
-    else:
-        print_table(result)
-        print(f"wrote {path}")
-    return 0
+    return common.report("decode", result, args.json, print_table)

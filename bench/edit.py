@@ -19,7 +19,6 @@ edit only, --mlx-lm-runs runs: it prefills ~20x slower than llama.cpp on this CP
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import queue
 import sys
@@ -307,10 +306,4 @@ def main(argv: list[str] | None = None) -> int:
     if args.runs < 1 or args.mlx_lm_runs < 1:
         parser.error("--runs must be >= 1")
     result = run(args)
-    path = common.write_results("edit", result)
-    if args.json:
-        print(json.dumps(result))
-    else:
-        print_summary(result)
-        print(f"wrote {path}")
-    return 0
+    return common.report("edit", result, args.json, print_summary)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import random
 import sys
 import tempfile
@@ -199,13 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.argv = list(argv if argv is not None else sys.argv[1:])
     result = run(args)
-    path = common.write_results("rollback", result)
-    if args.json:
-        print(json.dumps(result))
-    else:
-        print_table(result)
-        print(f"wrote {path}")
-    return 0
+    return common.report("rollback", result, args.json, print_table)
 
 
 if __name__ == "__main__":

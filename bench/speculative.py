@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -180,10 +179,4 @@ def main(argv: list[str] | None = None) -> int:
     if args.runs < 1 or args.max_tokens < 2:
         parser.error("--runs must be >= 1 and --max-tokens >= 2")
     result = run(args)
-    path = common.write_results("speculative", result)
-    if args.json:
-        print(json.dumps(result))
-    else:
-        print_table(result)
-        print(f"wrote {path}")
-    return 0
+    return common.report("speculative", result, args.json, print_table)

@@ -8,7 +8,6 @@ the default model (and, with --hybrid, on the random-weight Qwen3.5-style model)
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -64,9 +63,4 @@ def main(argv: list[str]) -> int:
                     print(f"  {m:3d} rows  {ms:8.2f} ms  {steps:5.2f} steps")
     result.update(context=args.context, machine=common.machine(), versions=common.versions())
     result = common.rounded(result)
-    path = common.write_results("verify", result)
-    if args.json:
-        print(json.dumps(result))
-    else:
-        print(f"wrote {path}")
-    return 0
+    return common.report("verify", result, args.json)
