@@ -140,6 +140,21 @@ class MlxLmRunner:
     def decode(self, token: int) -> int:
         return self._forward([token])
 
+    def decode_many(self, token: int, steps: int) -> int:
+        """`steps` greedy tokens through mlx_lm.generate_step itself (its pipelined loop:
+        the next step is queued before the current token reaches the host)."""
+        from mlx_lm.generate import generate_step
+
+        mx = self.mx
+        out = token
+        gen = generate_step(
+            mx.array([token]), self.model, max_tokens=steps, prompt_cache=self.cache
+        )
+        for out, _ in gen:
+            out = int(out)
+        self.tokens += [token]
+        return out
+
     def prefill_cached(self, ids: list[int]) -> int:
         """mlx-lm's prompt cache: trim the cache back to the common prefix, then prefill
         only the rest (at least the last token, whose logits start the reply)."""
@@ -176,7 +191,10 @@ def make_peers(
             elif name == "mlx_lm":
                 if mlx_dir is None:
                     raise PeerMissing("no converted MLX directory for mlx-lm")
-                runners.append(MlxLmRunner(mlx_dir))
+                import mlx.core as mx
+
+                # float32 on the CPU (float16 is ~40x slower there); as stored on a GPU
+                runners.append(MlxLmRunner(mlx_dir, float32=mx.default_device() == mx.cpu))
             else:
                 raise ValueError(f"unknown peer {name!r}")
         except PeerMissing as exc:

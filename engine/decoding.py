@@ -166,6 +166,8 @@ def decode(
     """
     rng = np.random.default_rng(req.settings.seed)
     s = req.settings
+    # a verify must fit one fused step (its rows then match single steps bit for bit)
+    row_limit = model.step_row_limit() if hasattr(model, "step_row_limit") else MAX_DRAFT + 1
     out = DecodeResult()
     produced = [(sampling.sample(last_logits, state.tokens, s, rng), False)]
     out.first_token_time = time.perf_counter()
@@ -183,7 +185,7 @@ def decode(
             out.reason = reason
             break
         pending = out.token_ids[-1]
-        k = _choose_k(req, costs, len(out.token_ids), state)
+        k = _choose_k(req, costs, len(out.token_ids), state, row_limit)
         t0 = time.perf_counter()
         draft = req.drafter.propose(pending, k) if (req.drafter is not None and k) else Draft([])
         if draft.tokens and req.acceptance is not None:
@@ -241,11 +243,13 @@ def _take(produced: list[tuple[int, bool]], out: DecodeResult, req: DecodeReques
     return reason
 
 
-def _choose_k(req: DecodeRequest, costs: CostModel, produced: int, state: Any) -> int:
+def _choose_k(
+    req: DecodeRequest, costs: CostModel, produced: int, state: Any, row_limit: int
+) -> int:
     if req.drafter is None or req.acceptance is None:
         return 0
     # k drafts yield up to k + 1 tokens: a row past the token limit is verified for nothing
-    room = min(req.max_tokens - produced - 1, req.context_limit - state.offset - 2)
+    room = min(req.max_tokens - produced - 1, req.context_limit - state.offset - 2, row_limit - 1)
     acc = req.acceptance
     return best_draft_length(acc.rate, costs, max(0, room), acc.token_seconds)
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Step 5 on the H200 (no carry): the speculative and edit benches on the default model.
+# Step 5 on the H200 (no carry): mlx-lm beside ours, the edit and verify benches.
 set -u
 source bench/gpu/device_run.sh
-run speculative speculative --runs 3
+BUDGET=240 run decode_peers decode --peers --runs 2 --steps 64 --mlx-lm-runs 2
 run edit edit --runs 3
+run verify verify --runs 5
 ls -la "$OUT"

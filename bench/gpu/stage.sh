@@ -21,6 +21,6 @@ rm -rf .device/parts
 sha256sum "$model" | cut -d' ' -f1 > .device/d/model.sha256
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
   --implementation cp --platform manylinux_2_35_x86_64 -d .device/c/wheels \
-  platformdirs gguf "mlx-lm==0.32.2" 2>/dev/null
+  platformdirs gguf pytest hypothesis pluggy iniconfig sortedcontainers attrs "mlx-lm==0.32.2" 2>/dev/null
 cp bench/gpu/device_*.sh .device/c/ 2>/dev/null || true
 du -sh .device/*

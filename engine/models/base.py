@@ -220,12 +220,23 @@ class DecoderModel:
             self.lm_head = ops.weight(weights.get("lm_head.weight", (V, D)))
         self.snapshot_policy = SnapshotPolicy()
         self.compiled_decode: Any = None  # set by enable_compiled_decode() on the MLX backend
+        self.fused: Any = None  # set by enable_fused_decode() (CUDA kernels for 1..16 rows)
 
     def enable_compiled_decode(self) -> None:
         """Decode one token per call through one compiled MLX graph (GPU launch overhead)."""
         from engine.models.compiled import CompiledDecode
 
         self.compiled_decode = CompiledDecode(self)
+
+    def enable_fused_decode(self, kernels: Any = None, compiled: bool | None = None) -> None:
+        """Steps of up to 16 rows through the fused kernels (engine/models/fused.py)."""
+        from engine.models.fused import FusedDecode
+
+        self.fused = FusedDecode(self, kernels=kernels, compiled=compiled)
+
+    def step_row_limit(self) -> int:
+        """The most rows a decode-time step should carry (a verify: k drafts + 1)."""
+        return self.fused.max_rows if self.fused is not None else 1 << 30
 
     def new_layer_state(self, i: int, policy: SnapshotPolicy) -> LayerState:
         cfg, ops = self.config, self.ops
@@ -250,6 +261,8 @@ class DecoderModel:
         """Append `token_ids` to `state`; logits for "all" rows, the "last" row, or "none"."""
         if not token_ids:
             raise ValueError("forward needs at least one token")
+        if self.fused is not None and self.fused.supports(state, len(token_ids)):
+            return self.fused(list(token_ids), state, logits)
         if (
             len(token_ids) == 1
             and logits != "none"

@@ -1,0 +1,180 @@
+"""Decode and verify steps of full-attention decoders through the fused CUDA kernels.
+
+`kernels.fused_decode_cuda` does a layer in five kernels (instead of ~20 MLX ops), with
+rows computed independently of how many there are. This module feeds them: weights
+dequantized once into the model dtype, the KV rows written into the sequence state's
+own `FullKV` buffers (so checkpoints, rollback and prefill work unchanged), and
+optionally the whole step traced once with `mx.compile` so a step costs no Python.
+
+Used for calls of 1..MAX_ROWS tokens (decode, verify, short re-prefills); longer
+prefills take the ordinary path. Row invariance makes greedy speculation exact:
+a verify's logits equal, bit for bit, those of one-token steps over the same rows.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import mlx.core as mx
+
+from engine.sequence import SequenceState
+from engine.state import FullKV
+from kernels import fused_decode_cuda
+from kernels.fused_decode_cuda import MAX_ROWS, Shapes
+
+_CAPACITY_STEP = 1024  # compiled steps retrace per buffer shape: grow in large steps
+
+
+def unsupported_reason(model: Any) -> str | None:
+    """Why `model` can't take the fused path, or None."""
+    from engine.models.base import FULL, AttentionBlock
+
+    cfg = model.config
+    if getattr(model.ops, "name", "") != "mlx":
+        return "needs the MLX backend"
+    if any(cfg.layer_type(i) != FULL for i in range(cfg.num_layers)):
+        return "only full-attention layers"
+    if cfg.qk_norm or cfg.attn_output_gate:
+        return "q/k norm and gated attention are not fused"
+    if cfg.rope_dims != cfg.head_dim:
+        return "partial rotary embeddings are not fused"
+    if not all(isinstance(layer.mixer, AttentionBlock) for layer in model.layers):
+        return "unknown mixer"
+    return _shapes(cfg).check()
+
+
+def _shapes(cfg: Any) -> Shapes:
+    return Shapes(
+        hidden=cfg.hidden_size,
+        heads=cfg.num_heads,
+        kv_heads=cfg.num_kv_heads,
+        head_dim=cfg.head_dim,
+        intermediate=cfg.intermediate_size,
+        vocab=cfg.vocab_size,
+        eps=cfg.rms_norm_eps,
+        rope_base=cfg.rope_theta,
+        rope_traditional=cfg.rope_traditional,
+    )
+
+
+class FusedDecode:
+    def __init__(self, model: Any, kernels: Any = None, compiled: bool | None = None) -> None:
+        reason = unsupported_reason(model)
+        if reason:
+            raise ValueError(f"fused decode: {reason}")
+        ops = model.ops
+        self.model, self.ops = model, ops
+        self.k = kernels or fused_decode_cuda.kernels_for(_shapes(model.config))
+
+        def dense(w: Any) -> mx.array:
+            return ops._dense(w).astype(ops.dtype)
+
+        def f32(w: Any) -> mx.array:
+            return w.astype(mx.float32)
+
+        self.embed = model.embed
+        self.layers = [
+            (
+                f32(layer.input_norm),
+                dense(layer.mixer.qkv.w),
+                dense(layer.mixer.o.w),
+                f32(layer.post_norm),
+                dense(layer.mlp.gate_up.w),
+                dense(layer.mlp.down.w),
+            )
+            for layer in model.layers
+        ]
+        self.norm = f32(model.norm)
+        self.head_w = dense(model.lm_head)
+        mx.eval(self.norm, self.head_w, *[w for ws in self.layers for w in ws])
+        if compiled is None:
+            compiled = os.environ.get("BRANCHCHAT_FUSED_COMPILE", "1") != "0"
+        self.compiled = compiled
+        self._traced: dict[str, Any] = {}
+
+    max_rows = MAX_ROWS
+
+    def supports(self, state: SequenceState, rows: int) -> bool:
+        return 1 <= rows <= MAX_ROWS and all(isinstance(s, FullKV) for s in state.layers)
+
+    # -- one step ----------------------------------------------------------------------
+    def _layers(self, x: mx.array, pos: mx.array, caches: list[Any], write: Any) -> mx.array:
+        k = self.k
+        for (nw1, w_qkv, w_o, nw2, w_gu, w_down), cache in zip(self.layers, caches, strict=True):
+            q, k_rows, v_rows = k.qkv(x, nw1, w_qkv, pos)
+            keys, values = write(cache, k_rows, v_rows)
+            h = k.residual(k.attend(q, keys, values, pos), w_o, x)
+            x = k.residual(k.gate_up(h, nw2, w_gu), w_down, h)
+        return x
+
+    def _head(self, x: mx.array, logits: str) -> mx.array | None:
+        if logits == "none":
+            return None
+        return self.k.head(x if logits == "all" else x[-1:], self.norm, self.head_w)
+
+    def _embed(self, ids: mx.array) -> mx.array:
+        return self.ops.embed(self.embed, ids).astype(mx.float32)
+
+    def __call__(self, token_ids: list[int], state: SequenceState, logits: str) -> Any:
+        rows = len(token_ids)
+        offset = state.begin_forward(rows)
+        kvs: list[FullKV] = list(state.layers)  # type: ignore[arg-type]
+        need = offset + rows
+        for kv in kvs:
+            if kv.capacity() < need:
+                kv._grow(-(-need // _CAPACITY_STEP) * _CAPACITY_STEP)
+        ids = mx.array(token_ids, dtype=mx.int32)
+        pos = mx.array([offset], dtype=mx.int32)
+        if self.compiled:
+            out = self._compiled_step(ids, pos, kvs, logits)
+        else:
+            out = self._eager_step(ids, pos, kvs, logits, offset)
+        for kv in kvs:
+            kv.length = need
+        if out is not None:
+            mx.eval(out)
+        else:
+            mx.eval(*[a for kv in kvs for a in (kv.keys, kv.values)])
+        state.end_forward(list(token_ids))
+        return out
+
+    def _eager_step(
+        self, ids: mx.array, pos: mx.array, kvs: list[FullKV], logits: str, offset: int
+    ) -> Any:
+        def write(kv: FullKV, k_rows: mx.array, v_rows: mx.array) -> tuple[mx.array, mx.array]:
+            kv.keys = self.ops.write_rows(kv.keys, offset, k_rows)
+            kv.values = self.ops.write_rows(kv.values, offset, v_rows)
+            return kv.keys, kv.values
+
+        return self._head(self._layers(self._embed(ids), pos, kvs, write), logits)
+
+    def _compiled_step(self, ids: mx.array, pos: mx.array, kvs: list[FullKV], logits: str) -> Any:
+        fn = self._traced.get(logits)
+        if fn is None:
+            fn = self._traced[logits] = mx.compile(self._traceable(logits))
+        buffers = []
+        for kv in kvs:
+            buffers += [kv.keys, kv.values]
+            kv.keys = kv.values = None  # the step's outputs replace them: let MLX donate
+        outputs = fn(ids, pos, *buffers)
+        del buffers
+        rest = outputs[1:] if logits != "none" else outputs
+        for i, kv in enumerate(kvs):
+            kv.keys, kv.values = rest[2 * i], rest[2 * i + 1]
+        return outputs[0] if logits != "none" else None
+
+    def _traceable(self, logits: str) -> Any:
+        def step(ids: mx.array, pos: mx.array, *buffers: mx.array) -> list[mx.array]:
+            caches = [list(buffers[i : i + 2]) for i in range(0, len(buffers), 2)]
+
+            def write(cache: list[Any], k_rows: mx.array, v_rows: mx.array) -> Any:
+                cache[0] = mx.slice_update(cache[0], k_rows, pos, axes=(1,))
+                cache[1] = mx.slice_update(cache[1], v_rows, pos, axes=(1,))
+                return cache[0], cache[1]
+
+            out = self._head(self._layers(self._embed(ids), pos, caches, write), logits)
+            flat = [a for cache in caches for a in cache]
+            return flat if out is None else [out, *flat]
+
+        return step

@@ -1,0 +1,165 @@
+"""The fused decode path (engine/models/fused.py) against the plain MLX forward.
+
+On a CPU the kernels are the MLX-ops reference (kernels/fused_decode_ref.py), which
+checks the plumbing: KV rows in the state's own buffers, positions, logits modes,
+compiled and eager steps, buffer growth, rollback. On a CUDA GPU the same tests run the
+real kernels, and the row-invariance test checks the property speculation relies on:
+a k-row verify's logits equal k one-row steps bit for bit.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine.loader import load_model
+from engine.models import fused
+from engine.models.fused import unsupported_reason
+from kernels import fused_decode_cuda
+
+PROMPT = list(range(3, 40))
+STEPS = [5, 9, 33, 7, 3, 12, 40, 2, 17, 8]
+
+
+@pytest.fixture(params=["q4_gguf", "f32_hf"])
+def mlx_llama(request, tiny_models):
+    if request.param == "q4_gguf":
+        path, _ = tiny_models.gguf(qtype="Q4_1", embed_qtype="Q8_0")
+    else:
+        path, _ = tiny_models.hf("llama")
+    lm = load_model(path, backend="mlx")
+    lm.model.fused = None  # the loader may have enabled it (CUDA): start from the plain path
+    return lm
+
+
+def _steps(lm, steps, prompt=PROMPT):
+    state = lm.model.new_state()
+    lm.model.forward(prompt, state)
+    return [np.array(lm.ops.to_numpy(lm.model.forward([t], state))) for t in steps], state
+
+
+def _tolerance(lm):
+    import mlx.core as mx
+
+    return 2e-4 if lm.ops.dtype == mx.float32 else 5e-2
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_fused_steps_match_plain_forward(mlx_llama, compiled, monkeypatch):
+    monkeypatch.setattr(fused, "_CAPACITY_STEP", 16)  # grow (and retrace) mid-run
+    plain, plain_state = _steps(mlx_llama, STEPS)
+    mlx_llama.model.enable_fused_decode(compiled=compiled)
+    fast, state = _steps(mlx_llama, STEPS)
+    for a, b in zip(plain, fast, strict=True):
+        np.testing.assert_allclose(b, a, atol=_tolerance(mlx_llama), rtol=0)
+        assert int(np.argmax(a)) == int(np.argmax(b))
+    assert state.tokens == plain_state.tokens
+    assert state.layers[0].capacity() % 16 == 0 and state.layers[0].length == state.offset
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_fused_verify_rows_and_rollback(mlx_llama, compiled):
+    """A multi-row call gives every row's logits; rolling back and decoding again agrees."""
+    model = mlx_llama.model
+    plain, _ = _steps(mlx_llama, STEPS[:6])
+    model.enable_fused_decode(compiled=compiled)
+    state = model.new_state()
+    model.forward(PROMPT, state)
+    first = np.array(mlx_llama.ops.to_numpy(model.forward([STEPS[0]], state)))
+    cp = state.checkpoint(record=True)
+    rows = np.array(mlx_llama.ops.to_numpy(model.forward(STEPS[1:6], state, logits="all")))
+    assert rows.shape[0] == 5
+    for i in range(5):
+        np.testing.assert_allclose(rows[i], plain[i + 1][-1], atol=_tolerance(mlx_llama))
+    state.rollback_retaining(cp, 2)
+    again = np.array(mlx_llama.ops.to_numpy(model.forward([STEPS[3]], state)))
+    assert state.tokens[-3:] == [STEPS[1], STEPS[2], STEPS[3]]
+    np.testing.assert_allclose(again[-1], plain[3][-1], atol=_tolerance(mlx_llama))
+    np.testing.assert_allclose(first[-1], plain[0][-1], atol=_tolerance(mlx_llama))
+
+
+def test_long_calls_take_the_plain_path(mlx_llama):
+    model = mlx_llama.model
+    model.enable_fused_decode(compiled=False)
+    state = model.new_state()
+    assert not model.fused.supports(state, fused_decode_cuda.MAX_ROWS + 1)
+    assert model.fused.supports(state, fused_decode_cuda.MAX_ROWS)
+    model.forward(list(range(3, 3 + fused_decode_cuda.MAX_ROWS + 1)), state, logits="none")
+    assert state.offset == fused_decode_cuda.MAX_ROWS + 1
+
+
+def test_unsupported_models_are_named(tiny_models, tmp_path):
+    from tests.hybrid_models import make_hybrid_dir
+
+    make_hybrid_dir(tmp_path, layout="hf")
+    hybrid = load_model(tmp_path, backend="mlx")
+    assert "full-attention" in unsupported_reason(hybrid.model)
+    qwen3 = load_model(tiny_models.hf("qwen3")[0], backend="mlx")
+    assert "q/k norm" in unsupported_reason(qwen3.model)
+    numpy_model = load_model(tiny_models.gguf(qtype="F32")[0], backend="numpy")
+    assert "MLX" in unsupported_reason(numpy_model.model)
+    with pytest.raises(ValueError, match="full-attention"):
+        hybrid.model.enable_fused_decode()
+
+
+@pytest.mark.skipif(not fused_decode_cuda.is_available(), reason="needs MLX on a CUDA GPU")
+@pytest.mark.gpu
+def test_rows_are_bit_identical_to_single_steps(mlx_llama):
+    """What makes bf16 greedy speculation exact: row i of a verify == the i-th decode step."""
+    model = mlx_llama.model
+    model.enable_fused_decode(compiled=True)
+    single, _ = _steps(mlx_llama, STEPS)
+    state = model.new_state()
+    model.forward(PROMPT, state)
+    rows = np.array(mlx_llama.ops.to_numpy(model.forward(STEPS, state, logits="all")))
+    for i in range(1, len(STEPS)):
+        np.testing.assert_array_equal(rows[i - 1], single[i - 1][-1])
+
+
+@pytest.mark.skipif(not fused_decode_cuda.is_available(), reason="needs MLX on a CUDA GPU")
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows", [1, 3, 16])
+def test_cuda_kernels_match_reference(rows):
+    import mlx.core as mx
+
+    from kernels.fused_decode_ref import ReferenceKernels
+
+    s = fused_decode_cuda.Shapes(576, 9, 3, 64, 1536, 4096, 1e-5, 100000.0, True)
+    cu, ref = fused_decode_cuda.CudaKernels(s), ReferenceKernels(s)
+    rng = np.random.default_rng(rows)
+
+    def a(*shape, dtype=mx.float32, scale=1.0):
+        return mx.array((scale * rng.standard_normal(shape)).astype(np.float32)).astype(dtype)
+
+    x, nw = a(rows, 576), a(576)
+    pos = mx.array([37], dtype=mx.int32)
+    w_qkv = a(15 * 64, 576, dtype=mx.bfloat16, scale=0.05)
+    for got, want in zip(cu.qkv(x, nw, w_qkv, pos), ref.qkv(x, nw, w_qkv, pos), strict=True):
+        np.testing.assert_allclose(
+            np.array(got.astype(mx.float32)),
+            np.array(want.astype(mx.float32)),
+            atol=3e-2,
+            rtol=2e-2,
+        )
+    q = a(rows, 576)
+    keys, values = a(3, 128, 64, dtype=mx.bfloat16), a(3, 128, 64, dtype=mx.bfloat16)
+    np.testing.assert_allclose(
+        np.array(cu.attend(q, keys, values, pos)),
+        np.array(ref.attend(q, keys, values, pos)),
+        atol=2e-3,
+    )
+    act, w_down, res = a(rows, 1536), a(576, 1536, dtype=mx.bfloat16, scale=0.05), a(rows, 576)
+    np.testing.assert_allclose(
+        np.array(cu.residual(act, w_down, res)),
+        np.array(ref.residual(act, w_down, res)),
+        atol=2e-3,
+        rtol=1e-3,
+    )
+    w_gu = a(2 * 1536, 576, dtype=mx.bfloat16, scale=0.05)
+    np.testing.assert_allclose(
+        np.array(cu.gate_up(x, nw, w_gu)), np.array(ref.gate_up(x, nw, w_gu)), atol=2e-3, rtol=1e-3
+    )
+    w_head = a(4096, 576, dtype=mx.bfloat16, scale=0.05)
+    np.testing.assert_allclose(
+        np.array(cu.head(x, nw, w_head)), np.array(ref.head(x, nw, w_head)), atol=2e-3, rtol=1e-3
+    )
