@@ -142,8 +142,11 @@ class MlxOps:
         return buf[:, mx.array(idx.astype(np.int32))]
 
     def snapshot(self, x: mx.array) -> mx.array:
-        # A new array object: write_rows assigns into the old object in place.
-        return mx.array(x)
+        # An independent, evaluated buffer: the fused CUDA step writes new KV rows into
+        # the live buffers in place, so a lazy copy or a view of them would change.
+        y = x + mx.array(0, dtype=x.dtype)
+        mx.eval(y)
+        return y
 
     def nbytes(self, x: mx.array) -> int:
         return int(x.nbytes)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from typing import Any
 
@@ -74,7 +75,7 @@ def tok_s(model: Any, context: int, steps: int) -> tuple[float, list[int]]:
         if i == 8:
             t0 = time.perf_counter()
         logits = model.forward([token], state)
-        token = int(np.argmax(np.array(logits)[-1]))
+        token = int(np.argmax(np.array(logits.astype(mx.float32))[-1]))
         out.append(token)
     return steps / (time.perf_counter() - t0), out
 
@@ -116,7 +117,7 @@ def row_invariance(model: Any) -> dict[str, Any]:
     prompt = list(range(100, 140))
     model.forward(prompt, state)
     steps = [int(t) for t in np.random.default_rng(1).integers(0, 49152, 12)]
-    single = [np.array(model.forward([t], state))[-1] for t in steps]
+    single = [np.array(model.forward([t], state).astype(mx.float32))[-1] for t in steps]
     state = model.new_state()
     model.forward(prompt, state)
     rows = np.array(model.forward(steps, state, logits="all"))
@@ -128,22 +129,32 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--context", type=int, default=128)
+    ap.add_argument("--quick", action="store_true", help="plain and fused compiled only")
     args = ap.parse_args()
     out: dict[str, Any] = {"device": str(mx.default_device()), "mlx": mx.__version__}
+    out["MLX_MAX_OPS_PER_BUFFER"] = os.environ.get("MLX_MAX_OPS_PER_BUFFER")
     ops = make_ops("mlx")
     model = random_model(ops)
     model.fused = None
     out["plain_tok_s"], plain_tokens = tok_s(model, args.context, args.steps)
-    for compiled in (False, True):
-        model.enable_fused_decode(compiled=compiled)
+    variants = [("step", None), ("layers", True)] + ([] if args.quick else [("layers", False)])
+    for mode, compiled in variants:
+        model.enable_fused_decode(compiled=compiled, mode=mode)
         tps, toks = tok_s(model, args.context, args.steps)
-        name = "fused_compiled" if compiled else "fused_eager"
+        name = "fused_step" if mode == "step" else "fused_compiled" if compiled else "fused_eager"
         out[f"{name}_tok_s"] = tps
         out[f"{name}_same_first_tokens_as_plain"] = sum(
             a == b for a, b in zip(toks, plain_tokens, strict=False)
         )
-    out["row_invariance"] = row_invariance(model)
+    out["row_invariance_layers"] = row_invariance(model)
     out["fused_compiled_pipelined_tok_s"] = pipelined_tok_s(model, args.context, args.steps)
+    model.enable_fused_decode(mode="step")
+    out["row_invariance_step"] = row_invariance(model)
+    for context in (512, 2048):
+        out[f"fused_step_tok_s_{context}"] = tok_s(model, context, args.steps)[0]
+    if args.quick:
+        print(json.dumps(out))
+        return
     for rows in (1, 2, 4, 8, 12, 16):
         state = model.new_state()
         model.forward(list(range(args.context)), state)

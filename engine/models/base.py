@@ -228,11 +228,13 @@ class DecoderModel:
 
         self.compiled_decode = CompiledDecode(self)
 
-    def enable_fused_decode(self, kernels: Any = None, compiled: bool | None = None) -> None:
+    def enable_fused_decode(
+        self, kernels: Any = None, compiled: bool | None = None, mode: str | None = None
+    ) -> None:
         """Steps of up to 16 rows through the fused kernels (engine/models/fused.py)."""
         from engine.models.fused import FusedDecode
 
-        self.fused = FusedDecode(self, kernels=kernels, compiled=compiled)
+        self.fused = FusedDecode(self, kernels=kernels, compiled=compiled, mode=mode)
 
     def step_row_limit(self) -> int:
         """The most rows a decode-time step should carry (a verify: k drafts + 1)."""

