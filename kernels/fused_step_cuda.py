@@ -110,21 +110,42 @@ __device__ __forceinline__ void fs_grid_sync(unsigned int* flags, unsigned int t
 )
 
 _BODY = r"""
-  const int M = x0_shape[0];
+  // Host-written inputs (ids, pos) are read once per block; every buffer the blocks
+  // share (work, sync) is a large allocation of its own: MLX's small buffers share
+  // managed-memory pages with host-touched arrays, and GPU atomics or reads on such a
+  // page cross the bus (a 150-barrier step went from 0.4 ms to 77 ms).
+  const int M = ids_shape[0];
   const int cap = k0_shape[1];
-  const int p0 = pos[0];
+  __shared__ int s_ids[FD_MAXM];
+  __shared__ int s_p0;
+  if (threadIdx.x < M) s_ids[threadIdx.x] = ids[threadIdx.x];
+  if (threadIdx.x == 0) s_p0 = pos[0];
+  __syncthreads();
+  const int p0 = s_p0;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int gw = blockIdx.x * FD_WARPS + warp, nw = gridDim.x * FD_WARPS;
   const float NEG_INF = __int_as_float(0xff800000);
   __shared__ float rinv[FD_MAXM];
   __shared__ float s_m[FD_WARPS], s_l[FD_WARPS], s_acc[FD_WARPS][DH];
+  unsigned int* sync = sync_buf;
   unsigned int phase = 0;
   constexpr int HALF = DH / 2;
   constexpr int ROPED_PAIRS = (H + HKV) * HALF;
   constexpr int PAIRS = ROPED_PAIRS + HKV * HALF;
   constexpr int NQKV = (H + 2 * HKV) * DH;
   constexpr int HD = H * DH;
-  const float* x = x0;
+  float* qs = work;
+  float* ao = qs + FD_MAXM * HD;
+  float* hs = ao + FD_MAXM * HD;
+  float* act = hs + FD_MAXM * D;
+  float* xs = act + FD_MAXM * F;
+  // embedding rows, as float32, into xs
+  for (int i = (blockIdx.x * blockDim.x + threadIdx.x); i < M * D; i += gridDim.x * blockDim.x) {
+    const int m = i / D, k = i % D;
+    xs[i] = static_cast<float>(table[(size_t)s_ids[m] * D + k]);
+  }
+  fs_grid_sync(sync, ++phase * gridDim.x);
+  const float* x = xs;
   for (int l = 0; l < L; ++l) {
     T* kc = const_cast<T*>(KEYS[l]) ;
     T* vc = const_cast<T*>(VALUES[l]);
@@ -322,6 +343,7 @@ _BODY = r"""
       }
     }
   }
+  if (blockIdx.x == 0 && threadIdx.x == 0) status[0] = sync[1];
 """
 
 _SM_COUNT = r"""
@@ -333,7 +355,6 @@ _SM_COUNT = r"""
 """
 
 _WEIGHTS = ["nw1", "wqkv", "wo", "nw2", "wgu", "wdown", "nwf", "whead"]
-_SCRATCH = ["qs", "ao", "hs", "act", "xs"]
 
 
 def step_source(shapes: Shapes, num_layers: int) -> str:
@@ -361,11 +382,20 @@ def step_source(shapes: Shapes, num_layers: int) -> str:
 
 def input_names(num_layers: int) -> list[str]:
     caches = [f"k{i}" for i in range(num_layers)] + [f"v{i}" for i in range(num_layers)]
-    return ["x0", "pos", *_WEIGHTS, *caches]
+    return ["ids", "pos", "table", *_WEIGHTS, *caches]
 
 
 def output_names() -> list[str]:
-    return ["logits", *_SCRATCH, "sync"]
+    return ["logits", "work", "sync_buf", "status"]
+
+
+def work_size(shapes: Shapes) -> int:
+    s = shapes
+    HD = s.heads * s.head_dim
+    return max(MAX_ROWS * (2 * HD + 2 * s.hidden + s.intermediate), _PRIVATE_PAGE_FLOATS)
+
+
+_PRIVATE_PAGE_FLOATS = 1 << 14  # 64 KiB: large enough for an allocation of its own
 
 
 @cache
@@ -404,35 +434,28 @@ class StepKernel:
 
     def __call__(
         self,
-        x0: mx.array,
+        ids: mx.array,
         pos: mx.array,
+        table: mx.array,
         weights: list[mx.array],
         keys: list[mx.array],
         values: list[mx.array],
         head_mode: int,
     ) -> tuple[mx.array, mx.array]:
-        """(logits [rows, V] f32, sync flags [2] u32); head_mode 0 none, 1 last, 2 all."""
+        """(logits [rows, V] f32, status [1] u32: nonzero if a barrier timed out).
+        head_mode: 0 no logits, 1 the last row's, 2 every row's."""
         s = self.s
-        M = x0.shape[0]
+        M = ids.shape[0]
         if not 1 <= M <= MAX_ROWS:
             raise ValueError(f"a fused step takes 1..{MAX_ROWS} rows, not {M}")
         rows = {0: 1, 1: 1, 2: M}[head_mode]
-        HD = s.heads * s.head_dim
         outs = self._kernel(
-            inputs=[x0, pos, *weights, *keys, *values],
+            inputs=[ids, pos, table, *weights, *keys, *values],
             template=[("T", weights[1].dtype), ("HEAD_MODE", head_mode)],
             grid=(self.blocks * THREADS, 1, 1),
             threadgroup=(THREADS, 1, 1),
-            output_shapes=[
-                (rows, s.vocab),
-                (M, HD),
-                (M, HD),
-                (M, s.hidden),
-                (M, s.intermediate),
-                (M, s.hidden),
-                (2,),
-            ],
-            output_dtypes=[mx.float32] * 6 + [mx.uint32],
+            output_shapes=[(rows, s.vocab), (work_size(s),), (_PRIVATE_PAGE_FLOATS,), (1,)],
+            output_dtypes=[mx.float32, mx.float32, mx.uint32, mx.uint32],
             init_value=0,
         )
-        return outs[0], outs[-1]
+        return outs[0], outs[3]

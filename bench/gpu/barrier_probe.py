@@ -18,20 +18,34 @@ SRC = r"""
 def main() -> None:
     out = {"sm_count": fs.sm_count()}
     k = mx.fast.cuda_kernel(
-        name="fs_barrier_probe", input_names=["dummy"], output_names=["out", "sync"],
-        source=SRC, header=fs._STEP_HEADER,
+        name="fs_barrier_probe",
+        input_names=["dummy"],
+        output_names=["out", "sync"],
+        source=SRC,
+        header=fs._STEP_HEADER,
     )
-    for blocks, nb, size, read in [(132, 150, 2, True), (132, 150, 16384, True),
-                                   (132, 150, 16384, False), (132, 150, 2, False),
-                                   (16, 150, 16384, False)]:
+    for blocks, nb, size, read in [
+        (132, 150, 2, True),
+        (132, 150, 16384, True),
+        (132, 150, 16384, False),
+        (132, 150, 2, False),
+        (16, 150, 16384, False),
+    ]:
         if True:
+
             def once():
-                o, s = k(inputs=[mx.zeros((1,))], template=[("NB", nb)],
-                         grid=(blocks * 256, 1, 1), threadgroup=(256, 1, 1),
-                         output_shapes=[(1,), (size,)], output_dtypes=[mx.float32, mx.uint32],
-                         init_value=0)
+                o, s = k(
+                    inputs=[mx.zeros((1,))],
+                    template=[("NB", nb)],
+                    grid=(blocks * 256, 1, 1),
+                    threadgroup=(256, 1, 1),
+                    output_shapes=[(1,), (size,)],
+                    output_dtypes=[mx.float32, mx.uint32],
+                    init_value=0,
+                )
                 mx.eval(o, s)
                 return int(s[1].item()) if read else 0
+
             once()
             t0 = time.perf_counter()
             flags = [once() for _ in range(10)]

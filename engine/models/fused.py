@@ -111,6 +111,8 @@ class FusedDecode:
         self.layers = [tuple(w[i] for w in self.stacked[:6]) for i in range(len(layers))]
         self.tied = model.lm_head is model.embed
         self.embed = model.embed
+        # the dense embedding table (the step kernel gathers its rows itself)
+        self.table = self.head_w if self.tied else (dense(model.embed) if mode == "step" else None)
         self.step_kernel: Any = None
         if mode == "step":
             from kernels.fused_step_cuda import StepKernel
@@ -174,16 +176,17 @@ class FusedDecode:
 
     def _one_launch(self, ids: mx.array, pos: mx.array, kvs: list[FullKV], logits: str) -> Any:
         head_mode = {"none": 0, "last": 1, "all": 2}[logits]
-        out, flags = self.step_kernel(
-            self._embed(ids),
+        out, status = self.step_kernel(
+            ids,
             pos,
+            self.table,
             self.stacked,
             [kv.keys for kv in kvs],
             [kv.values for kv in kvs],
             head_mode,
         )
-        mx.eval(out, flags)
-        if int(flags[1].item()):
+        mx.eval(out, status)
+        if int(status.item()):
             # A barrier timed out: not every block was resident (a smaller or shared GPU).
             # The rows it wrote lie past the state's length; redo the step kernel by kernel.
             log.warning("fused one-launch step timed out at a grid barrier; using 5 kernels")
