@@ -168,6 +168,8 @@ def decode(
     s = req.settings
     # a verify must fit one fused step (its rows then match single steps bit for bit)
     row_limit = model.step_row_limit() if hasattr(model, "step_row_limit") else MAX_DRAFT + 1
+    # plain greedy needs only each row's argmax: take that on the device, not the logits
+    argmax_only = s.is_greedy and s.repetition_penalty == 1.0
     out = DecodeResult()
     produced = [(sampling.sample(last_logits, state.tokens, s, rng), False)]
     out.first_token_time = time.perf_counter()
@@ -193,7 +195,7 @@ def decode(
         rows = [pending, *draft.tokens[:k]]
         t0 = time.perf_counter()
         if len(rows) == 1:
-            logits = model.ops.to_numpy(model.forward(rows, state, logits="last"))
+            logits = _to_host(model, model.forward(rows, state, logits="last"), argmax_only)
             costs.observe(1, time.perf_counter() - t0)
             if req.acceptance is not None:
                 req.acceptance.idle()
@@ -202,7 +204,7 @@ def decode(
             produced = [(sampling.sample(logits[-1], state.tokens, s, rng), False)]
             continue
         cp = state.checkpoint(record=True)
-        logits = model.ops.to_numpy(model.forward(rows, state, logits="all"))
+        logits = _to_host(model, model.forward(rows, state, logits="all"), argmax_only)
         costs.observe(len(rows), time.perf_counter() - t0)
         num_drafted = len(rows) - 1
         accepted, nxt = _verify(logits, draft, num_drafted, state.tokens, s, rng)
@@ -221,6 +223,27 @@ def decode(
         req.drafter.end()
     out.end_time = time.perf_counter()
     return out
+
+
+def _to_host(model: Any, logits: Any, argmax_only: bool) -> np.ndarray:
+    """Logits rows on the host; with `argmax_only`, one-hot rows of each row's argmax (the
+    only thing greedy sampling reads), so a GPU sends a few ints instead of the vocab."""
+    if not argmax_only:
+        return model.ops.to_numpy(logits)
+    top = model.ops.argmax_rows(logits)
+    return _OneHot(top, int(logits.shape[-1]))
+
+
+class _OneHot:
+    """Rows that are 1 at their argmax and 0 elsewhere, made on demand."""
+
+    def __init__(self, top: np.ndarray, width: int) -> None:
+        self.top, self.width = top, width
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        row = np.zeros(self.width, dtype=np.float32)
+        row[int(self.top[i])] = 1.0
+        return row
 
 
 def _take(produced: list[tuple[int, bool]], out: DecodeResult, req: DecodeRequest) -> str:

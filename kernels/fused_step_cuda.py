@@ -48,42 +48,63 @@ __device__ __forceinline__ void fs_load8_cg(const W* p, float* out) {
   for (int i = 0; i < 8; ++i) out[i] = static_cast<float>(v[i]);
 }
 
-// fd_dot_rows with the activation rows read past L1 (written by other blocks).
-template <typename W, int K, bool SCALED>
-__device__ __forceinline__ void fs_dot_rows(
-    const float* x, int M, const float* scale, const W* w, float* acc) {
+// acc0[m] += x[m] . (scale * w0), acc1[m] += x[m] . (scale * w1) for this lane's k, with the
+// activation rows read past L1 (other blocks wrote them). Unrolled over K so every load of
+// a lane is in flight at once; the order of the sums does not depend on M.
+template <typename W, int K, bool SCALED, bool TWO>
+__device__ __forceinline__ void fs_dot_rows2(
+    const float* x, int M, const float* scale, const W* w0, const W* w1,
+    float* acc0, float* acc1) {
   const int lane = threadIdx.x % 32;
-  for (int k = lane * 8; k < K; k += 256) {
-    float wv[8];
-    fd_load8(w + k, wv);
-    if (SCALED) {
-      float sv[8];
-      fd_load8(scale + k, sv);
+  constexpr int ITERS = (K + 255) / 256;
 #pragma unroll
-      for (int i = 0; i < 8; ++i) wv[i] *= sv[i];
-    }
+  for (int it = 0; it < ITERS; ++it) {
+    const int k = it * 256 + lane * 8;
+    if (k < K) {
+      float wa[8], wb[8];
+      fd_load8(w0 + k, wa);
+      if (TWO) fd_load8(w1 + k, wb);
+      if (SCALED) {
+        float sv[8];
+        fd_load8(scale + k, sv);
 #pragma unroll
-    for (int m = 0; m < FD_MAXM; ++m) {
-      if (m < M) {
-        float xv[8];
-        fs_load8_cg(x + m * K + k, xv);
-        float s = 0.f;
+        for (int i = 0; i < 8; ++i) { wa[i] *= sv[i]; if (TWO) wb[i] *= sv[i]; }
+      }
 #pragma unroll
-        for (int i = 0; i < 8; ++i) s += xv[i] * wv[i];
-        acc[m] += s;
+      for (int m = 0; m < FD_MAXM; ++m) {
+        if (m < M) {
+          float xv[8];
+          fs_load8_cg(x + m * K + k, xv);
+          float s0 = 0.f, s1 = 0.f;
+#pragma unroll
+          for (int i = 0; i < 8; ++i) { s0 += xv[i] * wa[i]; if (TWO) s1 += xv[i] * wb[i]; }
+          acc0[m] += s0;
+          if (TWO) acc1[m] += s1;
+        }
       }
     }
   }
 }
 
-__device__ __forceinline__ void fs_row_rinv(
-    const float* x, int M, int K, float eps, float* rinv) {
+template <typename W, int K, bool SCALED>
+__device__ __forceinline__ void fs_dot_rows(
+    const float* x, int M, const float* scale, const W* w, float* acc) {
+  fs_dot_rows2<W, K, SCALED, false>(x, M, scale, w, w, acc, acc);
+}
+
+template <int K>
+__device__ __forceinline__ void fs_row_rinv(const float* x, int M, float eps, float* rinv) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  constexpr int ITERS = (K / 4 + 31) / 32;
   for (int m = warp; m < M; m += FD_WARPS) {
     float s = 0.f;
-    for (int k = lane; k < K; k += 32) {
-      const float v = __ldcg(x + m * K + k);
-      s += v * v;
+#pragma unroll
+    for (int it = 0; it < ITERS; ++it) {
+      const int k4 = it * 32 + lane;
+      if (k4 < K / 4) {
+        const float4 v = __ldcg(reinterpret_cast<const float4*>(x + m * K) + k4);
+        s += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+      }
     }
     s = fd_warp_sum(s);
     if (lane == 0) rinv[m] = 1.0f / sqrtf(s / K + eps);
@@ -150,7 +171,7 @@ _BODY = r"""
     T* kc = const_cast<T*>(KEYS[l]) ;
     T* vc = const_cast<T*>(VALUES[l]);
     // -- A: norm + qkv + rope; q to qs, k / v rows into the cache at pos + m
-    fs_row_rinv(x, M, D, EPS, rinv);
+    fs_row_rinv<D>(x, M, EPS, rinv);
     for (int p = gw; p < PAIRS; p += nw) {
       int n0, n1, fi = -1;
       if (p < ROPED_PAIRS) {
@@ -166,8 +187,8 @@ _BODY = r"""
 #pragma unroll
       for (int m = 0; m < FD_MAXM; ++m) { a0[m] = 0.f; a1[m] = 0.f; }
       const T* w = wqkv + (size_t)l * NQKV * D;
-      fs_dot_rows<T, D, true>(x, M, nw1 + l * D, w + (size_t)n0 * D, a0);
-      fs_dot_rows<T, D, true>(x, M, nw1 + l * D, w + (size_t)n1 * D, a1);
+      fs_dot_rows2<T, D, true, true>(
+          x, M, nw1 + l * D, w + (size_t)n0 * D, w + (size_t)n1 * D, a0, a1);
       const int head = n0 / DH;
       const int d0 = n0 % DH, d1 = n1 % DH;
       const float inv_freq = fi >= 0 ? exp2f(-(2.0f * fi / DH) * LOG2_BASE) : 0.f;
@@ -289,14 +310,14 @@ _BODY = r"""
     }
     fs_grid_sync(sync, ++phase * gridDim.x);
     // -- D: norm + gate/up + SiLU(gate) * up -> act
-    fs_row_rinv(hs, M, D, EPS, rinv);
+    fs_row_rinv<D>(hs, M, EPS, rinv);
     for (int n = gw; n < F; n += nw) {
       float g[FD_MAXM], u[FD_MAXM];
 #pragma unroll
       for (int m = 0; m < FD_MAXM; ++m) { g[m] = 0.f; u[m] = 0.f; }
       const T* w = wgu + (size_t)l * 2 * F * D;
-      fs_dot_rows<T, D, true>(hs, M, nw2 + l * D, w + (size_t)n * D, g);
-      fs_dot_rows<T, D, true>(hs, M, nw2 + l * D, w + (size_t)(F + n) * D, u);
+      fs_dot_rows2<T, D, true, true>(
+          hs, M, nw2 + l * D, w + (size_t)n * D, w + (size_t)(F + n) * D, g, u);
 #pragma unroll
       for (int m = 0; m < FD_MAXM; ++m) {
         if (m < M) {
@@ -328,17 +349,23 @@ _BODY = r"""
   if (HEAD_MODE != 0) {
     const int r0 = HEAD_MODE == 1 ? M - 1 : 0;
     const int rows = M - r0;
-    fs_row_rinv(xs + (size_t)r0 * D, rows, D, EPS, rinv);
-    for (int n = gw; n < V; n += nw) {
-      float acc[FD_MAXM];
+    fs_row_rinv<D>(xs + (size_t)r0 * D, rows, EPS, rinv);
+    for (int n = 2 * gw; n < V; n += 2 * nw) {  // two outputs a warp: loads overlap
+      const int n1 = n + 1 < V ? n + 1 : n;
+      float acc[FD_MAXM], acc1[FD_MAXM];
 #pragma unroll
-      for (int m = 0; m < FD_MAXM; ++m) acc[m] = 0.f;
-      fs_dot_rows<T, D, true>(xs + (size_t)r0 * D, rows, nwf, whead + (size_t)n * D, acc);
+      for (int m = 0; m < FD_MAXM; ++m) { acc[m] = 0.f; acc1[m] = 0.f; }
+      fs_dot_rows2<T, D, true, true>(xs + (size_t)r0 * D, rows, nwf, whead + (size_t)n * D,
+                                     whead + (size_t)n1 * D, acc, acc1);
 #pragma unroll
       for (int m = 0; m < FD_MAXM; ++m) {
         if (m < rows) {
           const float s = fd_warp_sum(acc[m]) * rinv[m];
-          if (lane == 0) logits[(size_t)m * V + n] = s;
+          const float s1 = fd_warp_sum(acc1[m]) * rinv[m];
+          if (lane == 0) {
+            logits[(size_t)m * V + n] = s;
+            logits[(size_t)m * V + n1] = s1;
+          }
         }
       }
     }

@@ -77,6 +77,9 @@ class MlxOps:
     def to_numpy(self, x: mx.array) -> np.ndarray:
         return np.array(x.astype(mx.float32), dtype=np.float32)
 
+    def argmax_rows(self, x: mx.array) -> np.ndarray:
+        return np.array(mx.argmax(x, axis=-1))
+
     def linear(self, x: mx.array, w: Any) -> mx.array:
         if isinstance(w, QuantizedWeight):
             return mx.quantized_matmul(

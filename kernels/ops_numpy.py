@@ -189,6 +189,9 @@ class NumpyOps:
     def take_rows(self, buf: np.ndarray, idx: np.ndarray) -> np.ndarray:
         return buf[:, idx]
 
+    def argmax_rows(self, x: np.ndarray) -> np.ndarray:
+        return np.argmax(x, axis=-1)
+
     def snapshot(self, x: np.ndarray) -> np.ndarray:
         return x.copy()
 

@@ -35,8 +35,15 @@ def main() -> None:
         out[name] = (time.perf_counter() - t0) / n * 1000
 
     def call(head_mode):
-        return f.step_kernel(ids, pos, f.table, f.stacked, [kv.keys for kv in kvs],
-                             [kv.values for kv in kvs], head_mode)
+        return f.step_kernel(
+            ids,
+            pos,
+            f.table,
+            f.stacked,
+            [kv.keys for kv in kvs],
+            [kv.values for kv in kvs],
+            head_mode,
+        )
 
     timeit("python_build_only_ms", lambda: call(1))
     timeit("none_eval_ms", lambda: mx.eval(*call(0)))
