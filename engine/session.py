@@ -64,6 +64,7 @@ class Session:
         self.draft_drafter = DraftModelDrafter(draft.model) if draft is not None else None
         self.acceptance = {"lookup": AcceptanceModel(), "draft_model": AcceptanceModel()}
         self.template = self.tokenizer.chat_template or DEFAULT_CHATML_TEMPLATE
+        self._warned_inexact = False
 
     # -- rendering --------------------------------------------------------------------
     def render(self, messages: tuple[ev.Message, ...], continue_last: bool) -> Rendered:
@@ -231,6 +232,16 @@ class Session:
 
     def _drafter(self, choice: str) -> tuple[Drafter | None, AcceptanceModel | None]:
         if choice == "off":
+            return None, None
+        verify_is_exact = getattr(self.model, "verify_is_exact", None)
+        if verify_is_exact is not None and not verify_is_exact():
+            # refuse rather than change the reply: plain decoding is the exact fallback
+            if not self._warned_inexact:
+                log.warning(
+                    "speculative decoding is off: on this device and dtype a verify is "
+                    "not exact for this model (BRANCHCHAT_DTYPE=float32 enables it)"
+                )
+                self._warned_inexact = True
             return None, None
         if choice in ("draft_model", "auto") and self.draft_drafter is not None:
             return self.draft_drafter, self.acceptance["draft_model"]

@@ -236,6 +236,13 @@ class DecoderModel:
 
         self.fused = FusedDecode(self, kernels=kernels, compiled=compiled, mode=mode)
 
+    def verify_is_exact(self) -> bool:
+        """Whether a k-row verify reproduces k one-row steps closely enough for greedy
+        speculation to keep the output unchanged: the fused kernels (bit for bit), or
+        float32 arithmetic. A GPU's bfloat16/float16 matmuls round 1-row and k-row
+        products differently and flip near-ties (measured on the H200: not identical)."""
+        return self.fused is not None or "float32" in str(self.ops.dtype)
+
     def step_row_limit(self) -> int:
         """The most rows a decode-time step should carry (a verify: k drafts + 1)."""
         return self.fused.max_rows if self.fused is not None else 1 << 30

@@ -123,6 +123,16 @@ class FusedDecode:
             compiled = os.environ.get("BRANCHCHAT_FUSED_COMPILE", "1") != "0"
         self.compiled = compiled
         self._traced: dict[str, Any] = {}
+        if mode == "step":
+            self._warm_up()
+
+    def _warm_up(self) -> None:
+        """Compile the step kernel's three logits variants now (NVRTC takes ~0.5 s each):
+        at load, not in the middle of someone's first edit."""
+        state = self.model.new_state()
+        self([0], state, "none")
+        self([0], state, "last")
+        self([0, 0], state, "all")
 
     max_rows = MAX_ROWS
 

@@ -168,3 +168,17 @@ def test_cuda_kernels_match_reference(rows):
     np.testing.assert_allclose(
         np.array(cu.head(x, nw, w_head)), np.array(ref.head(x, nw, w_head)), atol=2e-3, rtol=1e-3
     )
+
+
+def test_speculation_is_refused_where_a_verify_is_not_exact(tiny_models, monkeypatch):
+    """bf16 on a GPU without the fused kernels: the reply must not depend on drafting, so
+    the session decodes plainly instead (and says so in the log)."""
+    from engine.session import Session
+
+    lm = load_model(tiny_models.gguf(qtype="F32")[0], backend="numpy")
+    session = Session(lm)
+    assert lm.model.verify_is_exact()
+    assert session._drafter("lookup")[0] is session.lookup
+    monkeypatch.setattr(lm.model, "verify_is_exact", lambda: False)
+    assert session._drafter("lookup") == (None, None)
+    assert session._drafter("auto") == (None, None)
