@@ -56,7 +56,8 @@ class OursRunner:
         }
 
     def _greedy(self, logits: Any) -> int:
-        return int(np.argmax(np.asarray(self.ops.to_numpy(logits))[-1]))
+        # as the engine's greedy decoding does: the argmax on the device, one int back
+        return int(self.ops.argmax_rows(logits)[-1])
 
     def prefill(self, ids: list[int]) -> int:
         from engine.sequence import prefill

@@ -225,7 +225,7 @@ def decode(
     return out
 
 
-def _to_host(model: Any, logits: Any, argmax_only: bool) -> np.ndarray:
+def _to_host(model: Any, logits: Any, argmax_only: bool) -> Any:
     """Logits rows on the host; with `argmax_only`, one-hot rows of each row's argmax (the
     only thing greedy sampling reads), so a GPU sends a few ints instead of the vocab."""
     if not argmax_only:

@@ -395,7 +395,7 @@ class CudaKernels:
             raise ValueError(f"fused decode kernels: unsupported {reason}")
         self.s = shapes
         tag = hashlib.sha1(repr(shapes).encode()).hexdigest()[:10]
-        self._k = {}
+        self._k: dict[str, Any] = {}
         for kind, (inputs, outputs) in _SIGNATURES.items():
             self._k[kind] = mx.fast.cuda_kernel(
                 name=f"fd_{kind}_{tag}",

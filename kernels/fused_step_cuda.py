@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import math
 from functools import cache
+from typing import Any
 
 import mlx.core as mx
 
@@ -428,7 +429,7 @@ _PRIVATE_PAGE_FLOATS = 1 << 14  # 64 KiB: large enough for an allocation of its 
 @cache
 def sm_count() -> int:
     """Streaming multiprocessors on the current GPU (read from %nsmid in a kernel)."""
-    kernel = mx.fast.cuda_kernel(
+    kernel: Any = mx.fast.cuda_kernel(
         name="fs_sm_count", input_names=["dummy"], output_names=["out"], source=_SM_COUNT
     )
     (out,) = kernel(
@@ -451,7 +452,7 @@ class StepKernel:
         self.s, self.L = shapes, num_layers
         tag = hashlib.sha1(f"{shapes!r}/{num_layers}".encode()).hexdigest()[:10]
         self.blocks = sm_count()
-        self._kernel = mx.fast.cuda_kernel(
+        self._kernel: Any = mx.fast.cuda_kernel(
             name=f"fs_step_{tag}",
             input_names=input_names(num_layers),
             output_names=output_names(),

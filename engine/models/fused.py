@@ -170,7 +170,7 @@ class FusedDecode:
         ids = mx.array(token_ids, dtype=mx.int32)
         pos = mx.array([offset], dtype=mx.int32)
         if self.step_kernel is not None:
-            out = self._one_launch(ids, pos, kvs, logits)
+            out = self._one_launch(ids, pos, kvs, logits, offset)
         elif self.compiled:
             out = self._compiled_step(ids, pos, kvs, logits)
         else:
@@ -184,7 +184,9 @@ class FusedDecode:
         state.end_forward(list(token_ids))
         return out
 
-    def _one_launch(self, ids: mx.array, pos: mx.array, kvs: list[FullKV], logits: str) -> Any:
+    def _one_launch(
+        self, ids: mx.array, pos: mx.array, kvs: list[FullKV], logits: str, offset: int
+    ) -> Any:
         head_mode = {"none": 0, "last": 1, "all": 2}[logits]
         out, status = self.step_kernel(
             ids,
@@ -202,7 +204,7 @@ class FusedDecode:
             log.warning("fused one-launch step timed out at a grid barrier; using 5 kernels")
             self.step_kernel = None
             self.mode = "layers"
-            return self._eager_step(ids, pos, kvs, logits, int(pos.item()))
+            return self._eager_step(ids, pos, kvs, logits, offset)
         return out if logits != "none" else None
 
     def _eager_step(
