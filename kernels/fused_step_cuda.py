@@ -6,9 +6,11 @@ runs every layer's five phases (qkv + RoPE + KV write, attention, o_proj + resid
 norm + gate/up + SiLU, down + residual) and the LM head in one launch, with a grid-wide
 barrier between phases: one block per SM, all resident, phases split across blocks.
 
-Same per-row arithmetic, in the same order, as the five kernels (the phases share their
-device functions), so rows stay independent of the row count: a verify's logits equal
-one-row steps bit for bit, which keeps greedy speculation exact.
+Each phase follows the five kernels' arithmetic (their bodies are written out again here,
+with loads unrolled over K and read past L1), and like them computes every row with the
+same instructions in the same order whatever the row count: a verify's logits equal
+one-row steps bit for bit, which keeps greedy speculation exact. The two paths round
+differently from each other; only one is in use at a time.
 
 Memory rules inside the launch: activations and KV rows written by one block are read
 by others after a barrier, so those reads bypass L1 (`__ldcg`); weights are read-only.

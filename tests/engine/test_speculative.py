@@ -35,6 +35,15 @@ from tests.hybrid_models import make_hybrid_dir
 from tests.tiny_models import EOS_ID, VOCAB_SIZE
 
 TOLERANCE = 1e-4  # max abs logit diff against a fresh prefill (float32, DESIGN.md)
+# bfloat16 on a GPU: decode steps (fused kernels) and a fresh prefill (MLX matmuls) round
+# differently; a rollback bug shows as O(1) differences, rounding as O(0.1) at most
+TOLERANCE_BF16 = 0.25
+
+
+def tolerance(model: Any) -> float:
+    return TOLERANCE if "float32" in str(getattr(model.ops, "dtype", "float32")) else TOLERANCE_BF16
+
+
 GREEDY = SamplingSettings()
 MODELS = [("llama", "numpy"), ("llama", "mlx"), ("hybrid", "numpy"), ("hybrid", "mlx")]
 NUM_PROMPTS = {"numpy": 20, "mlx": 6}  # MLX on the CPU is several times slower
@@ -177,7 +186,8 @@ def assert_exact(model: Any, state: SequenceState, probe: int = 5) -> None:
     state.rollback(cp)
     want = as_f64(model, prefill(model, model.new_state(), [*state.tokens, probe]))
     diff = np.max(np.abs(got - want))
-    assert diff <= TOLERANCE, f"logits after decoding differ from a fresh prefill by {diff:.3g}"
+    limit = tolerance(model)
+    assert diff <= limit, f"logits after decoding differ from a fresh prefill by {diff:.3g}"
 
 
 def assert_holds_output(state: SequenceState, prompt: list[int], result: DecodeResult) -> None:
@@ -257,6 +267,8 @@ DRAFTERS = ["suffix", "draft_model", "oracle", "noisy_oracle", "adversarial"]
 def test_greedy_speculative_equals_plain(
     pair: Pair, cases: list[Case], keep_counts: list[int], which: str
 ) -> None:
+    if not pair.target.verify_is_exact():  # bf16 on a GPU without fused kernels
+        pytest.skip("the session refuses speculation here (verify rows are not exact)")
     draft_model = DraftModelDrafter(pair.draft)  # one for all prompts: begin() rewinds it
     num_drafted = num_accepted = 0
     for i, case in enumerate(cases):
