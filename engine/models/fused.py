@@ -1,10 +1,12 @@
 """Decode and verify steps of full-attention decoders through the fused CUDA kernels.
 
-`kernels.fused_decode_cuda` does a layer in five kernels (instead of ~20 MLX ops), with
-rows computed independently of how many there are. This module feeds them: weights
-dequantized once into the model dtype, the KV rows written into the sequence state's
-own `FullKV` buffers (so checkpoints, rollback and prefill work unchanged), and
-optionally the whole step traced once with `mx.compile` so a step costs no Python.
+Two paths, both computing every row independently of how many there are:
+`kernels.fused_step_cuda` (the default on CUDA) runs a whole step in one kernel launch;
+`kernels.fused_decode_cuda` does a layer in five kernels (instead of ~20 MLX ops), eager
+or traced once with `mx.compile`, and has an MLX-ops reference that runs anywhere. This
+module feeds them: weights dequantized once into the model dtype, the KV rows written
+into the sequence state's own `FullKV` buffers (so checkpoints, rollback and prefill
+work unchanged).
 
 Used for calls of 1..MAX_ROWS tokens (decode, verify, short re-prefills); longer
 prefills take the ordinary path. Row invariance makes greedy speculation exact:
@@ -24,11 +26,9 @@ from engine.state import FullKV
 from kernels import fused_decode_cuda
 from kernels.fused_decode_cuda import MAX_ROWS, Shapes
 
-_CAPACITY_STEP = 1024
-
+_CAPACITY_STEP = 1024  # compiled steps retrace per buffer shape: grow in large steps
 
 log = logging.getLogger(__name__)
-# compiled steps retrace per buffer shape: grow in large steps
 
 
 def unsupported_reason(model: Any) -> str | None:
