@@ -42,6 +42,7 @@ class Engine:
         self._commands: queue.Queue[ev.Command] = queue.Queue()
         self._stop_lock = threading.Lock()
         self._stopped: set[str] = set()
+        self._closing = threading.Event()  # set by close(): stop what runs, skip what waits
         self.session: Session | None = None  # touched only on the worker thread
         self._thread = threading.Thread(target=self._run, name="engine", daemon=True)
         self._thread.start()
@@ -54,7 +55,10 @@ class Engine:
         self._commands.put(command)
 
     def close(self, timeout: float = 30.0) -> None:
+        """Stop the running request (within a decode step or prefill chunk), skip queued
+        generations and loads, save the prompt cache, and end the worker thread."""
         if self._thread.is_alive():
+            self._closing.set()
             self._commands.put(ev.Close())
             self._thread.join(timeout)
 
@@ -79,6 +83,8 @@ class Engine:
             if isinstance(command, ev.Close):
                 self._save_quietly()
                 return
+            if self._closing.is_set() and isinstance(command, ev.Generate | ev.LoadModel):
+                continue  # the window is closing: nobody waits for these any more
             try:
                 self._handle(command)
             except EngineError as exc:
@@ -158,7 +164,7 @@ class Engine:
         rid = command.request_id
 
         def should_stop() -> bool:
-            return rid in self._stopped
+            return rid in self._stopped or self._closing.is_set()
 
         try:
             users = [m for m in command.messages if m.role == "user"]

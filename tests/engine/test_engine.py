@@ -12,6 +12,7 @@ import logging
 import queue
 import shutil
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -249,6 +250,33 @@ def test_stop_during_decode_then_continue(kind: str, models: dict) -> None:
                 min(reachable, len(held)),
             )
         assert_same_reply(continued, fresh_finished(models[kind], branch, cont))
+
+
+def test_close_stops_the_running_request_and_skips_queued_ones(models: dict) -> None:
+    """Closing the window mid-reply must not wait for the reply (or the queue) to finish."""
+    messages = (user(USERS[0]),)
+    started = threading.Event()
+
+    def note_first_tokens(runner: Runner, event: ev.Event) -> None:
+        if isinstance(event, ev.Tokens) and event.token_ids and not started.is_set():
+            started.set()  # then hold the reply here until close() has begun
+            assert runner.engine._closing.wait(TIMEOUT)
+
+    runner = Runner()
+    runner.load(models["llama"])
+    runner.on_event = note_first_tokens
+    runner.engine.submit(ev.Generate("long", messages, greedy(max_tokens=100_000)))
+    runner.engine.submit(ev.Generate("queued", messages, greedy(max_tokens=100_000)))
+    assert started.wait(TIMEOUT)
+    t0 = time.perf_counter()
+    runner.close()
+    assert time.perf_counter() - t0 < 5.0
+    events = []
+    while not runner.events.empty():
+        events.append(runner.events.get())
+    finished = [e for e in events if isinstance(e, ev.Finished)]
+    assert [(e.request_id, e.reason) for e in finished] == [("long", "stopped")]
+    assert not any(getattr(e, "request_id", "") == "queued" for e in events)
 
 
 # -- the persistent prompt cache ---------------------------------------------------------------
