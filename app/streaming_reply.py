@@ -42,14 +42,25 @@ class StreamingReply:
         drafted = sum(event.from_draft)
         self.num_tokens += len(event.token_ids)
         self.num_drafted += drafted
-        # Accepted draft tokens precede the target's own token within one step; the
-        # event carries no per-token text, so the drafted share is split by count.
-        if drafted and event.token_ids:
-            end = start + round(len(event.text) * drafted / len(event.token_ids))
-            if self.draft_spans and self.draft_spans[-1][1] == start:
-                self.draft_spans[-1] = (self.draft_spans[-1][0], end)
-            elif end > start:
-                self.draft_spans.append((start, end))
+        if not drafted:
+            return
+        if len(event.pieces) == len(event.token_ids):  # each token's own text
+            at = start
+            for piece, from_draft in zip(event.pieces, event.from_draft, strict=True):
+                if from_draft:
+                    self._mark(at, at + len(piece))
+                at += len(piece)
+        else:  # an event without pieces: split the drafted share by count
+            self._mark(start, start + round(len(event.text) * drafted / len(event.token_ids)))
+
+    def _mark(self, start: int, end: int) -> None:
+        """Add [start, end) to the drafted spans, joining it to a span that ends at start."""
+        if end <= start:
+            return
+        if self.draft_spans and self.draft_spans[-1][1] == start:
+            self.draft_spans[-1] = (self.draft_spans[-1][0], end)
+        else:
+            self.draft_spans.append((start, end))
 
     def live_line(self, context_length: int | None) -> str | None:
         if self.first_token_at is None:

@@ -106,6 +106,8 @@ class Tokens:
     text: str
     token_ids: tuple[int, ...]
     from_draft: tuple[bool, ...]
+    # each token's share of `text` ("" while a multi-byte character is incomplete)
+    pieces: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -149,9 +149,10 @@ class Session:
         pieces: list[str] = []
 
         def on_tokens(token_ids: list[int], from_draft: list[bool]) -> None:
-            text = "".join(detok.add(t) for t in token_ids)
+            per_token = tuple(detok.add(t) for t in token_ids)
+            text = "".join(per_token)
             pieces.append(text)
-            emit(ev.Tokens(cmd.request_id, text, tuple(token_ids), tuple(from_draft)))
+            emit(ev.Tokens(cmd.request_id, text, tuple(token_ids), tuple(from_draft), per_token))
 
         drafter, acceptance = self._drafter(cmd.settings.drafter)
         req = DecodeRequest(

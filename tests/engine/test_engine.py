@@ -228,6 +228,9 @@ def test_stop_during_decode_then_continue(kind: str, models: dict) -> None:
         emitted = [t for e in events if isinstance(e, ev.Tokens) for t in e.token_ids]
         assert list(finished.token_ids) == emitted and len(emitted) == 3
         assert finished.text == "".join(e.text for e in events if isinstance(e, ev.Tokens))
+        for e in events:
+            if isinstance(e, ev.Tokens) and e.token_ids:  # each token's share of the text
+                assert len(e.pieces) == len(e.token_ids) and "".join(e.pieces) == e.text
         # decoding.py's invariant: the last emitted token is pending, not in the state
         assert runner.state_tokens() == ids + emitted[:-1]
         full = fresh_finished(models[kind], messages, greedy(max_tokens=40))
