@@ -26,7 +26,7 @@ import mlx.core as mx
 import numpy as np
 
 from engine.errors import ModelLoadError, UnsupportedArchitecture
-from engine.loader import _read_gguf
+from engine.loader import read_gguf
 from engine.models.base import ModelConfig
 from engine.tokenizer import Tokenizer
 from kernels.ops import QuantizedWeight
@@ -39,7 +39,7 @@ def convert_gguf(gguf_path: str | Path, out_dir: str | Path) -> Path:
     gguf_path, out = Path(gguf_path).expanduser(), Path(out_dir).expanduser()
     if not gguf_path.is_file():
         raise ModelLoadError(gguf_path, "no such file")
-    cfg, weights, tokenizer, _fingerprint = _read_gguf(gguf_path)
+    cfg, weights, tokenizer, _fingerprint = read_gguf(gguf_path)
     if cfg.family != "llama":
         raise UnsupportedArchitecture(
             gguf_path, f"conversion supports Llama-family GGUF files, not {cfg.family!r}"

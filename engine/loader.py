@@ -76,7 +76,7 @@ def load_model(
     if path.is_dir():
         cfg, weights, tokenizer, fingerprint = _read_hf_dir(path)
     else:
-        cfg, weights, tokenizer, fingerprint = _read_gguf(path)
+        cfg, weights, tokenizer, fingerprint = read_gguf(path)
     family = models.family_for_hf(cfg.family) or models.family_for_gguf(cfg.family)
     if family is None:
         raise UnsupportedArchitecture(path, f"no implementation for family {cfg.family!r}")
@@ -109,7 +109,8 @@ def _speed_up_gpu_steps(model: Any) -> None:
 # -- GGUF -----------------------------------------------------------------------------
 
 
-def _read_gguf(path: Path) -> tuple[ModelConfig, Weights, Tokenizer, str]:
+def read_gguf(path: Path) -> tuple[ModelConfig, Weights, Tokenizer, str]:
+    """A GGUF file's config, weights (canonical names), tokenizer and fingerprint."""
     if path.stat().st_size < 32:
         raise ModelLoadError(path, "file is empty or too small to be a GGUF model")
     with open(path, "rb") as f:
