@@ -47,6 +47,9 @@ class Tail:
     rows: list[Any]  # per layer: (keys, values) for FullKV, None otherwise
     recurrent: dict[int, tuple[Any, ...]]  # length past the fork -> per-layer snapshots
     nbytes: int
+    # length past the fork -> the state's snapshot store ("stride" or "marked") it came
+    # from: restoring a tail puts those back, so later edits inside it resume from them
+    stores: dict[int, str]
 
 
 class BranchCache:
@@ -78,11 +81,13 @@ class BranchCache:
             else:
                 rows.append(None)
         recurrent: dict[int, tuple[Any, ...]] = {}
+        stores: dict[int, str] = {}
         if state.needs_snapshots:  # recurrent layers: the end state, plus stored snapshots
             recurrent[length] = tuple(layer.snapshot() for layer in state.layers)
-            for pos, snaps in state.stored_snapshots().items():
+            for store, pos, snaps in state.snapshot_items():
                 if fork < pos < state.offset:
                     recurrent[pos - fork] = snaps
+                    stores[pos - fork] = store
             nbytes += sum(
                 int(a.nbytes)
                 for snaps in recurrent.values()
@@ -90,7 +95,9 @@ class BranchCache:
                 if snap is not None
                 for a in snap
             )
-        tail = Tail(_key(state.tokens[:fork]), fork, state.tokens[fork:], rows, recurrent, nbytes)
+        tail = Tail(
+            _key(state.tokens[:fork]), fork, state.tokens[fork:], rows, recurrent, nbytes, stores
+        )
         self.tails[self._next_id] = tail
         self._next_id += 1
         self._evict(keep)
@@ -135,3 +142,6 @@ class BranchCache:
                 assert snaps is not None
                 layer.restore(snaps[i], tail.fork + usable)
         state.adopt_tokens(tail.tokens[:usable])
+        for length, store in tail.stores.items():  # oldest first, as they were stored
+            if length <= usable:
+                state.load_snapshot(tail.fork + length, store, tail.recurrent[length])

@@ -1,0 +1,53 @@
+"""The branch cache on a hybrid model: a restored tail brings back the turn-boundary
+snapshots it held, so a later edit inside it resumes from them, and the logits after
+the restore equal a fresh prefill."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine.branch_cache import BranchCache
+from engine.loader import load_model
+from engine.sequence import prefill, truncate
+from tests.hybrid_models import make_hybrid_dir
+
+
+@pytest.fixture(scope="module")
+def hybrid(tmp_path_factory):
+    path = tmp_path_factory.mktemp("branch-hybrid")
+    make_hybrid_dir(path, layout="hf")
+    return load_model(path, backend="numpy")
+
+
+def test_restored_tail_brings_back_its_snapshots(hybrid) -> None:
+    model = hybrid.model
+    tokens = [int(t) for t in np.random.default_rng(0).integers(3, 200, 90)]
+    fork, marks = 20, [35, 52, 70]
+    state = model.new_state()
+    prefill(model, state, tokens[:fork], chunk_size=16)
+    state.mark(fork)
+    for m in marks:
+        state.mark(m)
+    prefill(model, state, tokens[fork:], chunk_size=16)
+    assert set(marks) <= set(state.snapshot_positions())
+
+    cache = BranchCache()
+    cache.save_tail(state, fork)
+    truncate(model, state, fork)  # an edit at the fork
+    prefill(model, state, [7, 8, 9], chunk_size=16)  # the edited branch
+    truncate(model, state, fork)
+    assert not set(marks) & set(state.snapshot_positions())
+
+    match = cache.best_match(state, tokens, state.offset)
+    assert match is not None and match[1] == len(tokens) - fork
+    cache.restore(state, *match)
+    assert state.tokens == tokens
+    assert set(marks) <= set(state.snapshot_positions())
+
+    # an edit inside the restored tail now rewinds to the snapshot at 52, not the fork
+    assert state.plan_truncate(60) == 52
+    got = np.array(model.forward([5], state))[-1]
+    fresh = model.new_state()
+    want = np.array(prefill(model, fresh, [*tokens, 5], chunk_size=16))[-1]
+    np.testing.assert_allclose(got, want, atol=1e-4)
