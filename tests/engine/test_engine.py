@@ -571,3 +571,18 @@ def test_events_carry_only_plain_python_values(
     assert {ev.Stats, ev.Finished, ev.StateSaved} <= kinds
     for i, event in enumerate(seen):
         _assert_plain(event, f"event {i} ({type(event).__name__})")
+
+
+def test_importing_the_engine_lets_blas_threads_sleep() -> None:
+    """OPENBLAS_THREAD_TIMEOUT is set before NumPy loads OpenBLAS (unless the user set it)."""
+    import os
+    import subprocess
+    import sys
+
+    code = "import app, os, numpy; print(os.environ['OPENBLAS_THREAD_TIMEOUT'])"
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_THREAD_TIMEOUT"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.stdout.strip() == "4", out.stderr
+    env["OPENBLAS_THREAD_TIMEOUT"] = "9"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.stdout.strip() == "9", out.stderr
