@@ -164,9 +164,14 @@ class FusedDecode:
         offset = state.begin_forward(rows)
         kvs: list[FullKV] = list(state.layers)  # type: ignore[arg-type]
         need = offset + rows
-        for kv in kvs:
-            if kv.capacity() < need:
-                kv._grow(-(-need // _CAPACITY_STEP) * _CAPACITY_STEP)
+        # one capacity for every layer: the step kernel strides all buffers by layer 0's
+        if any(kv.capacity() < need for kv in kvs) or len({kv.capacity() for kv in kvs}) > 1:
+            capacity = max(
+                -(-need // _CAPACITY_STEP) * _CAPACITY_STEP, *(kv.capacity() for kv in kvs)
+            )
+            for kv in kvs:
+                if kv.capacity() != capacity:
+                    kv._grow(capacity)
         ids = mx.array(token_ids, dtype=mx.int32)
         pos = mx.array([offset], dtype=mx.int32)
         if self.step_kernel is not None:

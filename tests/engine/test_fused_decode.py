@@ -182,3 +182,17 @@ def test_speculation_is_refused_where_a_verify_is_not_exact(tiny_models, monkeyp
     monkeypatch.setattr(lm.model, "verify_is_exact", lambda: False)
     assert session._drafter("lookup") == (None, None)
     assert session._drafter("auto") == (None, None)
+
+
+def test_layers_are_brought_to_one_capacity(mlx_llama):
+    """The one-launch step strides every layer's KV buffer by layer 0's capacity."""
+    plain, _ = _steps(mlx_llama, STEPS[:2])
+    model = mlx_llama.model
+    model.enable_fused_decode(compiled=False, mode="layers")
+    state = model.new_state()
+    model.forward(PROMPT, state)
+    state.layers[0]._grow(3000)  # as if one layer had been grown on its own
+    out = np.array(mlx_llama.ops.to_numpy(model.forward([STEPS[0]], state)))
+    assert len({kv.capacity() for kv in state.layers}) == 1
+    assert state.layers[1].capacity() >= 3000
+    np.testing.assert_allclose(out[-1], plain[0][-1], atol=_tolerance(mlx_llama))
