@@ -93,13 +93,14 @@ def _speed_up_gpu_steps(model: Any) -> None:
     """GPU decode is launch-bound: on CUDA, full-attention models take the fused kernels
     (BRANCHCHAT_FUSED=0 opts out); BRANCHCHAT_COMPILE=1 opts into one compiled MLX graph
     per step for the others (measured slower than plain MLX on the H200)."""
-    from engine.models.fused import unsupported_reason
+    from engine.models.fused import MAX_DENSE_BYTES, dense_bytes, unsupported_reason
     from kernels import fused_decode_cuda
 
     if (
         fused_decode_cuda.is_available()
         and os.environ.get("BRANCHCHAT_FUSED", "1") != "0"
         and unsupported_reason(model) is None
+        and dense_bytes(model) <= MAX_DENSE_BYTES  # small models: launch-bound, not bandwidth
     ):
         model.enable_fused_decode()
     elif os.environ.get("BRANCHCHAT_COMPILE", "0") == "1":

@@ -196,3 +196,16 @@ def test_layers_are_brought_to_one_capacity(mlx_llama):
     assert len({kv.capacity() for kv in state.layers}) == 1
     assert state.layers[1].capacity() >= 3000
     np.testing.assert_allclose(out[-1], plain[0][-1], atol=_tolerance(mlx_llama))
+
+
+def test_dense_copy_size_counts_every_weight(mlx_llama):
+    """The loader enables the fused path only for models whose dense copy is small."""
+    from engine.models.fused import dense_bytes
+
+    model = mlx_llama.model
+    model.enable_fused_decode(compiled=False, mode="layers")
+    weights = [model.fused.stacked[i] for i in (1, 2, 4, 5, 7)]  # not the norms
+    copied = sum(int(w.nbytes) for w in weights)
+    if not model.fused.tied:  # the one-launch step also copies the embedding table
+        copied += int(model.fused.head_w.nbytes)
+    assert dense_bytes(model) == copied
