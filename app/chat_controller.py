@@ -9,6 +9,7 @@ to carry on from the edited text.
 
 from __future__ import annotations
 
+import sqlite3
 import time
 import uuid
 from collections.abc import Callable
@@ -38,6 +39,7 @@ class ChatController(QObject):
     status_line = Signal(str)  # live speed figures, then the last request's
     prefill_progress = Signal(int, int, int)  # done, total, reused
     reveal_message = Signal(str)  # scroll to this message
+    store_failed = Signal(str, str)  # message, details: a write to the store failed
 
     def __init__(
         self,
@@ -52,6 +54,7 @@ class ChatController(QObject):
         self.conversation_id: str | None = None
         self.tree = MessageTree()
         self.active: StreamingReply | None = None
+        self.last_store_error: str | None = None  # the last write the store refused
         self.context_length: int | None = None
         self._flush_timer = QTimer(self, singleShot=True, interval=REPAINT_INTERVAL_MS)
         self._flush_timer.timeout.connect(self._flush)
@@ -94,18 +97,25 @@ class ChatController(QObject):
     # -- actions ----------------------------------------------------------------------
 
     def send(self, text: str) -> bool:
+        """False (the composer keeps the text) when there is nothing to send, a reply is
+        running, or the store could not save the message."""
         text = text.strip()
         if not text or self.is_busy:
             return False
-        if self.conversation_id is None:
-            title = " ".join(text.split())[:48] or "New chat"
-            self.conversation_id = self.store.create_conversation(title).id
-            self.conversation_changed.emit(self.conversation_id)
-        path = self.tree.selected_path()
-        parent = path[-1].id if path else None
-        user = self.store.add_message(self.conversation_id, parent, "user", text)
-        self._start_reply(user.id)
-        self.conversations_changed.emit()
+        try:
+            if self.conversation_id is None:
+                title = " ".join(text.split())[:48] or "New chat"
+                self.conversation_id = self.store.create_conversation(title).id
+                self.conversation_changed.emit(self.conversation_id)
+            path = self.tree.selected_path()
+            parent = path[-1].id if path else None
+            user = self.store.add_message(self.conversation_id, parent, "user", text)
+            self._start_reply(user.id)
+        except sqlite3.Error as exc:
+            self._report_store_error("your message", exc, "It is still in the message box.")
+            return False
+        finally:
+            self.conversations_changed.emit()
         return True
 
     def edit_message(self, message_id: str, text: str) -> bool:
@@ -113,37 +123,44 @@ class ChatController(QObject):
         if self.is_busy or not text.strip() or text == node.content:
             return False
         assert self.conversation_id is not None
-        if node.role == "user":
-            user = self.store.add_message(self.conversation_id, node.parent_id, "user", text)
-            self._start_reply(user.id)
-        else:
-            self.store.add_message(
-                self.conversation_id, node.parent_id, node.role, text, status="edited"
-            )
-            self._reload()
+        self.last_store_error = None
+        try:
+            if node.role == "user":
+                user = self.store.add_message(self.conversation_id, node.parent_id, "user", text)
+                self._start_reply(user.id)
+            else:
+                self.store.add_message(
+                    self.conversation_id, node.parent_id, node.role, text, status="edited"
+                )
+                self._reload()
+        except sqlite3.Error as exc:
+            self._report_store_error("the edit", exc, "The editor keeps your text.")
+            return False
         return True
 
     def regenerate(self, message_id: str) -> bool:
         node = self.tree.node(message_id)
         if self.is_busy or node.role != "assistant":
             return False
-        self._start_reply(node.parent_id)
-        return True
+        return self._try_start_reply(node.parent_id)
 
     def retry(self, message_id: str) -> bool:
         """Ask again for a reply to the last message, a question left unanswered."""
         path = self.tree.selected_path()
         if self.is_busy or not path or path[-1].id != message_id or path[-1].role != "user":
             return False
-        self._start_reply(message_id)
-        return True
+        return self._try_start_reply(message_id)
 
     def continue_message(self, message_id: str) -> bool:
         path = self.tree.selected_path()
         node = self.tree.node(message_id)
         if self.is_busy or not path or path[-1].id != message_id or not node.is_continuable:
             return False
-        self.store.update_message(message_id, status="streaming")
+        try:
+            self.store.update_message(message_id, status="streaming")
+        except sqlite3.Error as exc:
+            self._report_store_error("the reply", exc)
+            return False
         self._submit(path, message_id, base=node.content, spans=node.draft_spans)
         return True
 
@@ -161,14 +178,38 @@ class ChatController(QObject):
         self._save_timer.stop()
         if active is not None:
             self.bridge.submit(Stop(active.request_id))
-            self.store.update_message(
-                active.message_id,
-                content=active.text,
-                status="stopped",
-                draft_spans=active.spans,
+            self._save(
+                active.message_id, content=active.text, status="stopped", draft_spans=active.spans
             )
 
     # -- internals --------------------------------------------------------------------
+
+    def _report_store_error(self, what: str, exc: sqlite3.Error, keep: str = "") -> None:
+        self.last_store_error = str(exc)
+        full = "full" in str(exc).lower()
+        cause = "the disk is full" if full else "the conversation store refused the write"
+        message = f"Could not save {what}: {cause}. Messages saved before are safe."
+        self.store_failed.emit(f"{message} {keep}".strip(), f"{type(exc).__name__}: {exc}")
+
+    def _save(self, message_id: str, **fields) -> bool:
+        """A reply's update; a failure is reported (once a reply) and the reply goes on."""
+        try:
+            self.store.update_message(message_id, **fields)
+            return True
+        except sqlite3.Error as exc:
+            if self.active is None or not self.active.save_failed:
+                self._report_store_error("the reply", exc, "It stays on screen until you leave.")
+            if self.active is not None:
+                self.active.save_failed = True
+            return False
+
+    def _try_start_reply(self, parent_id: str | None) -> bool:
+        try:
+            self._start_reply(parent_id)
+        except sqlite3.Error as exc:
+            self._report_store_error("a new reply", exc)
+            return False
+        return True
 
     def _start_reply(self, parent_id: str | None) -> None:
         assert self.conversation_id is not None
@@ -257,8 +298,8 @@ class ChatController(QObject):
         active = self.active
         if active is None or active.text == active.saved_text:
             return
-        self.store.update_message(active.message_id, content=active.text, draft_spans=active.spans)
-        active.saved_text = active.text
+        if self._save(active.message_id, content=active.text, draft_spans=active.spans):
+            active.saved_text = active.text
 
     def _on_prefill(self, event: PrefillProgress) -> None:
         if self._is_mine(event.request_id):
@@ -275,28 +316,35 @@ class ChatController(QObject):
         text, spans = active.final_text(event)
         stats = stats_dict(event.stats, reason=event.reason) if event.stats else None
         status = END_STATUS.get(event.reason, "done")
-        self.store.update_message(
+        saved = self._save(
             active.message_id, content=text, status=status, stats=stats, draft_spans=spans
         )
         if stats:
             self.status_line.emit(final_line(stats))
-        self._end_request()
+        self._end_request(keep_on_screen=None if saved else (text, spans))
 
     def _on_failed(self, event: Failed) -> None:
         active = self.active
         if active is None or event.request_id != active.request_id:
             return
+        kept = None
         if active.text:
             spans = active.spans
-            self.store.update_message(
+            if not self._save(
                 active.message_id, content=active.text, status="stopped", draft_spans=spans
-            )
+            ):
+                kept = (active.text, spans)
         else:
-            self.store.discard_empty_message(active.message_id)
+            try:
+                self.store.discard_empty_message(active.message_id)
+            except sqlite3.Error as exc:
+                self._report_store_error("the conversation", exc)
         self.status_line.emit("")
-        self._end_request()
+        self._end_request(keep_on_screen=kept)
 
-    def _end_request(self) -> None:
+    def _end_request(self, keep_on_screen: tuple[str, tuple] | None = None) -> None:
+        """`keep_on_screen`: a reply's (text, spans) the store could not take; the view
+        keeps showing it instead of the last saved part."""
         active, self.active = self.active, None
         self._flush_timer.stop()
         self._flush_timer.setInterval(REPAINT_INTERVAL_MS)
@@ -304,6 +352,8 @@ class ChatController(QObject):
         self.prefill_progress.emit(0, 0, 0)
         if active is not None and active.conversation_id == self.conversation_id:
             self._reload()
+            if keep_on_screen is not None:
+                self.model.update_text(active.message_id, *keep_on_screen)
         self.model.set_busy(False)
         self.busy_changed.emit(False)
         self.conversations_changed.emit()

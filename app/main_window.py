@@ -93,7 +93,8 @@ class MainWindow(QMainWindow):
         c.conversations_changed.connect(self.refresh_sidebar)
         c.conversation_changed.connect(self.sidebar.set_current)
         c.reveal_message.connect(self.chat.list_view.scroll_to_message)
-        self.chat.edit_saved.connect(c.edit_message)
+        self.chat.edit_saved.connect(self._save_edit)
+        c.store_failed.connect(self.banner.show_error)
         self.chat.action_triggered.connect(self._on_message_action)
         self.sidebar.new_chat_requested.connect(self.new_chat)
         self.sidebar.conversation_selected.connect(self._open)
@@ -145,6 +146,14 @@ class MainWindow(QMainWindow):
     def _send(self, text: str) -> None:
         if self.controller.send(text):
             self.composer.clear()
+
+    def _save_edit(self, message_id: str, text: str) -> None:
+        if self.controller.edit_message(message_id, text) or not self.controller.last_store_error:
+            return
+        if self.chat.begin_edit(message_id):  # not saved: the text goes back in the editor
+            editor = self.chat.editor()
+            if editor is not None:
+                editor.text_edit.setPlainText(text)
 
     def _rename(self, conversation_id: str, title: str) -> None:
         self.store.rename_conversation(conversation_id, title)

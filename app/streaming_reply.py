@@ -24,6 +24,7 @@ class StreamingReply:
     num_drafted: int = 0
     saved_text: str = ""  # what the store holds of it
     is_stopping: bool = False
+    save_failed: bool = False  # the store refused a write of it (reported once)
 
     @classmethod
     def start(cls, request_id: str, conversation_id: str, message_id: str, base: str, spans):

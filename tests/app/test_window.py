@@ -278,3 +278,51 @@ def _without_ids(export: dict) -> dict:
         for m in export["messages"]
     ]  # fmt: skip
     return {**export, "selected_root": order.get(export["selected_root"]), "messages": messages}
+
+
+def _disk_full(*_args, **_kwargs):
+    import sqlite3
+
+    raise sqlite3.OperationalError("database or disk is full")
+
+
+def test_a_full_disk_keeps_the_message_in_the_box_and_says_why(harness, qtbot, monkeypatch):
+    window = harness.open()
+    harness.send("first question")
+    monkeypatch.setattr(window.store, "add_message", _disk_full)
+    harness.send("second question", wait=False)
+    assert window.banner.isVisible() and "disk is full" in window.banner.message.text()
+    assert window.composer.edit.toPlainText() == "second question"
+    assert not window.controller.is_busy
+    assert harness.texts() == ["first question", "Echo: first question"]
+    monkeypatch.undo()
+    window.composer.send_button.click()
+    harness.wait_idle()
+    assert harness.texts()[-2:] == ["second question", "Echo: second question"]
+
+
+def test_a_reply_the_store_cannot_take_stays_on_screen(harness, qtbot, monkeypatch):
+    window = harness.open()
+    update = window.store.update_message
+
+    def refuse_the_final_save(message_id, **fields):
+        if fields.get("status") == "done":
+            _disk_full()
+        return update(message_id, **fields)
+
+    monkeypatch.setattr(window.store, "update_message", refuse_the_final_save)
+    harness.send("hello")
+    assert not window.controller.is_busy  # the request ended although the save failed
+    assert harness.texts() == ["hello", "Echo: hello"]
+    assert "Could not save the reply" in window.banner.message.text()
+
+
+def test_an_edit_the_store_cannot_take_goes_back_in_the_editor(harness, qtbot, monkeypatch):
+    window = harness.open()
+    harness.send("original")
+    monkeypatch.setattr(window.store, "add_message", _disk_full)
+    edit_row(harness, qtbot, 0, "changed")
+    editor = window.chat.editor()
+    assert editor is not None and editor.text_edit.toPlainText() == "changed"
+    assert "disk is full" in window.banner.message.text()
+    assert harness.texts() == ["original", "Echo: original"]
