@@ -5,6 +5,7 @@ import/export and the theme."""
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 
 from PySide6.QtCore import QSettings, Qt
@@ -156,7 +157,10 @@ class MainWindow(QMainWindow):
                 editor.text_edit.setPlainText(text)
 
     def _rename(self, conversation_id: str, title: str) -> None:
-        self.store.rename_conversation(conversation_id, title)
+        try:
+            self.store.rename_conversation(conversation_id, title)
+        except sqlite3.Error as exc:
+            self.banner.show_error(f"Could not rename the conversation: {exc}.", repr(exc))
         self.refresh_sidebar()
 
     def delete_conversation(self, conversation_id: str) -> None:
@@ -166,7 +170,11 @@ class MainWindow(QMainWindow):
         active = self.controller.active
         if active is not None and active.conversation_id == conversation_id:
             self.controller.stop()
-        self.store.delete_conversation(conversation_id)
+        try:
+            self.store.delete_conversation(conversation_id)
+        except sqlite3.Error as exc:
+            self.banner.show_error(f"Could not delete the conversation: {exc}.", repr(exc))
+            return
         if self.controller.conversation_id == conversation_id:
             self.controller.new_chat()
         self.refresh_sidebar()

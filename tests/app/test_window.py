@@ -326,3 +326,17 @@ def test_an_edit_the_store_cannot_take_goes_back_in_the_editor(harness, qtbot, m
     assert editor is not None and editor.text_edit.toPlainText() == "changed"
     assert "disk is full" in window.banner.message.text()
     assert harness.texts() == ["original", "Echo: original"]
+
+
+def test_rename_and_delete_report_a_refused_write(harness, qtbot, monkeypatch):
+    window = harness.open()
+    harness.send("keep me")
+    cid = window.controller.conversation_id
+    monkeypatch.setattr(window.store, "rename_conversation", _disk_full)
+    monkeypatch.setattr(window.store, "delete_conversation", _disk_full)
+    window._rename(cid, "new title")
+    assert "Could not rename" in window.banner.message.text()
+    window.delete_conversation(cid)
+    assert "Could not delete" in window.banner.message.text()
+    assert window.store.get_conversation(cid) is not None
+    assert harness.texts() == ["keep me", "Echo: keep me"]
