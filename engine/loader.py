@@ -90,9 +90,9 @@ def load_model(
 
 
 def _speed_up_gpu_steps(model: Any) -> None:
-    """GPU decode is launch-bound: on CUDA, full-attention models take the fused kernels
-    (BRANCHCHAT_FUSED=0 opts out); BRANCHCHAT_COMPILE=1 opts into one compiled MLX graph
-    per step for the others (measured slower than plain MLX on the H200)."""
+    """GPU decode is launch-bound: on CUDA, small full-attention models take the fused
+    kernels (BRANCHCHAT_FUSED=0 opts out). Compiling the plain MLX step into one graph was
+    measured slower on the H200 (docs/h200/earlier/decode_compiled.json) and is gone."""
     from engine.models.fused import MAX_DENSE_BYTES, dense_bytes, unsupported_reason
     from kernels import fused_decode_cuda
 
@@ -103,8 +103,6 @@ def _speed_up_gpu_steps(model: Any) -> None:
         and dense_bytes(model) <= MAX_DENSE_BYTES  # small models: launch-bound, not bandwidth
     ):
         model.enable_fused_decode()
-    elif os.environ.get("BRANCHCHAT_COMPILE", "0") == "1":
-        model.enable_compiled_decode()
 
 
 # -- GGUF -----------------------------------------------------------------------------

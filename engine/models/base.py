@@ -219,14 +219,7 @@ class DecoderModel:
         else:
             self.lm_head = ops.weight(weights.get("lm_head.weight", (V, D)))
         self.snapshot_policy = SnapshotPolicy()
-        self.compiled_decode: Any = None  # set by enable_compiled_decode() on the MLX backend
         self.fused: Any = None  # set by enable_fused_decode() (CUDA kernels for 1..16 rows)
-
-    def enable_compiled_decode(self) -> None:
-        """Decode one token per call through one compiled MLX graph (GPU launch overhead)."""
-        from engine.models.compiled import CompiledDecode
-
-        self.compiled_decode = CompiledDecode(self)
 
     def enable_fused_decode(
         self, kernels: Any = None, compiled: bool | None = None, mode: str | None = None
@@ -272,13 +265,6 @@ class DecoderModel:
             raise ValueError("forward needs at least one token")
         if self.fused is not None and self.fused.supports(state, len(token_ids)):
             return self.fused(list(token_ids), state, logits)
-        if (
-            len(token_ids) == 1
-            and logits != "none"
-            and self.compiled_decode is not None
-            and self.compiled_decode.supports(state)
-        ):
-            return self.compiled_decode(token_ids[0], state)
         ops = self.ops
         offset = state.begin_forward(len(token_ids))
         x = self.hidden(np.asarray(token_ids, dtype=np.int64), state.layers, offset)
