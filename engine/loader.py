@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 from collections.abc import Callable
@@ -22,6 +23,8 @@ from engine.errors import ModelLoadError, UnsupportedArchitecture
 from engine.models.base import DecoderModel, ModelConfig, Weights
 from engine.tokenizer import Tokenizer
 from kernels.ops import Ops, QuantizedWeight, make_ops
+
+log = logging.getLogger(__name__)
 
 Progress = Callable[[str, float], None]
 
@@ -102,7 +105,11 @@ def _speed_up_gpu_steps(model: Any) -> None:
         and unsupported_reason(model) is None
         and dense_bytes(model) <= MAX_DENSE_BYTES  # small models: launch-bound, not bandwidth
     ):
-        model.enable_fused_decode()
+        try:
+            model.enable_fused_decode()  # compiles its kernels now: a failure shows here
+        except Exception:  # an older toolkit or GPU: the plain MLX path still works
+            log.exception("fused CUDA decode unavailable; using the plain MLX path")
+            model.fused = None
 
 
 # -- GGUF -----------------------------------------------------------------------------

@@ -209,3 +209,20 @@ def test_dense_copy_size_counts_every_weight(mlx_llama):
     if not model.fused.tied:  # the one-launch step also copies the embedding table
         copied += int(model.fused.head_w.nbytes)
     assert dense_bytes(model) == copied
+
+
+def test_a_fused_path_that_fails_to_build_leaves_the_plain_path(mlx_llama, monkeypatch, caplog):
+    """Kernels that do not compile (an older toolkit or GPU) must not stop the model loading."""
+    from engine import loader
+    from engine.models.base import DecoderModel
+
+    def fail(self, **_kwargs):
+        raise RuntimeError("nvrtc: error")
+
+    monkeypatch.setattr(fused_decode_cuda, "is_available", lambda: True)
+    monkeypatch.setattr(DecoderModel, "enable_fused_decode", fail)
+    loader._speed_up_gpu_steps(mlx_llama.model)
+    assert mlx_llama.model.fused is None
+    assert "plain MLX path" in caplog.text
+    state = mlx_llama.model.new_state()
+    assert mlx_llama.model.forward([3, 4, 5], state) is not None
