@@ -141,6 +141,15 @@ class NumpyOps:
         self, q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float, mask: Any
     ) -> np.ndarray:
         # q: [Hq, L, D], k/v: [Hkv, S, D], mask: bool [L, S] (True = attend) or None
+        if (
+            self.packed
+            and q.shape[1] <= qmatmul.ATTENTION_MAX_ROWS
+            and q.shape[2] <= qmatmul.ATTENTION_MAX_DIM
+            and k.dtype == F32
+            and k.strides[-1] == 4
+            and v.strides[-1] == 4
+        ):  # decode and verify rows: one C call instead of NumPy's loop over strided views
+            return qmatmul.attention(q, k, v, scale, mask)
         Hq, L, D = q.shape
         Hkv, S, _ = k.shape
         G = Hq // Hkv

@@ -254,6 +254,21 @@ def embed_rows(qm: QMatrix, ids: np.ndarray) -> np.ndarray:
     return out
 
 
+ATTENTION_MAX_ROWS = 64  # query rows per head the C attention takes (decode, verify)
+ATTENTION_MAX_DIM = 512  # head dims it takes (ATTN_MAX_DIM in qmatmul.c)
+
+
+def attention(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float, mask: np.ndarray | None
+) -> np.ndarray:
+    """softmax(scale q k^T, mask) v per head, GQA: q [Hq, L, D], k/v [Hkv, S, D] (views
+    of the KV buffers are fine), mask bool [L, S] or None. Each row is computed alone."""
+    out = np.empty(q.shape, dtype=F32)
+    m = None if mask is None else np.ascontiguousarray(mask, dtype=np.bool_)
+    _require_ext().attention(np.ascontiguousarray(q, dtype=F32), k, v, float(scale), m, out)
+    return out
+
+
 # -- plain references ---------------------------------------------------------------------
 
 

@@ -191,3 +191,81 @@ def test_numpy_ops_keep_quantized_weights_packed() -> None:
     )
     mixed = packed.concat_weights([packed.weight(qws[0]), packed.weight(mats[1])])
     assert isinstance(mixed, np.ndarray) and mixed.shape == (64, 48)  # dense [in, out]
+
+
+def attention_reference(q, k, v, scale, mask):
+    """float64 softmax attention with GQA: q [Hq, L, D], k/v [Hkv, S, D], mask [L, S]."""
+    Hq, L, D = q.shape
+    G = Hq // k.shape[0]
+    out = np.empty((Hq, L, D))
+    for h in range(Hq):
+        s = (q[h].astype(np.float64) @ k[h // G].T.astype(np.float64)) * scale
+        if mask is not None:
+            s = np.where(mask, s, -np.inf)
+        p = np.exp(s - s.max(axis=-1, keepdims=True))
+        out[h] = (p / p.sum(axis=-1, keepdims=True)) @ v[h // G].astype(np.float64)
+    return out
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize(
+    "Hq,Hkv,L,S,D,masked",
+    [(9, 3, 1, 1, 64, False), (9, 3, 1, 700, 64, False), (9, 3, 6, 40, 64, True),
+     (4, 2, 3, 17, 12, True), (8, 8, 16, 2000, 128, True), (2, 1, 1, 5, 256, False)],
+)  # fmt: skip
+def test_attention_matches_reference_on_cache_views(Hq, Hkv, L, S, D, masked, threads):
+    """Views of a larger KV buffer (the cache's [:, :S]) go in as they are."""
+    rng = np.random.default_rng(S)
+    q = rng.standard_normal((Hq, L, D)).astype(np.float32)
+    k_buf = rng.standard_normal((Hkv, S + 9, D)).astype(np.float32)
+    v_buf = rng.standard_normal((Hkv, S + 9, D)).astype(np.float32)
+    k, v = k_buf[:, :S], v_buf[:, :S]
+    mask = None
+    if masked:  # causal rows at the end, plus a hole: any boolean pattern is honoured
+        mask = np.arange(S)[None, :] <= (S - L + np.arange(L))[:, None]
+        mask[:, 0] = False if S > 1 else mask[:, 0]
+    qmatmul.set_num_threads(threads)
+    try:
+        got = qmatmul.attention(q, k, v, D**-0.5, mask)
+    finally:
+        qmatmul.set_num_threads(qmatmul.default_num_threads())
+    np.testing.assert_allclose(got, attention_reference(q, k, v, D**-0.5, mask), atol=2e-5)
+
+
+def test_attention_rows_do_not_depend_on_the_row_count() -> None:
+    """Row i of a many-row call equals a call with row i alone, bit for bit."""
+    rng = np.random.default_rng(0)
+    q = rng.standard_normal((6, 8, 64)).astype(np.float32)
+    k, v = (rng.standard_normal((2, 300, 64)).astype(np.float32) for _ in range(2))
+    mask = np.arange(300)[None, :] <= (292 + np.arange(8))[:, None]
+    rows = qmatmul.attention(q, k, v, 0.125, mask)
+    for i in range(8):
+        one = qmatmul.attention(q[:, i : i + 1], k, v, 0.125, mask[i : i + 1])
+        np.testing.assert_array_equal(rows[:, i : i + 1], one)
+
+
+def test_numpy_ops_attention_uses_the_kernel_for_few_rows(monkeypatch) -> None:
+    ops = NumpyOps(packed=True)
+    calls = []
+    monkeypatch.setattr(qmatmul, "attention", lambda *a: calls.append(a) or np.zeros(a[0].shape))
+    q = np.zeros((4, 2, 16), dtype=np.float32)
+    kv = np.zeros((2, 8, 16), dtype=np.float32)
+    ops.attention(q, kv, kv, 0.25, None)
+    assert len(calls) == 1
+    big = np.zeros((4, qmatmul.ATTENTION_MAX_ROWS + 1, 16), dtype=np.float32)
+    kv = np.zeros((2, qmatmul.ATTENTION_MAX_ROWS + 1, 16), dtype=np.float32)
+    ops.attention(big, kv, kv, 0.25, None)
+    assert len(calls) == 1  # a prefill chunk stays on BLAS
+
+
+def test_attention_bad_arguments_raise() -> None:
+    q = np.zeros((4, 1, 16), dtype=np.float32)
+    kv = np.zeros((2, 8, 16), dtype=np.float32)
+    with pytest.raises(ValueError, match="shapes"):
+        qmatmul.attention(q, kv[:, :, :8], kv, 0.25, None)
+    with pytest.raises(ValueError, match="mask"):
+        qmatmul.attention(q, kv, kv, 0.25, np.ones((2, 8), dtype=bool))
+    with pytest.raises(ValueError, match="last axis"):
+        qmatmul.attention(
+            q, kv.transpose(0, 2, 1)[:, :8, :8].copy().transpose(0, 2, 1), kv, 0.25, None
+        )
