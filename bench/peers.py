@@ -146,14 +146,13 @@ class MlxLmRunner:
         from mlx_lm.generate import generate_step
 
         mx = self.mx
-        out = token
         gen = generate_step(
             mx.array([token]), self.model, max_tokens=steps, prompt_cache=self.cache
         )
-        for out, _ in gen:
-            out = int(out)
-        self.tokens += [token]
-        return out
+        produced = [int(out) for out, _ in gen]
+        # the cache now holds the fed token and every produced one but the last (pending)
+        self.tokens += [token, *produced[:-1]]
+        return produced[-1] if produced else token
 
     def prefill_cached(self, ids: list[int]) -> int:
         """mlx-lm's prompt cache: trim the cache back to the common prefix, then prefill
