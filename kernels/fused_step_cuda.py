@@ -36,6 +36,45 @@ THREADS = 256
 _STEP_HEADER = (
     _HEADER
     + r"""
+// BYTES raw bytes in registers: loaded past L1 (data other blocks wrote in this launch)
+// or through the read-only path (weights).
+template <int BYTES> struct FsRaw {
+  uint4 v[BYTES / 16];
+  __device__ __forceinline__ void load_cg(const void* p) {
+#pragma unroll
+    for (int i = 0; i < BYTES / 16; ++i) v[i] = __ldcg(reinterpret_cast<const uint4*>(p) + i);
+  }
+  __device__ __forceinline__ void load_ro(const void* p) {
+#pragma unroll
+    for (int i = 0; i < BYTES / 16; ++i) v[i] = __ldg(reinterpret_cast<const uint4*>(p) + i);
+  }
+};
+template <> struct FsRaw<8> {
+  uint2 v;
+  __device__ __forceinline__ void load_cg(const void* p) {
+    v = __ldcg(reinterpret_cast<const uint2*>(p));
+  }
+};
+template <> struct FsRaw<4> {
+  unsigned int v;
+  __device__ __forceinline__ void load_cg(const void* p) {
+    v = __ldcg(reinterpret_cast<const unsigned int*>(p));
+  }
+};
+template <> struct FsRaw<2> {
+  unsigned short v;
+  __device__ __forceinline__ void load_cg(const void* p) {
+    v = __ldcg(reinterpret_cast<const unsigned short*>(p));
+  }
+};
+
+template <typename W, int N, int BYTES>
+__device__ __forceinline__ void fs_unpack(const FsRaw<BYTES>& raw, float* out) {
+  const W* v = reinterpret_cast<const W*>(&raw.v);
+#pragma unroll
+  for (int i = 0; i < N; ++i) out[i] = static_cast<float>(v[i]);
+}
+
 __device__ __forceinline__ void fs_load8_cg(const float* p, float* out) {
   const float4 a = __ldcg(reinterpret_cast<const float4*>(p));
   const float4 b = __ldcg(reinterpret_cast<const float4*>(p + 4));
@@ -43,84 +82,125 @@ __device__ __forceinline__ void fs_load8_cg(const float* p, float* out) {
   out[4] = b.x; out[5] = b.y; out[6] = b.z; out[7] = b.w;
 }
 
-template <typename W>
-__device__ __forceinline__ void fs_load8_cg(const W* p, float* out) {
-  const uint4 raw = __ldcg(reinterpret_cast<const uint4*>(p));
-  const W* v = reinterpret_cast<const W*>(&raw);
+// Rows of a warp-wide dot product: lane `lane` holds slices k = it * 256 + lane * 8
+// (8 elements each) of R weight rows of length K, all loaded before any is used.
+template <typename W, int K, int R>
+struct FsRows {
+  static constexpr int IT = (K + 255) / 256;
+  FsRaw<8 * sizeof(W)> w[R][IT];
+  __device__ __forceinline__ void load(const W* const (&rows)[R]) {
+    const int lane = threadIdx.x % 32;
 #pragma unroll
-  for (int i = 0; i < 8; ++i) out[i] = static_cast<float>(v[i]);
-}
-
-// acc0[m] += x[m] . (scale * w0), acc1[m] += x[m] . (scale * w1) for this lane's k, with the
-// activation rows read past L1 (other blocks wrote them). Unrolled over K so every load of
-// a lane is in flight at once; the order of the sums does not depend on M.
-template <typename W, int K, bool SCALED, bool TWO>
-__device__ __forceinline__ void fs_dot_rows2(
-    const float* x, int M, const float* scale, const W* w0, const W* w1,
-    float* acc0, float* acc1) {
-  const int lane = threadIdx.x % 32;
-  constexpr int ITERS = (K + 255) / 256;
+    for (int it = 0; it < IT; ++it) {
+      const int k = it * 256 + lane * 8;
+      if (k < K) {
 #pragma unroll
-  for (int it = 0; it < ITERS; ++it) {
-    const int k = it * 256 + lane * 8;
-    if (k < K) {
-      float wa[8], wb[8];
-      fd_load8(w0 + k, wa);
-      if (TWO) fd_load8(w1 + k, wb);
-      if (SCALED) {
-        float sv[8];
-        fd_load8(scale + k, sv);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) { wa[i] *= sv[i]; if (TWO) wb[i] *= sv[i]; }
+        for (int r = 0; r < R; ++r) w[r][it].load_ro(rows[r] + k);
       }
+    }
+  }
+};
+
+// The same slices of a float32 norm weight.
+template <int K>
+struct FsScale {
+  static constexpr int IT = (K + 255) / 256;
+  float v[IT][8];
+  __device__ __forceinline__ void load(const float* scale) {
+    const int lane = threadIdx.x % 32;
 #pragma unroll
-      for (int m = 0; m < FD_MAXM; ++m) {
-        if (m < M) {
-          float xv[8];
-          fs_load8_cg(x + m * K + k, xv);
-          float s0 = 0.f, s1 = 0.f;
+    for (int it = 0; it < IT; ++it) {
+      const int k = it * 256 + lane * 8;
+      if (k < K) {
+        const float4 a = __ldg(reinterpret_cast<const float4*>(scale + k));
+        const float4 b = __ldg(reinterpret_cast<const float4*>(scale + k + 4));
+        v[it][0] = a.x; v[it][1] = a.y; v[it][2] = a.z; v[it][3] = a.w;
+        v[it][4] = b.x; v[it][5] = b.y; v[it][6] = b.z; v[it][7] = b.w;
+      }
+    }
+  }
+};
+
+// Rows a dot product takes at once: their activation slices stay in registers (two, or
+// one for long rows: more spill registers).
+__host__ __device__ constexpr int fs_group(int K) { return (K + 255) / 256 > 6 ? 1 : 2; }
+
+// Rows m0 .. m0 + G - 1 (those < M) of x [M, K] against a warp's R weight rows: acc[g][r]
+// and, with SS, ss[g] = the row's sum of squares, as warp-wide totals. Per lane and slice
+// s = sum_i x_i * w_i in order, acc += s, then a butterfly sum: the same operations for
+// every row whatever M and G are, so a row's result does not depend on the others.
+template <typename W, int K, int R, int G, bool SCALED, bool SS>
+__device__ __forceinline__ void fs_dot_group(
+    const FsRows<W, K, R>& rows, const FsScale<K>& sc, const float* x, int m0, int M,
+    float (&acc)[G][R], float (&ss)[G]) {
+  constexpr int IT = (K + 255) / 256;
+  const int lane = threadIdx.x % 32;
+  float xv[G][IT][8];
 #pragma unroll
-          for (int i = 0; i < 8; ++i) { s0 += xv[i] * wa[i]; if (TWO) s1 += xv[i] * wb[i]; }
-          acc0[m] += s0;
-          if (TWO) acc1[m] += s1;
+  for (int g = 0; g < G; ++g) {
+#pragma unroll
+    for (int it = 0; it < IT; ++it) {
+      const int k = it * 256 + lane * 8;
+      if (m0 + g < M && k < K) {
+        fs_load8_cg(x + (size_t)(m0 + g) * K + k, xv[g][it]);
+      } else {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) xv[g][it][i] = 0.f;
+      }
+    }
+  }
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    ss[g] = 0.f;
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[g][r] = 0.f;
+#pragma unroll
+    for (int it = 0; it < IT; ++it) {
+      if (it * 256 + lane * 8 < K) {
+        if (SS) {
+#pragma unroll
+          for (int i = 0; i < 8; ++i) ss[g] += xv[g][it][i] * xv[g][it][i];
+        }
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          float wv[8];
+          fs_unpack<W, 8>(rows.w[r][it], wv);
+          float s = 0.f;
+#pragma unroll
+          for (int i = 0; i < 8; ++i) s += xv[g][it][i] * (SCALED ? wv[i] * sc.v[it][i] : wv[i]);
+          acc[g][r] += s;
         }
       }
     }
-  }
-}
-
-template <typename W, int K, bool SCALED>
-__device__ __forceinline__ void fs_dot_rows(
-    const float* x, int M, const float* scale, const W* w, float* acc) {
-  fs_dot_rows2<W, K, SCALED, false>(x, M, scale, w, w, acc, acc);
-}
-
-template <int K>
-__device__ __forceinline__ void fs_row_rinv(const float* x, int M, float eps, float* rinv) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  constexpr int ITERS = (K / 4 + 31) / 32;
-  for (int m = warp; m < M; m += FD_WARPS) {
-    float s = 0.f;
+    if (SS) ss[g] = fd_warp_sum(ss[g]);
 #pragma unroll
-    for (int it = 0; it < ITERS; ++it) {
-      const int k4 = it * 32 + lane;
-      if (k4 < K / 4) {
-        const float4 v = __ldcg(reinterpret_cast<const float4*>(x + m * K) + k4);
-        s += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-      }
-    }
-    s = fd_warp_sum(s);
-    if (lane == 0) rinv[m] = 1.0f / sqrtf(s / K + eps);
+    for (int r = 0; r < R; ++r) acc[g][r] = fd_warp_sum(acc[g][r]);
   }
-  __syncthreads();
 }
 
-// Grid-wide barrier on a monotonically increasing counter; flags[1] records a timeout.
-__device__ __forceinline__ void fs_grid_sync(unsigned int* flags, unsigned int target) {
-  __threadfence();
+__device__ __forceinline__ void fs_prefetch_l2(const void* p, size_t bytes) {
+  const char* c = static_cast<const char*>(p);
+  const size_t stride = (size_t)gridDim.x * blockDim.x * 128;
+  for (size_t off = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 128; off < bytes;
+       off += stride)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(c + off));
+}
+
+// Grid-wide barrier on a counter that grows by gridDim.x a phase (zeroed each launch):
+// the block's writes are ordered before thread 0's fence by the block barrier, as in
+// cooperative groups. flags[1] records a timeout (blocks not co-resident) instead of a
+// hang. With PROF, thread 0 of each block stores the cycles since its last release (its
+// work in the phase) and block 0 the cycles between releases.
+template <int PROF>
+__device__ __forceinline__ void fs_grid_sync(
+    unsigned int* flags, unsigned int epoch, unsigned int* stamps, long long& t_rel) {
   __syncthreads();
   if (threadIdx.x == 0) {
+    if (PROF)
+      stamps[(epoch - 1) * (gridDim.x + 1) + 1 + blockIdx.x] = (unsigned int)(clock64() - t_rel);
+    __threadfence();
     atomicAdd(flags, 1u);
+    const unsigned int target = epoch * gridDim.x;
     const long long start = clock64();
     while (*reinterpret_cast<volatile unsigned int*>(flags) < target) {
       if (*reinterpret_cast<volatile unsigned int*>(flags + 1)) break;
@@ -129,13 +209,19 @@ __device__ __forceinline__ void fs_grid_sync(unsigned int* flags, unsigned int t
     __threadfence();
   }
   __syncthreads();
+  if (PROF) {
+    const long long now = clock64();
+    if (blockIdx.x == 0 && threadIdx.x == 0)
+      stamps[(epoch - 1) * (gridDim.x + 1)] = (unsigned int)(now - t_rel);
+    t_rel = now;
+  }
 }
 """
 )
 
 _BODY = r"""
   // Host-written inputs (ids, pos) are read once per block; every buffer the blocks
-  // share (work, sync) is a large allocation of its own: MLX's small buffers share
+  // share (scratch, sync) is a large allocation of its own: MLX's small buffers share
   // managed-memory pages with host-touched arrays, and GPU atomics or reads on such a
   // page cross the bus (a 150-barrier step went from 0.4 ms to 77 ms).
   const int M = ids_shape[0];
@@ -149,32 +235,56 @@ _BODY = r"""
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int gw = blockIdx.x * FD_WARPS + warp, nw = gridDim.x * FD_WARPS;
   const float NEG_INF = __int_as_float(0xff800000);
-  __shared__ float rinv[FD_MAXM];
-  __shared__ float s_m[FD_WARPS], s_l[FD_WARPS], s_acc[FD_WARPS][DH];
   unsigned int* sync = sync_buf;
+  unsigned int* counters = sync_buf + 4096;  // attention chunks done, a (row, head)
   unsigned int phase = 0;
+  long long t_rel = clock64();
+  const long long t_start = t_rel;
+  unsigned long long gt_start;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(gt_start));
   constexpr int HALF = DH / 2;
   constexpr int ROPED_PAIRS = (H + HKV) * HALF;
   constexpr int PAIRS = ROPED_PAIRS + HKV * HALF;
   constexpr int NQKV = (H + 2 * HKV) * DH;
   constexpr int HD = H * DH;
+  constexpr int GD = fs_group(D), GHD = fs_group(HD), GF = fs_group(F);
+  // attention: a warp takes CK keys of one (row, head); LPK lanes share a key (8 dims
+  // each), KPI keys a load; a lane owns VD dims of the output (lanes past VOWN mirror)
+  constexpr int LPK = DH / 8, KPI = 32 / LPK, KIT = CK / KPI;
+  constexpr int VD = DH >= 32 ? DH / 32 : 1, VOWN = DH / VD;
+  static_assert(32 % LPK == 0 && CK % KPI == 0 && CK <= 64, "attention split");
+  float* work = const_cast<float*>(scratch);
   float* qs = work;
   float* ao = qs + FD_MAXM * HD;
   float* hs = ao + FD_MAXM * HD;
   float* act = hs + FD_MAXM * D;
   float* xs = act + FD_MAXM * F;
+  float* part = xs + FD_MAXM * D;  // attention partials [row, head, chunk] x (max, sum, DH)
+  const FsScale<HD> no_scale_hd{};
+  const FsScale<F> no_scale_f{};
   // embedding rows, as float32, into xs
   for (int i = (blockIdx.x * blockDim.x + threadIdx.x); i < M * D; i += gridDim.x * blockDim.x) {
     const int m = i / D, k = i % D;
     xs[i] = static_cast<float>(table[(size_t)s_ids[m] * D + k]);
   }
-  fs_grid_sync(sync, ++phase * gridDim.x);
+  if (PREFETCH) {
+    fs_prefetch_l2(wqkv, (size_t)NQKV * D * sizeof(T));
+    fs_prefetch_l2(wo, (size_t)D * HD * sizeof(T));
+    fs_prefetch_l2(wgu, (size_t)2 * F * D * sizeof(T));
+    fs_prefetch_l2(wdown, (size_t)D * F * sizeof(T));
+  }
+  fs_grid_sync<PROF>(sync, ++phase, stamps, t_rel);
   const float* x = xs;
   for (int l = 0; l < L; ++l) {
-    T* kc = const_cast<T*>(KEYS[l]) ;
+    T* kc = const_cast<T*>(KEYS[l]);
     T* vc = const_cast<T*>(VALUES[l]);
+    if (PREFETCH && l + 1 < L) {  // the next layer's weights into L2 while this one runs
+      fs_prefetch_l2(wqkv + (size_t)(l + 1) * NQKV * D, (size_t)NQKV * D * sizeof(T));
+      fs_prefetch_l2(wo + (size_t)(l + 1) * D * HD, (size_t)D * HD * sizeof(T));
+      fs_prefetch_l2(wgu + (size_t)(l + 1) * 2 * F * D, (size_t)2 * F * D * sizeof(T));
+      fs_prefetch_l2(wdown + (size_t)(l + 1) * D * F, (size_t)D * F * sizeof(T));
+    }
     // -- A: norm + qkv + rope; q to qs, k / v rows into the cache at pos + m
-    fs_row_rinv<D>(x, M, EPS, rinv);
     for (int p = gw; p < PAIRS; p += nw) {
       int n0, n1, fi = -1;
       if (p < ROPED_PAIRS) {
@@ -186,21 +296,24 @@ _BODY = r"""
         n0 = (H + HKV) * DH + 2 * (p - ROPED_PAIRS);
         n1 = n0 + 1;
       }
-      float a0[FD_MAXM], a1[FD_MAXM];
-#pragma unroll
-      for (int m = 0; m < FD_MAXM; ++m) { a0[m] = 0.f; a1[m] = 0.f; }
       const T* w = wqkv + (size_t)l * NQKV * D;
-      fs_dot_rows2<T, D, true, true>(
-          x, M, nw1 + l * D, w + (size_t)n0 * D, w + (size_t)n1 * D, a0, a1);
+      const T* src[2] = {w + (size_t)n0 * D, w + (size_t)n1 * D};
+      FsRows<T, D, 2> rows;
+      rows.load(src);
+      FsScale<D> sc;
+      sc.load(nw1 + l * D);
       const int head = n0 / DH;
       const int d0 = n0 % DH, d1 = n1 % DH;
       const float inv_freq = fi >= 0 ? exp2f(-(2.0f * fi / DH) * LOG2_BASE) : 0.f;
+      for (int m0 = 0; m0 < M; m0 += GD) {
+        float acc[GD][2], ss[GD];
+        fs_dot_group<T, D, 2, GD, true, true>(rows, sc, x, m0, M, acc, ss);
 #pragma unroll
-      for (int m = 0; m < FD_MAXM; ++m) {
-        if (m < M) {
-          float s0 = fd_warp_sum(a0[m]) * rinv[m];
-          float s1 = fd_warp_sum(a1[m]) * rinv[m];
-          if (lane == 0) {
+        for (int g = 0; g < GD; ++g) {
+          const int m = m0 + g;
+          if (m < M && lane == 0) {
+            const float rinv = 1.0f / sqrtf(ss[g] / D + EPS);
+            float s0 = acc[g][0] * rinv, s1 = acc[g][1] * rinv;
             if (fi >= 0) {
               float sn, cs;
               sincosf(static_cast<float>(p0 + m) * inv_freq, &sn, &cs);
@@ -224,152 +337,246 @@ _BODY = r"""
         }
       }
     }
-    fs_grid_sync(sync, ++phase * gridDim.x);
-    // -- B: attention, one block per (head, row)
-    for (int item = blockIdx.x; item < H * M; item += gridDim.x) {
-      const int h = item % H, m = item / H;
-      const int n = p0 + m + 1;
-      const int kvh = h / (H / HKV);
-      float qv[DH], acc[DH];
-      const float scale = rsqrtf(static_cast<float>(DH));
+    fs_grid_sync<PROF>(sync, ++phase, stamps, t_rel);
+    // -- B: attention. Item (row m, head h, chunk c): keys c * CK .. of row m's n = p0 + m + 1,
+    // one warp: scores, the chunk's max and sum, its weighted values. A row of one chunk
+    // is written out; otherwise the warp that completes a (row, head) combines its chunks
+    // in chunk order (which chunk finishes last changes nothing in the arithmetic).
+    {
+      const int C = (p0 + M + CK - 1) / CK;  // chunks of the last row
+      const int CMAX = (cap + CK - 1) / CK;
+      const int sub = lane / LPK, part8 = lane % LPK;
+      const int vdim = (lane % VOWN) * VD;
+      const float qscale = rsqrtf(static_cast<float>(DH));
+      for (int item = gw; item < M * H * C; item += nw) {
+        const int c = item % C, mh = item / C, h = mh % H, m = mh / H;
+        const int n = p0 + m + 1, nc = (n + CK - 1) / CK;
+        if (c >= nc) continue;
+        const int kvh = h / (H / HKV);
+        const T* kb = kc + (size_t)kvh * cap * DH;
+        const T* vb = vc + (size_t)kvh * cap * DH;
+        const int j0 = c * CK;
+        FsRaw<8 * sizeof(T)> kr[KIT];
+        FsRaw<VD * sizeof(T)> vr[CK];
 #pragma unroll
-      for (int d = 0; d < DH; ++d) {
-        qv[d] = __ldcg(qs + (size_t)m * HD + h * DH + d) * scale;
-        acc[d] = 0.f;
-      }
-      float mx = NEG_INF, lsum = 0.f;
-      const T* kb = kc + (size_t)kvh * cap * DH;
-      const T* vb = vc + (size_t)kvh * cap * DH;
-      for (int j = threadIdx.x; j < n; j += THREADS) {
-        float s = 0.f;
+        for (int it = 0; it < KIT; ++it) {
+          const int j = min(j0 + it * KPI + sub, n - 1);
+          kr[it].load_cg(kb + (size_t)j * DH + part8 * 8);
+        }
 #pragma unroll
-        for (int d = 0; d < DH; d += 8) {
+        for (int i = 0; i < CK; ++i) vr[i].load_cg(vb + (size_t)min(j0 + i, n - 1) * DH + vdim);
+        float q[8];
+        fs_load8_cg(qs + (size_t)m * HD + h * DH + part8 * 8, q);
+        float sc[KIT], cmax = NEG_INF;
+#pragma unroll
+        for (int it = 0; it < KIT; ++it) {
           float kv[8];
-          fs_load8_cg(kb + (size_t)j * DH + d, kv);
+          fs_unpack<T, 8>(kr[it], kv);
+          float d = 0.f;
 #pragma unroll
-          for (int i = 0; i < 8; ++i) s += qv[d + i] * kv[i];
+          for (int i = 0; i < 8; ++i) d += (q[i] * qscale) * kv[i];
+#pragma unroll
+          for (int o = LPK / 2; o > 0; o >>= 1) d += __shfl_xor_sync(FD_FULL, d, o);
+          sc[it] = j0 + it * KPI + sub < n ? d : NEG_INF;
+          cmax = fmaxf(cmax, sc[it]);
         }
-        float c = 1.f, e = 1.f;
-        if (s > mx) { c = expf(mx - s); mx = s; } else { e = expf(s - mx); }
-        lsum = lsum * c + e;
 #pragma unroll
-        for (int d = 0; d < DH; d += 8) {
-          float vv[8];
-          fs_load8_cg(vb + (size_t)j * DH + d, vv);
+        for (int o = LPK; o < 32; o <<= 1) cmax = fmaxf(cmax, __shfl_xor_sync(FD_FULL, cmax, o));
+        float pr[KIT], lsum = 0.f;
 #pragma unroll
-          for (int i = 0; i < 8; ++i) acc[d + i] = acc[d + i] * c + e * vv[i];
+        for (int it = 0; it < KIT; ++it) {
+          pr[it] = sc[it] == NEG_INF ? 0.f : expf(sc[it] - cmax);
+          lsum += pr[it];
         }
-      }
 #pragma unroll
-      for (int off = 16; off > 0; off >>= 1) {
-        const float omx = __shfl_xor_sync(FD_FULL, mx, off);
-        const float ol = __shfl_xor_sync(FD_FULL, lsum, off);
-        const float nm = fmaxf(mx, omx);
-        const float c1 = mx == NEG_INF ? 0.f : expf(mx - nm);
-        const float c2 = omx == NEG_INF ? 0.f : expf(omx - nm);
-        lsum = lsum * c1 + ol * c2;
+        for (int o = LPK; o < 32; o <<= 1) lsum += __shfl_xor_sync(FD_FULL, lsum, o);
+        float acc[VD];
 #pragma unroll
-        for (int d = 0; d < DH; ++d) {
-          const float oa = __shfl_xor_sync(FD_FULL, acc[d], off);
-          acc[d] = acc[d] * c1 + oa * c2;
+        for (int d = 0; d < VD; ++d) acc[d] = 0.f;
+#pragma unroll
+        for (int i = 0; i < CK; ++i) {
+          const float pi = __shfl_sync(FD_FULL, pr[i / KPI], (i % KPI) * LPK);
+          float vv[VD];
+          fs_unpack<T, VD>(vr[i], vv);
+#pragma unroll
+          for (int d = 0; d < VD; ++d) acc[d] += pi * vv[d];
         }
-        mx = nm;
-      }
-      if (lane == 0) {
-        s_m[warp] = mx;
-        s_l[warp] = lsum;
+        float* out = ao + (size_t)m * HD + h * DH + vdim;
+        if (nc == 1) {
+          if (lane < VOWN) {
 #pragma unroll
-        for (int d = 0; d < DH; ++d) s_acc[warp][d] = acc[d];
-      }
-      __syncthreads();
-      if (threadIdx.x < DH) {
-        const int d = threadIdx.x;
+            for (int d = 0; d < VD; ++d) out[d] = acc[d] / lsum;
+          }
+          continue;
+        }
+        float* mine = part + ((size_t)mh * CMAX + c) * (DH + 2);
+        if (lane == 0) { mine[0] = cmax; mine[1] = lsum; }
+        if (lane < VOWN) {
+#pragma unroll
+          for (int d = 0; d < VD; ++d) mine[2 + vdim + d] = acc[d];
+        }
+        __threadfence();
+        __syncwarp();
+        unsigned int done = 0;
+        if (lane == 0) done = atomicAdd(counters + mh, 1u);
+        done = __shfl_sync(FD_FULL, done, 0);
+        if (done != (unsigned int)nc - 1) continue;
+        __threadfence();  // every chunk of (m, h) is written: combine them in chunk order
+        const float* base = part + (size_t)mh * CMAX * (DH + 2);
         float gm = NEG_INF;
-        for (int w = 0; w < FD_WARPS; ++w) gm = fmaxf(gm, s_m[w]);
-        float gl = 0.f, go = 0.f;
-        for (int w = 0; w < FD_WARPS; ++w) {
-          const float c = s_m[w] == NEG_INF ? 0.f : expf(s_m[w] - gm);
-          gl += s_l[w] * c;
-          go += s_acc[w][d] * c;
-        }
-        ao[(size_t)m * HD + h * DH + d] = go / gl;
-      }
-      __syncthreads();
-    }
-    fs_grid_sync(sync, ++phase * gridDim.x);
-    // -- C: o_proj + residual -> hs
-    for (int n = gw; n < D; n += nw) {
-      float acc[FD_MAXM];
+        for (int b = 0; b < nc; b += 32)
+          if (b + lane < nc) gm = fmaxf(gm, __ldcg(base + (size_t)(b + lane) * (DH + 2)));
 #pragma unroll
-      for (int m = 0; m < FD_MAXM; ++m) acc[m] = 0.f;
-      fs_dot_rows<T, HD, false>(ao, M, nullptr, wo + ((size_t)l * D + n) * HD, acc);
+        for (int o = 16; o > 0; o >>= 1) gm = fmaxf(gm, __shfl_xor_sync(FD_FULL, gm, o));
+        float gl = 0.f, go[VD];
 #pragma unroll
-      for (int m = 0; m < FD_MAXM; ++m) {
-        if (m < M) {
-          const float s = fd_warp_sum(acc[m]);
-          if (lane == 0) hs[(size_t)m * D + n] = __ldcg(x + (size_t)m * D + n) + s;
-        }
-      }
-    }
-    fs_grid_sync(sync, ++phase * gridDim.x);
-    // -- D: norm + gate/up + SiLU(gate) * up -> act
-    fs_row_rinv<D>(hs, M, EPS, rinv);
-    for (int n = gw; n < F; n += nw) {
-      float g[FD_MAXM], u[FD_MAXM];
+        for (int d = 0; d < VD; ++d) go[d] = 0.f;
+        for (int b = 0; b < nc; b += 32) {
+          float wgt = 0.f, lw = 0.f;
+          if (b + lane < nc) {
+            const float* sl = base + (size_t)(b + lane) * (DH + 2);
+            wgt = expf(__ldcg(sl) - gm);
+            lw = __ldcg(sl + 1) * wgt;
+          }
+          gl += fd_warp_sum(lw);
+          const int nb = min(32, nc - b);
+          for (int i0 = 0; i0 < nb; i0 += 8) {  // eight chunks' loads in flight at a time
+            float pv[8][VD];
 #pragma unroll
-      for (int m = 0; m < FD_MAXM; ++m) { g[m] = 0.f; u[m] = 0.f; }
-      const T* w = wgu + (size_t)l * 2 * F * D;
-      fs_dot_rows2<T, D, true, true>(
-          hs, M, nw2 + l * D, w + (size_t)n * D, w + (size_t)(F + n) * D, g, u);
+            for (int i = 0; i < 8; ++i) {
+              if (i0 + i < nb) {
 #pragma unroll
-      for (int m = 0; m < FD_MAXM; ++m) {
-        if (m < M) {
-          const float gs = fd_warp_sum(g[m]) * rinv[m];
-          const float us = fd_warp_sum(u[m]) * rinv[m];
-          if (lane == 0) act[(size_t)m * F + n] = gs / (1.0f + expf(-gs)) * us;
-        }
-      }
-    }
-    fs_grid_sync(sync, ++phase * gridDim.x);
-    // -- E: down + residual -> xs
-    for (int n = gw; n < D; n += nw) {
-      float acc[FD_MAXM];
+                for (int d = 0; d < VD; ++d)
+                  pv[i][d] = __ldcg(base + (size_t)(b + i0 + i) * (DH + 2) + 2 + vdim + d);
+              }
+            }
 #pragma unroll
-      for (int m = 0; m < FD_MAXM; ++m) acc[m] = 0.f;
-      fs_dot_rows<T, F, false>(act, M, nullptr, wdown + ((size_t)l * D + n) * F, acc);
+            for (int i = 0; i < 8; ++i) {
+              if (i0 + i < nb) {
+                const float wi = __shfl_sync(FD_FULL, wgt, i0 + i);
 #pragma unroll
-      for (int m = 0; m < FD_MAXM; ++m) {
-        if (m < M) {
-          const float s = fd_warp_sum(acc[m]);
-          if (lane == 0) xs[(size_t)m * D + n] = __ldcg(hs + (size_t)m * D + n) + s;
-        }
-      }
-    }
-    fs_grid_sync(sync, ++phase * gridDim.x);
-    x = xs;
-  }
-  // -- head: final norm + LM head for rows [R0, M)
-  if (HEAD_MODE != 0) {
-    const int r0 = HEAD_MODE == 1 ? M - 1 : 0;
-    const int rows = M - r0;
-    fs_row_rinv<D>(xs + (size_t)r0 * D, rows, EPS, rinv);
-    for (int n = 2 * gw; n < V; n += 2 * nw) {  // two outputs a warp: loads overlap
-      const int n1 = n + 1 < V ? n + 1 : n;
-      float acc[FD_MAXM], acc1[FD_MAXM];
-#pragma unroll
-      for (int m = 0; m < FD_MAXM; ++m) { acc[m] = 0.f; acc1[m] = 0.f; }
-      fs_dot_rows2<T, D, true, true>(xs + (size_t)r0 * D, rows, nwf, whead + (size_t)n * D,
-                                     whead + (size_t)n1 * D, acc, acc1);
-#pragma unroll
-      for (int m = 0; m < FD_MAXM; ++m) {
-        if (m < rows) {
-          const float s = fd_warp_sum(acc[m]) * rinv[m];
-          const float s1 = fd_warp_sum(acc1[m]) * rinv[m];
-          if (lane == 0) {
-            logits[(size_t)m * V + n] = s;
-            logits[(size_t)m * V + n1] = s1;
+                for (int d = 0; d < VD; ++d) go[d] += wi * pv[i][d];
+              }
+            }
           }
         }
+        if (lane < VOWN) {
+#pragma unroll
+          for (int d = 0; d < VD; ++d) out[d] = go[d] / gl;
+        }
+        if (lane == 0) counters[mh] = 0;  // for the next layer, past a grid barrier
+      }
+    }
+    fs_grid_sync<PROF>(sync, ++phase, stamps, t_rel);
+    // -- C: o_proj + residual -> hs
+    for (int n = gw; n < D; n += nw) {
+      const T* src[1] = {wo + ((size_t)l * D + n) * HD};
+      FsRows<T, HD, 1> rows;
+      rows.load(src);
+      for (int m0 = 0; m0 < M; m0 += GHD) {
+        float res[GHD], acc[GHD][1], ss[GHD];
+#pragma unroll
+        for (int g = 0; g < GHD; ++g)
+          res[g] = m0 + g < M ? __ldcg(x + (size_t)(m0 + g) * D + n) : 0.f;
+        fs_dot_group<T, HD, 1, GHD, false, false>(rows, no_scale_hd, ao, m0, M, acc, ss);
+#pragma unroll
+        for (int g = 0; g < GHD; ++g)
+          if (m0 + g < M && lane == 0) hs[(size_t)(m0 + g) * D + n] = res[g] + acc[g][0];
+      }
+    }
+    fs_grid_sync<PROF>(sync, ++phase, stamps, t_rel);
+    // -- D: norm + gate/up + SiLU(gate) * up -> act; a warp takes outputs n, n + 1
+    for (int item = gw; item < F / 2; item += nw) {
+      const int n = 2 * item;
+      const T* w = wgu + (size_t)l * 2 * F * D;
+      const T* src[4] = {w + (size_t)n * D, w + (size_t)(F + n) * D, w + (size_t)(n + 1) * D,
+                         w + (size_t)(F + n + 1) * D};
+      FsRows<T, D, 4> rows;
+      rows.load(src);
+      FsScale<D> sc;
+      sc.load(nw2 + l * D);
+      for (int m0 = 0; m0 < M; m0 += GD) {
+        float acc[GD][4], ss[GD];
+        fs_dot_group<T, D, 4, GD, true, true>(rows, sc, hs, m0, M, acc, ss);
+#pragma unroll
+        for (int g = 0; g < GD; ++g) {
+          const int m = m0 + g;
+          if (m < M && lane == 0) {
+            const float rinv = 1.0f / sqrtf(ss[g] / D + EPS);
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+              const float gs = acc[g][2 * j] * rinv, us = acc[g][2 * j + 1] * rinv;
+              act[(size_t)m * F + n + j] = gs / (1.0f + expf(-gs)) * us;
+            }
+          }
+        }
+      }
+    }
+    fs_grid_sync<PROF>(sync, ++phase, stamps, t_rel);
+    // -- E: down + residual -> xs
+    for (int n = gw; n < D; n += nw) {
+      const T* src[1] = {wdown + ((size_t)l * D + n) * F};
+      FsRows<T, F, 1> rows;
+      rows.load(src);
+      for (int m0 = 0; m0 < M; m0 += GF) {
+        float res[GF], acc[GF][1], ss[GF];
+#pragma unroll
+        for (int g = 0; g < GF; ++g)
+          res[g] = m0 + g < M ? __ldcg(hs + (size_t)(m0 + g) * D + n) : 0.f;
+        fs_dot_group<T, F, 1, GF, false, false>(rows, no_scale_f, act, m0, M, acc, ss);
+#pragma unroll
+        for (int g = 0; g < GF; ++g)
+          if (m0 + g < M && lane == 0) xs[(size_t)(m0 + g) * D + n] = res[g] + acc[g][0];
+      }
+    }
+    fs_grid_sync<PROF>(sync, ++phase, stamps, t_rel);
+    x = xs;
+  }
+  // -- head: final norm + LM head for rows [r0, M); four outputs a warp, the next four's
+  // weights loading while these are summed
+  if (HEAD_MODE != 0) {
+    const int r0 = HEAD_MODE == 1 ? M - 1 : 0;
+    const int rows_n = M - r0;
+    constexpr int GH = GD < 2 ? GD : 2;
+    constexpr int ITEMS = (V + 3) / 4;
+    FsScale<D> sc;
+    sc.load(nwf);
+    FsRows<T, D, 4> cur, next;
+    auto load_item = [&](FsRows<T, D, 4>& rows, int item) {
+      const T* src[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) src[j] = whead + (size_t)min(4 * item + j, V - 1) * D;
+      rows.load(src);
+    };
+    if (gw < ITEMS) load_item(cur, gw);
+    for (int item = gw; item < ITEMS; item += nw) {
+      if (item + nw < ITEMS) load_item(next, item + nw);
+      for (int m0 = 0; m0 < rows_n; m0 += GH) {
+        float acc[GH][4], ss[GH];
+        fs_dot_group<T, D, 4, GH, true, true>(cur, sc, xs + (size_t)r0 * D, m0, rows_n, acc, ss);
+#pragma unroll
+        for (int g = 0; g < GH; ++g) {
+          if (m0 + g < rows_n && lane == 0) {
+            const float rinv = 1.0f / sqrtf(ss[g] / D + EPS);
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+              if (4 * item + j < V) logits[(size_t)(m0 + g) * V + 4 * item + j] = acc[g][j] * rinv;
+          }
+        }
+      }
+      cur = next;
+    }
+  }
+  if (PROF) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      const unsigned int slots = 5 * L + 2, row = gridDim.x + 1;
+      stamps[(slots - 1) * row + 1 + blockIdx.x] = (unsigned int)(clock64() - t_rel);
+      if (blockIdx.x == 0) {
+        unsigned long long gt_end;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(gt_end));
+        stamps[slots * row] = (unsigned int)(gt_end - gt_start);
+        stamps[slots * row + 1] = (unsigned int)(clock64() - t_start);
       }
     }
   }
@@ -412,17 +619,31 @@ def step_source(shapes: Shapes, num_layers: int) -> str:
 
 def input_names(num_layers: int) -> list[str]:
     caches = [f"k{i}" for i in range(num_layers)] + [f"v{i}" for i in range(num_layers)]
-    return ["ids", "pos", "table", *_WEIGHTS, *caches]
+    return ["ids", "pos", "table", "scratch", *_WEIGHTS, *caches]
 
 
 def output_names() -> list[str]:
-    return ["logits", "work", "sync_buf", "status"]
+    return ["logits", "sync_buf", "status", "stamps"]
 
 
-def work_size(shapes: Shapes) -> int:
+def chunk_keys(head_dim: int, itemsize: int) -> int:
+    """Keys one warp's attention item takes: as many as keep its K and V loads within
+    ~64 registers each (64 for head_dim 64 in bfloat16)."""
+    lanes_per_key = head_dim // 8
+    keys_per_load = 32 // lanes_per_key
+    value_dims = max(1, head_dim // 32)
+    value_regs = max(1, value_dims * itemsize // 4)
+    return min(256 // (8 * itemsize) * keys_per_load, 64 // value_regs)
+
+
+def scratch_size(shapes: Shapes, capacity: int, itemsize: int) -> int:
+    """float32 elements of the step's scratch: activations, then attention partials."""
     s = shapes
     HD = s.heads * s.head_dim
-    return max(MAX_ROWS * (2 * HD + 2 * s.hidden + s.intermediate), _PRIVATE_PAGE_FLOATS)
+    chunks = -(-capacity // chunk_keys(s.head_dim, itemsize))
+    activations = MAX_ROWS * (2 * HD + 2 * s.hidden + s.intermediate)
+    partials = MAX_ROWS * s.heads * chunks * (s.head_dim + 2)
+    return max(activations + partials, _PRIVATE_PAGE_FLOATS)
 
 
 _PRIVATE_PAGE_FLOATS = 1 << 14  # 64 KiB: large enough for an allocation of its own
@@ -447,13 +668,15 @@ def sm_count() -> int:
 class StepKernel:
     """One launch per step for a model of `num_layers` layers with these shapes."""
 
-    def __init__(self, shapes: Shapes, num_layers: int) -> None:
-        reason = shapes.check()
+    def __init__(self, shapes: Shapes, num_layers: int, prefetch: bool = True) -> None:
+        reason = shapes.check() or step_unsupported(shapes)
         if reason:
             raise ValueError(f"fused step kernel: unsupported {reason}")
         self.s, self.L = shapes, num_layers
+        self.prefetch = prefetch
         tag = hashlib.sha1(f"{shapes!r}/{num_layers}".encode()).hexdigest()[:10]
         self.blocks = sm_count()
+        self._scratch: mx.array | None = None
         self._kernel: Any = mx.fast.cuda_kernel(
             name=f"fs_step_{tag}",
             input_names=input_names(num_layers),
@@ -461,6 +684,14 @@ class StepKernel:
             source=step_source(shapes, num_layers),
             header=_STEP_HEADER,
         )
+
+    def scratch(self, capacity: int, dtype: mx.Dtype) -> mx.array:
+        """The step's scratch buffer (kept: the kernel writes every element it reads)."""
+        need = scratch_size(self.s, capacity, dtype.size)
+        if self._scratch is None or self._scratch.size < need:
+            self._scratch = mx.zeros((need,), dtype=mx.float32)
+            mx.eval(self._scratch)
+        return self._scratch
 
     def __call__(
         self,
@@ -471,21 +702,40 @@ class StepKernel:
         keys: list[mx.array],
         values: list[mx.array],
         head_mode: int,
-    ) -> tuple[mx.array, mx.array]:
-        """(logits [rows, V] f32, status [1] u32: nonzero if a barrier timed out).
+        profile: bool = False,
+        prefetch: bool | None = None,
+    ) -> tuple[mx.array, ...]:
+        """(logits [rows, V] f32, status [1] u32: nonzero if a barrier timed out), and with
+        `profile` the kernel's cycle stamps (bench/gpu/step_probe.py reads them).
         head_mode: 0 no logits, 1 the last row's, 2 every row's."""
         s = self.s
         M = ids.shape[0]
         if not 1 <= M <= MAX_ROWS:
             raise ValueError(f"a fused step takes 1..{MAX_ROWS} rows, not {M}")
         rows = {0: 1, 1: 1, 2: M}[head_mode]
+        dtype = weights[1].dtype
+        scratch = self.scratch(keys[0].shape[1], dtype)
+        stamps = (5 * self.L + 2) * (self.blocks + 1) + 2 if profile else 1
         outs = self._kernel(
-            inputs=[ids, pos, table, *weights, *keys, *values],
-            template=[("T", weights[1].dtype), ("HEAD_MODE", head_mode)],
+            inputs=[ids, pos, table, scratch, *weights, *keys, *values],
+            template=[
+                ("T", dtype),
+                ("HEAD_MODE", head_mode),
+                ("CK", chunk_keys(s.head_dim, dtype.size)),
+                ("PREFETCH", int(self.prefetch if prefetch is None else prefetch)),
+                ("PROF", int(profile)),
+            ],
             grid=(self.blocks * THREADS, 1, 1),
             threadgroup=(THREADS, 1, 1),
-            output_shapes=[(rows, s.vocab), (work_size(s),), (_PRIVATE_PAGE_FLOATS,), (1,)],
-            output_dtypes=[mx.float32, mx.float32, mx.uint32, mx.uint32],
+            output_shapes=[(rows, s.vocab), (_PRIVATE_PAGE_FLOATS,), (1,), (stamps,)],
+            output_dtypes=[mx.float32, mx.uint32, mx.uint32, mx.uint32],
             init_value=0,
         )
-        return outs[0], outs[3]
+        return (outs[0], outs[2], outs[3]) if profile else (outs[0], outs[2])
+
+
+def step_unsupported(shapes: Shapes) -> str | None:
+    """Why the one-launch kernel can't take these shapes (the five kernels may), or None."""
+    if shapes.head_dim not in (8, 16, 32, 64, 128, 256):
+        return f"head_dim {shapes.head_dim} (the one-launch attention needs a power of two)"
+    return None

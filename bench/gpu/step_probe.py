@@ -1,9 +1,20 @@
-"""Debug probe: where a one-launch step's time goes (GPU only)."""
+"""Debug probe: where a one-launch step's time goes (GPU only).
+
+With and without the L2 prefetch of the next layer's weights: the step kernel's time
+(no logits, last row's logits), and with the kernel's own cycle stamps, per phase kind
+(embed, A qkv, B attention, C o_proj, D gate/up, E down, head): the median over layers
+of the phase interval (release to release, block 0's clock), the slowest block's work
+and the mean block's work, in us.
+
+    python -m bench.gpu.step_probe [--contexts 128 2048]
+"""
 
 from __future__ import annotations
 
+import argparse
 import json
 import time
+from typing import Any
 
 import mlx.core as mx
 import numpy as np
@@ -11,30 +22,38 @@ import numpy as np
 from bench.gpu.probe import random_model
 from kernels.ops import make_ops
 
+KINDS = ["A_qkv", "B_attention", "C_o_proj", "D_gate_up", "E_down"]
 
-def main() -> None:
-    model = random_model(make_ops("mlx"))
-    model.enable_fused_decode(mode="step")
+
+def summarize(stamps: np.ndarray, layers: int, blocks: int) -> dict[str, Any]:
+    slots, row = 5 * layers + 2, blocks + 1
+    total_ns, total_cycles = int(stamps[slots * row]), int(stamps[slots * row + 1])
+    us = total_ns / total_cycles / 1000  # per cycle
+    table = stamps[: slots * row].reshape(slots, row).astype(np.float64)
+    interval, work = table[:, 0] * us, table[:, 1:] * us
+    out: dict[str, Any] = {"kernel_us": total_ns / 1000, "ghz": total_cycles / total_ns}
+    out["embed"] = {"interval": interval[0], "max_work": work[0].max()}
+    for i, kind in enumerate(KINDS):
+        idx = [1 + 5 * layer + i for layer in range(layers)]
+        out[kind] = {
+            "interval": float(np.median(interval[idx])),
+            "max_work": float(np.median(work[idx].max(axis=1))),
+            "mean_work": float(np.median(work[idx].mean(axis=1))),
+        }
+    out["head"] = {"max_work": float(work[-1].max()), "mean_work": float(work[-1].mean())}
+    return out
+
+
+def probe(model: Any, context: int, prefetch: bool) -> dict[str, Any]:
     f = model.fused
     state = model.new_state()
-    model.forward(list(range(128)), state)
+    model.forward(list(range(context)), state)
+    model.forward([5], state)  # through the fused path: every layer at one capacity
     kvs = list(state.layers)
-    for kv in kvs:
-        kv._grow(4096)
-    mx.eval(*[a for kv in kvs for a in (kv.keys, kv.values)])
     ids = mx.array([5], dtype=mx.int32)
-    pos = mx.array([128], dtype=mx.int32)
-    out = {}
+    pos = mx.array([context + 1], dtype=mx.int32)
 
-    def timeit(name, fn, n=200):
-        for _ in range(10):
-            fn()
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        out[name] = (time.perf_counter() - t0) / n * 1000
-
-    def call(head_mode):
+    def call(head_mode: int, profile: bool = False) -> Any:
         return f.step_kernel(
             ids,
             pos,
@@ -43,18 +62,51 @@ def main() -> None:
             [kv.keys for kv in kvs],
             [kv.values for kv in kvs],
             head_mode,
+            prefetch=prefetch,
+            profile=profile,
         )
 
-    timeit("python_build_only_ms", lambda: call(1))
+    out: dict[str, Any] = {}
+
+    def timeit(name: str, fn: Any, n: int = 200) -> None:
+        for _ in range(10):
+            fn()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        out[name] = (time.perf_counter() - t0) / n * 1000
+
     timeit("none_eval_ms", lambda: mx.eval(*call(0)))
     timeit("last_eval_ms", lambda: mx.eval(*call(1)))
-    timeit("last_eval_status_item_ms", lambda: int(call(1)[1].item()))
-    timeit("last_eval_logits_to_numpy_ms", lambda: np.array(call(1)[0]))
-    timeit("last_argmax_item_ms", lambda: int(mx.argmax(call(1)[0], axis=-1).item()))
-    timeit("new_pos_array_ms", lambda: mx.array([128], dtype=mx.int32))
-    timeit("forward_ms", lambda: model.forward([5], state), n=100)
-    timeit("forward_to_numpy_ms", lambda: np.array(model.forward([5], state)), n=100)
-    print(json.dumps(out))
+    runs = []
+    for _ in range(20):
+        logits, status, stamps = call(1, profile=True)
+        mx.eval(logits, status, stamps)
+        runs.append(np.array(stamps))
+    out["status"] = int(np.array(status)[0])
+    prof = [summarize(r, len(kvs), f.step_kernel.blocks) for r in runs[5:]]
+    best = min(prof, key=lambda p: p["kernel_us"])
+    out["profile_fastest_of_15"] = best
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--contexts", type=int, nargs="+", default=[128, 2048])
+    ap.add_argument("--prefetch", type=int, nargs="+", default=[0, 1])
+    args = ap.parse_args()
+    model = random_model(make_ops("mlx"))
+    model.enable_fused_decode(mode="step")
+    out = {}
+    for prefetch in args.prefetch:
+        for context in args.contexts:
+            out[f"prefetch{prefetch}_ctx{context}"] = probe(model, context, bool(prefetch))
+            print(
+                json.dumps(
+                    {f"prefetch{prefetch}_ctx{context}": out[f"prefetch{prefetch}_ctx{context}"]}
+                ),
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from engine.sequence import SequenceState
 from engine.state import FullKV
 from kernels import fused_decode_cuda
 from kernels.fused_decode_cuda import MAX_ROWS, Shapes
+from kernels.fused_step_cuda import step_unsupported
 
 _CAPACITY_STEP = 1024  # compiled steps retrace per buffer shape: grow in large steps
 
@@ -97,9 +98,8 @@ class FusedDecode:
         shapes = _shapes(model.config)
         self.k = kernels or fused_decode_cuda.kernels_for(shapes)
         if mode is None:
-            mode = os.environ.get("BRANCHCHAT_FUSED_MODE") or (
-                "step" if fused_decode_cuda.is_available() else "layers"
-            )
+            one_launch = fused_decode_cuda.is_available() and not step_unsupported(shapes)
+            mode = os.environ.get("BRANCHCHAT_FUSED_MODE") or ("step" if one_launch else "layers")
         if mode not in ("step", "layers"):
             raise ValueError(f"fused decode mode must be 'step' or 'layers', not {mode!r}")
 
