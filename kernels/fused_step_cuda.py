@@ -267,12 +267,6 @@ _BODY = r"""
     const int m = i / D, k = i % D;
     xs[i] = static_cast<float>(table[(size_t)s_ids[m] * D + k]);
   }
-  if (PREFETCH) {
-    fs_prefetch_l2(wqkv, (size_t)NQKV * D * sizeof(T));
-    fs_prefetch_l2(wo, (size_t)D * HD * sizeof(T));
-    fs_prefetch_l2(wgu, (size_t)2 * F * D * sizeof(T));
-    fs_prefetch_l2(wdown, (size_t)D * F * sizeof(T));
-  }
   fs_grid_sync<PROF>(sync, ++phase, stamps, t_rel);
   const float* x = xs;
   for (int l = 0; l < L; ++l) {
@@ -338,133 +332,126 @@ _BODY = r"""
       }
     }
     fs_grid_sync<PROF>(sync, ++phase, stamps, t_rel);
-    // -- B: attention. Item (row m, head h, chunk c): keys c * CK .. of row m's n = p0 + m + 1,
-    // one warp: scores, the chunk's max and sum, its weighted values. A row of one chunk
-    // is written out; otherwise the warp that completes a (row, head) combines its chunks
-    // in chunk order (which chunk finishes last changes nothing in the arithmetic).
+    // -- B: attention. A block takes (row m, head h, block chunk c): keys c * BK .. of row
+    // m's n = p0 + m + 1, CK of them a warp (scores, the warp's max and sum, its weighted
+    // values), combined in shared memory in warp order. A row of one block chunk is done;
+    // otherwise the block that completes a (row, head) combines its chunks in chunk order
+    // (which block finishes last changes nothing in the arithmetic).
     {
-      const int C = (p0 + M + CK - 1) / CK;  // chunks of the last row
-      const int CMAX = (cap + CK - 1) / CK;
+      constexpr int BK = FD_WARPS * CK;
+      const int C = (p0 + M + BK - 1) / BK;  // block chunks of the last row
+      const int CMAX = (cap + BK - 1) / BK;
       const int sub = lane / LPK, part8 = lane % LPK;
       const int vdim = (lane % VOWN) * VD;
       const float qscale = rsqrtf(static_cast<float>(DH));
-      for (int item = gw; item < M * H * C; item += nw) {
+      __shared__ float s_m[FD_WARPS], s_l[FD_WARPS], s_acc[FD_WARPS][DH];
+      __shared__ unsigned int s_last;
+      for (int item = blockIdx.x; item < M * H * C; item += gridDim.x) {
         const int c = item % C, mh = item / C, h = mh % H, m = mh / H;
-        const int n = p0 + m + 1, nc = (n + CK - 1) / CK;
-        if (c >= nc) continue;
-        const int kvh = h / (H / HKV);
-        const T* kb = kc + (size_t)kvh * cap * DH;
-        const T* vb = vc + (size_t)kvh * cap * DH;
-        const int j0 = c * CK;
-        FsRaw<8 * sizeof(T)> kr[KIT];
-        FsRaw<VD * sizeof(T)> vr[CK];
-#pragma unroll
-        for (int it = 0; it < KIT; ++it) {
-          const int j = min(j0 + it * KPI + sub, n - 1);
-          kr[it].load_cg(kb + (size_t)j * DH + part8 * 8);
-        }
-#pragma unroll
-        for (int i = 0; i < CK; ++i) vr[i].load_cg(vb + (size_t)min(j0 + i, n - 1) * DH + vdim);
-        float q[8];
-        fs_load8_cg(qs + (size_t)m * HD + h * DH + part8 * 8, q);
-        float sc[KIT], cmax = NEG_INF;
-#pragma unroll
-        for (int it = 0; it < KIT; ++it) {
-          float kv[8];
-          fs_unpack<T, 8>(kr[it], kv);
-          float d = 0.f;
-#pragma unroll
-          for (int i = 0; i < 8; ++i) d += (q[i] * qscale) * kv[i];
-#pragma unroll
-          for (int o = LPK / 2; o > 0; o >>= 1) d += __shfl_xor_sync(FD_FULL, d, o);
-          sc[it] = j0 + it * KPI + sub < n ? d : NEG_INF;
-          cmax = fmaxf(cmax, sc[it]);
-        }
-#pragma unroll
-        for (int o = LPK; o < 32; o <<= 1) cmax = fmaxf(cmax, __shfl_xor_sync(FD_FULL, cmax, o));
-        float pr[KIT], lsum = 0.f;
-#pragma unroll
-        for (int it = 0; it < KIT; ++it) {
-          pr[it] = sc[it] == NEG_INF ? 0.f : expf(sc[it] - cmax);
-          lsum += pr[it];
-        }
-#pragma unroll
-        for (int o = LPK; o < 32; o <<= 1) lsum += __shfl_xor_sync(FD_FULL, lsum, o);
-        float acc[VD];
+        const int n = p0 + m + 1, nc = (n + BK - 1) / BK;
+        if (c >= nc) continue;  // the same for the whole block
+        const int j0 = c * BK + warp * CK;
+        float cmax = NEG_INF, lsum = 0.f, acc[VD];
 #pragma unroll
         for (int d = 0; d < VD; ++d) acc[d] = 0.f;
+        if (j0 < n) {
+          const int kvh = h / (H / HKV);
+          const T* kb = kc + (size_t)kvh * cap * DH;
+          const T* vb = vc + (size_t)kvh * cap * DH;
+          FsRaw<8 * sizeof(T)> kr[KIT];
+          FsRaw<VD * sizeof(T)> vr[CK];
 #pragma unroll
-        for (int i = 0; i < CK; ++i) {
-          const float pi = __shfl_sync(FD_FULL, pr[i / KPI], (i % KPI) * LPK);
-          float vv[VD];
-          fs_unpack<T, VD>(vr[i], vv);
-#pragma unroll
-          for (int d = 0; d < VD; ++d) acc[d] += pi * vv[d];
-        }
-        float* out = ao + (size_t)m * HD + h * DH + vdim;
-        if (nc == 1) {
-          if (lane < VOWN) {
-#pragma unroll
-            for (int d = 0; d < VD; ++d) out[d] = acc[d] / lsum;
+          for (int it = 0; it < KIT; ++it) {
+            const int j = min(j0 + it * KPI + sub, n - 1);
+            kr[it].load_cg(kb + (size_t)j * DH + part8 * 8);
           }
-          continue;
+#pragma unroll
+          for (int i = 0; i < CK; ++i)
+            vr[i].load_cg(vb + (size_t)min(j0 + i, n - 1) * DH + vdim);
+          float q[8];
+          fs_load8_cg(qs + (size_t)m * HD + h * DH + part8 * 8, q);
+          float sc[KIT];
+#pragma unroll
+          for (int it = 0; it < KIT; ++it) {
+            float kv[8];
+            fs_unpack<T, 8>(kr[it], kv);
+            float d = 0.f;
+#pragma unroll
+            for (int i = 0; i < 8; ++i) d += (q[i] * qscale) * kv[i];
+#pragma unroll
+            for (int o = LPK / 2; o > 0; o >>= 1) d += __shfl_xor_sync(FD_FULL, d, o);
+            sc[it] = j0 + it * KPI + sub < n ? d : NEG_INF;
+            cmax = fmaxf(cmax, sc[it]);
+          }
+#pragma unroll
+          for (int o = LPK; o < 32; o <<= 1) cmax = fmaxf(cmax, __shfl_xor_sync(FD_FULL, cmax, o));
+          float pr[KIT];
+#pragma unroll
+          for (int it = 0; it < KIT; ++it) {
+            pr[it] = sc[it] == NEG_INF ? 0.f : expf(sc[it] - cmax);
+            lsum += pr[it];
+          }
+#pragma unroll
+          for (int o = LPK; o < 32; o <<= 1) lsum += __shfl_xor_sync(FD_FULL, lsum, o);
+#pragma unroll
+          for (int i = 0; i < CK; ++i) {
+            const float pi = __shfl_sync(FD_FULL, pr[i / KPI], (i % KPI) * LPK);
+            float vv[VD];
+            fs_unpack<T, VD>(vr[i], vv);
+#pragma unroll
+            for (int d = 0; d < VD; ++d) acc[d] += pi * vv[d];
+          }
         }
-        float* mine = part + ((size_t)mh * CMAX + c) * (DH + 2);
-        if (lane == 0) { mine[0] = cmax; mine[1] = lsum; }
+        if (lane == 0) { s_m[warp] = cmax; s_l[warp] = lsum; }
         if (lane < VOWN) {
 #pragma unroll
-          for (int d = 0; d < VD; ++d) mine[2 + vdim + d] = acc[d];
+          for (int d = 0; d < VD; ++d) s_acc[warp][vdim + d] = acc[d];
         }
-        __threadfence();
-        __syncwarp();
-        unsigned int done = 0;
-        if (lane == 0) done = atomicAdd(counters + mh, 1u);
-        done = __shfl_sync(FD_FULL, done, 0);
-        if (done != (unsigned int)nc - 1) continue;
-        __threadfence();  // every chunk of (m, h) is written: combine them in chunk order
-        const float* base = part + (size_t)mh * CMAX * (DH + 2);
-        float gm = NEG_INF;
-        for (int b = 0; b < nc; b += 32)
-          if (b + lane < nc) gm = fmaxf(gm, __ldcg(base + (size_t)(b + lane) * (DH + 2)));
+        __syncthreads();
+        float* out = ao + (size_t)m * HD + h * DH;
+        float* slots = part + (size_t)mh * CMAX * (DH + 2);  // [chunk] x (max, sum, DH)
+        if (threadIdx.x < DH) {  // thread d: output dim d over the block's warps
+          const int d = threadIdx.x;
+          float gm = NEG_INF;
 #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) gm = fmaxf(gm, __shfl_xor_sync(FD_FULL, gm, o));
-        float gl = 0.f, go[VD];
+          for (int w = 0; w < FD_WARPS; ++w) gm = fmaxf(gm, s_m[w]);
+          float gl = 0.f, go = 0.f;
 #pragma unroll
-        for (int d = 0; d < VD; ++d) go[d] = 0.f;
-        for (int b = 0; b < nc; b += 32) {
-          float wgt = 0.f, lw = 0.f;
-          if (b + lane < nc) {
-            const float* sl = base + (size_t)(b + lane) * (DH + 2);
-            wgt = expf(__ldcg(sl) - gm);
-            lw = __ldcg(sl + 1) * wgt;
+          for (int w = 0; w < FD_WARPS; ++w) {
+            const float e = s_m[w] == NEG_INF ? 0.f : expf(s_m[w] - gm);
+            gl += s_l[w] * e;
+            go += s_acc[w][d] * e;
           }
-          gl += fd_warp_sum(lw);
-          const int nb = min(32, nc - b);
-          for (int i0 = 0; i0 < nb; i0 += 8) {  // eight chunks' loads in flight at a time
-            float pv[8][VD];
-#pragma unroll
-            for (int i = 0; i < 8; ++i) {
-              if (i0 + i < nb) {
-#pragma unroll
-                for (int d = 0; d < VD; ++d)
-                  pv[i][d] = __ldcg(base + (size_t)(b + i0 + i) * (DH + 2) + 2 + vdim + d);
-              }
-            }
-#pragma unroll
-            for (int i = 0; i < 8; ++i) {
-              if (i0 + i < nb) {
-                const float wi = __shfl_sync(FD_FULL, wgt, i0 + i);
-#pragma unroll
-                for (int d = 0; d < VD; ++d) go[d] += wi * pv[i][d];
-              }
-            }
+          if (nc == 1) {
+            out[d] = go / gl;
+          } else {
+            float* mine = slots + (size_t)c * (DH + 2);
+            if (d == 0) { mine[0] = gm; mine[1] = gl; }
+            mine[2 + d] = go;
+            __threadfence();
           }
         }
-        if (lane < VOWN) {
-#pragma unroll
-          for (int d = 0; d < VD; ++d) out[d] = go[d] / gl;
+        if (nc > 1) {
+          __syncthreads();
+          if (threadIdx.x == 0) s_last = atomicAdd(counters + mh, 1u) == (unsigned int)nc - 1;
+          __syncthreads();
+          if (s_last && threadIdx.x < DH) {  // every chunk of (m, h) is in: combine in order
+            __threadfence();
+            const int d = threadIdx.x;
+            float gm = NEG_INF;
+            for (int cc = 0; cc < nc; ++cc) gm = fmaxf(gm, __ldcg(slots + (size_t)cc * (DH + 2)));
+            float gl = 0.f, go = 0.f;
+            for (int cc = 0; cc < nc; ++cc) {
+              const float* sl = slots + (size_t)cc * (DH + 2);
+              const float e = expf(__ldcg(sl) - gm);
+              gl += __ldcg(sl + 1) * e;
+              go += __ldcg(sl + 2 + d) * e;
+            }
+            out[d] = go / gl;
+            if (d == 0) counters[mh] = 0;  // for the next layer, past a grid barrier
+          }
         }
-        if (lane == 0) counters[mh] = 0;  // for the next layer, past a grid barrier
+        __syncthreads();  // shared memory is free for the next item
       }
     }
     fs_grid_sync<PROF>(sync, ++phase, stamps, t_rel);
@@ -532,39 +519,42 @@ _BODY = r"""
     fs_grid_sync<PROF>(sync, ++phase, stamps, t_rel);
     x = xs;
   }
-  // -- head: final norm + LM head for rows [r0, M); four outputs a warp, the next four's
-  // weights loading while these are summed
+  // -- head: final norm + LM head for rows [r0, M); eight outputs a warp, the next eight
+  // rows fetched into L2 while these are summed
   if (HEAD_MODE != 0) {
     const int r0 = HEAD_MODE == 1 ? M - 1 : 0;
     const int rows_n = M - r0;
-    constexpr int GH = GD < 2 ? GD : 2;
-    constexpr int ITEMS = (V + 3) / 4;
+    constexpr int GH = 1;  // a row at a time: eight outputs take the registers
+    constexpr int RH = 8;
+    constexpr int ITEMS = (V + RH - 1) / RH;
     FsScale<D> sc;
     sc.load(nwf);
-    FsRows<T, D, 4> cur, next;
-    auto load_item = [&](FsRows<T, D, 4>& rows, int item) {
-      const T* src[4];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) src[j] = whead + (size_t)min(4 * item + j, V - 1) * D;
-      rows.load(src);
-    };
-    if (gw < ITEMS) load_item(cur, gw);
     for (int item = gw; item < ITEMS; item += nw) {
-      if (item + nw < ITEMS) load_item(next, item + nw);
+      const T* src[RH];
+#pragma unroll
+      for (int j = 0; j < RH; ++j) src[j] = whead + (size_t)min(RH * item + j, V - 1) * D;
+      FsRows<T, D, RH> rows;
+      rows.load(src);
+      if (item + nw < ITEMS) {
+        const int first = RH * (item + nw), count = min(RH, V - first);
+        const char* next = reinterpret_cast<const char*>(whead + (size_t)first * D);
+        for (int off = lane * 128; off < count * D * (int)sizeof(T); off += 32 * 128)
+          asm volatile("prefetch.global.L2 [%0];" ::"l"(next + off));
+      }
       for (int m0 = 0; m0 < rows_n; m0 += GH) {
-        float acc[GH][4], ss[GH];
-        fs_dot_group<T, D, 4, GH, true, true>(cur, sc, xs + (size_t)r0 * D, m0, rows_n, acc, ss);
+        float acc[GH][RH], ss[GH];
+        fs_dot_group<T, D, RH, GH, true, true>(rows, sc, xs + (size_t)r0 * D, m0, rows_n, acc, ss);
 #pragma unroll
         for (int g = 0; g < GH; ++g) {
           if (m0 + g < rows_n && lane == 0) {
             const float rinv = 1.0f / sqrtf(ss[g] / D + EPS);
 #pragma unroll
-            for (int j = 0; j < 4; ++j)
-              if (4 * item + j < V) logits[(size_t)(m0 + g) * V + 4 * item + j] = acc[g][j] * rinv;
+            for (int j = 0; j < RH; ++j)
+              if (RH * item + j < V)
+                logits[(size_t)(m0 + g) * V + RH * item + j] = acc[g][j] * rinv;
           }
         }
       }
-      cur = next;
     }
   }
   if (PROF) {
@@ -640,7 +630,7 @@ def scratch_size(shapes: Shapes, capacity: int, itemsize: int) -> int:
     """float32 elements of the step's scratch: activations, then attention partials."""
     s = shapes
     HD = s.heads * s.head_dim
-    chunks = -(-capacity // chunk_keys(s.head_dim, itemsize))
+    chunks = -(-capacity // (8 * chunk_keys(s.head_dim, itemsize)))  # a block's 8 warps
     activations = MAX_ROWS * (2 * HD + 2 * s.hidden + s.intermediate)
     partials = MAX_ROWS * s.heads * chunks * (s.head_dim + 2)
     return max(activations + partials, _PRIVATE_PAGE_FLOATS)

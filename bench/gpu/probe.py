@@ -151,7 +151,14 @@ def main() -> None:
     model.enable_fused_decode(mode="step")
     out["row_invariance_step"] = row_invariance(model)
     for context in (512, 2048):
-        out[f"fused_step_tok_s_{context}"] = tok_s(model, context, args.steps)[0]
+        out[f"fused_step_tok_s_{context}"], toks = tok_s(model, context, args.steps)
+        if context == 2048:  # attention split across blocks and combined: same tokens?
+            fused, model.fused = model.fused, None
+            plain_2048 = tok_s(model, context, 64)[1]
+            model.fused = fused
+            out["fused_step_same_first_tokens_as_plain_2048"] = sum(
+                a == b for a, b in zip(toks, plain_2048, strict=False)
+            )
     if args.quick:
         print(json.dumps(out))
         return

@@ -23,8 +23,8 @@ VARIANTS = [("layers", False), ("layers", True)] + (
     [("step", None)] if fused_decode_cuda.is_available() else []
 )
 STEPS = [5, 9, 33, 7, 3, 12, 40, 2, 17, 8]
-# long enough that the one-launch kernel splits attention into chunks and combines them
-LONG_PROMPT = [3 + (7 * i) % 90 for i in range(300)]
+# past 512 keys: the one-launch kernel splits attention across blocks and combines them
+LONG_PROMPT = [3 + (7 * i) % 90 for i in range(600)]
 
 
 @pytest.fixture(params=["q4_gguf", "f32_hf"])
@@ -44,14 +44,22 @@ def _steps(lm, steps, prompt=PROMPT):
     return [np.array(lm.ops.to_numpy(lm.model.forward([t], state))) for t in steps], state
 
 
-def _tolerance(lm, prompt=PROMPT):
-    """bfloat16 rounds the KV rows and activations each path computes on its own: the
-    gap grows with the context (300 tokens: ~0.16 on logits of magnitude ~1-5)."""
+def _tolerance(lm):
+    import mlx.core as mx
+
+    return 2e-4 if lm.ops.dtype == mx.float32 else 0.15
+
+
+def _assert_close_logits(lm, got, want):
+    """float32: element-wise. bfloat16 rounds the KV rows and activations each path
+    computes on its own, a gap that grows with the context: there the logits must agree
+    to 3% (relative L2), where a wrong attention or combine misses by tens of percent."""
     import mlx.core as mx
 
     if lm.ops.dtype == mx.float32:
-        return 2e-4
-    return 0.15 if len(prompt) < 100 else 0.3
+        np.testing.assert_allclose(got, want, atol=2e-4, rtol=0)
+    else:
+        assert np.linalg.norm(got - want) <= 0.03 * np.linalg.norm(want)
 
 
 @pytest.mark.parametrize("mode,compiled", VARIANTS)
@@ -62,8 +70,7 @@ def test_fused_steps_match_plain_forward(mlx_llama, mode, compiled, prompt, monk
     mlx_llama.model.enable_fused_decode(compiled=compiled, mode=mode)
     fast, state = _steps(mlx_llama, STEPS, prompt)
     for a, b in zip(plain, fast, strict=True):
-        np.testing.assert_allclose(b, a, atol=_tolerance(mlx_llama, prompt), rtol=0)
-        assert int(np.argmax(a)) == int(np.argmax(b))
+        _assert_close_logits(mlx_llama, b, a)
     assert state.tokens == plain_state.tokens
     assert state.layers[0].capacity() % 16 == 0 and state.layers[0].length == state.offset
 
