@@ -6,18 +6,28 @@ runs every layer's five phases (qkv + RoPE + KV write, attention, o_proj + resid
 norm + gate/up + SiLU, down + residual) and the LM head in one launch, with a grid-wide
 barrier between phases: one block per SM, all resident, phases split across blocks.
 
-Each phase follows the five kernels' arithmetic (their bodies are written out again here,
-with loads unrolled over K and read past L1), and like them computes every row with the
-same instructions in the same order whatever the row count: a verify's logits equal
-one-row steps bit for bit, which keeps greedy speculation exact. The two paths round
-differently from each other; only one is in use at a time.
+A phase is a short chain of memory latencies, so it is written for latency: a warp
+issues every weight and activation load it needs before using any (`FsRows`,
+`fs_dot_group`), takes the RMS norm from the activations its dot product loaded anyway,
+and the next layer's weights are fetched into L2 while this one runs. Attention splits a
+(row, head) over a block's warps (CK keys each, combined in shared memory) and, past
+8 * CK keys, over blocks, whose partials the block that finishes last combines in chunk
+order. `bench/gpu/step_probe.py` times each phase from cycle stamps the kernel writes
+when built with PROF.
 
-Memory rules inside the launch: activations and KV rows written by one block are read
-by others after a barrier, so those reads bypass L1 (`__ldcg`); weights are read-only.
-The new KV rows go straight into the state's buffers (the only writes to an input;
-`engine/models/fused.py` guarantees each buffer is contiguous and unshared). A barrier
-that waits too long (blocks not co-resident: a smaller GPU shared with other work) sets
-an error flag instead of hanging; the caller then falls back to the five kernels.
+Every row is computed with the same instructions in the same order whatever the row
+count (the attention split depends only on the row's own key count): a verify's logits
+equal one-row steps bit for bit, which keeps greedy speculation exact. The five kernels
+round differently; only one path is in use at a time.
+
+Memory rules inside the launch: activations, partials and KV rows written by one block
+are read by others after a barrier or a fenced counter, so those reads bypass L1
+(`__ldcg`); weights are read-only. The kernel writes three inputs: the new KV rows go
+straight into the state's buffers (`engine/models/fused.py` keeps each contiguous and
+unshared) and the scratch buffer (activations, attention partials) is kept by
+`StepKernel` between launches, every element written before it is read. A barrier that
+waits too long (blocks not co-resident: a smaller GPU shared with other work) sets an
+error flag instead of hanging; the caller then falls back to the five kernels.
 """
 
 from __future__ import annotations

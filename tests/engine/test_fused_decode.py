@@ -50,16 +50,21 @@ def _tolerance(lm):
     return 2e-4 if lm.ops.dtype == mx.float32 else 0.15
 
 
+def _relative_l2(got, want):
+    return float(np.linalg.norm(got - want) / np.linalg.norm(want))
+
+
 def _assert_close_logits(lm, got, want):
-    """float32: element-wise. bfloat16 rounds the KV rows and activations each path
-    computes on its own, a gap that grows with the context: there the logits must agree
-    to 3% (relative L2), where a wrong attention or combine misses by tens of percent."""
+    """float32: element-wise. bfloat16: the plain MLX path rounds its activations and
+    attention its own way, a gap that grows with the context (on the H200, 3.2% relative
+    L2 after 600 tokens, the same for both fused paths): there the logits must agree to
+    6%, where a wrong attention or combine misses by tens of percent."""
     import mlx.core as mx
 
     if lm.ops.dtype == mx.float32:
         np.testing.assert_allclose(got, want, atol=2e-4, rtol=0)
     else:
-        assert np.linalg.norm(got - want) <= 0.03 * np.linalg.norm(want)
+        assert _relative_l2(got, want) <= 0.06
 
 
 @pytest.mark.parametrize("mode,compiled", VARIANTS)
@@ -134,6 +139,21 @@ def test_rows_are_bit_identical_to_single_steps(mlx_llama, mode, prompt):
     rows = np.array(mlx_llama.ops.to_numpy(model.forward(STEPS, state, logits="all")))
     for i in range(1, len(STEPS)):
         np.testing.assert_array_equal(rows[i - 1], single[i - 1][-1])
+
+
+@pytest.mark.skipif(not fused_decode_cuda.is_available(), reason="needs MLX on a CUDA GPU")
+@pytest.mark.gpu
+def test_one_launch_step_matches_five_kernels_past_512_keys(mlx_llama):
+    """Both fused paths accumulate in float32 from the same bf16 KV rows: past 512 keys
+    the one-launch kernel splits attention across blocks and combines the chunks, and
+    must still agree with the five kernels' single pass far more closely than bf16 noise."""
+    model = mlx_llama.model
+    model.enable_fused_decode(compiled=False, mode="layers")
+    layers, _ = _steps(mlx_llama, STEPS[:4], LONG_PROMPT)
+    model.enable_fused_decode(mode="step")
+    step, _ = _steps(mlx_llama, STEPS[:4], LONG_PROMPT)
+    for a, b in zip(layers, step, strict=True):
+        assert _relative_l2(b, a) <= 2e-3
 
 
 @pytest.mark.skipif(not fused_decode_cuda.is_available(), reason="needs MLX on a CUDA GPU")
