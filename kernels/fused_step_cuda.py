@@ -263,6 +263,7 @@ _BODY = r"""
   constexpr int LPK = DH / 8, KPI = 32 / LPK, KIT = CK / KPI;
   constexpr int VD = DH >= 32 ? DH / 32 : 1, VOWN = DH / VD;
   static_assert(32 % LPK == 0 && CK % KPI == 0 && CK <= 64, "attention split");
+  static_assert(4096 + FD_MAXM * H <= 16384, "attention counters fit the sync buffer");
   float* work = const_cast<float*>(scratch);
   float* qs = work;
   float* ao = qs + FD_MAXM * HD;
