@@ -188,6 +188,29 @@ __device__ __forceinline__ void fs_dot_group(
   }
 }
 
+// y [M, N] = res + a [M, K] @ w [N, K].T, output n by warp n of nw (from gw)
+template <typename W, int K, int N>
+__device__ __forceinline__ void fs_residual_phase(
+    const float* a, const W* w, const float* res, float* y, int M, int gw, int nw) {
+  constexpr int G = fs_group(K);
+  const FsScale<K> unscaled{};
+  const int lane = threadIdx.x % 32;
+  for (int n = gw; n < N; n += nw) {
+    const W* src[1] = {w + (size_t)n * K};
+    FsRows<W, K, 1> rows;
+    rows.load(src);
+    for (int m0 = 0; m0 < M; m0 += G) {
+      float r[G], acc[G][1], ss[G];
+#pragma unroll
+      for (int g = 0; g < G; ++g) r[g] = m0 + g < M ? __ldcg(res + (size_t)(m0 + g) * N + n) : 0.f;
+      fs_dot_group<W, K, 1, G, false, false>(rows, unscaled, a, m0, M, acc, ss);
+#pragma unroll
+      for (int g = 0; g < G; ++g)
+        if (m0 + g < M && lane == 0) y[(size_t)(m0 + g) * N + n] = r[g] + acc[g][0];
+    }
+  }
+}
+
 __device__ __forceinline__ void fs_prefetch_l2(const void* p, size_t bytes) {
   const char* c = static_cast<const char*>(p);
   const size_t stride = (size_t)gridDim.x * blockDim.x * 128;
@@ -257,7 +280,7 @@ _BODY = r"""
   constexpr int PAIRS = ROPED_PAIRS + HKV * HALF;
   constexpr int NQKV = (H + 2 * HKV) * DH;
   constexpr int HD = H * DH;
-  constexpr int GD = fs_group(D), GHD = fs_group(HD), GF = fs_group(F);
+  constexpr int GD = fs_group(D);
   // attention: a warp takes CK keys of one (row, head); LPK lanes share a key (8 dims
   // each), KPI keys a load; a lane owns VD dims of the output (lanes past VOWN mirror)
   constexpr int LPK = DH / 8, KPI = 32 / LPK, KIT = CK / KPI;
@@ -271,8 +294,6 @@ _BODY = r"""
   float* act = hs + FD_MAXM * D;
   float* xs = act + FD_MAXM * F;
   float* part = xs + FD_MAXM * D;  // attention partials [row, head, chunk] x (max, sum, DH)
-  const FsScale<HD> no_scale_hd{};
-  const FsScale<F> no_scale_f{};
   // embedding rows, as float32, into xs
   for (int i = (blockIdx.x * blockDim.x + threadIdx.x); i < M * D; i += gridDim.x * blockDim.x) {
     const int m = i / D, k = i % D;
@@ -467,21 +488,7 @@ _BODY = r"""
     }
     fs_grid_sync<PROF>(sync, ++phase, stamps, t_rel);
     // -- C: o_proj + residual -> hs
-    for (int n = gw; n < D; n += nw) {
-      const T* src[1] = {wo + ((size_t)l * D + n) * HD};
-      FsRows<T, HD, 1> rows;
-      rows.load(src);
-      for (int m0 = 0; m0 < M; m0 += GHD) {
-        float res[GHD], acc[GHD][1], ss[GHD];
-#pragma unroll
-        for (int g = 0; g < GHD; ++g)
-          res[g] = m0 + g < M ? __ldcg(x + (size_t)(m0 + g) * D + n) : 0.f;
-        fs_dot_group<T, HD, 1, GHD, false, false>(rows, no_scale_hd, ao, m0, M, acc, ss);
-#pragma unroll
-        for (int g = 0; g < GHD; ++g)
-          if (m0 + g < M && lane == 0) hs[(size_t)(m0 + g) * D + n] = res[g] + acc[g][0];
-      }
-    }
+    fs_residual_phase<T, HD, D>(ao, wo + (size_t)l * D * HD, x, hs, M, gw, nw);
     fs_grid_sync<PROF>(sync, ++phase, stamps, t_rel);
     // -- D: norm + gate/up + SiLU(gate) * up -> act; a warp takes outputs n, n + 1
     for (int item = gw; item < F / 2; item += nw) {
@@ -512,21 +519,7 @@ _BODY = r"""
     }
     fs_grid_sync<PROF>(sync, ++phase, stamps, t_rel);
     // -- E: down + residual -> xs
-    for (int n = gw; n < D; n += nw) {
-      const T* src[1] = {wdown + ((size_t)l * D + n) * F};
-      FsRows<T, F, 1> rows;
-      rows.load(src);
-      for (int m0 = 0; m0 < M; m0 += GF) {
-        float res[GF], acc[GF][1], ss[GF];
-#pragma unroll
-        for (int g = 0; g < GF; ++g)
-          res[g] = m0 + g < M ? __ldcg(hs + (size_t)(m0 + g) * D + n) : 0.f;
-        fs_dot_group<T, F, 1, GF, false, false>(rows, no_scale_f, act, m0, M, acc, ss);
-#pragma unroll
-        for (int g = 0; g < GF; ++g)
-          if (m0 + g < M && lane == 0) xs[(size_t)(m0 + g) * D + n] = res[g] + acc[g][0];
-      }
-    }
+    fs_residual_phase<T, F, D>(act, wdown + (size_t)l * D * F, hs, xs, M, gw, nw);
     fs_grid_sync<PROF>(sync, ++phase, stamps, t_rel);
     x = xs;
   }
