@@ -197,7 +197,7 @@ def test_cuda_kernels_match_reference(rows):
     )
     w_gu = a(2 * 1536, 576, dtype=mx.bfloat16, scale=0.05)
     # SiLU(gate) * up of two bf16-weight dot products: the reference's 16-row matmul
-    # rounds its own way (violations ~1e-3 on values of magnitude ~1)
+    # rounds its own way (16 rows failed atol 2e-3 on the H200; 1e-2 passed)
     np.testing.assert_allclose(
         np.array(cu.gate_up(x, nw, w_gu)), np.array(ref.gate_up(x, nw, w_gu)), atol=1e-2, rtol=1e-2
     )
