@@ -340,12 +340,13 @@ class Shapes:
         return None
 
 
-def source_of(kind: str, shapes: Shapes) -> str:
-    """The kernel body with this model's constants baked in (also used by the compile check)."""
+def constants(shapes: Shapes, **extra: int) -> str:
+    """The model's shapes as C++ constants (D, H, HKV, DH, F, V, EPS, LOG2_BASE,
+    TRADITIONAL), then `extra`, one line each, for a kernel body to start with."""
     import math
 
     s = shapes
-    consts = {
+    consts: dict[str, object] = {
         "D": s.hidden,
         "H": s.heads,
         "HKV": s.kv_heads,
@@ -355,14 +356,17 @@ def source_of(kind: str, shapes: Shapes) -> str:
         "EPS": f"{s.eps!r}f",
         "LOG2_BASE": f"{math.log2(s.rope_base)!r}f",
         "TRADITIONAL": "true" if s.rope_traditional else "false",
-        "THREADS": ATTEND_THREADS,
-        "NPW": HEAD_OUTPUTS_PER_WARP,
+        **extra,
     }
-    lines = [f"  constexpr auto {k} = {v};" for k, v in consts.items()]
+    return "\n".join(f"  constexpr auto {k} = {v};" for k, v in consts.items())
+
+
+def source_of(kind: str, shapes: Shapes) -> str:
+    """The kernel body with this model's constants baked in (also used by the compile check)."""
     body = {"qkv": _QKV, "attend": _ATTEND, "gate_up": _GATE_UP, "head": _HEAD}.get(kind)
     if body is None:  # residual kernels: K and N come from the call's template arguments
         return _RESIDUAL
-    return "\n".join(lines) + "\n" + body
+    return constants(shapes, THREADS=ATTEND_THREADS, NPW=HEAD_OUTPUTS_PER_WARP) + "\n" + body
 
 
 _SIGNATURES = {

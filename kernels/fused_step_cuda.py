@@ -33,13 +33,12 @@ error flag instead of hanging; the caller then falls back to the five kernels.
 from __future__ import annotations
 
 import hashlib
-import math
 from functools import cache
 from typing import Any
 
 import mlx.core as mx
 
-from kernels.fused_decode_cuda import _HEADER, MAX_ROWS, Shapes
+from kernels.fused_decode_cuda import _HEADER, MAX_ROWS, Shapes, constants
 
 THREADS = 256
 
@@ -589,21 +588,7 @@ _WEIGHTS = ["nw1", "wqkv", "wo", "nw2", "wgu", "wdown", "nwf", "whead"]
 
 
 def step_source(shapes: Shapes, num_layers: int) -> str:
-    s = shapes
-    consts = {
-        "D": s.hidden,
-        "H": s.heads,
-        "HKV": s.kv_heads,
-        "DH": s.head_dim,
-        "F": s.intermediate,
-        "V": s.vocab,
-        "L": num_layers,
-        "EPS": f"{s.eps!r}f",
-        "LOG2_BASE": f"{math.log2(s.rope_base)!r}f",
-        "TRADITIONAL": "true" if s.rope_traditional else "false",
-        "THREADS": THREADS,
-    }
-    lines = [f"  constexpr auto {k} = {v};" for k, v in consts.items()]
+    lines = [constants(shapes, L=num_layers, THREADS=THREADS)]
     keys = ", ".join(f"k{i}" for i in range(num_layers))
     values = ", ".join(f"v{i}" for i in range(num_layers))
     lines.append(f"  const T* KEYS[L] = {{{keys}}};")
