@@ -65,6 +65,23 @@ __device__ __forceinline__ float fd_warp_sum(float v) {
   return v;
 }
 
+// Outputs n0, n1 of the fused q/k/v projection that pair p computes: a RoPE pair of a q or
+// k head (fi = its frequency index) or, past those, two adjacent v features (fi = -1).
+template <int H, int HKV, int DH, bool TRADITIONAL>
+__device__ __forceinline__ void fd_qkv_pair(int p, int& n0, int& n1, int& fi) {
+  constexpr int HALF = DH / 2, ROPED_PAIRS = (H + HKV) * HALF;
+  if (p < ROPED_PAIRS) {
+    const int head = p / HALF, i = p % HALF;
+    n0 = head * DH + (TRADITIONAL ? 2 * i : i);
+    n1 = n0 + (TRADITIONAL ? 1 : HALF);
+    fi = i;
+  } else {
+    n0 = (H + HKV) * DH + 2 * (p - ROPED_PAIRS);
+    n1 = n0 + 1;
+    fi = -1;
+  }
+}
+
 // 1 / rms of each of the M rows of x [M, K] into shared rinv; the whole block takes part.
 __device__ __forceinline__ void fd_row_rinv(
     const float* x, int M, int K, float eps, float* rinv) {
@@ -118,19 +135,9 @@ _QKV = r"""
   fd_row_rinv(x, M, D, EPS, rinv);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int p = blockIdx.x * FD_WARPS + warp;  // one warp: one pair of outputs
-  constexpr int HALF = DH / 2;
-  constexpr int ROPED_PAIRS = (H + HKV) * HALF;
-  if (p >= ROPED_PAIRS + HKV * HALF) return;
-  int n0, n1, fi = -1;
-  if (p < ROPED_PAIRS) {
-    const int head = p / HALF, i = p % HALF;
-    n0 = head * DH + (TRADITIONAL ? 2 * i : i);
-    n1 = n0 + (TRADITIONAL ? 1 : HALF);
-    fi = i;
-  } else {
-    n0 = (H + HKV) * DH + 2 * (p - ROPED_PAIRS);
-    n1 = n0 + 1;
-  }
+  if (p >= (H + 2 * HKV) * DH / 2) return;
+  int n0, n1, fi;
+  fd_qkv_pair<H, HKV, DH, TRADITIONAL>(p, n0, n1, fi);
   float a0[FD_MAXM], a1[FD_MAXM];
 #pragma unroll
   for (int m = 0; m < FD_MAXM; ++m) { a0[m] = 0.f; a1[m] = 0.f; }

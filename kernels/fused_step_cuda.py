@@ -274,9 +274,7 @@ _BODY = r"""
   const long long t_start = t_rel;
   unsigned long long gt_start;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(gt_start));
-  constexpr int HALF = DH / 2;
-  constexpr int ROPED_PAIRS = (H + HKV) * HALF;
-  constexpr int PAIRS = ROPED_PAIRS + HKV * HALF;
+  constexpr int PAIRS = (H + 2 * HKV) * DH / 2;  // of q/k/v outputs (fd_qkv_pair)
   constexpr int NQKV = (H + 2 * HKV) * DH;
   constexpr int HD = H * DH;
   constexpr int GD = fs_group(D);
@@ -311,16 +309,8 @@ _BODY = r"""
     }
     // -- A: norm + qkv + rope; q to qs, k / v rows into the cache at pos + m
     for (int p = gw; p < PAIRS; p += nw) {
-      int n0, n1, fi = -1;
-      if (p < ROPED_PAIRS) {
-        const int head = p / HALF, i = p % HALF;
-        n0 = head * DH + (TRADITIONAL ? 2 * i : i);
-        n1 = n0 + (TRADITIONAL ? 1 : HALF);
-        fi = i;
-      } else {
-        n0 = (H + HKV) * DH + 2 * (p - ROPED_PAIRS);
-        n1 = n0 + 1;
-      }
+      int n0, n1, fi;
+      fd_qkv_pair<H, HKV, DH, TRADITIONAL>(p, n0, n1, fi);
       const T* w = wqkv + (size_t)l * NQKV * D;
       const T* src[2] = {w + (size_t)n0 * D, w + (size_t)n1 * D};
       FsRows<T, D, 2> rows;

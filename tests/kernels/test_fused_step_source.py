@@ -1,7 +1,7 @@
-"""The one-launch step kernel without a GPU: its attention split and scratch layout, and
-(where nvcc is installed) its CUDA source compiled for an H100/H200 the way MLX wraps it,
-with no register spills in bfloat16. The kernel's numbers are checked on the GPU by
-tests/engine/test_fused_decode.py."""
+"""The fused CUDA kernels without a GPU: the one-launch step's attention split and scratch
+layout, and (where nvcc is installed) the CUDA sources of both paths compiled for an
+H100/H200 the way MLX wraps them, the one-launch step with no register spills in
+bfloat16. Their numbers are checked on the GPU by tests/engine/test_fused_decode.py."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import subprocess
 
 import pytest
 
+from kernels import fused_decode_cuda as fd
 from kernels import fused_step_cuda as fs
 from kernels.fused_decode_cuda import MAX_ROWS, Shapes
 
@@ -51,47 +52,82 @@ def test_unsupported_head_dims_are_named():
         fs.StepKernel(odd, 2)
 
 
-def _wrapped_source(shapes: Shapes, layers: int, dtype: str, head_mode: int) -> str:
-    """The kernel as MLX's cuda_kernel wraps it: inputs const, `<name>_shape` arguments
-    for the shapes the body reads, template arguments as constants."""
-    src = fs.step_source(shapes, layers)
-    types = {"ids": "int32_t", "pos": "int32_t", "scratch": "float"}
-    types |= {name: "float" for name in ("nw1", "nw2", "nwf")}
+_SHAPE = (
+    "struct Shape { int32_t v[8]; __device__ int32_t operator[](int i) const { return v[i]; } };\n"
+)
+_FLOAT_NAMES = {
+    "scratch",
+    "nw1",
+    "nw2",
+    "nwf",
+    "nw",
+    "x",
+    "q",
+    "a",
+    "res",
+    "logits",
+    "y",
+    "act",
+    "o",
+}
+
+
+def _kernel(name: str, body: str, inputs: list[str], outputs: list[str], dtype: str) -> str:
+    """One kernel as MLX's cuda_kernel wraps it: inputs const, `<name>_shape` arguments for
+    the shapes the body reads."""
+    types = {"ids": "int32_t", "pos": "int32_t"} | {n: "float" for n in _FLOAT_NAMES}
+    types |= {n: "uint32_t" for n in ("sync_buf", "status", "stamps")}
     params = []
-    for name in fs.input_names(layers):
-        params.append(f"const {types.get(name, dtype)}* {name}")
-        if f"{name}_shape" in src:
-            params.append(f"const __grid_constant__ Shape {name}_shape")
-    for name in fs.output_names():
-        params.append(f"{'float' if name == 'logits' else 'uint32_t'}* {name}")
+    for n in inputs:
+        params.append(f"const {types.get(n, dtype)}* {n}")
+        if f"{n}_shape" in body:
+            params.append(f"const __grid_constant__ Shape {n}_shape")
+    params += [f"{types.get(n, dtype)}* {n}" for n in outputs]
+    return f"__global__ void __launch_bounds__(256) {name}({', '.join(params)}) {{\n{body}\n}}\n"
+
+
+def _step_source(shapes: Shapes, layers: int, dtype: str, head_mode: int) -> str:
     itemsize = 4 if dtype == "float" else 2
     consts = (
         f"  using T = {dtype};\n  constexpr int HEAD_MODE = {head_mode}, PREFETCH = 1, PROF = 1;\n"
         f"  constexpr int CK = {fs.chunk_keys(shapes.head_dim, itemsize)};\n"
     )
-    return "".join(
-        [
-            "#include <cstdint>\n",
-            "struct Shape { int32_t v[8]; __device__ int32_t operator[](int i) const"
-            " { return v[i]; } };\n",
-            fs._STEP_HEADER,
-            "__global__ void __launch_bounds__(256) fs_step(" + ",\n".join(params) + ") {\n",
-            consts + src + "\n}\n",
-        ]
-    )
+    body = consts + fs.step_source(shapes, layers)
+    kernel = _kernel("fs_step", body, fs.input_names(layers), fs.output_names(), dtype)
+    return "#include <cstdint>\n" + _SHAPE + fs._STEP_HEADER + kernel
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (the CUDA toolkit)")
-@pytest.mark.parametrize(
-    "shapes,layers,head_mode", [(SMOLLM2, 30, 1), (SMOLLM2, 30, 2), (TINY, 2, 2)]
-)
-def test_source_compiles_without_spills(tmp_path, shapes, layers, head_mode):
-    cu = tmp_path / "step.cu"
-    cu.write_text(_wrapped_source(shapes, layers, "__nv_bfloat16", head_mode))
+def _nvcc(tmp_path, source: str) -> str:
+    cu = tmp_path / "k.cu"
+    cu.write_text(source)
     out = subprocess.run(
         ["nvcc", "-std=c++17", "-arch=sm_90", "-Xptxas", "-v", "-diag-suppress", "177,550",
-         "-c", str(cu), "-o", str(tmp_path / "step.o")],
+         "-c", str(cu), "-o", str(tmp_path / "k.o")],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "0 bytes spill stores" in out.stderr, out.stderr[-3000:]
+    return out.stderr
+
+
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (CUDA toolkit)")
+
+
+@needs_nvcc
+@pytest.mark.parametrize(
+    "shapes,layers,head_mode", [(SMOLLM2, 30, 1), (SMOLLM2, 30, 2), (TINY, 2, 2)]
+)
+def test_step_source_compiles_without_spills(tmp_path, shapes, layers, head_mode):
+    log = _nvcc(tmp_path, _step_source(shapes, layers, "__nv_bfloat16", head_mode))
+    assert "0 bytes spill stores" in log, log[-3000:]
+
+
+@needs_nvcc
+def test_five_kernel_sources_compile(tmp_path):
+    kernels = []
+    for kind, (inputs, outputs) in fd._SIGNATURES.items():
+        consts = "  using T = __nv_bfloat16;\n"
+        if kind == "residual":  # K and N are the call's template arguments
+            consts += "  constexpr int K = 1536, N = 576;\n"
+        body = consts + fd.source_of(kind, SMOLLM2)
+        kernels.append(_kernel(f"fd_{kind}", body, inputs, outputs, "__nv_bfloat16"))
+    _nvcc(tmp_path, "#include <cstdint>\n" + _SHAPE + fd.header() + "".join(kernels))
