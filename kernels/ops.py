@@ -13,7 +13,6 @@ therefore snapshotted by keeping a reference.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -76,29 +75,29 @@ class Ops(Protocol):
 
 
 def default_backend() -> str:
-    """`numpy` when MLX's default device is the CPU (it is ~10x slower there), else `mlx`.
-
-    BRANCHCHAT_BACKEND overrides the choice (useful to compare the two paths).
-    """
-    forced = os.environ.get("BRANCHCHAT_BACKEND")
-    if forced:
-        if forced not in ("numpy", "mlx"):
-            raise ValueError(f"BRANCHCHAT_BACKEND must be 'numpy' or 'mlx', not {forced!r}")
-        return forced
+    """`numpy` when MLX's default device is the CPU (it is ~10x slower there), else `mlx`."""
     import mlx.core as mx
 
     return "numpy" if mx.default_device() == mx.cpu else "mlx"
 
 
-def make_ops(backend: str | None = None, dtype: str | None = None) -> Ops:
+def make_ops(
+    backend: str | None = None, dtype: str | None = None, *, qmatmul: bool | None = None
+) -> Ops:
+    """The op set for `backend` (None: by MLX's default device, see `default_backend`).
+
+    dtype: the MLX compute dtype (None: the backend's default; float32 on a GPU makes
+    greedy speculation bit-stable for comparisons); the numpy backend computes in float32.
+    qmatmul: whether the numpy backend keeps quantized weights packed for the C kernel
+    (None: where a SIMD path was built; see `kernels.qmatmul.enabled`).
+    """
     backend = backend or default_backend()
     if backend == "numpy":
         from kernels.ops_numpy import NumpyOps
 
-        return NumpyOps()
+        return NumpyOps(packed=qmatmul)
     if backend == "mlx":
         from kernels.ops_mlx import MlxOps
 
-        # BRANCHCHAT_DTYPE=float32 on a GPU: bit-stable greedy speculation for comparisons
-        return MlxOps(dtype or os.environ.get("BRANCHCHAT_DTYPE") or None)
+        return MlxOps(dtype or None)
     raise ValueError(f"unknown backend {backend!r}; expected 'numpy' or 'mlx'")

@@ -7,7 +7,8 @@ Linux wheel, where OpenBLAS reaches ~180 GFLOP/s on the same cores (measured on 
 Quantized weights (4/8 bits, groups of a multiple of 32) stay packed as
 `kernels.qmatmul.QMatrix` when the C kernel is built: decode reads ~5x fewer bytes per
 token than from a float32 copy. Other weights (and every weight when the kernel is not
-built, or BRANCHCHAT_QMATMUL=0) are dequantized once at load into the layout BLAS wants.
+built or is switched off, `make_ops(qmatmul=False)`) are dequantized once at load into
+the layout BLAS wants.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ class NumpyOps:
 
     def __init__(self, packed: bool | None = None) -> None:
         self._rope_cache: dict[tuple[int, float], tuple[np.ndarray, np.ndarray]] = {}
-        self.packed = qmatmul.enabled() if packed is None else packed and qmatmul.available()
+        self.packed = qmatmul.enabled(packed)
 
     # -- weights -------------------------------------------------------------------
     def weight(self, w: Any) -> np.ndarray | QMatrix:

@@ -50,27 +50,20 @@ def available() -> bool:
     return _ext is not None
 
 
-def enabled() -> bool:
+def enabled(requested: bool | None = None) -> bool:
     """Whether the numpy backend should hold quantized weights packed for this kernel.
 
-    BRANCHCHAT_QMATMUL=0 turns it off, =1 on; by default it is on where a SIMD code path
-    was built (AVX2 or AVX-512): the portable C one is no faster than BLAS on float32.
+    requested False turns it off, True on where the kernel is built; None (the default)
+    turns it on where a SIMD code path was built (AVX2 or AVX-512): the portable C one is
+    no faster than BLAS on float32.
     """
-    flag = os.environ.get("BRANCHCHAT_QMATMUL", "")
-    if flag not in ("", "0", "1"):
-        raise ValueError(f"BRANCHCHAT_QMATMUL must be 0 or 1, not {flag!r}")
-    if not available() or flag == "0":
+    if not available() or requested is False:
         return False
-    return flag == "1" or _ext.info()["isa"] != "generic"
+    return requested is True or _ext.info()["isa"] != "generic"
 
 
 def default_num_threads() -> int:
-    """BRANCHCHAT_THREADS, else the cores this process may run on."""
-    forced = os.environ.get("BRANCHCHAT_THREADS")
-    if forced:
-        if not forced.isdigit() or int(forced) < 1:
-            raise ValueError(f"BRANCHCHAT_THREADS must be a positive integer, not {forced!r}")
-        return int(forced)
+    """The cores this process may run on."""
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
     return os.cpu_count() or 1
