@@ -17,6 +17,7 @@ state exactly as it was.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,14 +55,18 @@ class FullKV:
         L = int(k.shape[1])
         start, end = self.length, self.length + L
         if end > self.capacity():
-            self._grow(end)
+            self.reserve(end)
         self.keys = self.ops.write_rows(self.keys, start, k)
         self.values = self.ops.write_rows(self.values, start, v)
         self.length = end
         mask = None if L == 1 else causal_mask(start, L, np.arange(end))
         return self.keys[:, :end], self.values[:, :end], mask
 
-    def _grow(self, needed: int) -> None:
+    def reserve(self, needed: int) -> None:
+        """Reallocate to `needed` rows rounded up to a whole chunk, keeping the rows held.
+
+        Always reallocates (even to the same capacity): callers check `capacity()` first.
+        """
         H, D = self.shape
         new_cap = -(-needed // _GROW) * _GROW
         fresh_k = self.ops.zeros((H, new_cap, D))
@@ -70,6 +75,14 @@ class FullKV:
             fresh_k = self.ops.write_rows(fresh_k, 0, self.keys[:, : self.length])
             fresh_v = self.ops.write_rows(fresh_v, 0, self.values[:, : self.length])
         self.keys, self.values = fresh_k, fresh_v
+
+    def replace_buffers(self, keys: Array, values: Array, length: int) -> None:
+        """Adopt full-capacity buffers written elsewhere (a fused decode step) and their cursor."""
+        self.keys, self.values = keys, values
+        self.length = length
+
+    def live_arrays(self) -> list[Array]:
+        return [self.keys, self.values]
 
     def max_rollback(self) -> int:
         return self.length
@@ -97,7 +110,7 @@ class FullKV:
         self.keys = self.values = None
         self.length = 0
         if length:
-            self._grow(length)
+            self.reserve(length)
             self.keys = self.ops.write_rows(self.keys, 0, arrays["k"])
             self.values = self.ops.write_rows(self.values, 0, arrays["v"])
         self.length = length
@@ -165,6 +178,9 @@ class SlidingKV:
 
     def nbytes(self) -> int:
         return self.ops.nbytes(self.keys) + self.ops.nbytes(self.values)
+
+    def live_arrays(self) -> list[Array]:
+        return [self.keys, self.values]
 
     def arrays(self) -> dict[str, Array]:
         return {"k": self.keys, "v": self.values, "pos": self.positions}
@@ -236,6 +252,9 @@ class RecurrentState:
     def nbytes(self) -> int:
         return self.ops.nbytes(self.conv) + self.ops.nbytes(self.ssm)
 
+    def live_arrays(self) -> list[Array]:
+        return [self.conv, self.ssm]
+
     def arrays(self) -> dict[str, Array]:
         return {"conv": self.conv, "ssm": self.ssm}
 
@@ -254,6 +273,12 @@ def _f32(ops: Ops) -> Any:
 
 
 LayerState = FullKV | SlidingKV | RecurrentState
+
+
+def full_kv_layers(layers: Sequence[LayerState]) -> list[FullKV] | None:
+    """Every layer as a FullKV when all of them are full attention (the fused path), else None."""
+    full = [layer for layer in layers if isinstance(layer, FullKV)]
+    return full if len(full) == len(layers) else None
 
 
 @dataclass(frozen=True)
@@ -290,7 +315,7 @@ def append_rows(layer: FullKV, keys: Array, values: Array) -> None:
     """Append cached rows computed earlier for the same positions and prefix."""
     end = layer.length + int(keys.shape[1])
     if end > layer.capacity():
-        layer._grow(end)
+        layer.reserve(end)
     layer.keys = layer.ops.write_rows(layer.keys, layer.length, keys)
     layer.values = layer.ops.write_rows(layer.values, layer.length, values)
     layer.length = end

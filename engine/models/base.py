@@ -273,7 +273,7 @@ class DecoderModel:
             out = self.logits(x if logits == "all" else x[-1:])
             ops.evaluate(out)
         else:
-            ops.evaluate(*[a for s in state.layers for a in _live_arrays(s)])
+            ops.evaluate(*[a for s in state.layers for a in s.live_arrays()])
         state.end_forward(list(token_ids))
         return out
 
@@ -291,9 +291,3 @@ class DecoderModel:
 
     def num_parameters(self) -> int:
         return int(self.config.extra.get("num_parameters", 0))
-
-
-def _live_arrays(layer_state: LayerState) -> list[Any]:
-    if isinstance(layer_state, RecurrentState):
-        return [layer_state.conv, layer_state.ssm]
-    return [layer_state.keys, layer_state.values]

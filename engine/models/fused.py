@@ -186,7 +186,7 @@ class FusedDecode:
             )
             for kv in kvs:
                 if kv.capacity() != capacity:
-                    kv._grow(capacity)
+                    kv.reserve(capacity)
         ids = mx.array(token_ids, dtype=mx.int32)
         pos = mx.array([offset], dtype=mx.int32)
         if self.step_kernel is not None:

@@ -228,7 +228,7 @@ def test_layers_are_brought_to_one_capacity(mlx_llama):
     model.enable_fused_decode(compiled=False, mode="layers")
     state = model.new_state()
     model.forward(PROMPT, state)
-    state.layers[0]._grow(3000)  # as if one layer had been grown on its own
+    state.layers[0].reserve(3000)  # as if one layer had been grown on its own
     out = np.array(mlx_llama.ops.to_numpy(model.forward([STEPS[0]], state)))
     assert len({kv.capacity() for kv in state.layers}) == 1
     assert state.layers[1].capacity() >= 3000
