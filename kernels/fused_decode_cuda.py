@@ -26,10 +26,11 @@ tests compare against. Only built where MLX runs on CUDA.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
 from typing import Any
 
 import mlx.core as mx
+
+from kernels.fused_shapes import Shapes
 
 MAX_ROWS = 16  # query rows per call: a draft of up to 15 tokens plus the pending one
 WARPS = 8  # warps per block in the projection kernels
@@ -319,32 +320,6 @@ _HEAD = r"""
     }
   }
 """
-
-
-@dataclass(frozen=True)
-class Shapes:
-    hidden: int  # D
-    heads: int  # H
-    kv_heads: int  # HKV
-    head_dim: int  # DH
-    intermediate: int  # F
-    vocab: int  # V
-    eps: float
-    rope_base: float
-    rope_traditional: bool
-
-    def check(self) -> str | None:
-        """Why these shapes can't run through the kernels, or None."""
-        if self.head_dim % 8 or self.head_dim > 256:
-            return f"head_dim {self.head_dim} (needs a multiple of 8, at most 256)"
-        for name in ("hidden", "intermediate"):
-            if getattr(self, name) % 8:
-                return f"{name} size {getattr(self, name)} is not a multiple of 8"
-        if (self.heads * self.head_dim) % 8:
-            return "heads * head_dim is not a multiple of 8"
-        if self.heads % self.kv_heads:
-            return "heads is not a multiple of kv_heads"
-        return None
 
 
 def constants(shapes: Shapes, **extra: int) -> str:

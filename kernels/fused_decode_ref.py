@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from kernels.fused_decode_cuda import Shapes
+from kernels.fused_shapes import Shapes
 
 
 def _rms(x: mx.array, nw: mx.array, eps: float) -> mx.array:

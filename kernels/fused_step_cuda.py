@@ -38,7 +38,8 @@ from typing import Any
 
 import mlx.core as mx
 
-from kernels.fused_decode_cuda import _HEADER, MAX_ROWS, Shapes, constants
+from kernels.fused_decode_cuda import _HEADER, MAX_ROWS, constants
+from kernels.fused_shapes import Shapes
 
 THREADS = 256
 

@@ -13,31 +13,16 @@ therefore snapshotted by keeping a reference.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 
+from kernels.quantized import QuantizedWeight
+
+# QuantizedWeight is what `Ops.weight` takes, so model code imports it with the op set
+__all__ = ["Array", "Ops", "QuantizedWeight", "default_backend", "make_ops"]
+
 Array = Any  # np.ndarray or mx.array, depending on the backend
-
-
-@dataclass(frozen=True)
-class QuantizedWeight:
-    """An affine-quantized matrix in MLX's layout: w = scales * q + biases per group."""
-
-    packed: Any  # uint32 [out, in * bits / 32]
-    scales: Any  # [out, in / group_size]
-    biases: Any  # [out, in / group_size]
-    group_size: int
-    bits: int
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        return (int(self.packed.shape[0]), int(self.packed.shape[1]) * 32 // self.bits)
-
-    @property
-    def nbytes(self) -> int:
-        return int(self.packed.nbytes + self.scales.nbytes + self.biases.nbytes)
 
 
 class Ops(Protocol):

@@ -12,7 +12,7 @@ import mlx.core as mx
 import numpy as np
 
 from kernels import gated_delta_cuda, gated_delta_mlx
-from kernels.ops import QuantizedWeight
+from kernels.quantized import QuantizedWeight
 
 _DTYPES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
 

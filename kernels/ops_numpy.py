@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 
 from kernels import gated_delta, qmatmul
-from kernels.ops import QuantizedWeight
 from kernels.qmatmul import QMatrix
+from kernels.quantized import QuantizedWeight
 
 F32 = np.float32
 

@@ -12,7 +12,8 @@ import pytest
 
 from kernels import fused_decode_cuda as fd
 from kernels import fused_step_cuda as fs
-from kernels.fused_decode_cuda import MAX_ROWS, Shapes
+from kernels.fused_decode_cuda import MAX_ROWS
+from kernels.fused_shapes import Shapes
 
 SMOLLM2 = Shapes(576, 9, 3, 64, 1536, 49152, 1e-5, 100000.0, True)
 TINY = Shapes(64, 4, 2, 16, 128, 256, 1e-5, 10000.0, False)

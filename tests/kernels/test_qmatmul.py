@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 from kernels import qmatmul
-from kernels.ops import QuantizedWeight, make_ops
+from kernels.ops import make_ops
 from kernels.ops_numpy import NumpyOps
 from kernels.qmatmul import QMatrix
+from kernels.quantized import QuantizedWeight
 
 pytestmark = pytest.mark.skipif(
     not qmatmul.available(), reason="kernels._qmatmul is not built (pip install -e . builds it)"
