@@ -21,7 +21,6 @@ from typing import Any
 import numpy as np
 
 from engine.sequence import SequenceState
-from engine.state import FullKV, RecurrentState, append_rows, copy_rows
 
 MIN_TAIL = 8  # tails shorter than this are cheaper to recompute than to keep
 
@@ -44,7 +43,7 @@ class Tail:
     base_key: str  # hash of the tokens before the fork
     fork: int
     tokens: list[int]
-    rows: list[Any]  # per layer: (keys, values) for FullKV, None otherwise
+    rows: list[Any]  # per layer: its `copy_rows` past the fork (None: it keeps no rows)
     recurrent: dict[int, tuple[Any, ...]]  # length past the fork -> per-layer snapshots
     nbytes: int
     # length past the fork -> the state's snapshot store ("stride" or "marked") it came
@@ -60,7 +59,7 @@ class BranchCache:
 
     @staticmethod
     def supports(state: SequenceState) -> bool:
-        return all(isinstance(layer, FullKV | RecurrentState) for layer in state.layers)
+        return all(layer.can_append_rows() for layer in state.layers)
 
     def nbytes(self) -> int:
         return sum(t.nbytes for t in self.tails.values())
@@ -74,12 +73,10 @@ class BranchCache:
         rows: list[Any] = []
         nbytes = 0
         for layer in state.layers:
-            if isinstance(layer, FullKV):
-                k, v = copy_rows(layer, fork, state.offset)
-                rows.append((k, v))
-                nbytes += int(k.nbytes + v.nbytes)
-            else:
-                rows.append(None)
+            copied = layer.copy_rows(fork, state.offset)
+            rows.append(copied)
+            if copied is not None:
+                nbytes += sum(int(a.nbytes) for a in copied)
         recurrent: dict[int, tuple[Any, ...]] = {}
         stores: dict[int, str] = {}
         if state.needs_snapshots:  # recurrent layers: the end state, plus stored snapshots
@@ -135,12 +132,7 @@ class BranchCache:
             raise ValueError("the state must sit at the tail's fork point")
         snaps = tail.recurrent.get(usable)
         for i, layer in enumerate(state.layers):
-            if isinstance(layer, FullKV):
-                keys, values = tail.rows[i]
-                append_rows(layer, keys[:, :usable], values[:, :usable])
-            elif isinstance(layer, RecurrentState):
-                assert snaps is not None
-                layer.restore(snaps[i], tail.fork + usable)
+            layer.append_cached(tail.rows[i], None if snaps is None else snaps[i], usable)
         state.adopt_tokens(tail.tokens[:usable])
         for length, store in tail.stores.items():  # oldest first, as they were stored
             if length <= usable:

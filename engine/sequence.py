@@ -1,6 +1,6 @@
 """A sequence's whole computed state: committed tokens, every layer's cache, snapshots.
 
-The contracts (DESIGN.md): after any sequence of appends, rollbacks, truncations and
+The contracts (docs/DESIGN.md): after any sequence of appends, rollbacks, truncations and
 retaining rollbacks the next-token logits equal a fresh prefill of the same tokens;
 an operation that cannot be served exactly is refused (StateError) before anything
 changes, or takes an explicit exact fallback (replay from an earlier snapshot).
@@ -12,10 +12,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, Protocol
 
-import numpy as np
-
 from engine.errors import StateError
-from engine.state import Checkpoint, FullKV, LayerState, RecurrentState, SnapshotPolicy, Tape
+from engine.state import Checkpoint, LayerState, SnapshotPolicy
 from kernels.ops import Array, Ops
 
 
@@ -28,7 +26,7 @@ class SequenceState:
         self.epoch = 0  # bumped by every rewind; checkpoints from an older epoch are stale
         self.is_poisoned = False  # a forward failed half-way; only reset() recovers
         self._recording: Checkpoint | None = None
-        self.needs_snapshots = any(not isinstance(layer, FullKV) for layer in layers)
+        self.needs_snapshots = any(layer.needs_snapshots() for layer in layers)
         self._stride_snaps: OrderedDict[int, tuple[Any, ...]] = OrderedDict()
         self._marked_snaps: OrderedDict[int, tuple[Any, ...]] = OrderedDict()
         self._pending_marks: set[int] = set()
@@ -59,11 +57,8 @@ class SequenceState:
             raise StateError("the state was left inconsistent by a failed forward; reset it")
 
     def reset(self) -> None:
-        for layer, snap in zip(self.layers, self._initial_snaps(), strict=True):
-            if snap is None:
-                layer.rewind(0)
-            else:
-                layer.restore(snap, 0)
+        for layer in self.layers:
+            layer.reset()
         self.tokens = []
         self.epoch += 1
         self.is_poisoned = False
@@ -113,26 +108,6 @@ class SequenceState:
         while len(store) > capacity:
             store.popitem(last=False)
 
-    def _initial_snaps(self) -> tuple[Any, ...]:
-        snaps: list[Any] = []
-        for layer in self.layers:
-            if isinstance(layer, RecurrentState):
-                conv = self.ops.zeros(tuple(layer.conv.shape))
-                ssm = self.ops.zeros(tuple(layer.ssm.shape), dtype=layer.ssm.dtype)
-                snaps.append((conv, ssm))
-            elif isinstance(layer, FullKV):
-                snaps.append(None)
-            else:
-                empty = np.full(layer.size, -1, dtype=np.int64)
-                snaps.append(
-                    (
-                        self.ops.zeros(tuple(layer.keys.shape)),
-                        self.ops.zeros(tuple(layer.values.shape)),
-                        empty,
-                    )
-                )
-        return tuple(snaps)
-
     def snapshot_positions(self) -> list[int]:
         return sorted(set(self._stride_snaps) | set(self._marked_snaps))
 
@@ -180,12 +155,7 @@ class SequenceState:
         return 0  # the explicit exact fallback: replay from the start
 
     def _can_rewind_directly(self, n: int) -> bool:
-        for layer in self.layers:
-            if n == self.offset:
-                continue
-            if isinstance(layer, RecurrentState) or self.offset - n > layer.max_rollback():
-                return False
-        return True
+        return all(layer.can_rewind(self.offset - n) for layer in self.layers)
 
     def stored_snapshots(self) -> dict[int, tuple[Any, ...]]:
         return self._stored_snapshots()
@@ -206,32 +176,30 @@ class SequenceState:
             return []
         if position != self.plan_truncate(position):
             raise StateError(f"position {position} is not directly restorable; use plan_truncate")
-        snaps = self._snaps_for(position)
         dropped = self.tokens[position:]
-        for layer, snap in zip(self.layers, snaps, strict=True):
-            if snap is None and not isinstance(layer, RecurrentState):
+        if position == 0:
+            for layer in self.layers:
+                layer.reset()
+        elif self._can_rewind_directly(position):
+            for layer in self.layers:
                 layer.rewind(position)
-            else:
-                layer.restore(snap, position)
+        else:
+            self._restore_layers(self._stored_snapshots()[position], position)
         self.tokens = self.tokens[:position]
         self._forget_after(position)
         return dropped
 
-    def _snaps_for(self, position: int) -> tuple[Any, ...]:
-        if position == 0:
-            return self._initial_snaps()
-        stored = self._stored_snapshots().get(position)
-        if self._can_rewind_directly(position):
-            return tuple(None for _ in self.layers)
-        assert stored is not None
-        return stored
+    def _restore_layers(self, snaps: tuple[Any, ...], position: int) -> None:
+        """Each layer back to its snapshot at `position`; a None snapshot is a rewind."""
+        for layer, snap in zip(self.layers, snaps, strict=True):
+            if snap is None:
+                layer.rewind(position)
+            else:
+                layer.restore(snap, position)
 
     def _forget_after(self, position: int) -> None:
         self.epoch += 1
-        self._recording = None
-        for layer in self.layers:
-            if isinstance(layer, RecurrentState):
-                layer.tape = None
+        self._end_recording()
         for store in (self._stride_snaps, self._marked_snaps):
             for pos in [p for p in store if p > position]:
                 del store[pos]
@@ -243,15 +211,12 @@ class SequenceState:
         self._check_usable()
         if self._recording is not None:
             raise StateError("a recorded checkpoint is still open; roll it back or commit it")
-        snaps = tuple(
-            layer.snapshot() if isinstance(layer, RecurrentState) else None for layer in self.layers
-        )
+        snaps = tuple(layer.checkpoint_snapshot() for layer in self.layers)
         cp = Checkpoint(self.offset, self.epoch, snaps, record)
         if record:
             self._recording = cp
             for layer in self.layers:
-                if isinstance(layer, RecurrentState):
-                    layer.tape = Tape()
+                layer.start_tape()
         return cp
 
     def _validate(self, cp: Checkpoint, target: int | None = None) -> None:
@@ -262,8 +227,9 @@ class SequenceState:
         if cp.position > self.offset:
             raise StateError("checkpoint is ahead of the state")
         depth = self.offset - (cp.position if target is None else target)
-        for layer in self.layers:
-            if not isinstance(layer, RecurrentState | FullKV) and depth > layer.max_rollback():
+        for layer, snap in zip(self.layers, cp.layer_snaps, strict=True):
+            # a layer the checkpoint holds a snapshot of goes back by restoring it
+            if snap is None and not layer.can_rewind(depth):
                 raise StateError(
                     f"rollback of {depth} positions exceeds a sliding window's slack "
                     f"({layer.max_rollback()})"
@@ -272,11 +238,7 @@ class SequenceState:
     def rollback(self, cp: Checkpoint) -> None:
         """Undo everything since `cp` exactly; the checkpoint is consumed."""
         self._validate(cp)
-        for layer, snap in zip(self.layers, cp.layer_snaps, strict=True):
-            if isinstance(layer, RecurrentState):
-                layer.restore(snap, cp.position)
-            else:
-                layer.rewind(cp.position)
+        self._restore_layers(cp.layer_snaps, cp.position)
         self.tokens = self.tokens[: cp.position]
         self._forget_after(cp.position)
 
@@ -300,17 +262,11 @@ class SequenceState:
         rows = self.offset - cp.position
         if not 0 <= keep_rows <= rows:
             raise StateError(f"keep_rows={keep_rows} outside the {rows} verified rows")
-        for layer in self.layers:
-            if isinstance(layer, RecurrentState) and (
-                layer.tape is None or layer.tape.num_rows() != rows
-            ):
-                raise StateError("the verify tape does not cover the rows since the checkpoint")
+        if not all(layer.tape_covers(rows) for layer in self.layers):
+            raise StateError("the verify tape does not cover the rows since the checkpoint")
         keep_pos = cp.position + keep_rows
         for layer, snap in zip(self.layers, cp.layer_snaps, strict=True):
-            if isinstance(layer, RecurrentState):
-                layer.replay(snap, cp.position, keep_rows)
-            else:
-                layer.rewind(keep_pos)
+            layer.retain_verified(snap, cp.position, keep_rows)
         self.tokens = self.tokens[:keep_pos]
         self._end_recording()
         self.epoch += 1
@@ -319,8 +275,7 @@ class SequenceState:
     def _end_recording(self) -> None:
         self._recording = None
         for layer in self.layers:
-            if isinstance(layer, RecurrentState):
-                layer.tape = None
+            layer.stop_tape()
 
 
 def _arrays_in(snap: Any) -> list[Any]:

@@ -1,6 +1,6 @@
 """Sequence state: every layer's cache behind one protocol, with exact rollback.
 
-Three kinds of per-layer state with opposite rollback needs (DESIGN.md):
+Three kinds of per-layer state with opposite rollback needs (docs/DESIGN.md):
 
 - `FullKV`: one row per position; rewinding moves a cursor, nothing is copied.
 - `SlidingKV`: a ring of `window + slack` rows; rewinds at most `slack` positions
@@ -10,269 +10,101 @@ Three kinds of per-layer state with opposite rollback needs (DESIGN.md):
   taken beforehand (kernels never mutate states, so the reference IS the copy) plus
   replay: of the verify tape (`rollback_retaining`) or of tokens (`truncate`).
 
-`SequenceState` orchestrates them; nothing outside this module asks which kind a
-layer is. Every operation validates before mutating, so a refused call leaves the
-state exactly as it was.
+Each kind answers its own rollback questions through `LayerState` (the two attention
+kinds live in engine/kv_state.py, the recurrent one in engine/recurrent_state.py);
+`SequenceState` (engine/sequence.py) orchestrates them, and nothing outside this module
+asks which kind a layer is. Every operation validates before mutating, so a refused call
+leaves the state exactly as it was.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
-import numpy as np
+from engine.kv_state import FullKV, SlidingKV, causal_mask
+from engine.recurrent_state import RecurrentState, Tape
+from kernels.ops import Array
 
-from engine.errors import StateError
-from kernels.ops import Array, Ops
-
-_GROW = 256  # KV rows are preallocated in chunks of this many positions
-
-
-def causal_mask(q_start: int, num_q: int, k_positions: np.ndarray, window: int = 0) -> Any:
-    """bool [num_q, S]: query at q_start+i sees key positions <= its own (and > pos-window)."""
-    q_pos = np.arange(q_start, q_start + num_q)[:, None]
-    mask = (k_positions[None, :] <= q_pos) & (k_positions[None, :] >= 0)
-    if window:
-        mask &= k_positions[None, :] > q_pos - window
-    return mask
+__all__ = [
+    "Checkpoint",
+    "FullKV",
+    "LayerState",
+    "RecurrentState",
+    "SlidingKV",
+    "SnapshotPolicy",
+    "Tape",
+    "causal_mask",
+    "full_kv_layers",
+]
 
 
-class FullKV:
-    """Full-attention KV rows [Hkv, capacity, D]; rows past `length` are garbage."""
+class LayerState(Protocol):
+    """One layer's computed state; `length` is the number of positions it holds.
 
-    def __init__(self, ops: Ops, num_kv_heads: int, head_dim: int) -> None:
-        self.ops = ops
-        self.shape = (num_kv_heads, head_dim)
-        self.keys: Any = None
-        self.values: Any = None
-        self.length = 0
+    A snapshot is opaque to everyone but its layer; None means the cursor is enough.
+    """
 
-    def capacity(self) -> int:
-        return 0 if self.keys is None else int(self.keys.shape[1])
+    length: int
 
-    def append(self, k: Array, v: Array) -> tuple[Array, Array, Any]:
-        L = int(k.shape[1])
-        start, end = self.length, self.length + L
-        if end > self.capacity():
-            self.reserve(end)
-        self.keys = self.ops.write_rows(self.keys, start, k)
-        self.values = self.ops.write_rows(self.values, start, v)
-        self.length = end
-        mask = None if L == 1 else causal_mask(start, L, np.arange(end))
-        return self.keys[:, :end], self.values[:, :end], mask
-
-    def reserve(self, needed: int) -> None:
-        """Reallocate to `needed` rows rounded up to a whole chunk, keeping the rows held.
-
-        Always reallocates (even to the same capacity): callers check `capacity()` first.
-        """
-        H, D = self.shape
-        new_cap = -(-needed // _GROW) * _GROW
-        fresh_k = self.ops.zeros((H, new_cap, D))
-        fresh_v = self.ops.zeros((H, new_cap, D))
-        if self.keys is not None and self.length:
-            fresh_k = self.ops.write_rows(fresh_k, 0, self.keys[:, : self.length])
-            fresh_v = self.ops.write_rows(fresh_v, 0, self.values[:, : self.length])
-        self.keys, self.values = fresh_k, fresh_v
-
-    def replace_buffers(self, keys: Array, values: Array, length: int) -> None:
-        """Adopt full-capacity buffers written elsewhere (a fused decode step) and their cursor."""
-        self.keys, self.values = keys, values
-        self.length = length
-
-    def live_arrays(self) -> list[Array]:
-        return [self.keys, self.values]
+    # -- rewinding and snapshots (truncate, reset) ----------------------------------
+    def needs_snapshots(self) -> bool:
+        """Whether a deep rewind needs stored snapshots (stride and turn-boundary ones)."""
 
     def max_rollback(self) -> int:
-        return self.length
+        """How many positions back `rewind` can go with what the layer still holds."""
+
+    def can_rewind(self, depth: int) -> bool:
+        """Whether `rewind` can go `depth` positions back without a snapshot."""
+
+    def rewind(self, position: int) -> None: ...
 
     def snapshot(self) -> Any:
-        return None  # rows up to any earlier position stay valid: the cursor is enough
+        """A restore point here for the snapshot stores (None where a cursor suffices)."""
 
     def restore(self, snap: Any, position: int) -> None:
-        self.length = position
+        """Back to `snap`, taken when the layer held `position` positions."""
 
-    def rewind(self, position: int) -> None:
-        self.length = position
+    def reset(self) -> None:
+        """Back to the empty state, as built."""
 
-    def nbytes(self) -> int:
-        if self.keys is None:
-            return 0
-        return self.ops.nbytes(self.keys) + self.ops.nbytes(self.values)
+    # -- a speculative verify (checkpoint, rollback, rollback_retaining) --------------
+    def checkpoint_snapshot(self) -> Any:
+        """What a checkpoint must keep to undo what follows (None: a rewind undoes it)."""
 
-    def arrays(self) -> dict[str, Array]:
-        if self.keys is None or self.length == 0:
-            return {}
-        return {"k": self.keys[:, : self.length], "v": self.values[:, : self.length]}
+    def start_tape(self) -> None:
+        """Record the per-row inputs of the forwards that follow (a verify)."""
 
-    def load_arrays(self, arrays: dict[str, Array], length: int) -> None:
-        self.keys = self.values = None
-        self.length = 0
-        if length:
-            self.reserve(length)
-            self.keys = self.ops.write_rows(self.keys, 0, arrays["k"])
-            self.values = self.ops.write_rows(self.values, 0, arrays["v"])
-        self.length = length
+    def stop_tape(self) -> None: ...
 
+    def tape_covers(self, num_rows: int) -> bool:
+        """Whether what was recorded since `start_tape` can replay `num_rows` rows."""
 
-class SlidingKV:
-    """A ring of `window + slack` KV rows; row of position p lives in slot p % size."""
+    def retain_verified(self, snap: Any, start: int, num_kept: int) -> None:
+        """Keep the first `num_kept` rows since the checkpoint at `start` (whose
+        `checkpoint_snapshot` is `snap`) and drop the rest."""
 
-    def __init__(self, ops: Ops, num_kv_heads: int, head_dim: int, window: int, slack: int):
-        if window < 1 or slack < 0:
-            raise ValueError("window must be >= 1 and slack >= 0")
-        self.ops = ops
-        self.window, self.slack, self.size = window, slack, window + slack
-        self.keys = ops.zeros((num_kv_heads, self.size, head_dim))
-        self.values = ops.zeros((num_kv_heads, self.size, head_dim))
-        self.positions = np.full(self.size, -1, dtype=np.int64)  # host-side metadata
-        self.length = 0
-
-    def append(self, k: Array, v: Array) -> tuple[Array, Array, Any]:
-        L = int(k.shape[1])
-        start = self.length
-        # Attend over the ring as it was plus the new rows, then write: a chunk longer
-        # than the slack would otherwise overwrite rows its own first queries need.
-        keys = self.ops.concat([self.keys, k], axis=1)
-        values = self.ops.concat([self.values, v], axis=1)
-        k_pos = np.concatenate([self.positions, np.arange(start, start + L)])
-        mask = causal_mask(start, L, k_pos, self.window)
-        for j in range(max(0, L - self.size), L):  # only the last `size` rows survive
-            slot = (start + j) % self.size
-            self.keys = self.ops.write_rows(self.keys, slot, k[:, j : j + 1])
-            self.values = self.ops.write_rows(self.values, slot, v[:, j : j + 1])
-            self.positions[slot] = start + j
-        self.length = start + L
-        return keys, values, mask
-
-    def max_rollback(self) -> int:
-        """How many positions back a rewind can go with the rows the ring still holds."""
-        oldest = int(self.positions[self.positions >= 0].min()) if self.length else 0
-        if oldest == 0:  # nothing evicted yet: every earlier position is still held
-            return self.length
-        # a query at position n needs keys n-window+1 .. n-1
-        return max(0, self.length - (oldest + self.window - 1))
-
-    def rewind(self, position: int) -> None:
-        if self.length - position > self.max_rollback():
-            raise StateError(
-                f"sliding-window layer cannot rewind {self.length - position} positions "
-                f"(ring slack allows {self.max_rollback()}); a snapshot is needed"
-            )
-        self.positions[self.positions >= position] = -1
-        self.length = position
-
-    def snapshot(self) -> Any:
-        return (
-            self.ops.snapshot(self.keys),
-            self.ops.snapshot(self.values),
-            self.positions.copy(),
-        )
-
-    def restore(self, snap: Any, position: int) -> None:
-        keys, values, positions = snap
-        self.keys, self.values = self.ops.snapshot(keys), self.ops.snapshot(values)
-        self.positions = positions.copy()
-        self.length = position
-
-    def nbytes(self) -> int:
-        return self.ops.nbytes(self.keys) + self.ops.nbytes(self.values)
+    # -- memory and evaluation ------------------------------------------------------
+    def nbytes(self) -> int: ...
 
     def live_arrays(self) -> list[Array]:
-        return [self.keys, self.values]
+        """The arrays a forward leaves pending (to evaluate after a logits-free chunk)."""
 
-    def arrays(self) -> dict[str, Array]:
-        return {"k": self.keys, "v": self.values, "pos": self.positions}
+    # -- the branch cache -----------------------------------------------------------
+    def can_append_rows(self) -> bool:
+        """Whether a cached branch tail can be appended to this layer."""
 
-    def load_arrays(self, arrays: dict[str, Array], length: int) -> None:
-        self.keys = self.ops.asarray(arrays["k"])
-        self.values = self.ops.asarray(arrays["v"])
-        self.positions = np.asarray(arrays["pos"], dtype=np.int64).copy()
-        self.length = length
+    def copy_rows(self, start: int, end: int) -> Any:
+        """Positions [start, end) as new arrays for a branch tail (None: no rows kept)."""
 
+    def append_cached(self, rows: Any, snap: Any, num_rows: int) -> None:
+        """Move `num_rows` ahead using a tail's `copy_rows` output and its snapshot there."""
 
-@dataclass
-class Tape:
-    """Per-row inputs a recurrent layer recorded during a verify pass."""
+    # -- saving and loading (engine/state_io.py) ------------------------------------
+    def arrays(self) -> dict[str, Array]: ...
 
-    conv_in: list[Array] = field(default_factory=list)  # [rows, C] pieces
-    qkvgb: list[tuple[Array, ...]] = field(default_factory=list)  # (q, k, v, g, beta) pieces
-
-    def num_rows(self) -> int:
-        return sum(int(x.shape[0]) for x in self.conv_in)
-
-
-class RecurrentState:
-    """Gated DeltaNet state: conv window [K-1, C] and delta-rule matrix [H, Dk, Dv]."""
-
-    def __init__(
-        self, ops: Ops, conv_channels: int, conv_kernel: int, heads: int, dk: int, dv: int
-    ):
-        self.ops = ops
-        self.conv = ops.zeros((conv_kernel - 1, conv_channels))
-        self.ssm = ops.zeros((heads, dk, dv), dtype=_f32(ops))
-        self.length = 0
-        self.tape: Tape | None = None  # set while a verify is being recorded
-
-    def record(self, conv_in: Array, q: Array, k: Array, v: Array, g: Array, beta: Array) -> None:
-        if self.tape is not None:
-            self.tape.conv_in.append(conv_in)
-            self.tape.qkvgb.append((q, k, v, g, beta))
-
-    def max_rollback(self) -> int:
-        return 0  # folded history: only a snapshot or a tape can take it back
-
-    def rewind(self, position: int) -> None:
-        if position != self.length:
-            raise StateError("a recurrent state cannot rewind without a snapshot")
-
-    def snapshot(self) -> Any:
-        return (self.conv, self.ssm)  # kernels return new arrays: a reference is a copy
-
-    def restore(self, snap: Any, position: int) -> None:
-        self.conv, self.ssm = snap
-        self.length = position
-
-    def replay(self, snap: Any, start: int, keep: int) -> None:
-        """Restore `snap` (taken at `start`) and fold in the first `keep` taped rows."""
-        assert self.tape is not None
-        conv, ssm = snap
-        if keep:
-            ops = self.ops
-            conv_in = ops.concat(self.tape.conv_in, axis=0)[:keep]
-            q, k, v, g, beta = (
-                ops.concat([piece[i] for piece in self.tape.qkvgb], axis=0)[:keep] for i in range(5)
-            )
-            conv = ops.conv_state_after(conv, conv_in)
-            _, ssm = ops.gated_delta_recurrent(q, k, v, g, beta, ssm)
-        self.conv, self.ssm = conv, ssm
-        self.length = start + keep
-
-    def nbytes(self) -> int:
-        return self.ops.nbytes(self.conv) + self.ops.nbytes(self.ssm)
-
-    def live_arrays(self) -> list[Array]:
-        return [self.conv, self.ssm]
-
-    def arrays(self) -> dict[str, Array]:
-        return {"conv": self.conv, "ssm": self.ssm}
-
-    def load_arrays(self, arrays: dict[str, Array], length: int) -> None:
-        self.conv = self.ops.asarray(arrays["conv"])
-        self.ssm = self.ops.asarray(arrays["ssm"]).astype(_f32(self.ops))
-        self.length = length
-
-
-def _f32(ops: Ops) -> Any:
-    if ops.name == "numpy":
-        return np.float32
-    import mlx.core as mx
-
-    return mx.float32
-
-
-LayerState = FullKV | SlidingKV | RecurrentState
+    def load_arrays(self, arrays: dict[str, Array], length: int) -> None: ...
 
 
 def full_kv_layers(layers: Sequence[LayerState]) -> list[FullKV] | None:
@@ -303,19 +135,3 @@ class SnapshotPolicy:
     def __post_init__(self) -> None:
         if min(self.stride - 1, self.stride_capacity, self.marked_capacity, self.sliding_slack) < 0:
             raise ValueError("stride must be >= 1 and capacities >= 0")
-
-
-def copy_rows(layer: FullKV, start: int, end: int) -> tuple[Array, Array]:
-    """Rows [start, end) of a full-attention layer, as new arrays (for the branch cache)."""
-    ops = layer.ops
-    return ops.snapshot(layer.keys[:, start:end]), ops.snapshot(layer.values[:, start:end])
-
-
-def append_rows(layer: FullKV, keys: Array, values: Array) -> None:
-    """Append cached rows computed earlier for the same positions and prefix."""
-    end = layer.length + int(keys.shape[1])
-    if end > layer.capacity():
-        layer.reserve(end)
-    layer.keys = layer.ops.write_rows(layer.keys, layer.length, keys)
-    layer.values = layer.ops.write_rows(layer.values, layer.length, values)
-    layer.length = end

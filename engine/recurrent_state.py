@@ -1,0 +1,132 @@
+"""A Gated DeltaNet layer's state: a conv window and a delta-rule matrix per head, folded
+through a non-invertible update. It cannot rewind; it goes back by restoring a reference
+taken beforehand (kernels never mutate states, so the reference IS the copy) and
+replaying: the verify tape (`retain_verified`) or tokens (a truncate).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from engine.errors import StateError
+from kernels.ops import Array, Ops
+
+
+@dataclass
+class Tape:
+    """Per-row inputs a recurrent layer recorded during a verify pass."""
+
+    conv_in: list[Array] = field(default_factory=list)  # [rows, C] pieces
+    qkvgb: list[tuple[Array, ...]] = field(default_factory=list)  # (q, k, v, g, beta) pieces
+
+    def num_rows(self) -> int:
+        return sum(int(x.shape[0]) for x in self.conv_in)
+
+
+class RecurrentState:
+    """Gated DeltaNet state: conv window [K-1, C] and delta-rule matrix [H, Dk, Dv]."""
+
+    def __init__(
+        self, ops: Ops, conv_channels: int, conv_kernel: int, heads: int, dk: int, dv: int
+    ):
+        self.ops = ops
+        self.conv = ops.zeros((conv_kernel - 1, conv_channels))
+        self.ssm = ops.zeros((heads, dk, dv), dtype=_f32(ops))
+        self.length = 0
+        self.tape: Tape | None = None  # set while a verify is being recorded
+
+    def record(self, conv_in: Array, q: Array, k: Array, v: Array, g: Array, beta: Array) -> None:
+        if self.tape is not None:
+            self.tape.conv_in.append(conv_in)
+            self.tape.qkvgb.append((q, k, v, g, beta))
+
+    def needs_snapshots(self) -> bool:
+        return True  # a truncate replays tokens from the nearest snapshot
+
+    def max_rollback(self) -> int:
+        return 0  # folded history: only a snapshot or a tape can take it back
+
+    def can_rewind(self, depth: int) -> bool:
+        return depth <= self.max_rollback()
+
+    def rewind(self, position: int) -> None:
+        if position != self.length:
+            raise StateError("a recurrent state cannot rewind without a snapshot")
+
+    def snapshot(self) -> Any:
+        return (self.conv, self.ssm)  # kernels return new arrays: a reference is a copy
+
+    def checkpoint_snapshot(self) -> Any:
+        return self.snapshot()  # a rollback to the checkpoint cannot be a rewind
+
+    def restore(self, snap: Any, position: int) -> None:
+        self.conv, self.ssm = snap
+        self.length = position
+
+    def reset(self) -> None:
+        self.conv = self.ops.zeros(tuple(self.conv.shape))
+        self.ssm = self.ops.zeros(tuple(self.ssm.shape), dtype=self.ssm.dtype)
+        self.length = 0
+
+    def start_tape(self) -> None:
+        self.tape = Tape()
+
+    def stop_tape(self) -> None:
+        self.tape = None
+
+    def tape_covers(self, num_rows: int) -> bool:
+        return self.tape is not None and self.tape.num_rows() == num_rows
+
+    def retain_verified(self, snap: Any, start: int, num_kept: int) -> None:
+        """Restore `snap` (taken at `start`) and fold in the first `num_kept` taped rows."""
+        if self.tape is None:
+            raise StateError("no verify tape to replay")
+        conv, ssm = snap
+        if num_kept:
+            ops = self.ops
+            conv_in = ops.concat(self.tape.conv_in, axis=0)[:num_kept]
+            q, k, v, g, beta = (
+                ops.concat([piece[i] for piece in self.tape.qkvgb], axis=0)[:num_kept]
+                for i in range(5)
+            )
+            conv = ops.conv_state_after(conv, conv_in)
+            _, ssm = ops.gated_delta_recurrent(q, k, v, g, beta, ssm)
+        self.conv, self.ssm = conv, ssm
+        self.length = start + num_kept
+
+    def nbytes(self) -> int:
+        return self.ops.nbytes(self.conv) + self.ops.nbytes(self.ssm)
+
+    def live_arrays(self) -> list[Array]:
+        return [self.conv, self.ssm]
+
+    def can_append_rows(self) -> bool:
+        return True  # its cached form is the snapshot at the tail's end, not rows
+
+    def copy_rows(self, start: int, end: int) -> None:
+        return None  # no rows to copy: the branch cache keeps this layer's snapshots
+
+    def append_cached(self, rows: Any, snap: Any, num_rows: int) -> None:
+        """Jump `num_rows` ahead to the snapshot the branch cache kept for that position."""
+        if snap is None:
+            raise StateError("a recurrent layer needs the tail's snapshot at that length")
+        self.restore(snap, self.length + num_rows)
+
+    def arrays(self) -> dict[str, Array]:
+        return {"conv": self.conv, "ssm": self.ssm}
+
+    def load_arrays(self, arrays: dict[str, Array], length: int) -> None:
+        self.conv = self.ops.asarray(arrays["conv"])
+        self.ssm = self.ops.asarray(arrays["ssm"]).astype(_f32(self.ops))
+        self.length = length
+
+
+def _f32(ops: Ops) -> Any:
+    if ops.name == "numpy":
+        return np.float32
+    import mlx.core as mx
+
+    return mx.float32
