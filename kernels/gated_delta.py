@@ -1,4 +1,4 @@
-"""Gated DeltaNet kernels (numpy backend) beside their plain references.
+"""Gated DeltaNet kernels, numpy backend; float64 references in `kernels.gated_delta_ref`.
 
 The linear-attention layers of Qwen3-Next / Qwen3.5 keep a per-head matrix state S [Dk, Dv]
 updated by the gated delta rule (Yang, Kautz, Hatamizadeh, "Gated Delta Networks: Improving
@@ -24,54 +24,6 @@ q, k [L, H, Dk]; v [L, H, Dv]; g, beta [L, H]; state [H, Dk, Dv]; output o [L, H
 from __future__ import annotations
 
 import numpy as np
-
-# ---------------------------------------------------------------------------------------------
-# References: the plain loops, float64, obviously correct.
-# ---------------------------------------------------------------------------------------------
-
-
-def gated_delta_reference(
-    q: np.ndarray,
-    k: np.ndarray,
-    v: np.ndarray,
-    g: np.ndarray,
-    beta: np.ndarray,
-    state: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray]:
-    """The recurrence one token and one head at a time, in float64. Returns (o, state)."""
-    q, k, v, g, beta = (np.asarray(x, dtype=np.float64) for x in (q, k, v, g, beta))
-    S = np.array(state, dtype=np.float64)  # [H, Dk, Dv], a copy
-    L, H, _ = q.shape
-    o = np.zeros((L, H, v.shape[-1]), dtype=np.float64)
-    for t in range(L):
-        for h in range(H):
-            S[h] = S[h] * np.exp(g[t, h])
-            kv_mem = S[h].T @ k[t, h]  # [Dv]
-            delta = (v[t, h] - kv_mem) * beta[t, h]  # [Dv]
-            S[h] = S[h] + np.outer(k[t, h], delta)
-            o[t, h] = S[h].T @ q[t, h]
-    return o, S
-
-
-def causal_conv1d_reference(
-    x: np.ndarray, weight: np.ndarray, conv_state: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """Depthwise causal convolution, a loop over tokens and channels, in float64."""
-    x = np.asarray(x, dtype=np.float64)  # [L, C]
-    weight = np.asarray(weight, dtype=np.float64)  # [C, K]
-    L, C = x.shape
-    K = weight.shape[1]
-    xpad = np.concatenate([np.asarray(conv_state, dtype=np.float64), x], axis=0)  # [K-1+L, C]
-    y = np.zeros((L, C), dtype=np.float64)
-    for t in range(L):
-        for c in range(C):
-            y[t, c] = sum(weight[c, j] * xpad[t + j, c] for j in range(K))
-    return y, xpad[xpad.shape[0] - (K - 1) :].copy()
-
-
-# ---------------------------------------------------------------------------------------------
-# Fast kernels, float32.
-# ---------------------------------------------------------------------------------------------
 
 
 def gated_delta_recurrent(

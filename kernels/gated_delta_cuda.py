@@ -8,7 +8,7 @@ S[h, :, j] (Dk floats in registers) and walks the rows:
     S *= exp(g_t);  delta = (v_t[j] - k_t . S[:, j]) * beta_t;  S[:, j] += k_t * delta
     o_t[j] = q_t . S[:, j]
 
-Same math as `kernels.gated_delta.gated_delta_reference` (Yang et al. 2024), which the
+Same math as `kernels.gated_delta_ref.gated_delta_reference` (Yang et al. 2024), which the
 GPU test compares it against. Only built where MLX runs on CUDA.
 """
 

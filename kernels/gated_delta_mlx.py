@@ -3,8 +3,8 @@
 Gated delta rule from Yang, Kautz, Hatamizadeh, "Gated Delta Networks: Improving Mamba2 with
 Delta Rule" (2024, arXiv:2412.06464); the chunked form is the WY / UT-transform of Yang et al.,
 "Parallelizing Linear Transformers with the Delta Rule over Sequence Length" (2024,
-arXiv:2406.06484). The derivations live in `kernels.gated_delta`, whose float64 references the
-tests compare these kernels against.
+arXiv:2406.06484). The derivations live in `kernels.gated_delta`; the tests compare these
+kernels against the float64 references in `kernels.gated_delta_ref`.
 
 Inputs may be float32, bfloat16 or float16; the work and the state are float32, the outputs
 o and y come back in the input dtype. No function calls mx.eval: the caller decides when the

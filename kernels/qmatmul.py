@@ -7,8 +7,8 @@ weights take ~540 MB dequantized to float32 but ~98 MB packed, so the C kernel
 (a long prefill) BLAS wins on a float32 copy of the weight, dequantized a block of rows
 at a time into a reused scratch buffer.
 
-`matmul_reference` and `dequantize_reference` are the plain NumPy definitions the kernel
-is tested against (tests/kernels/test_qmatmul.py).
+`kernels.qmatmul_ref` holds the plain float64 definitions the kernel is tested against
+(tests/kernels/test_qmatmul.py).
 """
 
 from __future__ import annotations
@@ -260,22 +260,3 @@ def attention(
     m = None if mask is None else np.ascontiguousarray(mask, dtype=np.bool_)
     _require_ext().attention(np.ascontiguousarray(q, dtype=F32), k, v, float(scale), m, out)
     return out
-
-
-# -- plain references ---------------------------------------------------------------------
-
-
-def dequantize_reference(qm: QMatrix) -> np.ndarray:
-    """float64 [n, k]: element j of a row at bits (j % (32/bits)) * bits of word j // (32/bits)."""
-    n, k = qm.shape
-    per_word = 32 // qm.bits
-    shifts = (np.arange(per_word, dtype=np.uint32) * qm.bits)[None, None, :]
-    q = (qm.packed[:, :, None] >> shifts) & np.uint32((1 << qm.bits) - 1)  # [n, words, per_word]
-    q = q.reshape(n, k // qm.group_size, qm.group_size).astype(np.float64)
-    w = q * qm.scales[:, :, None].astype(np.float64) + qm.biases[:, :, None].astype(np.float64)
-    return w.reshape(n, k)
-
-
-def matmul_reference(x: np.ndarray, qm: QMatrix) -> np.ndarray:
-    """x [m, k] @ W^T in float64."""
-    return x.astype(np.float64) @ dequantize_reference(qm).T

@@ -1,4 +1,5 @@
-"""Gated DeltaNet kernels (numpy and MLX) against the float64 references in kernels.gated_delta."""
+"""Gated DeltaNet kernels (numpy and MLX) against the float64 references in
+kernels.gated_delta_ref."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 
 from kernels import gated_delta as gd
 from kernels import gated_delta_mlx as gdm
+from kernels import gated_delta_ref as ref
 
 TOL = 1e-4
 H, DK, DV = 4, 32, 48
@@ -68,7 +70,7 @@ MLX_KERNELS: dict[str, Callable[..., tuple[mx.array, mx.array]]] = {
 @pytest.mark.parametrize("L", [1, 7, 64, 65, 200])
 def test_numpy_kernel_matches_reference(name: str, L: int) -> None:
     args = make_inputs(L, seed=L)
-    o_ref, s_ref = gd.gated_delta_reference(*args)
+    o_ref, s_ref = ref.gated_delta_reference(*args)
     o, s = NUMPY_KERNELS[name](*args)
     assert o.shape == (L, H, DV) and s.shape == (H, DK, DV)
     assert o.dtype == np.float32 and s.dtype == np.float32
@@ -80,7 +82,7 @@ def test_numpy_kernel_matches_reference(name: str, L: int) -> None:
 @pytest.mark.parametrize("L", [1, 7, 64, 65, 200])
 def test_mlx_kernel_matches_reference(name: str, L: int) -> None:
     args = make_inputs(L, seed=L)
-    o_ref, s_ref = gd.gated_delta_reference(*args)
+    o_ref, s_ref = ref.gated_delta_reference(*args)
     o, s = MLX_KERNELS[name](*to_mx(args))
     assert o.shape == (L, H, DV) and s.shape == (H, DK, DV)
     assert max_diff(o, o_ref) <= TOL
@@ -90,7 +92,7 @@ def test_mlx_kernel_matches_reference(name: str, L: int) -> None:
 @pytest.mark.parametrize("repeated_keys", [False, True])
 def test_chunked_long_sequence(repeated_keys: bool) -> None:
     args = make_inputs(300, seed=3, repeated_keys=repeated_keys)
-    o_ref, s_ref = gd.gated_delta_reference(*args)
+    o_ref, s_ref = ref.gated_delta_reference(*args)
     for o, s in (gd.gated_delta_chunked(*args), gdm.gated_delta_chunked(*to_mx(args))):
         assert max_diff(o, o_ref) <= TOL
         assert max_diff(s, s_ref) <= TOL
@@ -99,7 +101,7 @@ def test_chunked_long_sequence(repeated_keys: bool) -> None:
 def test_strong_decay_does_not_overflow() -> None:
     q, k, v, _, beta, state = make_inputs(130, seed=4)
     g = np.full((130, H), -40.0, dtype=np.float32)  # cumulative decay far below float32's range
-    o_ref, s_ref = gd.gated_delta_reference(q, k, v, g, beta, state)
+    o_ref, s_ref = ref.gated_delta_reference(q, k, v, g, beta, state)
     o, s = gd.gated_delta_chunked(q, k, v, g, beta, state)
     assert np.isfinite(o).all() and np.isfinite(s).all()
     assert max_diff(o, o_ref) <= TOL and max_diff(s, s_ref) <= TOL
@@ -170,7 +172,7 @@ def test_mlx_replay_matches_longer_run(num_rows: int) -> None:
 def test_numpy_kernels_do_not_mutate_inputs() -> None:
     args = make_inputs(70, seed=7)
     before = [a.copy() for a in args]
-    kernels = [gd.gated_delta_reference, gd.gated_delta_recurrent, gd.gated_delta_chunked]
+    kernels = [ref.gated_delta_reference, gd.gated_delta_recurrent, gd.gated_delta_chunked]
     for kernel in kernels:
         _, s = kernel(*args)
         assert not np.shares_memory(s, args[5])
@@ -179,7 +181,7 @@ def test_numpy_kernels_do_not_mutate_inputs() -> None:
 
     x, weight, conv_state = make_conv_inputs(9, seed=7)
     conv_before = [a.copy() for a in (x, weight, conv_state)]
-    for conv in (gd.causal_conv1d, gd.causal_conv1d_reference):
+    for conv in (gd.causal_conv1d, ref.causal_conv1d_reference):
         _, new_state = conv(x, weight, conv_state)
         assert not np.shares_memory(new_state, conv_state)
     assert not np.shares_memory(gd.conv_state_after(conv_state, x), conv_state)
@@ -211,7 +213,7 @@ def make_conv_inputs(
 @pytest.mark.parametrize("L, K", [(1, 4), (3, 4), (50, 4), (10, 1)])
 def test_conv1d_matches_reference(L: int, K: int) -> None:
     x, weight, conv_state = make_conv_inputs(L, K=K, seed=L)
-    y_ref, state_ref = gd.causal_conv1d_reference(x, weight, conv_state)
+    y_ref, state_ref = ref.causal_conv1d_reference(x, weight, conv_state)
     for y, state in (
         gd.causal_conv1d(x, weight, conv_state),
         gdm.causal_conv1d(*to_mx((x, weight, conv_state))),
@@ -248,7 +250,7 @@ def test_conv1d_streaming_equals_one_shot(backend: object) -> None:
 @pytest.mark.parametrize("dtype", [mx.bfloat16, mx.float16])
 def test_mlx_accepts_low_precision(dtype: mx.Dtype) -> None:
     args = make_inputs(70, seed=10)
-    o_ref, _ = gd.gated_delta_reference(*args)
+    o_ref, _ = ref.gated_delta_reference(*args)
     low = [a.astype(dtype) for a in to_mx(args)]
     for kernel in (gdm.gated_delta_recurrent, gdm.gated_delta_chunked):
         o, s = kernel(*low)

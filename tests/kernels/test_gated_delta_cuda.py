@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from kernels import gated_delta_cuda
-from kernels.gated_delta import gated_delta_reference
+from kernels.gated_delta_ref import gated_delta_reference
 
 pytestmark = pytest.mark.skipif(
     not gated_delta_cuda.is_available(), reason="needs MLX on a CUDA GPU"

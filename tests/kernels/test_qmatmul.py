@@ -1,5 +1,5 @@
 """The packed-weight C kernel (kernels/qmatmul.c) against the NumPy references in
-kernels.qmatmul, on each of its code paths (AVX-512, AVX2, portable C) the build has."""
+kernels.qmatmul_ref, on each of its code paths (AVX-512, AVX2, portable C) the build has."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from kernels import qmatmul
+from kernels import qmatmul, qmatmul_ref
 from kernels.ops import make_ops
 from kernels.ops_numpy import NumpyOps
 from kernels.qmatmul import QMatrix
@@ -65,7 +65,7 @@ def test_matmul_matches_reference(
     x = rng.standard_normal((m, k)).astype(np.float32)
     got = qmatmul.matmul(x, qm)
     assert got.shape == (m, n) and got.dtype == np.float32
-    assert_close(got, qmatmul.matmul_reference(x, qm))
+    assert_close(got, qmatmul_ref.matmul_reference(x, qm))
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
@@ -83,7 +83,7 @@ def test_parallel_split_matches_reference(
         got = qmatmul.matmul(x, qm)
     finally:
         qmatmul.set_num_threads(qmatmul.default_num_threads())
-    assert_close(got, qmatmul.matmul_reference(x, qm))
+    assert_close(got, qmatmul_ref.matmul_reference(x, qm))
 
 
 def test_blocked_blas_path_matches_reference(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -93,7 +93,7 @@ def test_blocked_blas_path_matches_reference(monkeypatch: pytest.MonkeyPatch) ->
     qm = random_qmatrix(150, 96, 8, 32)
     x = np.random.default_rng(1).standard_normal((qmatmul.KERNEL_MAX_ROWS + 5, 96))
     got = qmatmul.matmul(x.astype(np.float32), qm)
-    assert_close(got, qmatmul.matmul_reference(x, qm))
+    assert_close(got, qmatmul_ref.matmul_reference(x, qm))
 
 
 @pytest.mark.parametrize("bits", [4, 8])
@@ -101,7 +101,7 @@ def test_blocked_blas_path_matches_reference(monkeypatch: pytest.MonkeyPatch) ->
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 def test_dequantize_and_embed_rows(code_path: str, bits: int, group_size: int, dtype: type) -> None:
     qm = random_qmatrix(41, group_size * 3, bits, group_size, dtype=dtype)
-    ref = qmatmul.dequantize_reference(qm)
+    ref = qmatmul_ref.dequantize_reference(qm)
     np.testing.assert_allclose(qmatmul.dequantize(qm), ref, rtol=1e-6, atol=1e-6)
     ids = np.array([5, 0, 40, 5, 17])
     np.testing.assert_allclose(qmatmul.embed_rows(qm, ids), ref[ids], rtol=1e-6, atol=1e-6)
@@ -114,7 +114,7 @@ def test_reference_matches_mlx_layout(bits: int) -> None:
     packed, scales, biases = mx.quantize(w, 64, bits)
     qm = QMatrix.from_arrays(packed, scales, biases, 64, bits)
     expected = np.array(mx.dequantize(packed, scales, biases, group_size=64, bits=bits))
-    np.testing.assert_allclose(qmatmul.dequantize_reference(qm), expected, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(qmatmul_ref.dequantize_reference(qm), expected, rtol=0, atol=1e-6)
 
 
 def test_scales_kept_in_float16_only_when_exact() -> None:
@@ -128,7 +128,7 @@ def test_scales_kept_in_float16_only_when_exact() -> None:
     tiny = QMatrix.from_arrays(qm.packed, subnormal, subnormal, 32, 4)
     assert tiny.scales.dtype == np.float16
     x = np.ones((1, 64), np.float32)
-    assert_close(qmatmul.matmul(x, tiny), qmatmul.matmul_reference(x, tiny))
+    assert_close(qmatmul.matmul(x, tiny), qmatmul_ref.matmul_reference(x, tiny))
 
 
 def test_numpy_backend_without_the_extension(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -193,20 +193,6 @@ def test_numpy_ops_keep_quantized_weights_packed() -> None:
     assert isinstance(mixed, np.ndarray) and mixed.shape == (64, 48)  # dense [in, out]
 
 
-def attention_reference(q, k, v, scale, mask):
-    """float64 softmax attention with GQA: q [Hq, L, D], k/v [Hkv, S, D], mask [L, S]."""
-    Hq, L, D = q.shape
-    G = Hq // k.shape[0]
-    out = np.empty((Hq, L, D))
-    for h in range(Hq):
-        s = (q[h].astype(np.float64) @ k[h // G].T.astype(np.float64)) * scale
-        if mask is not None:
-            s = np.where(mask, s, -np.inf)
-        p = np.exp(s - s.max(axis=-1, keepdims=True))
-        out[h] = (p / p.sum(axis=-1, keepdims=True)) @ v[h // G].astype(np.float64)
-    return out
-
-
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize(
     "Hq,Hkv,L,S,D,masked",
@@ -229,7 +215,9 @@ def test_attention_matches_reference_on_cache_views(Hq, Hkv, L, S, D, masked, th
         got = qmatmul.attention(q, k, v, D**-0.5, mask)
     finally:
         qmatmul.set_num_threads(qmatmul.default_num_threads())
-    np.testing.assert_allclose(got, attention_reference(q, k, v, D**-0.5, mask), atol=2e-5)
+    np.testing.assert_allclose(
+        got, qmatmul_ref.attention_reference(q, k, v, D**-0.5, mask), atol=2e-5
+    )
 
 
 def test_attention_rows_do_not_depend_on_the_row_count() -> None:
