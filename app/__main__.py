@@ -38,7 +38,7 @@ def missing_display_message(env: dict[str, str] | None = None, platform: str = s
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.screenshot:
-        from app.demo import take_screenshot
+        from app.window.demo import take_screenshot
 
         print(take_screenshot(args.screenshot, dark=args.dark))
         return 0
@@ -55,9 +55,9 @@ def run_app(args: argparse.Namespace) -> int:
     from PySide6.QtWidgets import QApplication
 
     from app.bridge import EngineBridge
-    from app.main_window import MainWindow
-    from app.store import ConversationStore
+    from app.conversation.store import ConversationStore
     from app.theme import apply_theme, system_theme
+    from app.window.main_window import MainWindow
 
     qt_app = QApplication(sys.argv[:1])
     qt_app.setApplicationName("BranchChat")
@@ -70,9 +70,9 @@ def run_app(args: argparse.Namespace) -> int:
     window = MainWindow(store, EngineBridge(), QSettings())
     window.show()
     if args.model:
-        window.load_model(args.model)
+        window.model_loader.load(args.model)
     else:
-        window.load_default_model()
+        window.model_loader.load_default_model()
     closed = asyncio.Event()
     qt_app.aboutToQuit.connect(closed.set)
     with loop:

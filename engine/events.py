@@ -7,8 +7,34 @@ was given. No MLX array ever crosses: events carry plain Python values.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from engine.sampling import SamplingSettings
+
+# -- vocabularies ---------------------------------------------------------------------
+# StrEnums, so each member is the very string it names: a field holding one compares
+# equal to the literal, prints and serialises as it, and the fields below keep plain
+# `str` values (what crosses the thread boundary stays plain Python).
+
+
+class DrafterKind(StrEnum):
+    """What proposes draft tokens for speculative decoding."""
+
+    AUTO = "auto"  # the draft model when one is loaded, else prompt lookup
+    OFF = "off"
+    LOOKUP = "lookup"  # prompt lookup over everything seen (engine.drafters.SuffixDrafter)
+    DRAFT_MODEL = "draft_model"
+
+
+class FinishReason(StrEnum):
+    """Why a request ended."""
+
+    EOS = "eos"  # the model ended its reply
+    LENGTH = "length"  # max_tokens or the context length was reached
+    STOPPED = "stopped"  # a Stop command
+
+
+DRAFTER_KINDS = tuple(kind.value for kind in DrafterKind)
 
 # -- commands -------------------------------------------------------------------------
 
@@ -23,15 +49,16 @@ class Message:
 class GenerationSettings:
     sampling: SamplingSettings = field(default_factory=SamplingSettings)
     max_tokens: int = 512
-    drafter: str = "auto"  # "auto" | "off" | "lookup" | "draft_model"
+    drafter: str = DrafterKind.AUTO.value  # a DrafterKind
     continue_last: bool = False  # continue the last assistant message instead of a new one
     drop_oldest_turns: bool = False  # opt-in policy when the branch exceeds the context
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
             raise ValueError("max_tokens must be >= 1")
-        if self.drafter not in ("auto", "off", "lookup", "draft_model"):
+        if self.drafter not in DRAFTER_KINDS:
             raise ValueError(f"unknown drafter {self.drafter!r}")
+        object.__setattr__(self, "drafter", DrafterKind(self.drafter).value)
 
 
 @dataclass(frozen=True)
@@ -133,10 +160,13 @@ class Stats:
 @dataclass(frozen=True)
 class Finished:
     request_id: str
-    reason: str  # "eos" | "length" | "stopped"
+    reason: str  # a FinishReason
     text: str  # what this request generated (with continue_last: the continuation only)
     token_ids: tuple[int, ...]
     stats: Stats | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "reason", FinishReason(self.reason).value)
 
 
 @dataclass(frozen=True)

@@ -17,19 +17,19 @@ from collections.abc import Callable
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from app.bridge import EngineBridge
-from app.message_model import MessageItem, MessageModel
-from app.settings import AppSettings
-from app.stats_format import final_line, stats_dict
-from app.store import ConversationStore
-from app.streaming_reply import StreamingReply
-from app.tree import MessageTree
+from app.conversation.status import MessageStatus, status_after
+from app.conversation.store import ConversationStore
+from app.conversation.streaming_reply import StreamingReply
+from app.conversation.tree import MessageTree
+from app.messages.message_model import MessageItem, MessageModel
+from app.settings.app_settings import AppSettings
 from engine.events import Failed, Finished, Generate, Message, PrefillProgress, Stats, Stop, Tokens
+from engine.stats_format import final_line, stats_dict
 
 REPAINT_INTERVAL_MS = 33  # the streamed message is pushed to the view at most ~30 times/s
 MAX_REPAINT_INTERVAL_MS = 250
 REPAINT_BUDGET = 3  # a push may cost at most 1/3 of the time between pushes
 PARTIAL_SAVE_INTERVAL_MS = 2000  # a crash loses at most this much of a streamed reply
-END_STATUS = {"eos": "done", "length": "length", "stopped": "stopped"}
 
 
 class ChatController(QObject):
@@ -129,8 +129,9 @@ class ChatController(QObject):
                 user = self.store.add_message(self.conversation_id, node.parent_id, "user", text)
                 self._start_reply(user.id)
             else:
+                edited = MessageStatus.EDITED
                 self.store.add_message(
-                    self.conversation_id, node.parent_id, node.role, text, status="edited"
+                    self.conversation_id, node.parent_id, node.role, text, status=edited
                 )
                 self._reload()
         except sqlite3.Error as exc:
@@ -157,7 +158,7 @@ class ChatController(QObject):
         if self.is_busy or not path or path[-1].id != message_id or not node.is_continuable:
             return False
         try:
-            self.store.update_message(message_id, status="streaming")
+            self.store.update_message(message_id, status=MessageStatus.STREAMING)
         except sqlite3.Error as exc:
             self._report_store_error("the reply", exc)
             return False
@@ -179,7 +180,10 @@ class ChatController(QObject):
         if active is not None:
             self.bridge.submit(Stop(active.request_id))
             self._save(
-                active.message_id, content=active.text, status="stopped", draft_spans=active.spans
+                active.message_id,
+                content=active.text,
+                status=MessageStatus.STOPPED,
+                draft_spans=active.spans,
             )
 
     # -- internals --------------------------------------------------------------------
@@ -214,7 +218,7 @@ class ChatController(QObject):
     def _start_reply(self, parent_id: str | None) -> None:
         assert self.conversation_id is not None
         reply = self.store.add_message(
-            self.conversation_id, parent_id, "assistant", "", status="streaming"
+            self.conversation_id, parent_id, "assistant", "", status=MessageStatus.STREAMING
         )
         path = self.store.load_tree(self.conversation_id).path_to(reply.id)
         self._submit(path, reply.id, base="", spans=())
@@ -259,7 +263,7 @@ class ChatController(QObject):
                 content, spans, status = (
                     self.active.text,
                     self.active.spans,
-                    "streaming",
+                    MessageStatus.STREAMING,
                 )
             items.append(
                 MessageItem(node.id, node.role, content, status, node.stats, spans, index, count)
@@ -315,7 +319,7 @@ class ChatController(QObject):
             return
         text, spans = active.final_text(event)
         stats = stats_dict(event.stats, reason=event.reason) if event.stats else None
-        status = END_STATUS.get(event.reason, "done")
+        status = status_after(event.reason)
         saved = self._save(
             active.message_id, content=text, status=status, stats=stats, draft_spans=spans
         )
@@ -329,9 +333,9 @@ class ChatController(QObject):
             return
         kept = None
         if active.text:
-            spans = active.spans
+            spans, stopped = active.spans, MessageStatus.STOPPED
             if not self._save(
-                active.message_id, content=active.text, status="stopped", draft_spans=spans
+                active.message_id, content=active.text, status=stopped, draft_spans=spans
             ):
                 kept = (active.text, spans)
         else:

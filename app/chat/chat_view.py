@@ -7,9 +7,9 @@ from PySide6.QtCore import QUrl, Signal
 from PySide6.QtGui import QDesktopServices, QGuiApplication
 from PySide6.QtWidgets import QLabel, QStackedLayout, QVBoxLayout, QWidget
 
-from app.message_editor import MessageEditor
-from app.message_model import MessageModel
-from app.message_view import MessageListView
+from app.messages.message_editor import MessageEditor
+from app.messages.message_model import MessageModel
+from app.messages.message_view import MessageListView
 from app.theme import Theme
 
 WELCOME = (

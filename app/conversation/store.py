@@ -20,7 +20,8 @@ from typing import Any
 
 import platformdirs
 
-from app.tree import STATUSES, MessageTree, Node
+from app.conversation.status import STATUSES, MessageStatus
+from app.conversation.tree import MessageTree, Node
 
 APP_NAME = "branchchat"
 SCHEMA_VERSION = 1
@@ -170,7 +171,7 @@ class ConversationStore:
         role: str,
         content: str,
         *,
-        status: str = "done",
+        status: str = MessageStatus.DONE,
         stats: dict[str, Any] | None = None,
         draft_spans: tuple[tuple[int, int], ...] = (),
         created_at: float | None = None,

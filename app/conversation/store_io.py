@@ -6,14 +6,37 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
-from app.store import Conversation, ConversationStore, new_id
-from app.tree import STATUSES, MessageTree, Node
+from app.conversation.status import STATUSES, MessageStatus
+from app.conversation.store import Conversation, ConversationStore, new_id
+from app.conversation.tree import MessageTree, Node
 
 FORMAT = "branchchat.conversation"
 VERSION = 1
 ROLE_TITLES = {"user": "You", "assistant": "Assistant", "system": "System"}
+
+
+class ExportFormat(StrEnum):
+    MARKDOWN = "markdown"  # the selected branch, to read
+    JSON = "json"  # the whole tree, to import again
+
+
+def write_export(store: ConversationStore, conversation_id: str, fmt: str, path: str | Path):
+    """Write the conversation to `path` as JSON (fmt "json") or else as Markdown."""
+    if fmt == ExportFormat.JSON:
+        data = export_json(store, conversation_id)
+        text = json.dumps(data, indent=2, ensure_ascii=False)
+    else:
+        text = export_markdown(store, conversation_id)
+    Path(path).write_text(text, encoding="utf-8")
+
+
+def read_import(store: ConversationStore, path: str | Path) -> Conversation:
+    """Import the JSON export at `path` (see import_json)."""
+    return import_json(store, json.loads(Path(path).read_text(encoding="utf-8")))
 
 
 def export_markdown(store: ConversationStore, conversation_id: str) -> str:
@@ -21,7 +44,7 @@ def export_markdown(store: ConversationStore, conversation_id: str) -> str:
     lines = [f"# {conversation.title}", ""]
     for node in store.load_tree(conversation_id).selected_path():
         lines += [f"## {ROLE_TITLES.get(node.role, node.role)}", "", node.content.rstrip(), ""]
-        if node.status == "stopped":
+        if node.status == MessageStatus.STOPPED:
             lines += ["*(stopped)*", ""]
     return "\n".join(lines)
 
@@ -74,7 +97,7 @@ def import_json(store: ConversationStore, data: dict[str, Any]) -> Conversation:
              ids.get(data.get("selected_root"))),
         )  # fmt: skip
         for m in messages:  # parents come before children in an export
-            if m["role"] not in ROLE_TITLES or m.get("status", "done") not in STATUSES:
+            if m["role"] not in ROLE_TITLES or m.get("status", MessageStatus.DONE) not in STATUSES:
                 raise ValueError(f"message {m['id']}: bad role or status")
             if m["parent_id"] is not None and m["parent_id"] not in ids:
                 raise ValueError(f"message {m['id']}: unknown parent {m['parent_id']}")
@@ -87,7 +110,7 @@ def import_json(store: ConversationStore, data: dict[str, Any]) -> Conversation:
                     ids.get(m["parent_id"]),
                     m["role"],
                     str(m["content"]),
-                    m.get("status", "done"),
+                    m.get("status", MessageStatus.DONE),
                     float(m.get("created_at") or 0.0),
                     ids.get(m.get("selected_child")),
                     _dumps(m.get("stats")),

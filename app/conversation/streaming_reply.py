@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from app.stats_format import live_line
 from engine.events import Finished, Tokens
+from engine.stats_format import live_line
 
 
 @dataclass

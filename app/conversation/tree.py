@@ -11,8 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-# A message's life: streaming while tokens arrive, then how it ended.
-STATUSES = ("done", "streaming", "stopped", "length", "failed", "edited")
+from app.conversation.status import CONTINUABLE, MessageStatus
 
 
 @dataclass(frozen=True, eq=False)
@@ -21,7 +20,7 @@ class Node:
     parent_id: str | None
     role: str  # "user" | "assistant" | "system"
     content: str
-    status: str = "done"
+    status: str = MessageStatus.DONE  # a MessageStatus
     created_at: float = 0.0
     seq: int = 0
     selected_child: str | None = None
@@ -31,7 +30,7 @@ class Node:
     @property
     def is_continuable(self) -> bool:
         """A reply that did not end on its own: the model can be asked to go on."""
-        return self.role == "assistant" and self.status in ("stopped", "length", "edited")
+        return self.role == "assistant" and self.status in CONTINUABLE
 
 
 class MessageTree:

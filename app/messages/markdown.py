@@ -21,7 +21,7 @@ from PySide6.QtGui import (
     QTextFormat,
 )
 
-from app.highlight import code_spans
+from app.messages.highlight import code_spans
 from app.theme import CODE_COLORS, Theme
 
 DRAFT_START, DRAFT_END = "\ue000", "\ue001"

@@ -17,9 +17,10 @@ from PySide6.QtGui import (
 )
 from PySide6.QtWidgets import QStyledItemDelegate, QStyleOptionViewItem, QWidget
 
-from app.markdown import CODE_HEADER
-from app.message_editor import MessageEditor
-from app.message_layout import (
+from app.conversation.status import MessageStatus
+from app.messages.markdown import CODE_HEADER
+from app.messages.message_editor import MessageEditor
+from app.messages.message_layout import (
     PAD_X,
     STATUS_PILLS,
     RowGeometry,
@@ -27,10 +28,10 @@ from app.message_layout import (
     layout_row,
     max_text_width,
 )
-from app.message_model import MessageItem, MessageModel
-from app.rendered_message import RenderCache, Rendered
-from app.stats_format import message_line
+from app.messages.message_model import MessageItem, MessageModel
+from app.messages.rendered_message import RenderCache, Rendered
 from app.theme import LIGHT, Theme
+from engine.stats_format import message_line
 
 COPIED_FOR_S = 1.5
 
@@ -160,7 +161,7 @@ class MessageDelegate(QStyledItemDelegate):
         painter.drawText(g.role_label, align, "You" if item.role == "user" else "Assistant")
         painter.setFont(self.small_font)
         if g.pill is not None:
-            color = QColor(t.accent if item.status == "streaming" else t.warning)
+            color = QColor(t.accent if item.status == MessageStatus.STREAMING else t.warning)
             fill = QColor(color)
             fill.setAlpha(34)
             painter.setPen(Qt.PenStyle.NoPen)

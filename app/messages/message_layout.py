@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from PySide6.QtCore import QRect
 from PySide6.QtGui import QFontMetrics
 
-from app.message_model import MessageItem
+from app.conversation.status import MessageStatus
+from app.messages.message_model import MessageItem
 
 COLUMN_MAX = 800  # the conversation column, centred; wider windows get wider margins
 SIDE = 28
@@ -24,11 +25,11 @@ NAV_ARROW_W = 22
 MIN_BUBBLE_W = 72
 
 STATUS_PILLS = {
-    "streaming": "generating…",
-    "stopped": "stopped",
-    "length": "max tokens",
-    "edited": "edited",
-    "failed": "failed",
+    MessageStatus.STREAMING: "generating…",
+    MessageStatus.STOPPED: "stopped",
+    MessageStatus.LENGTH: "max tokens",
+    MessageStatus.EDITED: "edited",
+    MessageStatus.FAILED: "failed",
 }
 
 

@@ -13,6 +13,8 @@ from typing import Any
 
 from PySide6.QtCore import QAbstractListModel, QModelIndex, QPersistentModelIndex, Qt
 
+from app.conversation.status import CONTINUABLE, MessageStatus
+
 Index = QModelIndex | QPersistentModelIndex
 
 
@@ -21,7 +23,7 @@ class MessageItem:
     id: str
     role: str
     content: str
-    status: str = "done"
+    status: str = MessageStatus.DONE  # a MessageStatus
     stats: dict[str, Any] | None = field(default=None, compare=False)
     draft_spans: tuple[tuple[int, int], ...] = ()
     sibling_index: int = 1  # 1-based, for the navigator `2/3`
@@ -29,7 +31,7 @@ class MessageItem:
 
     @property
     def is_continuable(self) -> bool:
-        return self.role == "assistant" and self.status in ("stopped", "length", "edited")
+        return self.role == "assistant" and self.status in CONTINUABLE
 
 
 class MessageModel(QAbstractListModel):

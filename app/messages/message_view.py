@@ -8,8 +8,8 @@ from PySide6.QtCore import QEvent, QModelIndex, QPoint, Qt, Signal
 from PySide6.QtGui import QColor, QLinearGradient, QMouseEvent, QPainter
 from PySide6.QtWidgets import QAbstractItemView, QListView, QStyleOptionViewItem
 
-from app.message_delegate import MessageDelegate
-from app.message_model import MessageModel
+from app.messages.message_delegate import MessageDelegate
+from app.messages.message_model import MessageModel
 from app.theme import Theme
 
 BOTTOM_SLACK = 24  # px: within this of the end counts as "at the bottom"

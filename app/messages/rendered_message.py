@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from PySide6.QtCore import QRectF
 from PySide6.QtGui import QFont
 
-from app.markdown import CODE_HEADER, CODE_PAD, RenderedMarkdown, render
-from app.message_model import MessageItem
+from app.messages.markdown import CODE_HEADER, CODE_PAD, RenderedMarkdown, render
+from app.messages.message_model import MessageItem
 from app.theme import Theme
 
 CACHE_SIZE = 600

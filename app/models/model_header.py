@@ -17,8 +17,8 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
-from app.stats_format import compact, parameters
 from engine.events import ModelLoaded, ModelLoading
+from engine.stats_format import compact, parameters
 
 
 def model_info_line(event: ModelLoaded) -> str:
@@ -101,9 +101,12 @@ class ModelHeader(QFrame):
 
     def _fill_menu(self) -> None:
         self.menu.clear()
-        self.menu.addAction("Default model (SmolLM2-135M-Instruct)", self.default_model_requested)
-        self.menu.addAction("Open GGUF file…", self.open_file_requested)
-        self.menu.addAction("Open model folder…", self.open_folder_requested)
+        # QMenu.addAction takes a callable: a signal's bound emit, not the signal itself
+        self.menu.addAction(
+            "Default model (SmolLM2-135M-Instruct)", self.default_model_requested.emit
+        )
+        self.menu.addAction("Open GGUF file…", self.open_file_requested.emit)
+        self.menu.addAction("Open model folder…", self.open_folder_requested.emit)
         recent = self._recent_models()
         if recent:
             self.menu.addSeparator()

@@ -6,10 +6,9 @@ from dataclasses import asdict, dataclass, field, fields, replace
 
 from PySide6.QtCore import QSettings
 
-from engine.events import GenerationSettings
+from engine.events import DRAFTER_KINDS, DrafterKind, GenerationSettings
 from engine.sampling import SamplingSettings
 
-DRAFTERS = ("auto", "off", "lookup", "draft_model")
 MAX_RECENT_MODELS = 8
 
 
@@ -20,14 +19,14 @@ class AppSettings:
     top_p: float = 0.95
     top_k: int = 0
     max_tokens: int = 1024
-    drafter: str = "auto"
+    drafter: str = DrafterKind.AUTO.value  # a DrafterKind
     draft_model_path: str = ""
     cache_budget_mb: int = 2048
     tint_drafted: bool = False
     recent_models: tuple[str, ...] = field(default=())
 
     def __post_init__(self) -> None:
-        if self.drafter not in DRAFTERS:
+        if self.drafter not in DRAFTER_KINDS:
             raise ValueError(f"unknown drafter {self.drafter!r}")
         if self.max_tokens < 1:
             raise ValueError("max_tokens must be >= 1")

@@ -22,13 +22,14 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.settings import DRAFTERS, AppSettings
+from app.settings.app_settings import AppSettings
+from engine.events import DRAFTER_KINDS, DrafterKind
 
 DRAFTER_LABELS = {
-    "auto": "Auto (picks what pays)",
-    "off": "Off",
-    "lookup": "Prompt lookup",
-    "draft_model": "Draft model",
+    DrafterKind.AUTO: "Auto (picks what pays)",
+    DrafterKind.OFF: "Off",
+    DrafterKind.LOOKUP: "Prompt lookup",
+    DrafterKind.DRAFT_MODEL: "Draft model",
 }
 
 
@@ -46,9 +47,9 @@ class SettingsDialog(QDialog):
         self.top_k = _int(0, 1000, settings.top_k, "off")
         self.max_tokens = _int(1, 32768, settings.max_tokens)
         self.drafter = QComboBox(self)
-        for key in DRAFTERS:
-            self.drafter.addItem(DRAFTER_LABELS[key], key)
-        self.drafter.setCurrentIndex(DRAFTERS.index(settings.drafter))
+        for kind in DRAFTER_KINDS:
+            self.drafter.addItem(DRAFTER_LABELS[kind], kind)
+        self.drafter.setCurrentIndex(DRAFTER_KINDS.index(settings.drafter))
         self.draft_model_path = QLineEdit(settings.draft_model_path, self)
         self.draft_model_path.setPlaceholderText("A smaller model sharing the tokenizer")
         browse = QPushButton("Browse…", self)
@@ -85,7 +86,7 @@ class SettingsDialog(QDialog):
         self._update_draft_row()
 
     def _update_draft_row(self) -> None:
-        self._draft_row.setEnabled(self.drafter.currentData() == "draft_model")
+        self._draft_row.setEnabled(self.drafter.currentData() == DrafterKind.DRAFT_MODEL)
 
     def _browse(self) -> None:
         path, _ = QFileDialog.getOpenFileName(

@@ -16,8 +16,10 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
-from app.conversation_list import ConversationDelegate, ConversationListModel, Row
-from app.store import Conversation, SearchHit
+from app.conversation.store import Conversation, SearchHit
+from app.conversation.store_io import ExportFormat
+from app.sidebar.conversation_delegate import ConversationDelegate
+from app.sidebar.conversation_list_model import ConversationListModel, Row
 from app.theme import Theme
 
 SEARCH_DELAY_MS = 150
@@ -31,7 +33,7 @@ class Sidebar(QFrame):
     search_changed = Signal(str)  # the query, after typing pauses ("" when cleared)
     rename_requested = Signal(str, str)
     delete_requested = Signal(str)
-    export_requested = Signal(str, str)  # conversation id, "markdown" | "json"
+    export_requested = Signal(str, str)  # conversation id, an ExportFormat
 
     def __init__(self, theme: Theme, parent=None) -> None:
         super().__init__(parent)
@@ -131,8 +133,9 @@ class Sidebar(QFrame):
         menu = QMenu(self)
         if row.kind == "conversation":
             menu.addAction("Rename", lambda: self.list.edit(index))
-        menu.addAction("Export as Markdown…", lambda: self.export_requested.emit(cid, "markdown"))
-        menu.addAction("Export as JSON…", lambda: self.export_requested.emit(cid, "json"))
+        export = self.export_requested
+        menu.addAction("Export as Markdown…", lambda: export.emit(cid, ExportFormat.MARKDOWN))
+        menu.addAction("Export as JSON…", lambda: export.emit(cid, ExportFormat.JSON))
         menu.addSeparator()
         menu.addAction("Delete", lambda: self.delete_requested.emit(cid))
         menu.popup(self.list.viewport().mapToGlobal(pos))

@@ -9,7 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from app.store import ConversationStore
+from app.conversation.store import ConversationStore
 
 DEMO_MODEL = dict(
     path="~/.cache/branchchat/models/SmolLM2-135M-Instruct.Q4_1.gguf",
@@ -114,8 +114,8 @@ def take_screenshot(path: str | Path, *, dark: bool = False, size=(1200, 800)) -
     from PySide6.QtWidgets import QApplication
 
     from app.bridge import EngineBridge
-    from app.main_window import MainWindow
     from app.theme import DARK, LIGHT, apply_theme
+    from app.window.main_window import MainWindow
     from engine.events import ModelLoaded
 
     app = QApplication.instance() or QApplication(["branchchat"])

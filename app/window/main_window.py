@@ -1,39 +1,35 @@
 """The main window: sidebar | model header, banner, chat, composer. It wires the widgets
-to the chat controller and the engine bridge, and owns the model picker, settings,
-import/export and the theme."""
+to the chat controller, the model loader and the conversation files, and owns the
+settings and the theme."""
 
 from __future__ import annotations
 
-import json
 import sqlite3
-from pathlib import Path
 
 from PySide6.QtCore import QSettings, Qt
 from PySide6.QtGui import QCloseEvent, QGuiApplication, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QApplication,
-    QFileDialog,
     QMainWindow,
     QSplitter,
     QVBoxLayout,
     QWidget,
 )
 
-from app.banner import Banner
 from app.bridge import EngineBridge
-from app.chat_controller import ChatController
-from app.chat_view import ChatView
-from app.composer import Composer
-from app.model_fetch import DefaultModelFetcher
-from app.model_header import ModelHeader
-from app.settings import AppSettings, load_settings, save_settings
-from app.settings_dialog import SettingsDialog
-from app.sidebar import Sidebar
-from app.store import ConversationStore
-from app.store_io import export_json, export_markdown, import_json
+from app.chat.chat_controller import ChatController
+from app.chat.chat_view import ChatView
+from app.chat.composer import Composer
+from app.conversation.store import ConversationStore
+from app.models.model_header import ModelHeader
+from app.models.model_loader import ModelLoader
+from app.settings.app_settings import AppSettings, load_settings, save_settings
+from app.settings.settings_dialog import SettingsDialog
+from app.sidebar.sidebar import Sidebar
 from app.theme import Theme, apply_theme, system_theme
-from engine.default_model import is_default_model_present
-from engine.events import Failed, LoadModel, ModelLoaded, SetCacheBudget
+from app.window.banner import Banner
+from app.window.conversation_files import ConversationFiles
+from engine.events import Failed, ModelLoaded
 
 
 class MainWindow(QMainWindow):
@@ -51,7 +47,6 @@ class MainWindow(QMainWindow):
         self.settings: AppSettings = load_settings(qsettings)
         self.theme = theme or system_theme()
         self._follows_system = theme is None
-        self.model_path: str | None = None
         self.controller = ChatController(store, bridge, lambda: self.settings, self)
 
         self.sidebar = Sidebar(self.theme, self)
@@ -76,7 +71,8 @@ class MainWindow(QMainWindow):
         splitter.setChildrenCollapsible(False)
         self.sidebar.setMinimumWidth(200)
         self.setCentralWidget(splitter)
-        self.fetcher = DefaultModelFetcher(self)
+        self.model_loader = ModelLoader(bridge, self.header, lambda: self.settings, self)
+        self.conversation_files = ConversationFiles(store, self.banner, self)
         self._connect()
         self._shortcuts()
         self.refresh_sidebar()
@@ -84,7 +80,7 @@ class MainWindow(QMainWindow):
             QGuiApplication.styleHints().colorSchemeChanged.connect(self._on_scheme_changed)
 
     def _connect(self) -> None:
-        c, b = self.controller, self.bridge
+        c = self.controller
         self.composer.send_requested.connect(self._send)
         self.composer.stop_requested.connect(c.stop)
         self.composer.edit_last_requested.connect(self.edit_last_user_message)
@@ -103,19 +99,13 @@ class MainWindow(QMainWindow):
         self.sidebar.search_changed.connect(lambda _query: self.refresh_sidebar())
         self.sidebar.rename_requested.connect(self._rename)
         self.sidebar.delete_requested.connect(self.delete_conversation)
-        self.sidebar.export_requested.connect(self._export_dialog)
-        self.sidebar.import_requested.connect(self._import_dialog)
-        self.header.default_model_requested.connect(self.load_default_model)
-        self.header.open_file_requested.connect(self._open_model_file)
-        self.header.open_folder_requested.connect(self._open_model_folder)
-        self.header.model_path_requested.connect(self.load_model)
+        self.sidebar.export_requested.connect(self.conversation_files.export_dialog)
+        self.sidebar.import_requested.connect(self.conversation_files.import_dialog)
+        self.conversation_files.imported.connect(self._on_imported)
         self.header.settings_requested.connect(self.open_settings)
-        b.model_loading.connect(self.header.show_loading)
-        b.model_loaded.connect(self._on_model_loaded)
-        b.failed.connect(self._on_failed)
-        self.fetcher.progress.connect(lambda text: self.header.show_message("Default model", text))
-        self.fetcher.ready.connect(self.load_model)
-        self.fetcher.failed.connect(self._on_fetch_failed)
+        self.model_loader.loaded.connect(self._on_model_loaded)
+        self.model_loader.fetch_failed.connect(self.banner.show_error)
+        self.bridge.failed.connect(self._on_failed)
 
     def _shortcuts(self) -> None:
         QShortcut(QKeySequence.StandardKey.New, self, activated=self.new_chat)
@@ -202,82 +192,18 @@ class MainWindow(QMainWindow):
         elif action == "retry":
             c.retry(message_id)
 
-    # -- import / export --------------------------------------------------------------
-
-    def export_conversation(self, conversation_id: str, fmt: str, path: str | Path) -> None:
-        if fmt == "json":
-            text = json.dumps(
-                export_json(self.store, conversation_id), indent=2, ensure_ascii=False
-            )
-        else:
-            text = export_markdown(self.store, conversation_id)
-        Path(path).write_text(text, encoding="utf-8")
-
-    def import_conversation(self, path: str | Path) -> str | None:
-        try:
-            data = json.loads(Path(path).read_text(encoding="utf-8"))
-            conversation = import_json(self.store, data)
-        except (OSError, ValueError, KeyError, TypeError) as error:
-            self.banner.show_error(f"Could not import {Path(path).name}.", str(error))
-            return None
+    def _on_imported(self, conversation_id: str) -> None:
         self.refresh_sidebar()
-        self._open(conversation.id)
-        return conversation.id
-
-    def _export_dialog(self, conversation_id: str, fmt: str) -> None:
-        conversation = self.store.get_conversation(conversation_id)
-        suffix, kind = (".json", "JSON (*.json)") if fmt == "json" else (".md", "Markdown (*.md)")
-        name = "".join(ch if ch.isalnum() or ch in " -_" else "_" for ch in conversation.title)
-        path, _ = QFileDialog.getSaveFileName(self, "Export conversation", name + suffix, kind)
-        if path:
-            self.export_conversation(conversation_id, fmt, path)
-
-    def _import_dialog(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Import conversation", "", "JSON (*.json)")
-        if path:
-            self.import_conversation(path)
+        self._open(conversation_id)
 
     # -- model ------------------------------------------------------------------------
 
-    def load_model(self, path: str) -> None:
-        self.model_path = path
-        draft = self.settings.draft_model_path if self.settings.drafter == "draft_model" else ""
-        self.header.show_message(f"Loading {Path(path).name}…")
-        self.bridge.submit(SetCacheBudget(self.settings.cache_budget_mb << 20))
-        self.bridge.submit(LoadModel(path, draft_model_path=draft or None))
-
-    def load_default_model(self) -> None:
-        from engine.default_model import default_model_path
-
-        if is_default_model_present():
-            self.load_model(str(default_model_path()))
-        else:
-            self.header.show_message("Default model", "Fetching SmolLM2-135M-Instruct (~93 MB)…")
-            self.fetcher.start()
-
-    def _open_model_file(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Open model", "", "GGUF (*.gguf);;All (*)")
-        if path:
-            self.load_model(path)
-
-    def _open_model_folder(self) -> None:
-        path = QFileDialog.getExistingDirectory(self, "Open model folder")
-        if path:
-            self.load_model(path)
-
     def _on_model_loaded(self, event: ModelLoaded) -> None:
-        self.header.show_loaded(event)
         self.controller.context_length = event.context_length
         self._save_settings(self.settings.with_recent_model(event.path))
 
     def _on_failed(self, event: Failed) -> None:
-        if not event.request_id:
-            self.header.show_message("No model loaded", "Pick one from the Model menu")
         self.banner.show_error(event.message, event.details)
-
-    def _on_fetch_failed(self, message: str) -> None:
-        self.header.show_message("No model loaded", "Pick one from the Model menu")
-        self.banner.show_error("The default model could not be fetched.", message)
 
     # -- settings and theme -----------------------------------------------------------
 
@@ -291,14 +217,7 @@ class MainWindow(QMainWindow):
         self._save_settings(settings)
         self.chat.delegate.set_tint_drafted(settings.tint_drafted)
         self.chat.list_view.doItemsLayout()
-        if settings.cache_budget_mb != old.cache_budget_mb:
-            self.bridge.submit(SetCacheBudget(settings.cache_budget_mb << 20))
-        draft_changed = (settings.drafter, settings.draft_model_path) != (
-            old.drafter,
-            old.draft_model_path,
-        )
-        if draft_changed and self.model_path and "draft_model" in (settings.drafter, old.drafter):
-            self.load_model(self.model_path)  # the draft model is loaded with the target
+        self.model_loader.apply_settings(old, settings)
 
     def _save_settings(self, settings: AppSettings) -> None:
         self.settings = settings

@@ -10,9 +10,9 @@ import pytest  # noqa: E402
 from PySide6.QtCore import QSettings  # noqa: E402
 
 from app.bridge import EngineBridge  # noqa: E402
-from app.main_window import MainWindow  # noqa: E402
-from app.store import ConversationStore  # noqa: E402
+from app.conversation.store import ConversationStore  # noqa: E402
 from app.theme import LIGHT  # noqa: E402
+from app.window.main_window import MainWindow  # noqa: E402
 from tests.app.fake_engine import FakeEngine  # noqa: E402
 
 

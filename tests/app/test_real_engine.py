@@ -13,7 +13,7 @@ from engine.default_model import default_model_path, is_default_model_present
 def load(harness, qtbot, path) -> None:
     window = harness.window
     with qtbot.waitSignal(window.bridge.model_loaded, timeout=60000):
-        window.load_model(str(path))
+        window.model_loader.load(str(path))
 
 
 def test_a_reply_from_a_tiny_model_streams_into_the_view(harness, qtbot, tiny_llama_gguf):

@@ -172,15 +172,15 @@ def test_export_and_import_round_trip(harness, qtbot, tmp_path):
     edit_row(harness, qtbot, 0, "beta")
     harness.wait_idle()
     first = window.controller.conversation_id
-    window.export_conversation(first, "json", tmp_path / "a.json")
-    window.export_conversation(first, "markdown", tmp_path / "a.md")
+    window.conversation_files.export_conversation(first, "json", tmp_path / "a.json")
+    window.conversation_files.export_conversation(first, "markdown", tmp_path / "a.md")
     assert "## You\n\nbeta" in (tmp_path / "a.md").read_text()
 
-    imported = window.import_conversation(tmp_path / "a.json")
+    imported = window.conversation_files.import_conversation(tmp_path / "a.json")
     assert imported not in (None, first)
     assert window.controller.conversation_id == imported
     assert harness.texts() == ["beta", "Echo: beta"]
-    window.export_conversation(imported, "json", tmp_path / "b.json")
+    window.conversation_files.export_conversation(imported, "json", tmp_path / "b.json")
     a, b = (json.loads((tmp_path / n).read_text()) for n in ("a.json", "b.json"))
     assert _without_ids(a) == _without_ids(b)
 
@@ -243,7 +243,7 @@ def test_editing_a_reply_saves_a_sibling_without_generating(harness, qtbot):
 
 def test_ctrl_enter_sends_and_model_and_settings_persist(harness, qtbot):
     window = harness.open()
-    window.load_model("/models/fake.gguf")
+    window.model_loader.load("/models/fake.gguf")
     qtbot.waitUntil(lambda: window.header.name.text() == "Fake-1M")
     assert "llama" in window.header.info.text() and "2k ctx" in window.header.info.text()
     window.composer.edit.setPlainText("via keyboard")

@@ -7,7 +7,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QApplication
 
-from app.settings_dialog import SettingsDialog
+from app.settings.settings_dialog import SettingsDialog
 from app.theme import DARK
 from engine.events import Failed
 from tests.app.test_window import click_action

@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from app.store import ConversationStore
+from app.conversation.store import ConversationStore
 
 
 @pytest.fixture
@@ -58,7 +58,7 @@ def test_partial_text_survives_a_crash(tmp_path):
     script = textwrap.dedent(
         f"""
         import os
-        from app.store import ConversationStore
+        from app.conversation.store import ConversationStore
         store = ConversationStore({str(path)!r})
         c = store.create_conversation("crash")
         user = store.add_message(c.id, None, "user", "tell me a story")
@@ -135,4 +135,4 @@ def test_rename_and_ordering(store):
 def _repo_root():
     from pathlib import Path
 
-    return Path(__file__).resolve().parents[2]
+    return Path(__file__).resolve().parents[3]

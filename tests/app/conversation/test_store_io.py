@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.store import ConversationStore
-from app.store_io import export_json, export_markdown, import_json
+from app.conversation.store import ConversationStore
+from app.conversation.store_io import export_json, export_markdown, import_json
 
 
 @pytest.fixture

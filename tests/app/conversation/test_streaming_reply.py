@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.streaming_reply import StreamingReply
+from app.conversation.streaming_reply import StreamingReply
 from engine.events import Tokens
 
 

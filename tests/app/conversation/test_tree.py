@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.tree import MessageTree, Node
+from app.conversation.tree import MessageTree, Node
 
 
 def tree(selected_root=None, **selected):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from PySide6.QtGui import QColor, QFont, QTextCursor
 
-from app.markdown import render, with_draft_markers
-from app.stats_format import compact, live_line, message_line
+from app.messages.markdown import render, with_draft_markers
 from app.theme import CODE_COLORS, LIGHT
+from engine.stats_format import compact, live_line, message_line
 
 TEXT = "Some **bold** prose.\n\n```python\ndef f(n):\n    return n  # done\n```\n\n- a list\n"
 

@@ -1,0 +1,99 @@
+"""Loading the model the person picks: from the header's Model menu, a path given on the
+command line, or the default model (fetched first when it is missing). The header shows
+each load's progress and outcome; a change of draft model in the settings reloads the
+target, because the engine loads the draft model with it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from PySide6.QtCore import QObject, Signal
+from PySide6.QtWidgets import QFileDialog, QWidget
+
+from app.bridge import EngineBridge
+from app.models.model_fetch import DefaultModelFetcher
+from app.models.model_header import ModelHeader
+from app.settings.app_settings import AppSettings
+from engine.default_model import default_model_path, is_default_model_present
+from engine.events import DrafterKind, Failed, LoadModel, ModelLoaded, SetCacheBudget
+
+NO_MODEL = ("No model loaded", "Pick one from the Model menu")
+
+
+class ModelLoader(QObject):
+    loaded = Signal(object)  # ModelLoaded, once the header shows it
+    fetch_failed = Signal(str, str)  # message, details: the default model could not be fetched
+
+    def __init__(
+        self,
+        bridge: EngineBridge,
+        header: ModelHeader,
+        settings: Callable[[], AppSettings],
+        dialog_parent: QWidget,
+    ) -> None:
+        super().__init__(dialog_parent)
+        self.bridge, self.header, self._settings = bridge, header, settings
+        self._dialog_parent = dialog_parent
+        self.model_path: str | None = None  # the last one asked for
+        self.fetcher = DefaultModelFetcher(self)
+        header.default_model_requested.connect(self.load_default_model)
+        header.open_file_requested.connect(self.open_file)
+        header.open_folder_requested.connect(self.open_folder)
+        header.model_path_requested.connect(self.load)
+        bridge.model_loading.connect(header.show_loading)
+        bridge.model_loaded.connect(self._on_loaded)
+        bridge.failed.connect(self._on_failed)
+        self.fetcher.progress.connect(lambda text: header.show_message("Default model", text))
+        self.fetcher.ready.connect(self.load)
+        self.fetcher.failed.connect(self._on_fetch_failed)
+
+    def load(self, path: str) -> None:
+        self.model_path = path
+        settings = self._settings()
+        uses_draft_model = settings.drafter == DrafterKind.DRAFT_MODEL
+        draft = settings.draft_model_path if uses_draft_model else ""
+        self.header.show_message(f"Loading {Path(path).name}…")
+        self.bridge.submit(SetCacheBudget(settings.cache_budget_mb << 20))
+        self.bridge.submit(LoadModel(path, draft_model_path=draft or None))
+
+    def load_default_model(self) -> None:
+        if is_default_model_present():
+            self.load(str(default_model_path()))
+        else:
+            self.header.show_message("Default model", "Fetching SmolLM2-135M-Instruct (~93 MB)…")
+            self.fetcher.start()
+
+    def open_file(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(
+            self._dialog_parent, "Open model", "", "GGUF (*.gguf);;All (*)"
+        )
+        if path:
+            self.load(path)
+
+    def open_folder(self) -> None:
+        path = QFileDialog.getExistingDirectory(self._dialog_parent, "Open model folder")
+        if path:
+            self.load(path)
+
+    def apply_settings(self, old: AppSettings, new: AppSettings) -> None:
+        """What a settings change means for the engine: its cache budget, and a reload
+        when the draft model changed (it is loaded with the target)."""
+        if new.cache_budget_mb != old.cache_budget_mb:
+            self.bridge.submit(SetCacheBudget(new.cache_budget_mb << 20))
+        draft_changed = (new.drafter, new.draft_model_path) != (old.drafter, old.draft_model_path)
+        uses_draft_model = DrafterKind.DRAFT_MODEL in (new.drafter, old.drafter)
+        if draft_changed and self.model_path and uses_draft_model:
+            self.load(self.model_path)
+
+    def _on_loaded(self, event: ModelLoaded) -> None:
+        self.header.show_loaded(event)
+        self.loaded.emit(event)
+
+    def _on_failed(self, event: Failed) -> None:
+        if not event.request_id:  # not about a request: the model did not load
+            self.header.show_message(*NO_MODEL)
+
+    def _on_fetch_failed(self, message: str) -> None:
+        self.header.show_message(*NO_MODEL)
+        self.fetch_failed.emit("The default model could not be fetched.", message)

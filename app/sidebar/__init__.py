@@ -1,0 +1,1 @@
+"""The sidebar: new chat, search and the conversation list."""

@@ -1,0 +1,55 @@
+"""A conversation to and from a file the person picks: export as Markdown or JSON, import
+JSON. What a file holds is app.conversation.store_io's business; this adds the file
+dialogs and turns a file that cannot be read into a banner."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import QObject, Signal
+from PySide6.QtWidgets import QFileDialog, QWidget
+
+from app.conversation.store import ConversationStore
+from app.conversation.store_io import ExportFormat, read_import, write_export
+from app.window.banner import Banner
+
+
+class ConversationFiles(QObject):
+    imported = Signal(str)  # the new conversation's id
+
+    def __init__(self, store: ConversationStore, banner: Banner, dialog_parent: QWidget) -> None:
+        super().__init__(dialog_parent)
+        self.store, self.banner = store, banner
+        self._dialog_parent = dialog_parent
+
+    def export_conversation(self, conversation_id: str, fmt: str, path: str | Path) -> None:
+        write_export(self.store, conversation_id, fmt, path)
+
+    def import_conversation(self, path: str | Path) -> str | None:
+        """The imported conversation's id, or None (the banner says why)."""
+        try:
+            conversation = read_import(self.store, path)
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            self.banner.show_error(f"Could not import {Path(path).name}.", str(error))
+            return None
+        self.imported.emit(conversation.id)
+        return conversation.id
+
+    def export_dialog(self, conversation_id: str, fmt: str) -> None:
+        conversation = self.store.get_conversation(conversation_id)
+        is_json = fmt == ExportFormat.JSON
+        suffix, kind = (".json", "JSON (*.json)") if is_json else (".md", "Markdown (*.md)")
+        title = conversation.title if conversation is not None else ""
+        name = "".join(ch if ch.isalnum() or ch in " -_" else "_" for ch in title)
+        path, _ = QFileDialog.getSaveFileName(
+            self._dialog_parent, "Export conversation", name + suffix, kind
+        )
+        if path:
+            self.export_conversation(conversation_id, fmt, path)
+
+    def import_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(
+            self._dialog_parent, "Import conversation", "", "JSON (*.json)"
+        )
+        if path:
+            self.import_conversation(path)
