@@ -1,0 +1,315 @@
+// Body of the one-launch step kernel (kernels/fused_step_cuda.py wraps it with
+// mx.fast.cuda_kernel, after the model's constants and the KEYS / VALUES arrays).
+
+  // Host-written inputs (ids, pos) are read once per block; every buffer the blocks
+  // share (scratch, sync) is a large allocation of its own: MLX's small buffers share
+  // managed-memory pages with host-touched arrays, and GPU atomics or reads on such a
+  // page cross the bus (a 150-barrier step went from 0.4 ms to 77 ms).
+  const int M = ids_shape[0];
+  const int cap = k0_shape[1];
+  __shared__ int s_ids[FD_MAXM];
+  __shared__ int s_p0;
+  if (threadIdx.x < M) s_ids[threadIdx.x] = ids[threadIdx.x];
+  if (threadIdx.x == 0) s_p0 = pos[0];
+  __syncthreads();
+  const int p0 = s_p0;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int gw = blockIdx.x * FD_WARPS + warp, nw = gridDim.x * FD_WARPS;
+  const float NEG_INF = __int_as_float(0xff800000);
+  unsigned int* sync = sync_buf;
+  unsigned int* counters = sync_buf + 4096;  // attention chunks done, a (row, head)
+  unsigned int phase = 0;
+  long long t_rel = clock64();
+  const long long t_start = t_rel;
+  unsigned long long gt_start;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(gt_start));
+  constexpr int PAIRS = (H + 2 * HKV) * DH / 2;  // of q/k/v outputs (fd_qkv_pair)
+  constexpr int NQKV = (H + 2 * HKV) * DH;
+  constexpr int HD = H * DH;
+  constexpr int GD = fs_group(D);
+  // attention: a warp takes CK keys of one (row, head); LPK lanes share a key (8 dims
+  // each), KPI keys a load; a lane owns VD dims of the output (lanes past VOWN mirror)
+  constexpr int LPK = DH / 8, KPI = 32 / LPK, KIT = CK / KPI;
+  constexpr int VD = DH >= 32 ? DH / 32 : 1, VOWN = DH / VD;
+  static_assert(32 % LPK == 0 && CK % KPI == 0 && CK <= 64, "attention split");
+  static_assert(4096 + FD_MAXM * H <= 16384, "attention counters fit the sync buffer");
+  float* work = const_cast<float*>(scratch);
+  float* qs = work;
+  float* ao = qs + FD_MAXM * HD;
+  float* hs = ao + FD_MAXM * HD;
+  float* act = hs + FD_MAXM * D;
+  float* xs = act + FD_MAXM * F;
+  float* part = xs + FD_MAXM * D;  // attention partials [row, head, chunk] x (max, sum, DH)
+  // embedding rows, as float32, into xs
+  for (int i = (blockIdx.x * blockDim.x + threadIdx.x); i < M * D; i += gridDim.x * blockDim.x) {
+    const int m = i / D, k = i % D;
+    xs[i] = static_cast<float>(table[(size_t)s_ids[m] * D + k]);
+  }
+  fs_grid_sync<PROF>(sync, ++phase, stamps, t_rel);
+  const float* x = xs;
+  for (int l = 0; l < L; ++l) {
+    T* kc = const_cast<T*>(KEYS[l]);
+    T* vc = const_cast<T*>(VALUES[l]);
+    if (PREFETCH && l + 1 < L) {  // the next layer's weights into L2 while this one runs
+      fs_prefetch_l2(wqkv + (size_t)(l + 1) * NQKV * D, (size_t)NQKV * D * sizeof(T));
+      fs_prefetch_l2(wo + (size_t)(l + 1) * D * HD, (size_t)D * HD * sizeof(T));
+      fs_prefetch_l2(wgu + (size_t)(l + 1) * 2 * F * D, (size_t)2 * F * D * sizeof(T));
+      fs_prefetch_l2(wdown + (size_t)(l + 1) * D * F, (size_t)D * F * sizeof(T));
+    }
+    // -- A: norm + qkv + rope; q to qs, k / v rows into the cache at pos + m
+    for (int p = gw; p < PAIRS; p += nw) {
+      int n0, n1, fi;
+      fd_qkv_pair<H, HKV, DH, TRADITIONAL>(p, n0, n1, fi);
+      const T* w = wqkv + (size_t)l * NQKV * D;
+      const T* src[2] = {w + (size_t)n0 * D, w + (size_t)n1 * D};
+      FsRows<T, D, 2> rows;
+      rows.load(src);
+      FsScale<D> sc;
+      sc.load(nw1 + l * D);
+      const int head = n0 / DH;
+      const int d0 = n0 % DH, d1 = n1 % DH;
+      const float inv_freq = fi >= 0 ? exp2f(-(2.0f * fi / DH) * LOG2_BASE) : 0.f;
+      for (int m0 = 0; m0 < M; m0 += GD) {
+        float acc[GD][2], ss[GD];
+        fs_dot_group<T, D, 2, GD, true, true>(rows, sc, x, m0, M, acc, ss);
+#pragma unroll
+        for (int g = 0; g < GD; ++g) {
+          const int m = m0 + g;
+          if (m < M && lane == 0) {
+            const float rinv = 1.0f / sqrtf(ss[g] / D + EPS);
+            float s0 = acc[g][0] * rinv, s1 = acc[g][1] * rinv;
+            if (fi >= 0) {
+              float sn, cs;
+              sincosf(static_cast<float>(p0 + m) * inv_freq, &sn, &cs);
+              const float r0 = s0 * cs - s1 * sn;
+              s1 = s0 * sn + s1 * cs;
+              s0 = r0;
+            }
+            if (head < H) {
+              qs[m * HD + n0] = s0;
+              qs[m * HD + n1] = s1;
+            } else if (head < H + HKV) {
+              const size_t base = ((size_t)(head - H) * cap + p0 + m) * DH;
+              kc[base + d0] = static_cast<T>(s0);
+              kc[base + d1] = static_cast<T>(s1);
+            } else {
+              const size_t base = ((size_t)(head - H - HKV) * cap + p0 + m) * DH;
+              vc[base + d0] = static_cast<T>(s0);
+              vc[base + d1] = static_cast<T>(s1);
+            }
+          }
+        }
+      }
+    }
+    fs_grid_sync<PROF>(sync, ++phase, stamps, t_rel);
+    // -- B: attention. A block takes (row m, head h, block chunk c): keys c * BK .. of row
+    // m's n = p0 + m + 1, CK of them a warp (scores, the warp's max and sum, its weighted
+    // values), combined in shared memory in warp order. A row of one block chunk is done;
+    // otherwise the block that completes a (row, head) combines its chunks in chunk order
+    // (which block finishes last changes nothing in the arithmetic).
+    {
+      constexpr int BK = FD_WARPS * CK;
+      const int C = (p0 + M + BK - 1) / BK;  // block chunks of the last row
+      const int CMAX = (cap + BK - 1) / BK;
+      const int sub = lane / LPK, part8 = lane % LPK;
+      const int vdim = (lane % VOWN) * VD;
+      const float qscale = rsqrtf(static_cast<float>(DH));
+      __shared__ float s_m[FD_WARPS], s_l[FD_WARPS], s_acc[FD_WARPS][DH];
+      __shared__ unsigned int s_last;
+      for (int item = blockIdx.x; item < M * H * C; item += gridDim.x) {
+        const int c = item % C, mh = item / C, h = mh % H, m = mh / H;
+        const int n = p0 + m + 1, nc = (n + BK - 1) / BK;
+        if (c >= nc) continue;  // the same for the whole block
+        const int j0 = c * BK + warp * CK;
+        float cmax = NEG_INF, lsum = 0.f, acc[VD];
+#pragma unroll
+        for (int d = 0; d < VD; ++d) acc[d] = 0.f;
+        if (j0 < n) {
+          const int kvh = h / (H / HKV);
+          const T* kb = kc + (size_t)kvh * cap * DH;
+          const T* vb = vc + (size_t)kvh * cap * DH;
+          FsRaw<8 * sizeof(T)> kr[KIT];
+          FsRaw<VD * sizeof(T)> vr[CK];
+#pragma unroll
+          for (int it = 0; it < KIT; ++it) {
+            const int j = min(j0 + it * KPI + sub, n - 1);
+            kr[it].load_cg(kb + (size_t)j * DH + part8 * 8);
+          }
+#pragma unroll
+          for (int i = 0; i < CK; ++i)
+            vr[i].load_cg(vb + (size_t)min(j0 + i, n - 1) * DH + vdim);
+          float q[8];
+          fs_load8_cg(qs + (size_t)m * HD + h * DH + part8 * 8, q);
+          float sc[KIT];
+#pragma unroll
+          for (int it = 0; it < KIT; ++it) {
+            float kv[8];
+            fs_unpack<T, 8>(kr[it], kv);
+            float d = 0.f;
+#pragma unroll
+            for (int i = 0; i < 8; ++i) d += (q[i] * qscale) * kv[i];
+#pragma unroll
+            for (int o = LPK / 2; o > 0; o >>= 1) d += __shfl_xor_sync(FD_FULL, d, o);
+            sc[it] = j0 + it * KPI + sub < n ? d : NEG_INF;
+            cmax = fmaxf(cmax, sc[it]);
+          }
+#pragma unroll
+          for (int o = LPK; o < 32; o <<= 1) cmax = fmaxf(cmax, __shfl_xor_sync(FD_FULL, cmax, o));
+          float pr[KIT];
+#pragma unroll
+          for (int it = 0; it < KIT; ++it) {
+            pr[it] = sc[it] == NEG_INF ? 0.f : expf(sc[it] - cmax);
+            lsum += pr[it];
+          }
+#pragma unroll
+          for (int o = LPK; o < 32; o <<= 1) lsum += __shfl_xor_sync(FD_FULL, lsum, o);
+#pragma unroll
+          for (int i = 0; i < CK; ++i) {
+            const float pi = __shfl_sync(FD_FULL, pr[i / KPI], (i % KPI) * LPK);
+            float vv[VD];
+            fs_unpack<T, VD>(vr[i], vv);
+#pragma unroll
+            for (int d = 0; d < VD; ++d) acc[d] += pi * vv[d];
+          }
+        }
+        if (lane == 0) { s_m[warp] = cmax; s_l[warp] = lsum; }
+        if (lane < VOWN) {
+#pragma unroll
+          for (int d = 0; d < VD; ++d) s_acc[warp][vdim + d] = acc[d];
+        }
+        __syncthreads();
+        float* out = ao + (size_t)m * HD + h * DH;
+        float* slots = part + (size_t)mh * CMAX * (DH + 2);  // [chunk] x (max, sum, DH)
+        if (threadIdx.x < DH) {  // thread d: output dim d over the block's warps
+          const int d = threadIdx.x;
+          float gm = NEG_INF;
+#pragma unroll
+          for (int w = 0; w < FD_WARPS; ++w) gm = fmaxf(gm, s_m[w]);
+          float gl = 0.f, go = 0.f;
+#pragma unroll
+          for (int w = 0; w < FD_WARPS; ++w) {
+            const float e = s_m[w] == NEG_INF ? 0.f : expf(s_m[w] - gm);
+            gl += s_l[w] * e;
+            go += s_acc[w][d] * e;
+          }
+          if (nc == 1) {
+            out[d] = go / gl;
+          } else {
+            float* mine = slots + (size_t)c * (DH + 2);
+            if (d == 0) { mine[0] = gm; mine[1] = gl; }
+            mine[2 + d] = go;
+            __threadfence();
+          }
+        }
+        if (nc > 1) {
+          __syncthreads();
+          if (threadIdx.x == 0) s_last = atomicAdd(counters + mh, 1u) == (unsigned int)nc - 1;
+          __syncthreads();
+          if (s_last && threadIdx.x < DH) {  // every chunk of (m, h) is in: combine in order
+            __threadfence();
+            const int d = threadIdx.x;
+            float gm = NEG_INF;
+            for (int cc = 0; cc < nc; ++cc) gm = fmaxf(gm, __ldcg(slots + (size_t)cc * (DH + 2)));
+            float gl = 0.f, go = 0.f;
+            for (int cc = 0; cc < nc; ++cc) {
+              const float* sl = slots + (size_t)cc * (DH + 2);
+              const float e = expf(__ldcg(sl) - gm);
+              gl += __ldcg(sl + 1) * e;
+              go += __ldcg(sl + 2 + d) * e;
+            }
+            out[d] = go / gl;
+            if (d == 0) counters[mh] = 0;  // for the next layer, past a grid barrier
+          }
+        }
+        __syncthreads();  // shared memory is free for the next item
+      }
+    }
+    fs_grid_sync<PROF>(sync, ++phase, stamps, t_rel);
+    // -- C: o_proj + residual -> hs
+    fs_residual_phase<T, HD, D>(ao, wo + (size_t)l * D * HD, x, hs, M, gw, nw);
+    fs_grid_sync<PROF>(sync, ++phase, stamps, t_rel);
+    // -- D: norm + gate/up + SiLU(gate) * up -> act; a warp takes outputs n, n + 1
+    for (int item = gw; item < F / 2; item += nw) {
+      const int n = 2 * item;
+      const T* w = wgu + (size_t)l * 2 * F * D;
+      const T* src[4] = {w + (size_t)n * D, w + (size_t)(F + n) * D, w + (size_t)(n + 1) * D,
+                         w + (size_t)(F + n + 1) * D};
+      FsRows<T, D, 4> rows;
+      rows.load(src);
+      FsScale<D> sc;
+      sc.load(nw2 + l * D);
+      for (int m0 = 0; m0 < M; m0 += GD) {
+        float acc[GD][4], ss[GD];
+        fs_dot_group<T, D, 4, GD, true, true>(rows, sc, hs, m0, M, acc, ss);
+#pragma unroll
+        for (int g = 0; g < GD; ++g) {
+          const int m = m0 + g;
+          if (m < M && lane == 0) {
+            const float rinv = 1.0f / sqrtf(ss[g] / D + EPS);
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+              const float gs = acc[g][2 * j] * rinv, us = acc[g][2 * j + 1] * rinv;
+              act[(size_t)m * F + n + j] = gs / (1.0f + expf(-gs)) * us;
+            }
+          }
+        }
+      }
+    }
+    fs_grid_sync<PROF>(sync, ++phase, stamps, t_rel);
+    // -- E: down + residual -> xs
+    fs_residual_phase<T, F, D>(act, wdown + (size_t)l * D * F, hs, xs, M, gw, nw);
+    fs_grid_sync<PROF>(sync, ++phase, stamps, t_rel);
+    x = xs;
+  }
+  // -- head: final norm + LM head for rows [r0, M); eight outputs a warp, the next eight
+  // rows fetched into L2 while these are summed
+  if (HEAD_MODE != 0) {
+    const int r0 = HEAD_MODE == 1 ? M - 1 : 0;
+    const int rows_n = M - r0;
+    constexpr int GH = 1;  // a row at a time: eight outputs take the registers
+    constexpr int RH = 8;
+    constexpr int ITEMS = (V + RH - 1) / RH;
+    FsScale<D> sc;
+    sc.load(nwf);
+    for (int item = gw; item < ITEMS; item += nw) {
+      const T* src[RH];
+#pragma unroll
+      for (int j = 0; j < RH; ++j) src[j] = whead + (size_t)min(RH * item + j, V - 1) * D;
+      FsRows<T, D, RH> rows;
+      rows.load(src);
+      if (item + nw < ITEMS) {
+        const int first = RH * (item + nw), count = min(RH, V - first);
+        const char* next = reinterpret_cast<const char*>(whead + (size_t)first * D);
+        for (int off = lane * 128; off < count * D * (int)sizeof(T); off += 32 * 128)
+          asm volatile("prefetch.global.L2 [%0];" ::"l"(next + off));
+      }
+      for (int m0 = 0; m0 < rows_n; m0 += GH) {
+        float acc[GH][RH], ss[GH];
+        fs_dot_group<T, D, RH, GH, true, true>(rows, sc, xs + (size_t)r0 * D, m0, rows_n, acc, ss);
+#pragma unroll
+        for (int g = 0; g < GH; ++g) {
+          if (m0 + g < rows_n && lane == 0) {
+            const float rinv = 1.0f / sqrtf(ss[g] / D + EPS);
+#pragma unroll
+            for (int j = 0; j < RH; ++j)
+              if (RH * item + j < V)
+                logits[(size_t)(m0 + g) * V + RH * item + j] = acc[g][j] * rinv;
+          }
+        }
+      }
+    }
+  }
+  if (PROF) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      const unsigned int slots = 5 * L + 2, row = gridDim.x + 1;
+      stamps[(slots - 1) * row + 1 + blockIdx.x] = (unsigned int)(clock64() - t_rel);
+      if (blockIdx.x == 0) {
+        unsigned long long gt_end;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(gt_end));
+        stamps[slots * row] = (unsigned int)(gt_end - gt_start);
+        stamps[slots * row + 1] = (unsigned int)(clock64() - t_start);
+      }
+    }
+  }
+  if (blockIdx.x == 0 && threadIdx.x == 0) status[0] = sync[1];
