@@ -59,7 +59,7 @@ class EngineClient:
     def first_token(self, messages: Messages) -> Any:
         """Send the conversation, generate one token; return the request's Stats."""
         ev = self.ev
-        settings = ev.GenerationSettings(max_tokens=1, drafter="off")
+        settings = ev.GenerationSettings(max_tokens=1, drafter=ev.DrafterKind.OFF)
         msgs = tuple(ev.Message(role, content) for role, content in messages)
         self.engine.submit(ev.Generate(uuid.uuid4().hex, msgs, settings, "bench"))
         while True:

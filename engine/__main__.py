@@ -24,6 +24,8 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--min-p", type=float, default=0.0)
         p.add_argument("--repetition-penalty", type=float, default=1.0)
         p.add_argument("--seed", type=int)
+        # engine.events.DrafterKind's values: that module loads NumPy, which must wait
+        # for configure_process, so the parser spells them out
         p.add_argument(
             "--drafter", choices=("auto", "off", "lookup", "draft_model"), default="auto"
         )

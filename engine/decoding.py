@@ -24,6 +24,7 @@ import numpy as np
 
 from engine import sampling
 from engine.drafters import Draft, Drafter
+from engine.events import FinishReason
 from engine.sampling import SamplingSettings
 
 MAX_DRAFT = 16
@@ -149,7 +150,7 @@ class DecodeRequest:
 @dataclass
 class DecodeResult:
     token_ids: list[int] = field(default_factory=list)
-    reason: str = "length"
+    reason: str = FinishReason.LENGTH
     drafted: int = 0
     accepted: int = 0
     first_token_time: float = 0.0
@@ -180,9 +181,9 @@ def decode(
     while True:
         reason = _take(produced, out, req)
         if not reason and req.should_stop():
-            reason = "stopped"
+            reason = FinishReason.STOPPED
         if not reason and state.offset + 1 >= req.context_limit:
-            reason = "length"
+            reason = FinishReason.LENGTH
         if reason:
             out.reason = reason
             break
@@ -253,12 +254,12 @@ def _take(produced: list[tuple[int, bool]], out: DecodeResult, req: DecodeReques
     reason = ""
     for token, from_draft in produced:
         if token in req.eos_ids:
-            reason = "eos"
+            reason = FinishReason.EOS
             break
         ids.append(token)
         flags.append(from_draft)
         if len(out.token_ids) + len(ids) >= req.max_tokens:
-            reason = "length"
+            reason = FinishReason.LENGTH
             break
     if ids:
         out.token_ids.extend(ids)

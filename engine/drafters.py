@@ -50,8 +50,6 @@ class Draft:
 
 
 class Drafter(Protocol):
-    name: str
-
     def begin(self, context: list[int]) -> None:
         """A new request: `context` is every token the target state holds, none pending."""
 
@@ -82,8 +80,6 @@ class SuffixDrafter:
     exactly "the current match"; each append's suffix-link walk is the incremental
     matcher step (amortised O(1), Blumer et al.).
     """
-
-    name = "suffix"
 
     def __init__(self, min_match: int = 2, recency_depth: int = 32) -> None:
         if min_match < 1:
@@ -231,8 +227,6 @@ class DraftModelDrafter:
     request's settings) it samples from q and returns q's rows; without, it is greedy and
     returns probs=None.
     """
-
-    name = "draft_model"
 
     def __init__(
         self,

@@ -62,7 +62,10 @@ class Session:
         self.lookup = SuffixDrafter()
         self.draft = draft
         self.draft_drafter = DraftModelDrafter(draft.model) if draft is not None else None
-        self.acceptance = {"lookup": AcceptanceModel(), "draft_model": AcceptanceModel()}
+        self.acceptance = {
+            ev.DrafterKind.LOOKUP: AcceptanceModel(),
+            ev.DrafterKind.DRAFT_MODEL: AcceptanceModel(),
+        }
         self.template = self.tokenizer.chat_template or DEFAULT_CHATML_TEMPLATE
         self._warned_inexact = False
 
@@ -142,7 +145,7 @@ class Session:
             prefilled += self.state.offset - begin
             stats = self._stats(cmd, ids, reused, prefilled, prefill_s, 0.0, 0, 0, 0)
             emit(stats)
-            emit(ev.Finished(cmd.request_id, "stopped", "", (), stats))
+            emit(ev.Finished(cmd.request_id, ev.FinishReason.STOPPED, "", (), stats))
             return
         prefilled += total
         detok = StreamingDetokenizer(self.tokenizer)
@@ -232,7 +235,7 @@ class Session:
         )
 
     def _drafter(self, choice: str) -> tuple[Drafter | None, AcceptanceModel | None]:
-        if choice == "off":
+        if choice == ev.DrafterKind.OFF:
             return None, None
         verify_is_exact = getattr(self.model, "verify_is_exact", None)
         if verify_is_exact is not None and not verify_is_exact():
@@ -244,11 +247,12 @@ class Session:
                 )
                 self._warned_inexact = True
             return None, None
-        if choice in ("draft_model", "auto") and self.draft_drafter is not None:
-            return self.draft_drafter, self.acceptance["draft_model"]
-        if choice == "draft_model":
+        can_use_draft_model = choice in (ev.DrafterKind.DRAFT_MODEL, ev.DrafterKind.AUTO)
+        if can_use_draft_model and self.draft_drafter is not None:
+            return self.draft_drafter, self.acceptance[ev.DrafterKind.DRAFT_MODEL]
+        if choice == ev.DrafterKind.DRAFT_MODEL:
             raise EngineError("No draft model is loaded; pick one in the settings or use lookup.")
-        return self.lookup, self.acceptance["lookup"]
+        return self.lookup, self.acceptance[ev.DrafterKind.LOOKUP]
 
     def _rewind_for(self, ids: list[int]) -> tuple[int, int]:
         """Bring the state to the longest reusable prefix of ids; (reused, replayed)."""
