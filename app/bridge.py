@@ -24,7 +24,6 @@ from engine.events import (
     ModelLoading,
     PrefillProgress,
     StateSaved,
-    Stats,
     Tokens,
 )
 
@@ -51,7 +50,6 @@ class EngineBridge(QObject):
     model_loaded = Signal(object)  # ModelLoaded
     prefill_progress = Signal(object)  # PrefillProgress
     tokens = Signal(object)  # list[Tokens], in arrival order
-    stats = Signal(object)  # Stats
     finished = Signal(object)  # Finished
     failed = Signal(object)  # Failed
     state_saved = Signal(object)  # StateSaved
@@ -125,7 +123,6 @@ class EngineBridge(QObject):
             ModelLoading: self.model_loading,
             ModelLoaded: self.model_loaded,
             PrefillProgress: self.prefill_progress,
-            Stats: self.stats,
             Finished: self.finished,
             Failed: self.failed,
             StateSaved: self.state_saved,

@@ -13,6 +13,7 @@ from engine import events as ev
 from engine.default_model import ensure_default_model
 from engine.errors import EngineError
 from engine.sampling import SamplingSettings
+from engine.stats_format import json_figures, terminal_line
 
 
 def run(args: argparse.Namespace) -> int:
@@ -119,32 +120,14 @@ def _generate(client: _Client, args: argparse.Namespace) -> int:
                     "text": result.text,
                     "token_ids": list(result.token_ids),
                     "finish_reason": result.reason,
-                    "stats": {
-                        "prompt_tokens": s.prompt_tokens,
-                        "generated_tokens": s.generated_tokens,
-                        "ttft_s": round(s.ttft_s, 4),
-                        "prefill_tok_s": round(s.prefill_tok_s, 2),
-                        "decode_tok_s": round(s.decode_tok_s, 2),
-                        "drafted": s.drafted,
-                        "accepted": s.accepted,
-                    },
+                    "stats": json_figures(s),
                 }
             )
         )
     else:
         print()
-        _print_stats(s)
+        print(terminal_line(s), file=sys.stderr)
     return 0
-
-
-def _print_stats(s: ev.Stats) -> None:
-    drafted = f" · accepted {s.accepted}/{s.drafted} drafted" if s.drafted else ""
-    print(
-        f"[{s.prompt_tokens} prompt tokens ({s.reused_tokens} reused) · TTFT {s.ttft_s:.2f} s · "
-        f"prefill {s.prefill_tok_s:.1f} tok/s · decode {s.decode_tok_s:.1f} tok/s · "
-        f"{s.generated_tokens} tokens{drafted}]",
-        file=sys.stderr,
-    )
 
 
 def _chat(client: _Client, args: argparse.Namespace, loaded: ev.ModelLoaded) -> int:
@@ -178,4 +161,4 @@ def _chat(client: _Client, args: argparse.Namespace, loaded: ev.ModelLoaded) -> 
             continue
         history.append(ev.Message("assistant", result.text))
         if result.stats is not None:
-            _print_stats(result.stats)
+            print(terminal_line(result.stats), file=sys.stderr)

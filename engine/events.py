@@ -139,6 +139,8 @@ class Tokens:
 
 @dataclass(frozen=True)
 class Stats:
+    """A request's figures, carried by its Finished event (never sent on its own)."""
+
     request_id: str
     prompt_tokens: int
     generated_tokens: int
@@ -183,6 +185,4 @@ class StateSaved:
     num_bytes: int
 
 
-Event = (
-    ModelLoading | ModelLoaded | PrefillProgress | Tokens | Stats | Finished | Failed | StateSaved
-)
+Event = ModelLoading | ModelLoaded | PrefillProgress | Tokens | Finished | Failed | StateSaved

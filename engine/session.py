@@ -144,7 +144,6 @@ class Session:
         if logits is None:  # stopped during prefill: the state keeps the chunks done
             prefilled += self.state.offset - begin
             stats = self._stats(cmd, ids, reused, prefilled, prefill_s, 0.0, 0, 0, 0)
-            emit(stats)
             emit(ev.Finished(cmd.request_id, ev.FinishReason.STOPPED, "", (), stats))
             return
         prefilled += total
@@ -192,7 +191,6 @@ class Session:
             result.drafted,
             result.accepted,
         )
-        emit(stats)
         emit(
             ev.Finished(
                 cmd.request_id, result.reason, "".join(pieces), tuple(result.token_ids), stats

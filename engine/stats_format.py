@@ -1,4 +1,9 @@
-"""Speed figures as people read them: a message's details line and the live status line."""
+"""A request's figures (its Stats) as people and programs read them: the one formatter
+for the terminal's line, `generate --json`'s "stats" object, and the app's lines (a
+message's details line, the live and final status line). No Qt, no I/O.
+
+The app keeps a message's Stats as a dict (`stats_dict`, stored as JSON), so its lines
+read that dict; the terminal formats the event's Stats directly."""
 
 from __future__ import annotations
 
@@ -6,6 +11,30 @@ from dataclasses import asdict
 from typing import Any
 
 from engine.events import Stats
+
+
+def terminal_line(s: Stats) -> str:
+    """ "[52 prompt tokens (0 reused) · TTFT 0.23 s · prefill 226.1 tok/s · decode 41.3 tok/s ·
+    164 tokens · accepted 61/88 drafted]", printed after a reply in the terminal."""
+    drafted = f" · accepted {s.accepted}/{s.drafted} drafted" if s.drafted else ""
+    return (
+        f"[{s.prompt_tokens} prompt tokens ({s.reused_tokens} reused) · TTFT {s.ttft_s:.2f} s · "
+        f"prefill {s.prefill_tok_s:.1f} tok/s · decode {s.decode_tok_s:.1f} tok/s · "
+        f"{s.generated_tokens} tokens{drafted}]"
+    )
+
+
+def json_figures(s: Stats) -> dict[str, Any]:
+    """`python -m engine generate --json`'s "stats" object (rounded for reading)."""
+    return {
+        "prompt_tokens": s.prompt_tokens,
+        "generated_tokens": s.generated_tokens,
+        "ttft_s": round(s.ttft_s, 4),
+        "prefill_tok_s": round(s.prefill_tok_s, 2),
+        "decode_tok_s": round(s.decode_tok_s, 2),
+        "drafted": s.drafted,
+        "accepted": s.accepted,
+    }
 
 
 def stats_dict(stats: Stats, *, reason: str = "") -> dict[str, Any]:

@@ -23,7 +23,7 @@ from app.conversation.streaming_reply import StreamingReply
 from app.conversation.tree import MessageTree
 from app.messages.message_model import MessageItem, MessageModel
 from app.settings.app_settings import AppSettings
-from engine.events import Failed, Finished, Generate, Message, PrefillProgress, Stats, Stop, Tokens
+from engine.events import Failed, Finished, Generate, Message, PrefillProgress, Stop, Tokens
 from engine.stats_format import final_line, stats_dict
 
 REPAINT_INTERVAL_MS = 33  # the streamed message is pushed to the view at most ~30 times/s
@@ -62,7 +62,6 @@ class ChatController(QObject):
         self._save_timer.timeout.connect(self._save_partial)
         bridge.tokens.connect(self._on_tokens)
         bridge.prefill_progress.connect(self._on_prefill)
-        bridge.stats.connect(self._on_stats)
         bridge.finished.connect(self._on_finished)
         bridge.failed.connect(self._on_failed)
 
@@ -308,10 +307,6 @@ class ChatController(QObject):
     def _on_prefill(self, event: PrefillProgress) -> None:
         if self._is_mine(event.request_id):
             self.prefill_progress.emit(event.done, event.total, event.reused)
-
-    def _on_stats(self, event: Stats) -> None:
-        if self._is_mine(event.request_id):
-            self.status_line.emit(final_line(stats_dict(event)))
 
     def _on_finished(self, event: Finished) -> None:
         active = self.active

@@ -99,5 +99,4 @@ class FakeEngine:
         reason = "stopped" if rid in self._stopped else "eos"
         n = len(out)
         stats = ev.Stats(rid, 160, n, 40, 120, 0.05, 2400.0, 50.0, n, n // 2, 160 + n, 2048)
-        self.listener(stats)
         self.listener(ev.Finished(rid, reason, "".join(out), tuple(range(n)), stats))
