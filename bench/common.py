@@ -18,14 +18,27 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from engine.config import EngineConfig
+
 RESULTS_DIR = Path("results")
 PEER_PACKAGES = ("llama-cpp-python", "mlx-lm")
+
+# -- the engine configuration -------------------------------------------------------------
+
+
+def engine_config(config: EngineConfig | None, backend: str | None) -> EngineConfig:
+    """This run's engine configuration: `config` from bench/__main__.py (None: the
+    BRANCHCHAT_* variables), with the --backend flag, when given, over it."""
+    config = config or EngineConfig.from_environment()
+    return replace(config, backend=backend) if backend else config
+
 
 # -- machine and versions ------------------------------------------------------------------
 

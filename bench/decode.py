@@ -26,6 +26,7 @@ import numpy as np
 
 from bench import common
 from bench.peers import make_peers
+from engine.config import EngineConfig
 
 CONTEXTS = (128, 512, 1024, 2048)
 VERIFY_ROWS = 8
@@ -38,21 +39,21 @@ class OursRunner:
 
     name = "ours"
 
-    def __init__(self, gguf_path: Path, backend: str | None) -> None:
+    def __init__(self, gguf_path: Path, config: EngineConfig) -> None:
         from engine.loader import load_model
         from engine.session import PREFILL_CHUNK
         from kernels import qmatmul
 
-        self.lm = load_model(gguf_path, backend=backend)
-        self.model, self.ops = self.lm.model, self.lm.ops
-        self.state = self.model.new_state()
+        self.lm = load_model(gguf_path, config)
+        self.runner, self.ops = self.lm.runner, self.lm.ops
+        self.state = self.runner.new_state()
         self.chunk = PREFILL_CHUNK
         self.settings = {
             "backend": self.ops.name,
             "prefill_chunk": PREFILL_CHUNK,
             # the C kernel on packed 4/8-bit rows (kernels/qmatmul.py), else float32 BLAS
             "packed_matmul": bool(getattr(self.ops, "packed", False)),
-            "threads": qmatmul.default_num_threads(),
+            "threads": config.threads or qmatmul.default_num_threads(),
         }
 
     def _greedy(self, logits: Any) -> int:
@@ -62,16 +63,16 @@ class OursRunner:
     def prefill(self, ids: list[int]) -> int:
         from engine.sequence import prefill
 
-        self.state = self.model.new_state()
-        return self._greedy(prefill(self.model, self.state, ids, chunk_size=self.chunk))
+        self.state = self.runner.new_state()
+        return self._greedy(prefill(self.runner, self.state, ids, chunk_size=self.chunk))
 
     def decode(self, token: int) -> int:
-        return self._greedy(self.model.forward([token], self.state))
+        return self._greedy(self.runner.forward([token], self.state))
 
     def verify(self, rows: int) -> float:
         checkpoint = self.state.checkpoint(record=True)
         t0 = time.perf_counter()
-        self.model.forward([self.state.tokens[-1]] * rows, self.state, logits="all")
+        self.runner.forward([self.state.tokens[-1]] * rows, self.state, logits="all")
         elapsed = time.perf_counter() - t0
         self.state.rollback(checkpoint)
         return elapsed
@@ -118,12 +119,12 @@ def _mean_step(runner: Any, token: int, steps: int) -> float:
     return float(np.mean(times))
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
+def run(args: argparse.Namespace, config: EngineConfig) -> dict[str, Any]:
     # the load average and the checkout as the run starts
     common.warn_if_busy()
     machine, versions, date = common.machine(), common.versions(), common.now_iso()
     gguf = common.default_model()
-    ours = OursRunner(gguf, args.backend)
+    ours = OursRunner(gguf, config)
     ids = common.prompt_ids(ours.lm.tokenizer, max(CONTEXTS))
     runners: list[Any] = [ours]
     missing: dict[str, str] = {}
@@ -203,7 +204,7 @@ def print_table(result: dict[str, Any]) -> None:
             print(f"{name}: {result[name]['missing']}")
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, config: EngineConfig | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench decode", description=__doc__)
     parser.add_argument("--peers", action="store_true", help="also run llama.cpp and mlx-lm")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -214,5 +215,5 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if min(args.runs, args.steps, args.mlx_lm_runs) < 1:
         parser.error("--runs, --steps and --mlx-lm-runs must be >= 1")
-    result = run(args)
+    result = run(args, common.engine_config(config, args.backend))
     return common.report("decode", result, args.json, print_table)

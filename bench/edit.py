@@ -30,6 +30,7 @@ from typing import Any
 
 from bench import common
 from bench.peers import PeerMissing, make_peers
+from engine.config import EngineConfig
 
 NUM_TURNS = 7
 WORDS_PER_MESSAGE = 165
@@ -40,13 +41,13 @@ WARM_UP: Messages = (("user", "Say hello."),)
 class EngineClient:
     """A blocking client over the Engine's event stream (one request at a time)."""
 
-    def __init__(self, model: Path, backend: str | None) -> None:
+    def __init__(self, model: Path, config: EngineConfig) -> None:
         from engine import events as ev
         from engine.engine import Engine
 
         self.ev = ev
         self.events: queue.Queue[Any] = queue.Queue()
-        self.engine = Engine(self.events.put, backend=backend)
+        self.engine = Engine(self.events.put, config=config)
         self.engine.submit(ev.LoadModel(str(model)))
         while True:
             event = self.events.get()
@@ -113,11 +114,11 @@ def edit_targets(tokenizer: Any, messages: Messages, ids: list[int]) -> dict[int
 
 
 def bench_ours(
-    model: Path, backend: str | None, messages: Messages, targets: dict[int, int], runs: int
+    model: Path, config: EngineConfig, messages: Messages, targets: dict[int, int], runs: int
 ) -> list[dict[str, Any]]:
     samples = []
     for run in range(runs):
-        client = EngineClient(model, backend)
+        client = EngineClient(model, config)
         try:
             client.first_token(WARM_UP)  # first-call costs, on text the conversation lacks
             stats = client.first_token(messages)  # the whole conversation: a full prefill
@@ -198,7 +199,7 @@ def summarize(
     return out
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
+def run(args: argparse.Namespace, config: EngineConfig) -> dict[str, Any]:
     from engine.tokenizer import Tokenizer
 
     # the load average and the checkout as the run starts
@@ -215,11 +216,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         _say(args, "ours (default model)...")
         last, middle = last_and_middle(targets, len(ids))
         named = {"last": last, "middle": middle}
-        ours = bench_ours(gguf, args.backend, messages, targets, args.runs)
+        ours = bench_ours(gguf, config, messages, targets, args.runs)
         result.update(summarize(ours, targets, len(ids), named))
         _say(args, "ours (hybrid)...")
         hybrid_dir = common.write_hybrid_model(Path(tmp) / "hybrid", mlx_dir)
-        hybrid = bench_ours(hybrid_dir, args.backend, messages, targets, args.runs)
+        hybrid = bench_ours(hybrid_dir, config, messages, targets, args.runs)
         result["hybrid"] = {
             "model": "random-weight Qwen3.5-style hybrid (3 Gated DeltaNet : 1 gated attention)",
             "config": {k: v for k, v in common.HYBRID_CONFIG.items() if k != "architectures"},
@@ -295,7 +296,7 @@ def print_summary(result: dict[str, Any]) -> None:
         print(f"{name:<16}" + "".join(cells))
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, config: EngineConfig | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench edit", description=__doc__)
     parser.add_argument("--peers", action="store_true", help="also run llama.cpp and mlx-lm")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -305,5 +306,5 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.runs < 1 or args.mlx_lm_runs < 1:
         parser.error("--runs must be >= 1")
-    result = run(args)
+    result = run(args, common.engine_config(config, args.backend))
     return common.report("edit", result, args.json, print_summary)

@@ -94,7 +94,7 @@ class MlxLmRunner:
     token for logits, then one token per step.
 
     Quantized scales and biases are cast to float32 at load: they are float16 in the file,
-    and MLX's CPU backend runs float16 ~40x slower than float32 (see DESIGN.md), so
+    and MLX's CPU backend runs float16 ~40x slower than float32 (see docs/DESIGN.md), so
     float32 is mlx-lm's best setting on this machine. On a GPU leave them as they are."""
 
     name = "mlx_lm"

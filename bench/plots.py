@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from engine.config import EngineConfig
+
 STYLES = {
     "ours": ("ours", "tab:blue", "o"),
     "hybrid": ("ours, hybrid model", "tab:cyan", "s"),
@@ -137,7 +139,8 @@ def _caption(fig: Any, result: dict[str, Any]) -> None:
     fig.text(0.01, -0.02, text, fontsize=7, color="0.4")
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, config: EngineConfig | None = None) -> int:
+    """`config` goes unused: plots only read result files (every benchmark takes one)."""
     parser = argparse.ArgumentParser(prog="python -m bench plots", description=__doc__)
     parser.add_argument("results", nargs="+", type=Path, help="decode-*.json / edit-*.json")
     parser.add_argument("--out", type=Path, default=Path("docs"), help="where PNGs go")

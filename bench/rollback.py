@@ -25,6 +25,7 @@ from typing import Any
 import mlx.core as mx
 
 from bench import common
+from engine.config import EngineConfig
 
 VERIFY_ROWS, KEEP_ROWS = 8, 3
 CPU_SHAPES: dict[str, Any] = {
@@ -81,7 +82,7 @@ def sync(state: Any) -> None:
         mx.eval(pending)
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
+def run(args: argparse.Namespace, config: EngineConfig) -> dict[str, Any]:
     from engine.loader import load_model
     from engine.sequence import prefill, truncate
     from engine.session import PREFILL_CHUNK
@@ -94,8 +95,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     probe = ids[-1]
     with tempfile.TemporaryDirectory() as tmp:
         dtype = mx.bfloat16 if on_gpu else mx.float32
-        loaded = load_model(write_model(Path(tmp) / "hybrid", shapes, dtype), backend=args.backend)
-    model = loaded.model
+        loaded = load_model(write_model(Path(tmp) / "hybrid", shapes, dtype), config)
+    model = loaded.runner
 
     def truncate_then_next_logits(state: Any, n: int) -> None:
         truncate(model, state, n, chunk_size=PREFILL_CHUNK)
@@ -187,7 +188,7 @@ def print_table(result: dict[str, Any]) -> None:
     print(f"replayed tokens per truncate: {result['replayed_tokens']}")
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, config: EngineConfig | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench rollback", description=__doc__)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--context", type=int, default=0, help="tokens (2048 CPU, 8192 GPU)")
@@ -197,9 +198,5 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     args.argv = list(argv if argv is not None else sys.argv[1:])
-    result = run(args)
+    result = run(args, common.engine_config(config, args.backend))
     return common.report("rollback", result, args.json, print_table)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

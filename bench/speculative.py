@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench import common
+from engine.config import EngineConfig
 
 MODES = {"plain": "off", "spec": "auto"}
 
@@ -72,11 +73,13 @@ def ask(session: Any, question: str, drafter: str, max_tokens: int) -> Any:
     return next(e for e in events if isinstance(e, ev.Finished))
 
 
-def measure(loaded: Any, costs: Any, work: Workload, mode: str, max_tokens: int) -> Sample:
+def measure(
+    loaded: Any, config: EngineConfig, costs: Any, work: Workload, mode: str, max_tokens: int
+) -> Sample:
     """A fresh session runs the earlier requests, then the measured one."""
     from engine.session import Session
 
-    session = Session(loaded)
+    session = Session(loaded, config=config)
     session.costs = copy.deepcopy(costs)
     for question in work.earlier:
         ask(session, question, MODES[mode], max_tokens)
@@ -107,14 +110,14 @@ def summarize(samples: dict[str, list[Sample]]) -> dict[str, Any]:
     }
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
+def run(args: argparse.Namespace, config: EngineConfig) -> dict[str, Any]:
     from engine.loader import load_model
     from engine.session import Session
 
     path = common.default_model()
     load_at_start = common.machine()["load_average_1m"]
-    loaded = load_model(path, backend=args.backend)
-    calibration = Session(loaded)
+    loaded = load_model(path, config)
+    calibration = Session(loaded, config=config)
     calibration.calibrate()
     costs = calibration.costs
     samples = {name: {mode: [] for mode in MODES} for name in WORKLOADS}
@@ -122,7 +125,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for name, work in WORKLOADS.items():
             modes = list(MODES) if run_index % 2 == 0 else list(reversed(MODES))
             for mode in modes:
-                sample = measure(loaded, costs, work, mode, args.max_tokens)
+                sample = measure(loaded, config, costs, work, mode, args.max_tokens)
                 samples[name][mode].append(sample)
                 print(
                     f"run {run_index + 1}/{args.runs} {name:<10} {mode:<5} "
@@ -169,7 +172,7 @@ def print_table(result: dict[str, Any]) -> None:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, config: EngineConfig | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench speculative", description=__doc__)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--runs", type=int, default=3, help="runs to take the median of")
@@ -178,5 +181,5 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.runs < 1 or args.max_tokens < 2:
         parser.error("--runs must be >= 1 and --max-tokens >= 2")
-    result = run(args)
+    result = run(args, common.engine_config(config, args.backend))
     return common.report("speculative", result, args.json, print_table)

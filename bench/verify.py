@@ -13,13 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from bench import common
+from engine.config import EngineConfig
 from engine.loader import load_model
+from engine.models.protocol import Model
 from engine.sequence import prefill
 
 ROWS = (1, 2, 4, 8, 16, 32)
 
 
-def curve(model: Any, context: int, runs: int) -> dict[int, dict[str, float]]:
+def curve(model: Model, context: int, runs: int) -> dict[int, dict[str, float]]:
     state = model.new_state()
     prefill(model, state, [(7 * i) % 1000 + 10 for i in range(context)])
     out = {}
@@ -33,7 +35,7 @@ def curve(model: Any, context: int, runs: int) -> dict[int, dict[str, float]]:
     return out
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], config: EngineConfig | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench verify", description=__doc__)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--context", type=int, default=512)
@@ -41,6 +43,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--backend", choices=("numpy", "mlx"), default=None)
     parser.add_argument("--hybrid", action="store_true", help="also the Qwen3.5-style model")
     args = parser.parse_args(argv)
+    config = common.engine_config(config, args.backend)
     models = {"default": common.default_model()}
     with tempfile.TemporaryDirectory() as tmp:
         if args.hybrid:
@@ -48,8 +51,8 @@ def main(argv: list[str]) -> int:
             models["hybrid"] = common.write_hybrid_model(Path(tmp) / "hybrid", tok_dir)
         result: dict[str, Any] = {"command": "python -m bench verify " + " ".join(argv)}
         for name, path in models.items():
-            lm = load_model(path, backend=args.backend)
-            points = curve(lm.model, args.context, args.runs)
+            lm = load_model(path, config)
+            points = curve(lm.runner, args.context, args.runs)
             step = points[1]["median"]
             result[name] = {
                 "backend": lm.ops.name,

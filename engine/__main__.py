@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
+
+from engine.config import EngineConfig, configure_process
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -41,12 +42,19 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if getattr(args, "threads", None):  # must precede the first numpy import
-        os.environ["OPENBLAS_NUM_THREADS"] = os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    try:
+        config = EngineConfig.from_environment(
+            backend=getattr(args, "backend", None),
+            blas_threads=getattr(args, "threads", None) or None,  # 0: BLAS's own default
+        )
+    except ValueError as exc:  # a malformed BRANCHCHAT_* variable or flag
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    configure_process(config)  # must precede the first NumPy import
     from engine import cli
 
     try:
-        return int(cli.run(args))
+        return int(cli.run(args, config))
     except KeyboardInterrupt:
         return 130
 

@@ -39,7 +39,8 @@ def convert_gguf(gguf_path: str | Path, out_dir: str | Path) -> Path:
     gguf_path, out = Path(gguf_path).expanduser(), Path(out_dir).expanduser()
     if not gguf_path.is_file():
         raise ModelLoadError(gguf_path, "no such file")
-    cfg, weights, tokenizer, _fingerprint = read_gguf(gguf_path)
+    files = read_gguf(gguf_path)
+    cfg, weights, tokenizer = files.config, files.weights, files.tokenizer
     if cfg.family != "llama":
         raise UnsupportedArchitecture(
             gguf_path, f"conversion supports Llama-family GGUF files, not {cfg.family!r}"

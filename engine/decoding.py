@@ -25,7 +25,10 @@ import numpy as np
 from engine import sampling
 from engine.drafters import Draft, Drafter
 from engine.events import FinishReason
+from engine.runner import ModelRunner
 from engine.sampling import SamplingSettings
+from engine.sequence import SequenceState
+from kernels.ops import Array, Ops
 
 MAX_DRAFT = 16
 
@@ -158,7 +161,11 @@ class DecodeResult:
 
 
 def decode(
-    model: Any, state: Any, last_logits: np.ndarray, req: DecodeRequest, costs: CostModel
+    runner: ModelRunner,
+    state: SequenceState,
+    last_logits: np.ndarray,
+    req: DecodeRequest,
+    costs: CostModel,
 ) -> DecodeResult:
     """Generate from `last_logits` (the row after the state's last token) until done.
 
@@ -168,7 +175,7 @@ def decode(
     rng = np.random.default_rng(req.settings.seed)
     s = req.settings
     # a verify must fit one fused step (its rows then match single steps bit for bit)
-    row_limit = model.step_row_limit() if hasattr(model, "step_row_limit") else MAX_DRAFT + 1
+    row_limit = runner.step_row_limit()
     # plain greedy needs only each row's argmax: take that on the device, not the logits
     argmax_only = s.is_greedy and s.repetition_penalty == 1.0
     out = DecodeResult()
@@ -196,7 +203,7 @@ def decode(
         rows = [pending, *draft.tokens[:k]]
         t0 = time.perf_counter()
         if len(rows) == 1:
-            logits = _to_host(model, model.forward(rows, state, logits="last"), argmax_only)
+            logits = _to_host(runner.ops, runner.forward(rows, state, logits="last"), argmax_only)
             costs.observe(1, time.perf_counter() - t0)
             if req.acceptance is not None:
                 req.acceptance.idle()
@@ -205,7 +212,7 @@ def decode(
             produced = [(sampling.sample(logits[-1], state.tokens, s, rng), False)]
             continue
         cp = state.checkpoint(record=True)
-        logits = _to_host(model, model.forward(rows, state, logits="all"), argmax_only)
+        logits = _to_host(runner.ops, runner.forward(rows, state, logits="all"), argmax_only)
         costs.observe(len(rows), time.perf_counter() - t0)
         num_drafted = len(rows) - 1
         accepted, nxt = _verify(logits, draft, num_drafted, state.tokens, s, rng)
@@ -226,12 +233,12 @@ def decode(
     return out
 
 
-def _to_host(model: Any, logits: Any, argmax_only: bool) -> Any:
+def _to_host(ops: Ops, logits: Array, argmax_only: bool) -> Any:
     """Logits rows on the host; with `argmax_only`, one-hot rows of each row's argmax (the
     only thing greedy sampling reads), so a GPU sends a few ints instead of the vocab."""
     if not argmax_only:
-        return model.ops.to_numpy(logits)
-    top = model.ops.argmax_rows(logits)
+        return ops.to_numpy(logits)
+    top = ops.argmax_rows(logits)
     return _OneHot(top, int(logits.shape[-1]))
 
 
@@ -268,7 +275,7 @@ def _take(produced: list[tuple[int, bool]], out: DecodeResult, req: DecodeReques
 
 
 def _choose_k(
-    req: DecodeRequest, costs: CostModel, produced: int, state: Any, row_limit: int
+    req: DecodeRequest, costs: CostModel, produced: int, state: SequenceState, row_limit: int
 ) -> int:
     if req.drafter is None or req.acceptance is None:
         return 0

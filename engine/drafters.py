@@ -3,7 +3,7 @@
 A drafter never changes the output (verification does); it only proposes. The decode
 loop keeps a *pending* token (sampled, not yet forwarded) and each step calls
 `propose(pending, k)`, verifies the draft in one batched target pass, then
-`commit(tokens)` with what it kept (the pending token first). See DESIGN.md,
+`commit(tokens)` with what it kept (the pending token first). See docs/DESIGN.md,
 "Speculative decoding contracts".
 
 - `SuffixDrafter`: prompt lookup over the whole conversation history, every request
@@ -25,13 +25,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
 from engine.errors import StateError
+from engine.models.protocol import Model
 from engine.sampling import draw
-from engine.sequence import SequenceState, prefill, truncate
+from engine.sequence import prefill, truncate
 from engine.state import Checkpoint
 
 Transform = Callable[[np.ndarray, list[int]], np.ndarray]  # logits row, history -> probs
@@ -207,15 +208,6 @@ def _check_tokens(tokens: list[int]) -> None:
 # -- a small draft model ------------------------------------------------------------
 
 
-class DraftModel(Protocol):
-    """What DraftModelDrafter uses of a model (engine.models.base.DecoderModel has it)."""
-
-    ops: Any
-
-    def new_state(self) -> SequenceState: ...
-    def forward(self, token_ids: list[int], state: SequenceState, logits: str = "last") -> Any: ...
-
-
 class DraftModelDrafter:
     """A small model sharing the target's tokenizer, drafting one token per forward.
 
@@ -230,7 +222,7 @@ class DraftModelDrafter:
 
     def __init__(
         self,
-        model: DraftModel,
+        model: Model,
         transform: Transform | None = None,
         *,
         seed: int | None = None,

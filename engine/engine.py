@@ -14,9 +14,11 @@ import queue
 import threading
 import traceback
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from engine import events as ev
+from engine.config import EngineConfig
 from engine.errors import EngineError
 from engine.loader import LoadedModel, load_model
 from engine.session import Session
@@ -31,14 +33,14 @@ class Engine:
         self,
         listener: Listener,
         *,
-        backend: str | None = None,
+        config: EngineConfig | None = None,
         cache_dir: str | Path | None = None,
-        cache_budget_bytes: int = 512 << 20,
     ) -> None:
+        """`config`: built at the edge (None: EngineConfig()); `cache_dir`: where prompt
+        caches persist (None: nowhere)."""
         self._listener = listener
-        self._backend = backend
+        self._config = config or EngineConfig()  # SetCacheBudget replaces its budget
         self._cache_dir = Path(cache_dir) if cache_dir else None
-        self._cache_budget = cache_budget_bytes
         self._commands: queue.Queue[ev.Command] = queue.Queue()
         self._stop_lock = threading.Lock()
         self._stopped: set[str] = set()
@@ -119,7 +121,7 @@ class Engine:
             if self.session is not None:
                 self.session.branches.budget_bytes = command.max_bytes
                 self.session.branches._evict()
-            self._cache_budget = command.max_bytes
+            self._config = replace(self._config, cache_budget_bytes=command.max_bytes)
         elif isinstance(command, ev.Stop):
             with self._stop_lock:  # a stop for a request that already ended
                 self._stopped.discard(command.request_id)
@@ -130,17 +132,17 @@ class Engine:
         def progress(stage: str, fraction: float) -> None:
             self._emit(ev.ModelLoading(command.path, stage, fraction))
 
-        loaded = load_model(command.path, backend=self._backend, progress=progress)
+        loaded = load_model(command.path, self._config, progress)
         draft: LoadedModel | None = None
         if command.draft_model_path:
-            draft = load_model(command.draft_model_path, backend=self._backend)
+            draft = load_model(command.draft_model_path, self._config)
             if draft.config.vocab_size != loaded.config.vocab_size:
                 raise EngineError(
                     f"The draft model {draft.name} has a different vocabulary "
                     f"({draft.config.vocab_size} vs {loaded.config.vocab_size} tokens)."
                 )
         self.session = None
-        session = Session(loaded, draft, self._cache_dir, self._cache_budget)
+        session = Session(loaded, draft, self._cache_dir, self._config)
         self._emit(ev.ModelLoading(command.path, "measuring speed", 0.95))
         session.calibrate()
         self.session = session

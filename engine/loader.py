@@ -8,23 +8,22 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
-import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import mlx.core as mx
 
 from engine import models
+from engine.config import EngineConfig
 from engine.errors import ModelLoadError, UnsupportedArchitecture
 from engine.models.base import DecoderModel, ModelConfig, Weights
+from engine.runner import ModelRunner
 from engine.tokenizer import Tokenizer
 from kernels.ops import Ops, QuantizedWeight, make_ops
-
-log = logging.getLogger(__name__)
 
 Progress = Callable[[str, float], None]
 
@@ -52,7 +51,8 @@ _MOE_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
 
 @dataclass
 class LoadedModel:
-    model: DecoderModel
+    model: DecoderModel  # the pure forward
+    runner: ModelRunner  # the model with its execution path: what requests run on
     tokenizer: Tokenizer
     config: ModelConfig
     path: Path
@@ -64,59 +64,44 @@ class LoadedModel:
         return self.path.stem if self.path.is_file() else self.path.name
 
 
+@dataclass(frozen=True)
+class ModelFiles:
+    """What a model file or directory holds, read but not yet built into a model."""
+
+    family: ModuleType  # the engine.models module that builds it
+    config: ModelConfig
+    weights: Weights
+    tokenizer: Tokenizer
+    fingerprint: str
+
+
 def load_model(
     path: str | Path,
-    backend: str | None = None,
-    dtype: str | None = None,
+    config: EngineConfig | None = None,
     progress: Progress | None = None,
 ) -> LoadedModel:
+    """The model at `path` built for `config`'s backend and dtype (None: EngineConfig())."""
+    config = config or EngineConfig()
     path = Path(path).expanduser()
     report = progress or (lambda _msg, _frac: None)
     if not path.exists():
         raise ModelLoadError(path, "no such file or directory")
-    ops = make_ops(backend, dtype)
+    ops = make_ops(config.backend, config.dtype, qmatmul=config.qmatmul)
     report("reading weights", 0.05)
-    if path.is_dir():
-        cfg, weights, tokenizer, fingerprint = _read_hf_dir(path)
-    else:
-        cfg, weights, tokenizer, fingerprint = read_gguf(path)
-    family = models.family_for_hf(cfg.family) or models.family_for_gguf(cfg.family)
-    if family is None:
-        raise UnsupportedArchitecture(path, f"no implementation for family {cfg.family!r}")
+    files = _read_hf_dir(path) if path.is_dir() else read_gguf(path)
     report("preparing layers", 0.5)
-    model = family.build(ops, cfg, weights)
-    if ops.name == "mlx" and mx.default_device() == mx.gpu:
-        _speed_up_gpu_steps(model)
+    model: DecoderModel = files.family.build(ops, files.config, files.weights)
+    runner = ModelRunner.for_device(model, config)
     report("ready", 1.0)
     # build() may refine the config (e.g. an MLX conversion's norms already hold 1 + w)
-    return LoadedModel(model, tokenizer, model.config, path, fingerprint, ops)
-
-
-def _speed_up_gpu_steps(model: Any) -> None:
-    """GPU decode is launch-bound: on CUDA, small full-attention models take the fused
-    kernels (BRANCHCHAT_FUSED=0 opts out). Compiling the plain MLX step into one graph was
-    measured slower on the H200 (docs/h200/earlier/decode_compiled.json) and is gone."""
-    from engine.models.fused import MAX_DENSE_BYTES, dense_bytes, unsupported_reason
-    from kernels import fused_decode_cuda
-
-    if (
-        fused_decode_cuda.is_available()
-        and os.environ.get("BRANCHCHAT_FUSED", "1") != "0"
-        and unsupported_reason(model) is None
-        and dense_bytes(model) <= MAX_DENSE_BYTES  # small models: launch-bound, not bandwidth
-    ):
-        try:
-            model.enable_fused_decode()  # compiles its kernels now: a failure shows here
-        except Exception:  # an older toolkit or GPU: the plain MLX path still works
-            log.exception("fused CUDA decode unavailable; using the plain MLX path")
-            model.fused = None
+    return LoadedModel(model, runner, files.tokenizer, model.config, path, files.fingerprint, ops)
 
 
 # -- GGUF -----------------------------------------------------------------------------
 
 
-def read_gguf(path: Path) -> tuple[ModelConfig, Weights, Tokenizer, str]:
-    """A GGUF file's config, weights (canonical names), tokenizer and fingerprint."""
+def read_gguf(path: Path) -> ModelFiles:
+    """A GGUF file's family, config, weights (canonical names), tokenizer and fingerprint."""
     if path.stat().st_size < 32:
         raise ModelLoadError(path, "file is empty or too small to be a GGUF model")
     with open(path, "rb") as f:
@@ -141,7 +126,8 @@ def read_gguf(path: Path) -> tuple[ModelConfig, Weights, Tokenizer, str]:
     quant = _GGUF_FILE_TYPES.get(int(file_type.item()) if file_type is not None else -1, "mixed")
     cfg = _finish_config(cfg, tensors, quant, tie=not _has(tensors, "lm_head.weight"))
     tokenizer = Tokenizer.from_gguf_metadata(meta, path)
-    return cfg, Weights(tensors, str(path), name_of), tokenizer, _fingerprint_file(path, cfg)
+    weights = Weights(tensors, str(path), name_of)
+    return ModelFiles(family, cfg, weights, tokenizer, _fingerprint_file(path, cfg))
 
 
 def _diagnose_gguf(path: Path, exc: Exception) -> str:
@@ -185,7 +171,7 @@ def _gguf_to_hf(name: str) -> str:
 # -- Hugging Face / MLX directories -------------------------------------------------------
 
 
-def _read_hf_dir(path: Path) -> tuple[ModelConfig, Weights, Tokenizer, str]:
+def _read_hf_dir(path: Path) -> ModelFiles:
     config_file = path / "config.json"
     if not config_file.is_file():
         raise ModelLoadError(path, "no config.json in this directory (not a model directory?)")
@@ -215,7 +201,8 @@ def _read_hf_dir(path: Path) -> tuple[ModelConfig, Weights, Tokenizer, str]:
     tie = bool(text_cfg.get("tie_word_embeddings", not _has(tensors, "lm_head.weight")))
     cfg = _finish_config(cfg, tensors, label, tie=tie)
     tokenizer = Tokenizer.from_dir(path)
-    return cfg, Weights(tensors, str(path), name_of), tokenizer, _fingerprint_dir(path, cfg)
+    weights = Weights(tensors, str(path), name_of)
+    return ModelFiles(family, cfg, weights, tokenizer, _fingerprint_dir(path, cfg))
 
 
 def _read_safetensors(path: Path) -> dict[str, Any]:

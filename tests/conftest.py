@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
+from engine.config import EngineConfig, configure_process
 
-import pytest
+# as every entry point does, before anything loads NumPy (OpenBLAS reads its variables then)
+configure_process(EngineConfig.from_environment())
 
-from tests.tiny_models import TinySpec, make_hf_dir, make_llama_gguf
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import pytest  # noqa: E402
+
+from tests.tiny_models import TinySpec, make_hf_dir, make_llama_gguf  # noqa: E402
 
 TinyModel = tuple[Path, TinySpec]
 

@@ -218,27 +218,6 @@ class DecoderModel:
             self.lm_head = self.embed
         else:
             self.lm_head = ops.weight(weights.get("lm_head.weight", (V, D)))
-        self.snapshot_policy = SnapshotPolicy()
-        self.fused: Any = None  # set by enable_fused_decode() (CUDA kernels for 1..16 rows)
-
-    def enable_fused_decode(
-        self, kernels: Any = None, compiled: bool | None = None, mode: str | None = None
-    ) -> None:
-        """Steps of up to 16 rows through the fused kernels (engine/models/fused.py)."""
-        from engine.models.fused import FusedDecode
-
-        self.fused = FusedDecode(self, kernels=kernels, compiled=compiled, mode=mode)
-
-    def verify_is_exact(self) -> bool:
-        """Whether a k-row verify reproduces k one-row steps closely enough for greedy
-        speculation to keep the output unchanged: the fused kernels (bit for bit), or
-        float32 arithmetic. A GPU's bfloat16/float16 matmuls round 1-row and k-row
-        products differently and flip near-ties (measured on the H200: not identical)."""
-        return self.fused is not None or "float32" in str(self.ops.dtype)
-
-    def step_row_limit(self) -> int:
-        """The most rows a decode-time step should carry (a verify: k drafts + 1)."""
-        return self.fused.max_rows if self.fused is not None else 1 << 30
 
     def new_layer_state(self, i: int, policy: SnapshotPolicy) -> LayerState:
         cfg, ops = self.config, self.ops
@@ -255,7 +234,7 @@ class DecoderModel:
         raise ValueError(f"unknown layer type {kind!r}")
 
     def new_state(self, policy: SnapshotPolicy | None = None) -> SequenceState:
-        policy = policy or self.snapshot_policy
+        policy = policy or SnapshotPolicy()
         layers = [self.new_layer_state(i, policy) for i in range(self.config.num_layers)]
         return SequenceState(self.ops, layers, policy)
 
@@ -263,8 +242,6 @@ class DecoderModel:
         """Append `token_ids` to `state`; logits for "all" rows, the "last" row, or "none"."""
         if not token_ids:
             raise ValueError("forward needs at least one token")
-        if self.fused is not None and self.fused.supports(state, len(token_ids)):
-            return self.fused(list(token_ids), state, logits)
         ops = self.ops
         offset = state.begin_forward(len(token_ids))
         x = self.hidden(np.asarray(token_ids, dtype=np.int64), state.layers, offset)
@@ -288,6 +265,3 @@ class DecoderModel:
         return self.ops.linear(
             self.ops.rms_norm(h, self.norm, self.config.rms_norm_eps), self.lm_head
         )
-
-    def num_parameters(self) -> int:
-        return int(self.config.extra.get("num_parameters", 0))

@@ -16,13 +16,13 @@ a verify's logits equal, bit for bit, those of one-token steps over the same row
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any
 
 import mlx.core as mx
 
+from engine.models.base import FULL, AttentionBlock, DecoderModel, ModelConfig
 from engine.sequence import SequenceState
-from engine.state import FullKV
+from engine.state import FullKV, full_kv_layers
 from kernels import fused_decode_cuda
 from kernels.fused_decode_cuda import MAX_ROWS, Shapes
 from kernels.fused_step_cuda import step_unsupported
@@ -32,10 +32,8 @@ _CAPACITY_STEP = 1024  # compiled steps retrace per buffer shape: grow in large 
 log = logging.getLogger(__name__)
 
 
-def unsupported_reason(model: Any) -> str | None:
+def unsupported_reason(model: DecoderModel) -> str | None:
     """Why `model` can't take the fused path, or None."""
-    from engine.models.base import FULL, AttentionBlock
-
     cfg = model.config
     if getattr(model.ops, "name", "") != "mlx":
         return "needs the MLX backend"
@@ -55,7 +53,7 @@ def unsupported_reason(model: Any) -> str | None:
 MAX_DENSE_BYTES = 2 << 30
 
 
-def dense_bytes(model: Any) -> int:
+def dense_bytes(model: DecoderModel) -> int:
     """Bytes of the dense weight copy the fused path makes (model dtype)."""
     cfg = model.config
     D, F, Dh = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
@@ -65,7 +63,7 @@ def dense_bytes(model: Any) -> int:
     return (cfg.num_layers * per_layer + tables) * itemsize
 
 
-def _shapes(cfg: Any) -> Shapes:
+def _shapes(cfg: ModelConfig) -> Shapes:
     return Shapes(
         hidden=cfg.hidden_size,
         heads=cfg.num_heads,
@@ -81,25 +79,27 @@ def _shapes(cfg: Any) -> Shapes:
 
 class FusedDecode:
     """mode "step": one kernel launch per step (kernels/fused_step_cuda.py, CUDA only);
-    mode "layers": five kernels a layer, eager or traced once with `mx.compile`."""
+    mode "layers": five kernels a layer, eager or traced once with `mx.compile`;
+    mode None: "step" where the one-launch kernel runs, else "layers"."""
 
     def __init__(
         self,
-        model: Any,
+        model: DecoderModel,
         kernels: Any = None,
-        compiled: bool | None = None,
+        compiled: bool = True,
         mode: str | None = None,
     ) -> None:
         reason = unsupported_reason(model)
         if reason:
             raise ValueError(f"fused decode: {reason}")
-        ops = model.ops
+        # the MLX backend (unsupported_reason checked): its dequantize, and embed of device ids
+        ops: Any = model.ops
         self.model, self.ops = model, ops
         shapes = _shapes(model.config)
         self.k = kernels or fused_decode_cuda.kernels_for(shapes)
         if mode is None:
             one_launch = fused_decode_cuda.is_available() and not step_unsupported(shapes)
-            mode = os.environ.get("BRANCHCHAT_FUSED_MODE") or ("step" if one_launch else "layers")
+            mode = "step" if one_launch else "layers"
         if mode not in ("step", "layers"):
             raise ValueError(f"fused decode mode must be 'step' or 'layers', not {mode!r}")
 
@@ -134,8 +134,6 @@ class FusedDecode:
 
             self.step_kernel = StepKernel(shapes, len(layers))
         self.mode = mode
-        if compiled is None:
-            compiled = os.environ.get("BRANCHCHAT_FUSED_COMPILE", "1") != "0"
         self.compiled = compiled
         self._traced: dict[str, Any] = {}
         if mode == "step":
@@ -152,7 +150,7 @@ class FusedDecode:
     max_rows = MAX_ROWS
 
     def supports(self, state: SequenceState, rows: int) -> bool:
-        return 1 <= rows <= MAX_ROWS and all(isinstance(s, FullKV) for s in state.layers)
+        return 1 <= rows <= MAX_ROWS and full_kv_layers(state.layers) is not None
 
     # -- one step ----------------------------------------------------------------------
     def _layers(self, x: mx.array, pos: mx.array, caches: list[Any], write: Any) -> mx.array:
@@ -175,9 +173,11 @@ class FusedDecode:
         return self.ops.embed(self.embed, ids).astype(mx.float32)
 
     def __call__(self, token_ids: list[int], state: SequenceState, logits: str) -> Any:
+        kvs = full_kv_layers(state.layers)
+        if kvs is None:  # checked before the state changes (callers ask `supports` first)
+            raise ValueError("the fused path needs every layer to be full attention")
         rows = len(token_ids)
         offset = state.begin_forward(rows)
-        kvs: list[FullKV] = list(state.layers)  # type: ignore[arg-type]
         need = offset + rows
         # one capacity for every layer: the step kernel strides all buffers by layer 0's
         if any(kv.capacity() < need for kv in kvs) or len({kv.capacity() for kv in kvs}) > 1:
@@ -196,7 +196,7 @@ class FusedDecode:
         else:
             out = self._eager_step(ids, pos, kvs, logits, offset)
         for kv in kvs:
-            kv.length = need
+            kv.replace_buffers(kv.keys, kv.values, need)
         if out is not None:
             mx.eval(out)
         else:
@@ -231,9 +231,10 @@ class FusedDecode:
         self, ids: mx.array, pos: mx.array, kvs: list[FullKV], logits: str, offset: int
     ) -> Any:
         def write(kv: FullKV, k_rows: mx.array, v_rows: mx.array) -> tuple[mx.array, mx.array]:
-            kv.keys = self.ops.write_rows(kv.keys, offset, k_rows)
-            kv.values = self.ops.write_rows(kv.values, offset, v_rows)
-            return kv.keys, kv.values
+            keys = self.ops.write_rows(kv.keys, offset, k_rows)
+            values = self.ops.write_rows(kv.values, offset, v_rows)
+            kv.replace_buffers(keys, values, kv.length)
+            return keys, values
 
         return self._head(self._layers(self._embed(ids), pos, kvs, write), logits)
 
@@ -244,12 +245,12 @@ class FusedDecode:
         buffers = []
         for kv in kvs:
             buffers += [kv.keys, kv.values]
-            kv.keys = kv.values = None  # the step's outputs replace them: let MLX donate
+            kv.replace_buffers(None, None, kv.length)  # the step's outputs replace them: donate
         outputs = fn(ids, pos, *buffers)
         del buffers
         rest = outputs[1:] if logits != "none" else outputs
         for i, kv in enumerate(kvs):
-            kv.keys, kv.values = rest[2 * i], rest[2 * i + 1]
+            kv.replace_buffers(rest[2 * i], rest[2 * i + 1], kv.length)
         return outputs[0] if logits != "none" else None
 
     def _traceable(self, logits: str) -> Any:

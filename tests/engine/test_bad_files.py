@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from engine.config import EngineConfig
 from engine.errors import ModelLoadError, UnsupportedArchitecture
 from engine.loader import load_model
 from tests.conftest import TinyModel
@@ -20,7 +21,7 @@ from tests.tiny_models import VOCAB_SIZE, make_hf_dir, make_llama_gguf, referenc
 def load_error(path: Path, expected: type[ModelLoadError] = ModelLoadError) -> str:
     """The message of the error loading `path` raises; it must name the file."""
     with pytest.raises(expected) as info:
-        load_model(path, backend="numpy")
+        load_model(path, EngineConfig(backend="numpy"))
     message = str(info.value)
     assert path.name in message, f"message does not name {path.name}: {message}"
     return message
@@ -94,7 +95,7 @@ def test_gguf_unsupported_quant_type_is_refused_or_exact(tmp_path: Path) -> None
     path = tmp_path / "q5.gguf"
     spec = make_llama_gguf(path, qtype="Q5_0")
     try:
-        model = load_model(path, backend="numpy").model
+        model = load_model(path, EngineConfig(backend="numpy")).runner
     except ModelLoadError as err:
         assert path.name in str(err) and "Q5_0" in str(err), str(err)
         return
@@ -132,7 +133,7 @@ def test_truncated_safetensors(tmp_path: Path) -> None:
     make_hf_dir(directory)
     truncate_to_half(directory / "model.safetensors")
     with pytest.raises(ModelLoadError) as info:
-        load_model(directory, backend="numpy")
+        load_model(directory, EngineConfig(backend="numpy"))
     assert "model.safetensors" in str(info.value)
 
 
@@ -141,7 +142,7 @@ def test_missing_shard(tmp_path: Path) -> None:
     make_hf_dir(directory, shards=2)
     (directory / "model-00002-of-00002.safetensors").unlink()
     with pytest.raises(ModelLoadError) as info:
-        load_model(directory, backend="numpy")
+        load_model(directory, EngineConfig(backend="numpy"))
     assert "model-00002-of-00002.safetensors" in str(info.value)
 
 

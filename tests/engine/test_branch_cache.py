@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from engine.branch_cache import BranchCache
+from engine.config import EngineConfig
 from engine.loader import load_model
 from engine.sequence import prefill, truncate
 from tests.hybrid_models import make_hybrid_dir
@@ -17,7 +18,7 @@ from tests.hybrid_models import make_hybrid_dir
 def hybrid(tmp_path_factory):
     path = tmp_path_factory.mktemp("branch-hybrid")
     make_hybrid_dir(path, layout="hf")
-    return load_model(path, backend="numpy")
+    return load_model(path, EngineConfig(backend="numpy"))
 
 
 def test_restored_tail_brings_back_its_snapshots(hybrid) -> None:

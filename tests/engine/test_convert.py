@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from mlx.utils import tree_map
 
+from engine.config import EngineConfig
 from engine.convert import convert_gguf
 from engine.default_model import default_model_path, is_default_model_present
 from engine.loader import load_model
@@ -25,8 +26,8 @@ PROMPT_TEXT = (
 
 
 def _logits(path: Path, backend: str, ids: list[int]) -> np.ndarray:
-    lm = load_model(path, backend=backend)
-    out = lm.model.forward(ids, lm.model.new_state(), logits="all")
+    lm = load_model(path, EngineConfig(backend=backend))
+    out = lm.runner.forward(ids, lm.runner.new_state(), logits="all")
     return np.asarray(lm.ops.to_numpy(out), dtype=np.float64)
 
 
@@ -125,7 +126,8 @@ def test_mlx_lm_matches_the_default_model(tmp_path: Path):
     out = convert_gguf(default_model_path(), tmp_path / "smollm2")
     model, tokenizer = mlx_lm.load(str(out))
     ids = tokenizer.encode(PROMPT_TEXT, add_special_tokens=False)
-    assert ids == load_model(default_model_path(), backend="numpy").tokenizer.encode(PROMPT_TEXT)
+    ours_tokenizer = load_model(default_model_path(), EngineConfig(backend="numpy")).tokenizer
+    assert ids == ours_tokenizer.encode(PROMPT_TEXT)
     ours = _logits(default_model_path(), "numpy", ids)
     # as stored, mlx-lm computes in the scales' float16
     theirs = np.array(model(mx.array(ids)[None])[0].astype(mx.float32), dtype=np.float64)

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from engine.config import EngineConfig
 from engine.drafters import Draft, DraftModelDrafter, SuffixDrafter
 from engine.loader import load_model
 from engine.sampling import SamplingSettings, probabilities
@@ -201,7 +202,7 @@ def draft_model(request, tiny_llama_gguf: TinyModel, tmp_path_factory) -> Counti
         make_hybrid_dir(path)
     else:
         path = tiny_llama_gguf[0]
-    return CountingModel(load_model(path, backend=backend).model)
+    return CountingModel(load_model(path, EngineConfig(backend=backend)).runner)
 
 
 def to_numpy(model, logits) -> np.ndarray:

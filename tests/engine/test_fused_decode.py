@@ -1,4 +1,4 @@
-"""The fused decode path (engine/models/fused.py) against the plain MLX forward.
+"""The fused decode path (engine/runner/fused.py) against the plain MLX forward.
 
 On a CPU the kernels are the MLX-ops reference (kernels/fused_decode_ref.py), which
 checks the plumbing: KV rows in the state's own buffers, positions, logits modes,
@@ -12,15 +12,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from engine.config import EngineConfig
 from engine.loader import load_model
-from engine.models import fused
-from engine.models.fused import unsupported_reason
+from engine.runner import ModelRunner, fused, fused_decode_for
+from engine.runner.fused import unsupported_reason
 from kernels import fused_decode_cuda
 
 PROMPT = list(range(3, 40))
 # (mode, compiled): the five-kernel path eager and traced; on CUDA also the one-launch step
 VARIANTS = [("layers", False), ("layers", True)] + (
-    [("step", None)] if fused_decode_cuda.is_available() else []
+    [("step", True)] if fused_decode_cuda.is_available() else []
 )
 STEPS = [5, 9, 33, 7, 3, 12, 40, 2, 17, 8]
 # past 512 keys: the one-launch kernel splits attention across blocks and combines them
@@ -33,15 +34,15 @@ def mlx_llama(request, tiny_models):
         path, _ = tiny_models.gguf(qtype="Q4_1", embed_qtype="Q8_0")
     else:
         path, _ = tiny_models.hf("llama")
-    lm = load_model(path, backend="mlx")
-    lm.model.fused = None  # the loader may have enabled it (CUDA): start from the plain path
+    lm = load_model(path, EngineConfig(backend="mlx"))
+    lm.runner.fused = None  # the loader may have enabled it (CUDA): start from the plain path
     return lm
 
 
 def _steps(lm, steps, prompt=PROMPT):
-    state = lm.model.new_state()
-    lm.model.forward(prompt, state)
-    return [np.array(lm.ops.to_numpy(lm.model.forward([t], state))) for t in steps], state
+    state = lm.runner.new_state()
+    lm.runner.forward(prompt, state)
+    return [np.array(lm.ops.to_numpy(lm.runner.forward([t], state))) for t in steps], state
 
 
 def _tolerance(lm):
@@ -72,7 +73,7 @@ def _assert_close_logits(lm, got, want):
 def test_fused_steps_match_plain_forward(mlx_llama, mode, compiled, prompt, monkeypatch):
     monkeypatch.setattr(fused, "_CAPACITY_STEP", 16)  # grow (and retrace) mid-run
     plain, plain_state = _steps(mlx_llama, STEPS, prompt)
-    mlx_llama.model.enable_fused_decode(compiled=compiled, mode=mode)
+    mlx_llama.runner.enable_fused_decode(compiled=compiled, mode=mode)
     fast, state = _steps(mlx_llama, STEPS, prompt)
     for a, b in zip(plain, fast, strict=True):
         _assert_close_logits(mlx_llama, b, a)
@@ -83,31 +84,31 @@ def test_fused_steps_match_plain_forward(mlx_llama, mode, compiled, prompt, monk
 @pytest.mark.parametrize("mode,compiled", VARIANTS)
 def test_fused_verify_rows_and_rollback(mlx_llama, mode, compiled):
     """A multi-row call gives every row's logits; rolling back and decoding again agrees."""
-    model = mlx_llama.model
+    runner = mlx_llama.runner
     plain, _ = _steps(mlx_llama, STEPS[:6])
-    model.enable_fused_decode(compiled=compiled, mode=mode)
-    state = model.new_state()
-    model.forward(PROMPT, state)
-    first = np.array(mlx_llama.ops.to_numpy(model.forward([STEPS[0]], state)))
+    runner.enable_fused_decode(compiled=compiled, mode=mode)
+    state = runner.new_state()
+    runner.forward(PROMPT, state)
+    first = np.array(mlx_llama.ops.to_numpy(runner.forward([STEPS[0]], state)))
     cp = state.checkpoint(record=True)
-    rows = np.array(mlx_llama.ops.to_numpy(model.forward(STEPS[1:6], state, logits="all")))
+    rows = np.array(mlx_llama.ops.to_numpy(runner.forward(STEPS[1:6], state, logits="all")))
     assert rows.shape[0] == 5
     for i in range(5):
         np.testing.assert_allclose(rows[i], plain[i + 1][-1], atol=_tolerance(mlx_llama))
     state.rollback_retaining(cp, 2)
-    again = np.array(mlx_llama.ops.to_numpy(model.forward([STEPS[3]], state)))
+    again = np.array(mlx_llama.ops.to_numpy(runner.forward([STEPS[3]], state)))
     assert state.tokens[-3:] == [STEPS[1], STEPS[2], STEPS[3]]
     np.testing.assert_allclose(again[-1], plain[3][-1], atol=_tolerance(mlx_llama))
     np.testing.assert_allclose(first[-1], plain[0][-1], atol=_tolerance(mlx_llama))
 
 
 def test_long_calls_take_the_plain_path(mlx_llama):
-    model = mlx_llama.model
-    model.enable_fused_decode(compiled=False, mode="layers")
-    state = model.new_state()
-    assert not model.fused.supports(state, fused_decode_cuda.MAX_ROWS + 1)
-    assert model.fused.supports(state, fused_decode_cuda.MAX_ROWS)
-    model.forward(list(range(3, 3 + fused_decode_cuda.MAX_ROWS + 1)), state, logits="none")
+    runner = mlx_llama.runner
+    runner.enable_fused_decode(compiled=False, mode="layers")
+    state = runner.new_state()
+    assert not runner.fused.supports(state, fused_decode_cuda.MAX_ROWS + 1)
+    assert runner.fused.supports(state, fused_decode_cuda.MAX_ROWS)
+    runner.forward(list(range(3, 3 + fused_decode_cuda.MAX_ROWS + 1)), state, logits="none")
     assert state.offset == fused_decode_cuda.MAX_ROWS + 1
 
 
@@ -115,14 +116,14 @@ def test_unsupported_models_are_named(tiny_models, tmp_path):
     from tests.hybrid_models import make_hybrid_dir
 
     make_hybrid_dir(tmp_path, layout="hf")
-    hybrid = load_model(tmp_path, backend="mlx")
+    hybrid = load_model(tmp_path, EngineConfig(backend="mlx"))
     assert "full-attention" in unsupported_reason(hybrid.model)
-    qwen3 = load_model(tiny_models.hf("qwen3")[0], backend="mlx")
+    qwen3 = load_model(tiny_models.hf("qwen3")[0], EngineConfig(backend="mlx"))
     assert "q/k norm" in unsupported_reason(qwen3.model)
-    numpy_model = load_model(tiny_models.gguf(qtype="F32")[0], backend="numpy")
+    numpy_model = load_model(tiny_models.gguf(qtype="F32")[0], EngineConfig(backend="numpy"))
     assert "MLX" in unsupported_reason(numpy_model.model)
     with pytest.raises(ValueError, match="full-attention"):
-        hybrid.model.enable_fused_decode()
+        hybrid.runner.enable_fused_decode()
 
 
 @pytest.mark.skipif(not fused_decode_cuda.is_available(), reason="needs MLX on a CUDA GPU")
@@ -131,12 +132,12 @@ def test_unsupported_models_are_named(tiny_models, tmp_path):
 @pytest.mark.parametrize("prompt", [PROMPT, LONG_PROMPT], ids=["short", "long"])
 def test_rows_are_bit_identical_to_single_steps(mlx_llama, mode, prompt):
     """What makes bf16 greedy speculation exact: row i of a verify == the i-th decode step."""
-    model = mlx_llama.model
-    model.enable_fused_decode(compiled=True, mode=mode)
+    runner = mlx_llama.runner
+    runner.enable_fused_decode(compiled=True, mode=mode)
     single, _ = _steps(mlx_llama, STEPS, prompt)
-    state = model.new_state()
-    model.forward(prompt, state)
-    rows = np.array(mlx_llama.ops.to_numpy(model.forward(STEPS, state, logits="all")))
+    state = runner.new_state()
+    runner.forward(prompt, state)
+    rows = np.array(mlx_llama.ops.to_numpy(runner.forward(STEPS, state, logits="all")))
     for i in range(1, len(STEPS)):
         np.testing.assert_array_equal(rows[i - 1], single[i - 1][-1])
 
@@ -147,10 +148,10 @@ def test_one_launch_step_matches_five_kernels_past_512_keys(mlx_llama):
     """Both fused paths accumulate in float32 from the same bf16 KV rows: past 512 keys
     the one-launch kernel splits attention across blocks and combines the chunks, and
     must still agree with the five kernels' single pass far more closely than bf16 noise."""
-    model = mlx_llama.model
-    model.enable_fused_decode(compiled=False, mode="layers")
+    runner = mlx_llama.runner
+    runner.enable_fused_decode(compiled=False, mode="layers")
     layers, _ = _steps(mlx_llama, STEPS[:4], LONG_PROMPT)
-    model.enable_fused_decode(mode="step")
+    runner.enable_fused_decode(mode="step")
     step, _ = _steps(mlx_llama, STEPS[:4], LONG_PROMPT)
     for a, b in zip(layers, step, strict=True):
         assert _relative_l2(b, a) <= 2e-3
@@ -212,11 +213,11 @@ def test_speculation_is_refused_where_a_verify_is_not_exact(tiny_models, monkeyp
     the session decodes plainly instead (and says so in the log)."""
     from engine.session import Session
 
-    lm = load_model(tiny_models.gguf(qtype="F32")[0], backend="numpy")
+    lm = load_model(tiny_models.gguf(qtype="F32")[0], EngineConfig(backend="numpy"))
     session = Session(lm)
-    assert lm.model.verify_is_exact()
+    assert lm.runner.verify_is_exact()
     assert session._drafter("lookup")[0] is session.lookup
-    monkeypatch.setattr(lm.model, "verify_is_exact", lambda: False)
+    monkeypatch.setattr(lm.runner, "verify_is_exact", lambda: False)
     assert session._drafter("lookup") == (None, None)
     assert session._drafter("auto") == (None, None)
 
@@ -224,42 +225,41 @@ def test_speculation_is_refused_where_a_verify_is_not_exact(tiny_models, monkeyp
 def test_layers_are_brought_to_one_capacity(mlx_llama):
     """The one-launch step strides every layer's KV buffer by layer 0's capacity."""
     plain, _ = _steps(mlx_llama, STEPS[:2])
-    model = mlx_llama.model
-    model.enable_fused_decode(compiled=False, mode="layers")
-    state = model.new_state()
-    model.forward(PROMPT, state)
+    runner = mlx_llama.runner
+    runner.enable_fused_decode(compiled=False, mode="layers")
+    state = runner.new_state()
+    runner.forward(PROMPT, state)
     state.layers[0].reserve(3000)  # as if one layer had been grown on its own
-    out = np.array(mlx_llama.ops.to_numpy(model.forward([STEPS[0]], state)))
+    out = np.array(mlx_llama.ops.to_numpy(runner.forward([STEPS[0]], state)))
     assert len({kv.capacity() for kv in state.layers}) == 1
     assert state.layers[1].capacity() >= 3000
     np.testing.assert_allclose(out[-1], plain[0][-1], atol=_tolerance(mlx_llama))
 
 
 def test_dense_copy_size_counts_every_weight(mlx_llama):
-    """The loader enables the fused path only for models whose dense copy is small."""
-    from engine.models.fused import dense_bytes
+    """The runner enables the fused path only for models whose dense copy is small."""
+    from engine.runner.fused import dense_bytes
 
-    model = mlx_llama.model
-    model.enable_fused_decode(compiled=False, mode="layers")
-    weights = [model.fused.stacked[i] for i in (1, 2, 4, 5, 7)]  # not the norms
+    runner = mlx_llama.runner
+    runner.enable_fused_decode(compiled=False, mode="layers")
+    weights = [runner.fused.stacked[i] for i in (1, 2, 4, 5, 7)]  # not the norms
     copied = sum(int(w.nbytes) for w in weights)
-    if not model.fused.tied:  # the one-launch step also copies the embedding table
-        copied += int(model.fused.head_w.nbytes)
-    assert dense_bytes(model) == copied
+    if not runner.fused.tied:  # the one-launch step also copies the embedding table
+        copied += int(runner.fused.head_w.nbytes)
+    assert dense_bytes(runner.model) == copied
 
 
 def test_a_fused_path_that_fails_to_build_leaves_the_plain_path(mlx_llama, monkeypatch, caplog):
     """Kernels that do not compile (an older toolkit or GPU) must not stop the model loading."""
-    from engine import loader
-    from engine.models.base import DecoderModel
+    from engine.runner import runner as runner_module
 
-    def fail(self, **_kwargs):
+    def fail(*_args, **_kwargs):
         raise RuntimeError("nvrtc: error")
 
     monkeypatch.setattr(fused_decode_cuda, "is_available", lambda: True)
-    monkeypatch.setattr(DecoderModel, "enable_fused_decode", fail)
-    loader._speed_up_gpu_steps(mlx_llama.model)
-    assert mlx_llama.model.fused is None
+    monkeypatch.setattr(runner_module, "FusedDecode", fail)
+    runner = ModelRunner(mlx_llama.model, fused_decode_for(mlx_llama.model, EngineConfig()))
+    assert runner.fused is None
     assert "plain MLX path" in caplog.text
-    state = mlx_llama.model.new_state()
-    assert mlx_llama.model.forward([3, 4, 5], state) is not None
+    state = runner.new_state()
+    assert runner.forward([3, 4, 5], state) is not None

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from engine.config import EngineConfig
 from engine.errors import UnsupportedArchitecture
 from engine.loader import load_model
 from engine.models import qwen3_5
@@ -81,7 +82,7 @@ def assert_close(got: np.ndarray, want: np.ndarray, what: str = "") -> None:
 def test_layout_matches_reference(hybrid: Any, case: dict, backend: str) -> None:
     path, spec = hybrid(**case)
     ids = token_ids()
-    model = load_model(path, backend=backend).model
+    model = load_model(path, EngineConfig(backend=backend)).runner
     logits = as_f64(model.forward(ids, model.new_state(), logits="all"))
     assert_close(logits, reference_forward(spec, ids))
 
@@ -91,7 +92,7 @@ def test_layout_matches_reference(hybrid: Any, case: dict, backend: str) -> None
 def test_pieces_equal_one_pass(hybrid: Any, case: dict, backend: str) -> None:
     path, spec = hybrid(**case)
     ids = token_ids(seed=1, n=sum(PIECES))
-    model = load_model(path, backend=backend).model
+    model = load_model(path, EngineConfig(backend=backend)).runner
     state = model.new_state()
     rows, start = [], 0
     for size in PIECES:
@@ -110,7 +111,7 @@ def test_rollback_retaining_replays_the_tape(
 ) -> None:
     path, spec = hybrid(layout="next")
     ids = token_ids(seed=2, n=20 + verify_rows + 1)
-    model = load_model(path, backend=backend).model
+    model = load_model(path, EngineConfig(backend=backend)).runner
     state = model.new_state()
     model.forward(ids[:20], state, logits="none")
     cp = state.checkpoint(record=True)
@@ -139,7 +140,7 @@ def test_tiny_weights_make_context_matter(hybrid: Any) -> None:
 def test_layer_types_from_full_attention_interval(hybrid: Any) -> None:
     path, spec = hybrid(layout="next")
     assert "layer_types" not in spec.config
-    cfg = load_model(path, backend="numpy").config
+    cfg = load_model(path, EngineConfig(backend="numpy")).config
     assert [cfg.layer_type(i) for i in range(4)] == [LINEAR, LINEAR, LINEAR, FULL]
     cfg = qwen3_5.config_from_hf(
         {**spec.config, "num_hidden_layers": 6, "full_attention_interval": 2}
@@ -149,7 +150,7 @@ def test_layer_types_from_full_attention_interval(hybrid: Any) -> None:
 
 def test_layer_types_from_list(hybrid: Any) -> None:
     path, spec = hybrid(layout="hf")
-    lm = load_model(path, backend="numpy")
+    lm = load_model(path, EngineConfig(backend="numpy"))
     assert [lm.config.layer_type(i) for i in range(4)] == [LINEAR, LINEAR, LINEAR, FULL]
     pattern = [FULL, LINEAR, LINEAR, FULL]
     cfg = qwen3_5.config_from_hf({**spec.config, "layer_types": pattern})
@@ -159,7 +160,7 @@ def test_layer_types_from_list(hybrid: Any) -> None:
 @pytest.mark.parametrize("layout", ["hf", "next", "mlx"])
 def test_config_fields(hybrid: Any, layout: str) -> None:
     path, spec = hybrid(layout=layout)
-    lm = load_model(path, backend="numpy")
+    lm = load_model(path, EngineConfig(backend="numpy"))
     cfg = lm.model.config
     assert cfg.rotary_dim == 8  # head_dim 16 * partial_rotary_factor 0.5
     assert cfg.rope_theta == 10000.0
@@ -191,4 +192,4 @@ def test_canonical_names() -> None:
 def test_mixture_of_experts_is_refused(tmp_path: Path, layout: str) -> None:
     make_hybrid_dir(tmp_path, layout, num_experts=8, num_experts_per_tok=2)
     with pytest.raises(UnsupportedArchitecture, match="mixture-of-experts"):
-        load_model(tmp_path, backend="numpy")
+        load_model(tmp_path, EngineConfig(backend="numpy"))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from engine.config import EngineConfig
 from engine.loader import load_model
 from tests.conftest import TinyModel, TinyModels
 from tests.tiny_models import VOCAB_SIZE, build_hf_tokenizer, reference_forward
@@ -51,7 +52,7 @@ def token_ids(seed: int = 0, n: int = NUM_TOKENS) -> list[int]:
 
 
 def forward_all(path: object, backend: str, ids: list[int]) -> np.ndarray:
-    model = load_model(path, backend=backend).model
+    model = load_model(path, EngineConfig(backend=backend)).runner
     logits = model.forward(ids, model.new_state(), logits="all")
     return np.asarray(logits, dtype=np.float64)
 
@@ -86,7 +87,7 @@ def test_forward_in_two_pieces_equals_one_pass(
 ) -> None:
     path, spec = request.getfixturevalue(fixture)
     ids = token_ids(seed=1)
-    model = load_model(path, backend=backend).model
+    model = load_model(path, EngineConfig(backend=backend)).runner
     state = model.new_state()
     first = np.asarray(model.forward(ids[:SPLIT_AT], state, logits="all"), dtype=np.float64)
     second = np.asarray(model.forward(ids[SPLIT_AT:], state, logits="all"), dtype=np.float64)
@@ -101,7 +102,7 @@ def test_forward_in_two_pieces_equals_one_pass(
 def test_last_logits_are_the_last_row(tiny_llama_gguf: TinyModel, backend: str) -> None:
     path, spec = tiny_llama_gguf
     ids = token_ids(seed=2)
-    model = load_model(path, backend=backend).model
+    model = load_model(path, EngineConfig(backend=backend)).runner
     last = np.asarray(model.forward(ids, model.new_state(), logits="last"), dtype=np.float64)
     assert last.size == VOCAB_SIZE
     assert_matches_reference(last.reshape(1, VOCAB_SIZE), reference_forward(spec, ids)[-1:])
@@ -120,7 +121,7 @@ def test_tiny_weights_make_context_matter(tiny_llama_gguf: TinyModel) -> None:
 @pytest.mark.parametrize("fixture", ["tiny_llama_gguf", "tiny_llama_hf", "tiny_qwen3_hf"])
 def test_config_and_tokenizer(request: pytest.FixtureRequest, fixture: str) -> None:
     path, spec = request.getfixturevalue(fixture)
-    lm = load_model(path, backend="numpy")
+    lm = load_model(path, EngineConfig(backend="numpy"))
     assert lm.config.family == spec.family
     assert lm.config.hidden_size == spec.config["hidden_size"]
     assert lm.config.num_layers == spec.config["num_hidden_layers"]

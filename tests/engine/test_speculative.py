@@ -1,4 +1,4 @@
-"""Speculative decoding (DESIGN.md, "Speculative decoding contracts"): greedy output is
+"""Speculative decoding (docs/DESIGN.md, "Speculative decoding contracts"): greedy output is
 token-identical to plain decoding for every drafter and draft length, the state (and a
 draft model's) is exact after every partial accept, rejection sampling emits exactly the
 target's distribution, and the draft length follows measured cost and acceptance.
@@ -17,6 +17,7 @@ import pytest
 
 from engine import decoding
 from engine import events as ev
+from engine.config import EngineConfig
 from engine.decoding import (
     MAX_DRAFT,
     AcceptanceModel,
@@ -34,7 +35,7 @@ from tests.conftest import TinyModels
 from tests.hybrid_models import make_hybrid_dir
 from tests.tiny_models import EOS_ID, VOCAB_SIZE
 
-TOLERANCE = 1e-4  # max abs logit diff against a fresh prefill (float32, DESIGN.md)
+TOLERANCE = 1e-4  # max abs logit diff against a fresh prefill (float32, docs/DESIGN.md)
 # bfloat16 on a GPU: decode steps (fused kernels) and a fresh prefill (MLX matmuls) round
 # differently; a rollback bug shows as O(1) differences, rounding as O(0.1) at most
 TOLERANCE_BF16 = 0.25
@@ -77,7 +78,7 @@ def pair(
             path = tmp_path_factory.mktemp("hybrid") / f"seed{seed}"
             make_hybrid_dir(path, seed=seed)
             paths.append(path)
-    target, draft = (load_model(p, backend=backend).model for p in paths)
+    target, draft = (load_model(p, EngineConfig(backend=backend)).runner for p in paths)
     if not target.verify_is_exact():  # bf16 on a GPU without the fused kernels
         pytest.skip("the session refuses speculation here (verify rows are not exact)")
     return Pair(target, draft, backend)

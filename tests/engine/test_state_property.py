@@ -30,6 +30,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from engine.config import EngineConfig
 from engine.errors import StateError
 from engine.loader import LoadedModel, load_model
 from engine.sequence import SequenceState, prefill, truncate
@@ -76,7 +77,7 @@ class StateModels:
 
     def get(self, kind: str, backend: str = "numpy") -> LoadedModel:
         if (kind, backend) not in self._loaded:
-            self._loaded[kind, backend] = load_model(self.path(kind), backend=backend)
+            self._loaded[kind, backend] = load_model(self.path(kind), EngineConfig(backend=backend))
         return self._loaded[kind, backend]
 
 

@@ -1,0 +1,138 @@
+"""The engine's configuration: one frozen `EngineConfig`, built once at an edge (the CLI,
+the app, the bench, a test) and handed down to the loader, the runner and the session.
+
+`EngineConfig.from_environment` reads the `BRANCHCHAT_*` variables; nothing below the
+edge reads the environment. `configure_process` applies the process-wide part, and
+must run before anything imports NumPy (it sets variables OpenBLAS reads as it loads),
+which is why neither importing this module nor building a config loads NumPy.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from engine.state import SnapshotPolicy
+
+BACKENDS = ("numpy", "mlx")
+DTYPES = ("bfloat16", "float16", "float32")
+FUSED_MODES = ("step", "layers")
+DEFAULT_CACHE_BUDGET_BYTES = 512 << 20
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    backend: str | None = None  # "numpy" or "mlx"; None: by MLX's default device
+    dtype: str | None = None  # the MLX compute dtype; None: float32 on a CPU, bfloat16 on a GPU
+    fused: bool = True  # the fused CUDA kernels for small full-attention models on CUDA
+    fused_mode: str | None = None  # "step" (one launch) or "layers"; None: "step" where it runs
+    fused_compile: bool = True  # trace the five-kernel step once with mx.compile
+    qmatmul: bool | None = None  # the CPU C kernel for packed weights; None: where SIMD was built
+    threads: int | None = None  # the C kernel's threads; None: the cores this process may use
+    blas_threads: int | None = None  # OpenBLAS / OpenMP threads; None: their own default
+    # None: SnapshotPolicy()'s defaults (engine.state loads NumPy, so none is built here)
+    snapshot_policy: SnapshotPolicy | None = None
+    cache_budget_bytes: int = DEFAULT_CACHE_BUDGET_BYTES  # computed tails of sibling branches
+
+    def __post_init__(self) -> None:
+        if self.backend is not None and self.backend not in BACKENDS:
+            raise ValueError(f"backend must be 'numpy' or 'mlx', not {self.backend!r}")
+        if self.dtype is not None and self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {sorted(DTYPES)}, not {self.dtype!r}")
+        if self.fused_mode is not None and self.fused_mode not in FUSED_MODES:
+            raise ValueError(f"fused_mode must be 'step' or 'layers', not {self.fused_mode!r}")
+        for name in ("threads", "blas_threads"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be a positive integer, not {value!r}")
+        if self.cache_budget_bytes < 0:
+            raise ValueError(f"cache_budget_bytes must be >= 0, not {self.cache_budget_bytes}")
+
+    @classmethod
+    def from_environment(
+        cls, environ: Mapping[str, str] | None = None, **overrides: Any
+    ) -> EngineConfig:
+        """The BRANCHCHAT_* variables of `environ` (default: this process's), with
+        `overrides` (field=value, from flags or settings) taking precedence. An override
+        of None counts as not given, so argparse's defaults can be passed as they are; a
+        variable whose field is overridden is not read (nor validated)."""
+        env = os.environ if environ is None else environ
+        given = {name: value for name, value in overrides.items() if value is not None}
+        unknown = sorted(set(given) - {f.name for f in fields(cls)})
+        if unknown:
+            raise TypeError(f"EngineConfig has no field(s) {', '.join(unknown)}")
+        values = {
+            name: parse(env.get(variable, ""))
+            for name, (variable, parse) in _VARIABLES.items()
+            if name not in given
+        }
+        return cls(**{**values, **given})
+
+
+def _backend(value: str) -> str | None:
+    if value and value not in BACKENDS:
+        raise ValueError(f"BRANCHCHAT_BACKEND must be 'numpy' or 'mlx', not {value!r}")
+    return value or None
+
+
+def _dtype(value: str) -> str | None:
+    # BRANCHCHAT_DTYPE=float32 on a GPU: bit-stable greedy speculation for comparisons
+    if value and value not in DTYPES:
+        raise ValueError(f"BRANCHCHAT_DTYPE must be one of {sorted(DTYPES)}, not {value!r}")
+    return value or None
+
+
+def _fused_mode(value: str) -> str | None:
+    if value and value not in FUSED_MODES:
+        raise ValueError(f"BRANCHCHAT_FUSED_MODE must be 'step' or 'layers', not {value!r}")
+    return value or None
+
+
+def _on_unless_zero(value: str) -> bool:
+    return value != "0"
+
+
+def _qmatmul(value: str) -> bool | None:
+    if value not in ("", "0", "1"):
+        raise ValueError(f"BRANCHCHAT_QMATMUL must be 0 or 1, not {value!r}")
+    return None if not value else value == "1"
+
+
+def _threads(value: str) -> int | None:
+    if not value:
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"BRANCHCHAT_THREADS must be a positive integer, not {value!r}")
+    return int(value)
+
+
+# field -> (the variable that sets it, its parser from the variable's text; "" when unset)
+_VARIABLES = {
+    "backend": ("BRANCHCHAT_BACKEND", _backend),
+    "dtype": ("BRANCHCHAT_DTYPE", _dtype),
+    "fused": ("BRANCHCHAT_FUSED", _on_unless_zero),
+    "fused_mode": ("BRANCHCHAT_FUSED_MODE", _fused_mode),
+    "fused_compile": ("BRANCHCHAT_FUSED_COMPILE", _on_unless_zero),
+    "qmatmul": ("BRANCHCHAT_QMATMUL", _qmatmul),
+    "threads": ("BRANCHCHAT_THREADS", _threads),
+}
+
+
+def configure_process(config: EngineConfig) -> None:
+    """Apply the process-wide settings: call it at the edge before anything imports NumPy."""
+    # OpenBLAS (NumPy's BLAS, used for prefill chunks on the CPU) busy-waits ~0.1 s after
+    # each call by default, competing with the decode kernel's own threads and the window;
+    # a short spin lets its threads sleep (on 2 cores beside another busy process, decode
+    # and prefill ran faster and steadier with it). Read when NumPy loads OpenBLAS.
+    os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
+    if config.blas_threads is not None:
+        os.environ["OPENBLAS_NUM_THREADS"] = os.environ["OMP_NUM_THREADS"] = str(
+            config.blas_threads
+        )
+    if config.threads is not None:
+        from kernels import qmatmul  # loads NumPy: only after the variables above are set
+
+        qmatmul.set_num_threads(config.threads)

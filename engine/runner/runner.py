@@ -1,0 +1,97 @@
+"""`ModelRunner`: a model together with the path its forward calls take.
+
+A call of 1..16 rows on a model with the fused CUDA kernels enabled runs through them
+(engine/runner/fused.py); every other call runs the model's own forward. The runner
+has the model's interface (`engine.models.protocol.Model`), so prefill, truncate, the
+decode loop and the drafters take it where they take a model.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import mlx.core as mx
+
+from engine.config import EngineConfig
+from engine.models.base import DecoderModel, ModelConfig
+from engine.runner.fused import MAX_DENSE_BYTES, FusedDecode, dense_bytes, unsupported_reason
+from engine.sequence import SequenceState
+from engine.state import SnapshotPolicy
+from kernels import fused_decode_cuda
+from kernels.ops import Array, Ops
+
+log = logging.getLogger(__name__)
+
+
+def fused_decode_for(model: DecoderModel, config: EngineConfig) -> FusedDecode | None:
+    """GPU decode is launch-bound: on CUDA, small full-attention models take the fused
+    kernels (`EngineConfig.fused=False`, BRANCHCHAT_FUSED=0, opts out). Compiling the plain
+    MLX step into one graph was measured slower on the H200
+    (docs/h200/earlier/decode_compiled.json) and is gone."""
+    if not (
+        fused_decode_cuda.is_available()
+        and config.fused
+        and unsupported_reason(model) is None
+        and dense_bytes(model) <= MAX_DENSE_BYTES  # small models: launch-bound, not bandwidth
+    ):
+        return None
+    try:  # compiles its kernels now: a failure shows here
+        return FusedDecode(model, compiled=config.fused_compile, mode=config.fused_mode)
+    except Exception:  # an older toolkit or GPU: the plain MLX path still works
+        log.exception("fused CUDA decode unavailable; using the plain MLX path")
+        return None
+
+
+class ModelRunner:
+    def __init__(
+        self,
+        model: DecoderModel,
+        fused: FusedDecode | None = None,
+        snapshot_policy: SnapshotPolicy | None = None,
+    ) -> None:
+        self.model = model
+        self.fused = fused  # the fused CUDA kernels for calls of 1..16 rows, or None
+        self.snapshot_policy = snapshot_policy or SnapshotPolicy()
+
+    @classmethod
+    def for_device(cls, model: DecoderModel, config: EngineConfig) -> ModelRunner:
+        """The fastest exact path on MLX's default device for `model` under `config`."""
+        on_gpu = model.ops.name == "mlx" and mx.default_device() == mx.gpu
+        fused = fused_decode_for(model, config) if on_gpu else None
+        return cls(model, fused, config.snapshot_policy)
+
+    @property
+    def ops(self) -> Ops:
+        return self.model.ops
+
+    @property
+    def config(self) -> ModelConfig:
+        return self.model.config
+
+    def enable_fused_decode(
+        self, kernels: Any = None, compiled: bool = True, mode: str | None = None
+    ) -> None:
+        """Steps of up to 16 rows through the fused kernels; ValueError when the model
+        cannot take them (see `engine.runner.fused.unsupported_reason`)."""
+        self.fused = FusedDecode(self.model, kernels=kernels, compiled=compiled, mode=mode)
+
+    def verify_is_exact(self) -> bool:
+        """Whether a k-row verify reproduces k one-row steps closely enough for greedy
+        speculation to keep the output unchanged: the fused kernels (bit for bit), or
+        float32 arithmetic. A GPU's bfloat16/float16 matmuls round 1-row and k-row
+        products differently and flip near-ties (measured on the H200: not identical)."""
+        return self.fused is not None or "float32" in str(self.ops.dtype)
+
+    def step_row_limit(self) -> int:
+        """The most rows a decode-time step should carry (a verify: k drafts + 1)."""
+        return self.fused.max_rows if self.fused is not None else 1 << 30
+
+    def new_state(self, policy: SnapshotPolicy | None = None) -> SequenceState:
+        return self.model.new_state(policy or self.snapshot_policy)
+
+    def forward(self, token_ids: list[int], state: SequenceState, logits: str = "last") -> Array:
+        """Append `token_ids` to `state`; logits for "all" rows, the "last" row, or "none"."""
+        if self.fused is not None and self.fused.supports(state, len(token_ids)):
+            return self.fused(list(token_ids), state, logits)
+        return self.model.forward(token_ids, state, logits)

@@ -1,0 +1,133 @@
+"""EngineConfig: the BRANCHCHAT_* variables parsed with their messages, overrides, and
+validation that raises ValueError."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from engine.config import EngineConfig
+from engine.state import SnapshotPolicy
+from kernels import qmatmul
+from kernels.ops import make_ops
+
+
+def test_switched_off_by_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BRANCHCHAT_QMATMUL", "0")
+    config = EngineConfig.from_environment()
+    assert config.qmatmul is False
+    assert not qmatmul.enabled(config.qmatmul) and not make_ops("numpy", qmatmul=False).packed
+    monkeypatch.setenv("BRANCHCHAT_QMATMUL", "yes")
+    with pytest.raises(ValueError, match="BRANCHCHAT_QMATMUL must be 0 or 1, not 'yes'"):
+        EngineConfig.from_environment()
+
+
+def test_thread_count_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BRANCHCHAT_THREADS", "3")
+    assert EngineConfig.from_environment().threads == 3
+    monkeypatch.delenv("BRANCHCHAT_THREADS")
+    assert EngineConfig.from_environment().threads is None  # the kernel's default:
+    assert qmatmul.default_num_threads() >= 1
+    monkeypatch.setenv("BRANCHCHAT_THREADS", "0")
+    with pytest.raises(ValueError, match="BRANCHCHAT_THREADS must be a positive integer"):
+        EngineConfig.from_environment()
+
+
+def test_every_variable_is_read() -> None:
+    environ = {
+        "BRANCHCHAT_BACKEND": "numpy",
+        "BRANCHCHAT_DTYPE": "float32",
+        "BRANCHCHAT_FUSED": "0",
+        "BRANCHCHAT_FUSED_MODE": "layers",
+        "BRANCHCHAT_FUSED_COMPILE": "0",
+        "BRANCHCHAT_QMATMUL": "1",
+        "BRANCHCHAT_THREADS": "2",
+    }
+    config = EngineConfig.from_environment(environ)
+    assert (config.backend, config.dtype, config.fused, config.fused_mode) == (
+        "numpy",
+        "float32",
+        False,
+        "layers",
+    )
+    assert (config.fused_compile, config.qmatmul, config.threads) == (False, True, 2)
+
+
+def test_unset_variables_give_the_defaults() -> None:
+    assert EngineConfig.from_environment({}) == EngineConfig()
+    config = EngineConfig()
+    assert config.backend is None and config.dtype is None and config.fused_mode is None
+    assert config.fused and config.fused_compile and config.qmatmul is None
+    assert config.cache_budget_bytes == 512 << 20
+    assert config.snapshot_policy is None  # the runner's states take SnapshotPolicy()
+    # as before: only "0" switches the fused kernels or their compiled trace off
+    on = EngineConfig.from_environment({"BRANCHCHAT_FUSED": "1", "BRANCHCHAT_FUSED_COMPILE": ""})
+    assert on.fused and on.fused_compile
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        ("BRANCHCHAT_BACKEND", "cuda", "BRANCHCHAT_BACKEND must be 'numpy' or 'mlx', not 'cuda'"),
+        ("BRANCHCHAT_DTYPE", "fp8", "BRANCHCHAT_DTYPE must be one of"),
+        ("BRANCHCHAT_FUSED_MODE", "fast", "BRANCHCHAT_FUSED_MODE must be 'step' or 'layers'"),
+        ("BRANCHCHAT_THREADS", "two", "BRANCHCHAT_THREADS must be a positive integer, not 'two'"),
+    ],
+)
+def test_malformed_variables_are_named(variable: str, value: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        EngineConfig.from_environment({variable: value})
+
+
+def test_overrides_take_precedence_and_skip_their_variable() -> None:
+    environ = {"BRANCHCHAT_BACKEND": "cuda", "BRANCHCHAT_THREADS": "3"}
+    config = EngineConfig.from_environment(environ, backend="mlx", blas_threads=None)
+    assert config.backend == "mlx" and config.threads == 3 and config.blas_threads is None
+    with pytest.raises(TypeError, match="no field"):
+        EngineConfig.from_environment({}, backends="mlx")
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("backend", "cuda"),
+        ("dtype", "int8"),
+        ("fused_mode", "fast"),
+        ("threads", 0),
+        ("blas_threads", -1),
+        ("cache_budget_bytes", -1),
+    ],
+)
+def test_invalid_fields_raise_value_error(field: str, value: object) -> None:
+    with pytest.raises(ValueError, match=field):
+        EngineConfig(**{field: value})  # type: ignore[arg-type]
+
+
+def test_config_is_frozen() -> None:
+    config = EngineConfig()
+    with pytest.raises(AttributeError):
+        config.backend = "mlx"  # type: ignore[misc]
+
+
+def test_building_a_config_loads_no_numpy() -> None:
+    """configure_process must run before NumPy loads, so neither the config's module nor
+    building a config may load NumPy."""
+    code = (
+        "import sys\n"
+        "from engine.config import EngineConfig\n"
+        "EngineConfig.from_environment({'BRANCHCHAT_THREADS': '2'}, backend='numpy')\n"
+        "print('numpy' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stdout.strip() == "False", out.stderr
+
+
+def test_the_runner_builds_states_with_the_configured_policy(tiny_llama_gguf) -> None:
+    from engine.loader import load_model
+
+    policy = SnapshotPolicy(stride=8, stride_capacity=4)
+    loaded = load_model(tiny_llama_gguf[0], EngineConfig(backend="numpy", snapshot_policy=policy))
+    assert loaded.runner.new_state().policy == policy
+    assert load_model(tiny_llama_gguf[0]).runner.new_state().policy == SnapshotPolicy()
