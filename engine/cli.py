@@ -10,13 +10,15 @@ import uuid
 from typing import Any
 
 from engine import events as ev
+from engine.config import EngineConfig
 from engine.default_model import ensure_default_model
 from engine.errors import EngineError
 from engine.sampling import SamplingSettings
 from engine.stats_format import json_figures, terminal_line
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, config: EngineConfig) -> int:
+    """One command of `python -m engine`; `config` is built by engine/__main__.py."""
     if args.command == "fetch":
         return _fetch()
     if args.command == "convert":
@@ -26,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"wrote {out}")
         return 0
     model = args.model or str(_default_model())
-    client = _Client(args.backend)
+    client = _Client(config)
     try:
         loaded = client.load(model, args.draft_model)
         if loaded is None:
@@ -58,11 +60,11 @@ def _default_model() -> Any:
 class _Client:
     """Blocking helpers over the engine's event stream."""
 
-    def __init__(self, backend: str | None) -> None:
+    def __init__(self, config: EngineConfig) -> None:
         from engine.engine import Engine
 
         self.events: queue.Queue[ev.Event] = queue.Queue()
-        self.engine = Engine(self.events.put, backend=backend)
+        self.engine = Engine(self.events.put, config=config)
 
     def load(self, path: str, draft: str | None) -> ev.ModelLoaded | None:
         self.engine.submit(ev.LoadModel(path, draft))

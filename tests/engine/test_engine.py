@@ -23,6 +23,7 @@ import pytest
 from engine import events as ev
 from engine import session as session_module
 from engine.branch_cache import common_prefix
+from engine.config import EngineConfig
 from engine.decoding import CostModel
 from engine.engine import Engine
 from engine.sampling import SamplingSettings
@@ -69,7 +70,9 @@ class Runner:
     def __init__(self, backend: str = "numpy", cache_dir: Path | None = None) -> None:
         self.events: queue.Queue[ev.Event] = queue.Queue()
         self.on_event: Callable[[Runner, ev.Event], None] | None = None  # on the engine thread
-        self.engine = Engine(self._listen, backend=backend, cache_dir=cache_dir)
+        self.engine = Engine(
+            self._listen, config=EngineConfig(backend=backend), cache_dir=cache_dir
+        )
         self._count = 0
 
     def _listen(self, event: ev.Event) -> None:
@@ -441,7 +444,7 @@ def test_commands_from_several_threads(models: dict) -> None:
         if ended == num_requests:
             done.set()
 
-    engine = Engine(listen, backend="numpy")
+    engine = Engine(listen, config=EngineConfig(backend="numpy"))
     engine.submit(ev.LoadModel(str(models["llama"])))
     start = threading.Barrier(4)
 
@@ -518,7 +521,7 @@ def test_a_failed_forward_does_not_wedge_the_engine(models: dict) -> None:
         runner.load(models["llama"])
         session = runner.engine.session
         assert session is not None
-        model = session.model
+        model = session.runner
         real_forward = model.forward
         calls = 0
 
@@ -575,16 +578,32 @@ def test_events_carry_only_plain_python_values(
         _assert_plain(event, f"event {i} ({type(event).__name__})")
 
 
-def test_importing_the_engine_lets_blas_threads_sleep() -> None:
-    """OPENBLAS_THREAD_TIMEOUT is set before NumPy loads OpenBLAS (unless the user set it)."""
+def test_the_entry_points_let_blas_threads_sleep(tmp_path: Path) -> None:
+    """OPENBLAS_THREAD_TIMEOUT is set before NumPy loads OpenBLAS (unless the user set it),
+    by configure_process and by `python -m engine`, which calls it first."""
     import os
     import subprocess
     import sys
 
-    code = "import app, os, numpy; print(os.environ['OPENBLAS_THREAD_TIMEOUT'])"
-    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_THREAD_TIMEOUT"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    assert out.stdout.strip() == "4", out.stderr
-    env["OPENBLAS_THREAD_TIMEOUT"] = "9"
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    assert out.stdout.strip() == "9", out.stderr
+    direct = (
+        "import os, sys\n"
+        "from engine.config import EngineConfig, configure_process\n"
+        "configure_process(EngineConfig())\n"
+        "assert 'numpy' not in sys.modules\n"
+        "import numpy\n"
+        "print(os.environ['OPENBLAS_THREAD_TIMEOUT'])"
+    )
+    missing = str(tmp_path / "none.gguf")
+    cli = (  # a missing model: the command fails fast, after the process is configured
+        "import os\n"
+        "from engine.__main__ import main\n"
+        f"assert main(['generate', '--model', {missing!r}, '--prompt', 'hi']) == 1\n"
+        "print(os.environ['OPENBLAS_THREAD_TIMEOUT'])"
+    )
+    for code in (direct, cli):
+        env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_THREAD_TIMEOUT"}
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+        assert out.stdout.strip().splitlines()[-1:] == ["4"], out.stderr
+        env["OPENBLAS_THREAD_TIMEOUT"] = "9"
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+        assert out.stdout.strip().splitlines()[-1:] == ["9"], out.stderr
