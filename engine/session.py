@@ -20,6 +20,7 @@ import numpy as np
 from engine import events as ev
 from engine.branch_cache import BranchCache, common_prefix
 from engine.chat_template import DEFAULT_CHATML_TEMPLATE, render_chat
+from engine.config import EngineConfig
 from engine.decoding import AcceptanceModel, CostModel, DecodeRequest, decode
 from engine.drafters import Drafter, DraftModelDrafter, SuffixDrafter
 from engine.errors import ContextOverflow, EngineError
@@ -45,13 +46,16 @@ class Session:
         loaded: LoadedModel,
         draft: LoadedModel | None = None,
         cache_dir: Path | None = None,
-        cache_budget_bytes: int = 512 << 20,
+        config: EngineConfig | None = None,
     ) -> None:
+        """`config` gives the branch cache's budget (None: EngineConfig()); the runners
+        were built with the rest of it by the loader."""
+        config = config or EngineConfig()
         self.loaded = loaded
-        self.model = loaded.model
+        self.runner = loaded.runner  # every forward goes through it (fused or plain)
         self.tokenizer = loaded.tokenizer
-        self.state = self.model.new_state()
-        self.branches = BranchCache(cache_budget_bytes)
+        self.state = self.runner.new_state()
+        self.branches = BranchCache(config.cache_budget_bytes)
         self.prompt_cache = None
         if cache_dir is not None:
             from engine.prompt_cache import PromptCache  # only when persistence is wanted
@@ -61,7 +65,7 @@ class Session:
         self.costs = CostModel()
         self.lookup = SuffixDrafter()
         self.draft = draft
-        self.draft_drafter = DraftModelDrafter(draft.model) if draft is not None else None
+        self.draft_drafter = DraftModelDrafter(draft.runner) if draft is not None else None
         self.acceptance = {
             ev.DrafterKind.LOOKUP: AcceptanceModel(),
             ev.DrafterKind.DRAFT_MODEL: AcceptanceModel(),
@@ -133,7 +137,7 @@ class Session:
 
         emit(ev.PrefillProgress(cmd.request_id, 0, total, reused))
         logits = prefill(
-            self.model,
+            self.runner,
             self.state,
             ids[self.state.offset :],
             chunk_size=PREFILL_CHUNK,
@@ -168,7 +172,7 @@ class Session:
             context_limit=self.loaded.config.context_length,
         )
         row = np.asarray(self.loaded.ops.to_numpy(logits))[-1]
-        result = decode(self.model, self.state, row, req, self.costs)
+        result = decode(self.runner, self.state, row, req, self.costs)
         if drafter is not self.lookup:  # the lookup index sees every reply, drafted or not
             self.lookup.begin(ids)
             self.lookup.commit(result.token_ids)
@@ -235,8 +239,7 @@ class Session:
     def _drafter(self, choice: str) -> tuple[Drafter | None, AcceptanceModel | None]:
         if choice == ev.DrafterKind.OFF:
             return None, None
-        verify_is_exact = getattr(self.model, "verify_is_exact", None)
-        if verify_is_exact is not None and not verify_is_exact():
+        if not self.runner.verify_is_exact():
             # refuse rather than change the reply: plain decoding is the exact fallback
             if not self._warned_inexact:
                 log.warning(
@@ -262,7 +265,7 @@ class Session:
             self.branches.save_tail(self.state, fork, keep=match[0] if match else None)
         start = self.state.plan_truncate(fork)
         replayed = fork - start
-        truncate(self.model, self.state, fork, chunk_size=PREFILL_CHUNK)
+        truncate(self.runner, self.state, fork, chunk_size=PREFILL_CHUNK)
         self.state.mark(fork)
         if match is not None:
             self.branches.restore(self.state, *match)
@@ -277,7 +280,7 @@ class Session:
             self.prompt_cache.save(self.conversation_id, self.state)
         self.conversation_id = conversation_id
         reuse = common_prefix(self.state.tokens, ids)
-        cached = self.prompt_cache.load(conversation_id, self.model)
+        cached = self.prompt_cache.load(conversation_id, self.runner)
         if cached is not None and common_prefix(cached.tokens, ids) > reuse:
             if self.state.offset:
                 self.branches.save_tail(self.state, 0)
@@ -290,12 +293,12 @@ class Session:
 
     def calibrate(self) -> None:
         """Measure forward costs of 1..16 rows so the draft length is chosen from facts."""
-        state = self.model.new_state()
-        prefill(self.model, state, [1] * 32)
+        state = self.runner.new_state()
+        prefill(self.runner, state, [1] * 32)
         for rows in (1, 2, 4, 8, 16):
             for _ in range(2):
                 cp = state.checkpoint()
                 t0 = time.perf_counter()
-                self.model.forward([1] * rows, state, logits="all")
+                self.runner.forward([1] * rows, state, logits="all")
                 self.costs.observe(rows, time.perf_counter() - t0)
                 state.rollback(cp)
