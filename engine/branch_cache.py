@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,37 +68,60 @@ class BranchCache:
     def save_tail(self, state: SequenceState, fork: int, keep: int | None = None) -> None:
         """Keep the state's rows past `fork` before the state is truncated there; the
         tail `keep` (about to be restored) is not evicted to make room."""
-        length = state.offset - fork
-        if length < MIN_TAIL or not self.supports(state):
+        if not self._would_keep(state, fork):
             return
-        rows: list[Any] = []
-        nbytes = 0
-        for layer in state.layers:
-            copied = layer.copy_rows(fork, state.offset)
-            rows.append(copied)
-            if copied is not None:
-                nbytes += sum(int(a.nbytes) for a in copied)
-        recurrent: dict[int, tuple[Any, ...]] = {}
-        stores: dict[int, str] = {}
-        if state.needs_snapshots:  # recurrent layers: the end state, plus stored snapshots
-            recurrent[length] = tuple(layer.snapshot() for layer in state.layers)
-            for store, pos, snaps in state.snapshot_items():
-                if fork < pos < state.offset:
-                    recurrent[pos - fork] = snaps
-                    stores[pos - fork] = store
-            nbytes += sum(
-                int(a.nbytes)
-                for snaps in recurrent.values()
-                for snap in snaps
-                if snap is not None
-                for a in snap
-            )
+        rows = [layer.copy_rows(fork, state.offset) for layer in state.layers]
+        recurrent, stores = self._snapshots_past(state, fork)
+        nbytes = self._tail_nbytes(state, fork, recurrent)
         tail = Tail(
             _key(state.tokens[:fork]), fork, state.tokens[fork:], rows, recurrent, nbytes, stores
         )
         self.tails[self._next_id] = tail
         self._next_id += 1
         self._evict(keep)
+
+    def evicted_by_saving(self, state: SequenceState, fork: int) -> set[int]:
+        """The tails `save_tail(state, fork)` would evict to make room; changes nothing."""
+        if not self._would_keep(state, fork):
+            return set()
+        recurrent, _ = self._snapshots_past(state, fork)
+        total = self.nbytes() + self._tail_nbytes(state, fork, recurrent)
+        evicted: set[int] = set()
+        for tail_id, tail in self.tails.items():  # the same order `_evict` goes in
+            if total <= self.budget_bytes:
+                break
+            evicted.add(tail_id)
+            total -= tail.nbytes
+        return evicted
+
+    def _would_keep(self, state: SequenceState, fork: int) -> bool:
+        return state.offset - fork >= MIN_TAIL and self.supports(state)
+
+    @staticmethod
+    def _snapshots_past(
+        state: SequenceState, fork: int
+    ) -> tuple[dict[int, tuple[Any, ...]], dict[int, str]]:
+        """A tail's snapshots by length past the fork, and the store each came from."""
+        recurrent: dict[int, tuple[Any, ...]] = {}
+        stores: dict[int, str] = {}
+        if state.needs_snapshots:  # recurrent layers: the end state, plus stored snapshots
+            recurrent[state.offset - fork] = tuple(layer.snapshot() for layer in state.layers)
+            for store, pos, snaps in state.snapshot_items():
+                if fork < pos < state.offset:
+                    recurrent[pos - fork] = snaps
+                    stores[pos - fork] = store
+        return recurrent, stores
+
+    @staticmethod
+    def _tail_nbytes(state: SequenceState, fork: int, recurrent: dict[int, tuple[Any, ...]]) -> int:
+        rows = sum(layer.rows_nbytes(fork, state.offset) for layer in state.layers)
+        return rows + sum(
+            int(a.nbytes)
+            for snaps in recurrent.values()
+            for snap in snaps
+            if snap is not None
+            for a in snap
+        )
 
     def _evict(self, keep: int | None = None) -> None:
         while self.nbytes() > self.budget_bytes:
@@ -107,11 +131,14 @@ class BranchCache:
             del self.tails[victim]
 
     def best_match(
-        self, state: SequenceState, ids: list[int], reuse: int
+        self, state: SequenceState, ids: list[int], reuse: int, excluding: Collection[int] = ()
     ) -> tuple[int, int] | None:
-        """(tail id, usable length) of the cached tail that beats `reuse`, if any."""
+        """(tail id, usable length) of the cached tail that beats `reuse`, if any; tails in
+        `excluding` (about to be evicted) are passed over."""
         best = None
         for tail_id, tail in self.tails.items():
+            if tail_id in excluding:
+                continue
             if tail.fork > min(state.offset, len(ids)) or tail.fork > reuse:
                 continue
             if _key(ids[: tail.fork]) != tail.base_key:

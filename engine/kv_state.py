@@ -129,6 +129,9 @@ class FullKV(_CursorRows):
         ops = self.ops
         return ops.snapshot(self.keys[:, start:end]), ops.snapshot(self.values[:, start:end])
 
+    def rows_nbytes(self, start: int, end: int) -> int:
+        return self.ops.nbytes(self.keys[:, start:end]) + self.ops.nbytes(self.values[:, start:end])
+
     def append_cached(self, rows: Any, snap: Any, num_rows: int) -> None:
         """Append the first `num_rows` of rows computed earlier for the same positions and
         prefix (`copy_rows`'s output); the snapshot is not needed."""
@@ -237,6 +240,9 @@ class SlidingKV(_CursorRows):
         return False  # slots are assigned by position modulo the ring: rows cannot be spliced
 
     def copy_rows(self, start: int, end: int) -> Any:
+        raise StateError("a sliding window's ring cannot hand out rows for the branch cache")
+
+    def rows_nbytes(self, start: int, end: int) -> int:
         raise StateError("a sliding window's ring cannot hand out rows for the branch cache")
 
     def append_cached(self, rows: Any, snap: Any, num_rows: int) -> None:

@@ -109,6 +109,9 @@ class RecurrentState:
     def copy_rows(self, start: int, end: int) -> None:
         return None  # no rows to copy: the branch cache keeps this layer's snapshots
 
+    def rows_nbytes(self, start: int, end: int) -> int:
+        return 0
+
     def append_cached(self, rows: Any, snap: Any, num_rows: int) -> None:
         """Jump `num_rows` ahead to the snapshot the branch cache kept for that position."""
         if snap is None:

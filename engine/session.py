@@ -1,9 +1,10 @@
 """One loaded model and its computed state: what the engine thread runs a request on.
 
 A request renders its branch with the model's chat template, reuses the longest
-prefix it can find (the live state, a cached sibling branch, the on-disk prompt cache),
-rolls the state back to it exactly, prefills only the rest in interruptible chunks and
-decodes (speculatively where it pays). Everything here runs on the engine thread.
+prefix it can find (the live state, a cached sibling branch, the on-disk prompt cache:
+engine/resume.py decides), rolls the state back to it exactly, prefills only the rest
+in interruptible chunks and decodes (speculatively where it pays). Everything here runs
+on the engine thread.
 """
 
 from __future__ import annotations
@@ -18,14 +19,15 @@ from pathlib import Path
 import numpy as np
 
 from engine import events as ev
-from engine.branch_cache import BranchCache, common_prefix
+from engine.branch_cache import BranchCache
 from engine.chat_template import DEFAULT_CHATML_TEMPLATE, render_chat
 from engine.config import EngineConfig
 from engine.decoding import AcceptanceModel, CostModel, DecodeRequest, decode
 from engine.drafters import Drafter, DraftModelDrafter, SuffixDrafter
 from engine.errors import ContextOverflow, EngineError
 from engine.loader import LoadedModel
-from engine.sequence import prefill, truncate
+from engine.resume import plan_resume, resume
+from engine.sequence import SequenceState, prefill
 from engine.tokenizer import StreamingDetokenizer
 
 log = logging.getLogger(__name__)
@@ -125,8 +127,10 @@ class Session:
         ids = rendered.token_ids
         if not ids:
             raise EngineError("Nothing to send: the rendered prompt is empty.")
-        self._switch_conversation(cmd.conversation_id, ids)
-        reused, prefilled = self._rewind_for(ids)
+        saved = self._enter_conversation(cmd.conversation_id)
+        plan = plan_resume(self.state, ids, self.branches, saved)
+        self.state = resume(self.runner, self.state, plan, self.branches, chunk_size=PREFILL_CHUNK)
+        reused, prefilled = plan.num_reused, plan.num_replayed
         for pos in rendered.boundaries:
             self.state.mark(pos)
         begin = self.state.offset
@@ -255,36 +259,17 @@ class Session:
             raise EngineError("No draft model is loaded; pick one in the settings or use lookup.")
         return self.lookup, self.acceptance[ev.DrafterKind.LOOKUP]
 
-    def _rewind_for(self, ids: list[int]) -> tuple[int, int]:
-        """Bring the state to the longest reusable prefix of ids; (reused, replayed)."""
-        # at least the last prompt token is forwarded: its logits start the reply
-        target = min(common_prefix(self.state.tokens, ids), len(ids) - 1)
-        match = self.branches.best_match(self.state, ids[:-1], target)
-        fork = self.branches.tails[match[0]].fork if match else target
-        if self.state.offset > fork:
-            self.branches.save_tail(self.state, fork, keep=match[0] if match else None)
-        start = self.state.plan_truncate(fork)
-        replayed = fork - start
-        truncate(self.runner, self.state, fork, chunk_size=PREFILL_CHUNK)
-        self.state.mark(fork)
-        if match is not None:
-            self.branches.restore(self.state, *match)
-        return self.state.offset - replayed, replayed
-
     # -- persistent prompt cache ------------------------------------------------------------
-    def _switch_conversation(self, conversation_id: str, ids: list[int]) -> None:
+    def _enter_conversation(self, conversation_id: str) -> SequenceState | None:
+        """Save the conversation being left and load the state saved for the one entered
+        (None: it is the current one, nothing is persisted, or no usable file)."""
         if conversation_id == self.conversation_id or self.prompt_cache is None:
             self.conversation_id = conversation_id
-            return
+            return None
         if self.conversation_id:
             self.prompt_cache.save(self.conversation_id, self.state)
         self.conversation_id = conversation_id
-        reuse = common_prefix(self.state.tokens, ids)
-        cached = self.prompt_cache.load(conversation_id, self.runner)
-        if cached is not None and common_prefix(cached.tokens, ids) > reuse:
-            if self.state.offset:
-                self.branches.save_tail(self.state, 0)
-            self.state = cached
+        return self.prompt_cache.load(conversation_id, self.runner)
 
     def save(self) -> tuple[str, int] | None:
         if self.prompt_cache is None or not self.conversation_id or not self.state.offset:

@@ -98,6 +98,9 @@ class LayerState(Protocol):
     def copy_rows(self, start: int, end: int) -> Any:
         """Positions [start, end) as new arrays for a branch tail (None: no rows kept)."""
 
+    def rows_nbytes(self, start: int, end: int) -> int:
+        """The bytes `copy_rows(start, end)` would hand out, copying nothing."""
+
     def append_cached(self, rows: Any, snap: Any, num_rows: int) -> None:
         """Move `num_rows` ahead using a tail's `copy_rows` output and its snapshot there."""
 
