@@ -1,3 +1,1 @@
-"""The PySide6 application."""
-
-import engine  # noqa: F401  (sets the BLAS environment before anything loads NumPy)
+"""The PySide6 application: `python -m app` (app/__main__.py) is its entry point."""

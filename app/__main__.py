@@ -7,6 +7,8 @@ import asyncio
 import os
 import sys
 
+from engine.config import EngineConfig, configure_process  # imports no NumPy
+
 NO_DISPLAY = """\
 branchchat: no display found (DISPLAY and WAYLAND_DISPLAY are unset), so the window
 cannot open. Options:
@@ -37,6 +39,12 @@ def missing_display_message(env: dict[str, str] | None = None, platform: str = s
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    try:
+        config = EngineConfig.from_environment()
+    except ValueError as exc:  # a malformed BRANCHCHAT_* variable
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    configure_process(config)  # must precede the first NumPy import
     if args.screenshot:
         from app.window.demo import take_screenshot
 
@@ -46,15 +54,15 @@ def main(argv: list[str] | None = None) -> int:
     if message:
         print(message, file=sys.stderr)
         return 2
-    return run_app(args)
+    return run_app(args, config)
 
 
-def run_app(args: argparse.Namespace) -> int:
+def run_app(args: argparse.Namespace, config: EngineConfig) -> int:
     import qasync
     from PySide6.QtCore import QSettings
     from PySide6.QtWidgets import QApplication
 
-    from app.bridge import EngineBridge
+    from app.bridge import EngineBridge, real_engine
     from app.conversation.store import ConversationStore
     from app.theme import apply_theme, system_theme
     from app.window.main_window import MainWindow
@@ -67,7 +75,7 @@ def run_app(args: argparse.Namespace) -> int:
     asyncio.set_event_loop(loop)
     store = ConversationStore(args.db)
     store.purge_deleted()  # deletes from earlier sessions are past their undo
-    window = MainWindow(store, EngineBridge(), QSettings())
+    window = MainWindow(store, EngineBridge(real_engine(config)), QSettings())
     window.show()
     if args.model:
         window.model_loader.load(args.model)

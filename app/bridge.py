@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from PySide6.QtCore import QObject, Qt, Signal
 
+from engine.config import EngineConfig
 from engine.events import (
     Failed,
     Finished,
@@ -39,10 +40,15 @@ class EngineLike(Protocol):
 EngineFactory = Callable[[Listener], EngineLike]
 
 
-def real_engine(listener: Listener) -> EngineLike:
-    from engine.engine import Engine
+def real_engine(config: EngineConfig) -> EngineFactory:
+    """A factory of the real engine, run with `config` (built once, at the entry point)."""
 
-    return Engine(listener)
+    def make(listener: Listener) -> EngineLike:
+        from engine.engine import Engine
+
+        return Engine(listener, config=config)
+
+    return make
 
 
 class EngineBridge(QObject):
@@ -55,7 +61,7 @@ class EngineBridge(QObject):
     state_saved = Signal(object)  # StateSaved
     _wake = Signal()
 
-    def __init__(self, engine_factory: EngineFactory = real_engine, parent=None) -> None:
+    def __init__(self, engine_factory: EngineFactory, parent=None) -> None:
         super().__init__(parent)
         self._lock = threading.Lock()
         self._pending: list[Any] = []

@@ -7,6 +7,7 @@ from dataclasses import replace
 import pytest
 
 from app.bridge import real_engine
+from engine.config import EngineConfig
 from engine.default_model import default_model_path, is_default_model_present
 
 
@@ -18,7 +19,7 @@ def load(harness, qtbot, path) -> None:
 
 def test_a_reply_from_a_tiny_model_streams_into_the_view(harness, qtbot, tiny_llama_gguf):
     path, _spec = tiny_llama_gguf
-    window = harness.open(engine_factory=real_engine)
+    window = harness.open(engine_factory=real_engine(EngineConfig.from_environment()))
     load(harness, qtbot, path)
     assert window.header.info.text().startswith("llama")
     window.apply_settings(replace(window.settings, temperature=0.0, max_tokens=12))
@@ -35,7 +36,7 @@ def test_a_reply_from_a_tiny_model_streams_into_the_view(harness, qtbot, tiny_ll
 @pytest.mark.real_model
 @pytest.mark.skipif(not is_default_model_present(), reason="the default model is not fetched")
 def test_the_default_model_knows_the_capital_of_france(harness, qtbot):
-    window = harness.open(engine_factory=real_engine)
+    window = harness.open(engine_factory=real_engine(EngineConfig.from_environment()))
     load(harness, qtbot, default_model_path())
     window.apply_settings(replace(window.settings, temperature=0.0, max_tokens=48))
     texts: list[str] = []
