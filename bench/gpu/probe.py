@@ -19,6 +19,7 @@ import numpy as np
 
 from engine.models import llama
 from engine.models.base import Weights
+from engine.runner import ModelRunner
 from kernels.ops import make_ops
 
 SMOLLM2 = dict(hidden=576, layers=30, heads=9, kv_heads=3, head_dim=64, ffn=1536, vocab=49152)
@@ -62,7 +63,7 @@ def random_model(ops: Any, seed: int = 0) -> Any:
         tensors[f"{p}.input_layernorm.weight"] = mx.ones((D,), dtype=ops.dtype)
         tensors[f"{p}.post_attention_layernorm.weight"] = mx.ones((D,), dtype=ops.dtype)
     mx.eval(tensors)
-    return llama.build(ops, cfg, Weights(tensors, "random"))
+    return ModelRunner(llama.build(ops, cfg, Weights(tensors, "random")))
 
 
 def tok_s(model: Any, context: int, steps: int) -> tuple[float, list[int]]:
@@ -137,7 +138,7 @@ def main() -> None:
     model = random_model(ops)
     model.fused = None
     out["plain_tok_s"], plain_tokens = tok_s(model, args.context, args.steps)
-    variants = [("step", None), ("layers", True)] + ([] if args.quick else [("layers", False)])
+    variants = [("step", True), ("layers", True)] + ([] if args.quick else [("layers", False)])
     for mode, compiled in variants:
         model.enable_fused_decode(compiled=compiled, mode=mode)
         tps, toks = tok_s(model, args.context, args.steps)
