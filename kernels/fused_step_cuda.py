@@ -12,8 +12,8 @@ issues every weight and activation load it needs before using any (`FsRows`,
 and the next layer's weights are fetched into L2 while this one runs. Attention splits a
 (row, head) over a block's warps (CK keys each, combined in shared memory) and, past
 8 * CK keys, over blocks, whose partials the block that finishes last combines in chunk
-order. `bench/gpu/step_probe.py` times each phase from cycle stamps the kernel writes
-when built with PROF.
+order. `bench/gpu/step_probe.py` times each phase in a build of its own, which adds cycle
+stamps at the barriers (bench/gpu/step_stamps.cuh); the engine's build has no such code.
 
 Every row is computed with the same instructions in the same order whatever the row
 count (the attention split depends only on the row's own key count): a verify's logits
@@ -43,8 +43,15 @@ from kernels.fused_decode_cuda import _HEADER, MAX_ROWS, constants
 from kernels.fused_shapes import Shapes
 
 THREADS = 256
+_PRIVATE_PAGE_FLOATS = 1 << 14  # 64 KiB: large enough for an allocation of its own
+# The uint32 outputs after the logits: barrier counters and flags (a page of their own: see
+# fused_step.cu), then the status the host reads.
+_BUFFERS: list[tuple[str, tuple[int, ...]]] = [
+    ("sync_buf", (_PRIVATE_PAGE_FLOATS,)),
+    ("status", (1,)),
+]
 
-_STEP_HEADER = _HEADER + cuda.source("fused_step.cuh")
+STEP_HEADER = _HEADER + cuda.source("fused_step.cuh")
 _BODY = cuda.source("fused_step.cu")
 _SM_COUNT = cuda.source("sm_count.cu")
 
@@ -66,7 +73,7 @@ def input_names(num_layers: int) -> list[str]:
 
 
 def output_names() -> list[str]:
-    return ["logits", "sync_buf", "status", "stamps"]
+    return ["logits", *(name for name, _ in _BUFFERS)]
 
 
 def chunk_keys(head_dim: int, itemsize: int) -> int:
@@ -87,9 +94,6 @@ def scratch_size(shapes: Shapes, capacity: int, itemsize: int) -> int:
     activations = MAX_ROWS * (2 * HD + 2 * s.hidden + s.intermediate)
     partials = MAX_ROWS * s.heads * chunks * (s.head_dim + 2)
     return max(activations + partials, _PRIVATE_PAGE_FLOATS)
-
-
-_PRIVATE_PAGE_FLOATS = 1 << 14  # 64 KiB: large enough for an allocation of its own
 
 
 @cache
@@ -121,12 +125,24 @@ class StepKernel:
         self.blocks = sm_count()
         self._scratch: mx.array | None = None
         self._kernel: Any = mx.fast.cuda_kernel(
-            name=f"fs_step_{tag}",
+            name=f"{self.name}_{tag}",
             input_names=input_names(num_layers),
-            output_names=output_names(),
-            source=step_source(shapes, num_layers),
-            header=_STEP_HEADER,
+            output_names=[name for name, _ in self.outputs(1)],
+            source=self.source(),
+            header=self.header(),
         )
+
+    name = "fs_step"
+
+    def header(self) -> str:
+        return STEP_HEADER
+
+    def source(self) -> str:
+        return step_source(self.s, self.L)
+
+    def outputs(self, rows: int) -> list[tuple[str, tuple[int, ...]]]:
+        """(name, shape) of each output: logits [rows, V] f32, then uint32 buffers."""
+        return [("logits", (rows, self.s.vocab)), *_BUFFERS]
 
     def scratch(self, capacity: int, dtype: mx.Dtype) -> mx.array:
         """The step's scratch buffer (kept: the kernel writes every element it reads)."""
@@ -145,12 +161,25 @@ class StepKernel:
         keys: list[mx.array],
         values: list[mx.array],
         head_mode: int,
-        profile: bool = False,
         prefetch: bool | None = None,
-    ) -> tuple[mx.array, ...]:
-        """(logits [rows, V] f32, status [1] u32: nonzero if a barrier timed out), and with
-        `profile` the kernel's cycle stamps (bench/gpu/step_probe.py reads them).
+    ) -> tuple[mx.array, mx.array]:
+        """(logits [rows, V] f32, status [1] u32: nonzero if a barrier timed out).
         head_mode: 0 no logits, 1 the last row's, 2 every row's."""
+        outs = self.launch(ids, pos, table, weights, keys, values, head_mode, prefetch)
+        return outs[0], outs[2]
+
+    def launch(
+        self,
+        ids: mx.array,
+        pos: mx.array,
+        table: mx.array,
+        weights: list[mx.array],
+        keys: list[mx.array],
+        values: list[mx.array],
+        head_mode: int,
+        prefetch: bool | None = None,
+    ) -> list[mx.array]:
+        """Every output of one launch, in `outputs` order."""
         s = self.s
         M = ids.shape[0]
         if not 1 <= M <= MAX_ROWS:
@@ -158,23 +187,22 @@ class StepKernel:
         rows = {0: 1, 1: 1, 2: M}[head_mode]
         dtype = weights[1].dtype
         scratch = self.scratch(keys[0].shape[1], dtype)
-        stamps = (5 * self.L + 2) * (self.blocks + 1) + 2 if profile else 1
-        outs = self._kernel(
+        shapes = [shape for _, shape in self.outputs(rows)]
+        outs: list[mx.array] = self._kernel(
             inputs=[ids, pos, table, scratch, *weights, *keys, *values],
             template=[
                 ("T", dtype),
                 ("HEAD_MODE", head_mode),
                 ("CK", chunk_keys(s.head_dim, dtype.size)),
                 ("PREFETCH", int(self.prefetch if prefetch is None else prefetch)),
-                ("PROF", int(profile)),
             ],
             grid=(self.blocks * THREADS, 1, 1),
             threadgroup=(THREADS, 1, 1),
-            output_shapes=[(rows, s.vocab), (_PRIVATE_PAGE_FLOATS,), (1,), (stamps,)],
-            output_dtypes=[mx.float32, mx.uint32, mx.uint32, mx.uint32],
+            output_shapes=shapes,
+            output_dtypes=[mx.float32] + [mx.uint32] * (len(shapes) - 1),
             init_value=0,
         )
-        return (outs[0], outs[2], outs[3]) if profile else (outs[0], outs[2])
+        return outs
 
 
 def step_unsupported(shapes: Shapes) -> str | None:

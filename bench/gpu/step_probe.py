@@ -1,10 +1,11 @@
 """Debug probe: where a one-launch step's time goes (GPU only).
 
-With and without the L2 prefetch of the next layer's weights: the step kernel's time
-(no logits, last row's logits), and with the kernel's own cycle stamps, per phase kind
-(embed, A qkv, B attention, C o_proj, D gate/up, E down, head): the median over layers
-of the phase interval (release to release, block 0's clock), the slowest block's work
-and the mean block's work, in us.
+With and without the L2 prefetch of the next layer's weights: the engine's step kernel's
+time (no logits, last row's logits), and from a build of the same kernel with cycle
+stamps at its barriers (bench/gpu/step_stamps.py: the engine's build has none), per
+phase kind (embed, A qkv, B attention, C o_proj, D gate/up, E down, head): the median
+over layers of the phase interval (release to release, block 0's clock), the slowest
+block's work and the mean block's work, in us.
 
     python -m bench.gpu.step_probe [--contexts 128 2048]
 """
@@ -20,6 +21,7 @@ import mlx.core as mx
 import numpy as np
 
 from bench.gpu.probe import random_model
+from bench.gpu.step_stamps import StampedStepKernel
 from kernels.ops import make_ops
 
 KINDS = ["A_qkv", "B_attention", "C_o_proj", "D_gate_up", "E_down"]
@@ -52,19 +54,10 @@ def probe(model: Any, context: int, prefetch: bool) -> dict[str, Any]:
     kvs = list(state.layers)
     ids = mx.array([5], dtype=mx.int32)
     pos = mx.array([context + 1], dtype=mx.int32)
+    keys, values = [kv.keys for kv in kvs], [kv.values for kv in kvs]
 
-    def call(head_mode: int, profile: bool = False) -> Any:
-        return f.step_kernel(
-            ids,
-            pos,
-            f.table,
-            f.stacked,
-            [kv.keys for kv in kvs],
-            [kv.values for kv in kvs],
-            head_mode,
-            prefetch=prefetch,
-            profile=profile,
-        )
+    def call(head_mode: int) -> Any:
+        return f.step_kernel(ids, pos, f.table, f.stacked, keys, values, head_mode, prefetch)
 
     out: dict[str, Any] = {}
 
@@ -78,13 +71,16 @@ def probe(model: Any, context: int, prefetch: bool) -> dict[str, Any]:
 
     timeit("none_eval_ms", lambda: mx.eval(*call(0)))
     timeit("last_eval_ms", lambda: mx.eval(*call(1)))
+    stamped = StampedStepKernel(f.step_kernel.s, f.step_kernel.L, prefetch)
     runs = []
     for _ in range(20):
-        logits, status, stamps = call(1, profile=True)
+        logits, _, status, stamps = stamped.launch(
+            ids, pos, f.table, f.stacked, keys, values, head_mode=1
+        )
         mx.eval(logits, status, stamps)
         runs.append(np.array(stamps))
     out["status"] = int(np.array(status)[0])
-    prof = [summarize(r, len(kvs), f.step_kernel.blocks) for r in runs[5:]]
+    prof = [summarize(r, len(kvs), stamped.blocks) for r in runs[5:]]
     best = min(prof, key=lambda p: p["kernel_us"])
     out["profile_fastest_of_15"] = best
     return out

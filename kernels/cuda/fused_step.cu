@@ -19,10 +19,6 @@
   unsigned int* sync = sync_buf;
   unsigned int* counters = sync_buf + 4096;  // attention chunks done, a (row, head)
   unsigned int phase = 0;
-  long long t_rel = clock64();
-  const long long t_start = t_rel;
-  unsigned long long gt_start;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(gt_start));
   constexpr int PAIRS = (H + 2 * HKV) * DH / 2;  // of q/k/v outputs (fd_qkv_pair)
   constexpr int NQKV = (H + 2 * HKV) * DH;
   constexpr int HD = H * DH;
@@ -45,7 +41,7 @@
     const int m = i / D, k = i % D;
     xs[i] = static_cast<float>(table[(size_t)s_ids[m] * D + k]);
   }
-  fs_grid_sync<PROF>(sync, ++phase, stamps, t_rel);
+  fs_grid_sync(sync, ++phase);
   const float* x = xs;
   for (int l = 0; l < L; ++l) {
     T* kc = const_cast<T*>(KEYS[l]);
@@ -101,7 +97,7 @@
         }
       }
     }
-    fs_grid_sync<PROF>(sync, ++phase, stamps, t_rel);
+    fs_grid_sync(sync, ++phase);
     // -- B: attention. A block takes (row m, head h, block chunk c): keys c * BK .. of row
     // m's n = p0 + m + 1, CK of them a warp (scores, the warp's max and sum, its weighted
     // values), combined in shared memory in warp order. A row of one block chunk is done;
@@ -224,10 +220,10 @@
         __syncthreads();  // shared memory is free for the next item
       }
     }
-    fs_grid_sync<PROF>(sync, ++phase, stamps, t_rel);
+    fs_grid_sync(sync, ++phase);
     // -- C: o_proj + residual -> hs
     fs_residual_phase<T, HD, D>(ao, wo + (size_t)l * D * HD, x, hs, M, gw, nw);
-    fs_grid_sync<PROF>(sync, ++phase, stamps, t_rel);
+    fs_grid_sync(sync, ++phase);
     // -- D: norm + gate/up + SiLU(gate) * up -> act; a warp takes outputs n, n + 1
     for (int item = gw; item < F / 2; item += nw) {
       const int n = 2 * item;
@@ -255,10 +251,10 @@
         }
       }
     }
-    fs_grid_sync<PROF>(sync, ++phase, stamps, t_rel);
+    fs_grid_sync(sync, ++phase);
     // -- E: down + residual -> xs
     fs_residual_phase<T, F, D>(act, wdown + (size_t)l * D * F, hs, xs, M, gw, nw);
-    fs_grid_sync<PROF>(sync, ++phase, stamps, t_rel);
+    fs_grid_sync(sync, ++phase);
     x = xs;
   }
   // -- head: final norm + LM head for rows [r0, M); eight outputs a warp, the next eight
@@ -296,19 +292,6 @@
                 logits[(size_t)(m0 + g) * V + RH * item + j] = acc[g][j] * rinv;
           }
         }
-      }
-    }
-  }
-  if (PROF) {
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      const unsigned int slots = 5 * L + 2, row = gridDim.x + 1;
-      stamps[(slots - 1) * row + 1 + blockIdx.x] = (unsigned int)(clock64() - t_rel);
-      if (blockIdx.x == 0) {
-        unsigned long long gt_end;
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(gt_end));
-        stamps[slots * row] = (unsigned int)(gt_end - gt_start);
-        stamps[slots * row + 1] = (unsigned int)(clock64() - t_start);
       }
     }
   }

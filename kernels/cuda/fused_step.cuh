@@ -177,15 +177,10 @@ __device__ __forceinline__ void fs_prefetch_l2(const void* p, size_t bytes) {
 // Grid-wide barrier on a counter that grows by gridDim.x a phase (zeroed each launch):
 // the block's writes are ordered before thread 0's fence by the block barrier, as in
 // cooperative groups. flags[1] records a timeout (blocks not co-resident) instead of a
-// hang. With PROF, thread 0 of each block stores the cycles since its last release (its
-// work in the phase) and block 0 the cycles between releases.
-template <int PROF>
-__device__ __forceinline__ void fs_grid_sync(
-    unsigned int* flags, unsigned int epoch, unsigned int* stamps, long long& t_rel) {
+// hang.
+__device__ __forceinline__ void fs_grid_sync(unsigned int* flags, unsigned int epoch) {
   __syncthreads();
   if (threadIdx.x == 0) {
-    if (PROF)
-      stamps[(epoch - 1) * (gridDim.x + 1) + 1 + blockIdx.x] = (unsigned int)(clock64() - t_rel);
     __threadfence();
     atomicAdd(flags, 1u);
     const unsigned int target = epoch * gridDim.x;
@@ -197,10 +192,4 @@ __device__ __forceinline__ void fs_grid_sync(
     __threadfence();
   }
   __syncthreads();
-  if (PROF) {
-    const long long now = clock64();
-    if (blockIdx.x == 0 && threadIdx.x == 0)
-      stamps[(epoch - 1) * (gridDim.x + 1)] = (unsigned int)(now - t_rel);
-    t_rel = now;
-  }
 }

@@ -1,7 +1,8 @@
 """The fused CUDA kernels without a GPU: the one-launch step's attention split and scratch
 layout, and (where nvcc is installed) the CUDA sources of both paths compiled for an
-H100/H200 the way MLX wraps them, the one-launch step with no register spills in
-bfloat16. Their numbers are checked on the GPU by tests/engine/test_fused_decode.py."""
+H100/H200 the way MLX wraps them, the one-launch step as the engine builds it with no
+register spills in bfloat16, and the probe's stamped build of it. Their numbers are
+checked on the GPU by tests/engine/test_fused_decode.py."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import subprocess
 
 import pytest
 
+from bench.gpu import step_stamps
 from kernels import fused_decode_cuda as fd
 from kernels import fused_step_cuda as fs
 from kernels.fused_decode_cuda import MAX_ROWS
@@ -87,15 +89,29 @@ def _kernel(name: str, body: str, inputs: list[str], outputs: list[str], dtype: 
     return f"__global__ void __launch_bounds__(256) {name}({', '.join(params)}) {{\n{body}\n}}\n"
 
 
-def _step_source(shapes: Shapes, layers: int, dtype: str, head_mode: int) -> str:
+def _step_source(
+    shapes: Shapes, layers: int, dtype: str, head_mode: int, stamped: bool = False
+) -> str:
+    """The engine's step kernel as MLX wraps it, or with `stamped` the probe's build."""
     itemsize = 4 if dtype == "float" else 2
     consts = (
-        f"  using T = {dtype};\n  constexpr int HEAD_MODE = {head_mode}, PREFETCH = 1, PROF = 1;\n"
+        f"  using T = {dtype};\n  constexpr int HEAD_MODE = {head_mode}, PREFETCH = 1;\n"
         f"  constexpr int CK = {fs.chunk_keys(shapes.head_dim, itemsize)};\n"
     )
-    body = consts + fs.step_source(shapes, layers)
-    kernel = _kernel("fs_step", body, fs.input_names(layers), fs.output_names(), dtype)
-    return "#include <cstdint>\n" + _SHAPE + fs._STEP_HEADER + kernel
+    outputs = fs.output_names() + (["stamps"] if stamped else [])
+    if stamped:
+        body, header = step_stamps.stamped_source(shapes, layers), step_stamps.STAMPED_HEADER
+    else:
+        body, header = fs.step_source(shapes, layers), fs.STEP_HEADER
+    kernel = _kernel("fs_step", consts + body, fs.input_names(layers), outputs, dtype)
+    return "#include <cstdint>\n" + _SHAPE + header + kernel
+
+
+def test_the_engines_step_kernel_holds_no_profiling_code():
+    """Cycle stamps live in the probe's own build (bench/gpu/step_stamps.py)."""
+    source = fs.STEP_HEADER + fs.step_source(SMOLLM2, 30)
+    assert "stamps" not in source and "globaltimer" not in source and "PROF" not in source
+    assert "stamps" not in fs.output_names()
 
 
 def _nvcc(tmp_path, source: str) -> str:
@@ -120,6 +136,11 @@ needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc
 def test_step_source_compiles_without_spills(tmp_path, shapes, layers, head_mode):
     log = _nvcc(tmp_path, _step_source(shapes, layers, "__nv_bfloat16", head_mode))
     assert "0 bytes spill stores" in log, log[-3000:]
+
+
+@needs_nvcc
+def test_the_probes_stamped_step_compiles(tmp_path):
+    _nvcc(tmp_path, _step_source(SMOLLM2, 30, "__nv_bfloat16", 1, stamped=True))
 
 
 @needs_nvcc
