@@ -65,9 +65,6 @@ class MlxOps:
             ).astype(self.dtype)
         return w
 
-    def weight_nbytes(self, w: Any) -> int:
-        return int(w.nbytes)
-
     # -- arrays --------------------------------------------------------------------
     def asarray(self, x: Any) -> mx.array:
         if isinstance(x, np.ndarray):
@@ -140,9 +137,6 @@ class MlxOps:
     def write_rows(self, buf: mx.array, start: int, rows: mx.array) -> mx.array:
         buf[:, start : start + rows.shape[1]] = rows
         return buf
-
-    def take_rows(self, buf: mx.array, idx: np.ndarray) -> mx.array:
-        return buf[:, mx.array(idx.astype(np.int32))]
 
     def snapshot(self, x: mx.array) -> mx.array:
         # An independent, evaluated buffer: the fused CUDA step writes new KV rows into

@@ -79,9 +79,6 @@ class NumpyOps:
         # mixed kinds (a fused projection of quantized and dense parts): dense [in, out]
         return np.ascontiguousarray(np.concatenate([_dense_t(w) for w in ws], axis=1))
 
-    def weight_nbytes(self, w: Any) -> int:
-        return int(w.nbytes)
-
     # -- arrays --------------------------------------------------------------------
     def asarray(self, x: Any) -> np.ndarray:
         return _as_f32(x)
@@ -195,9 +192,6 @@ class NumpyOps:
         # buf: [H, capacity, D], rows: [H, L, D]; in place (the buffer has one owner)
         buf[:, start : start + rows.shape[1]] = rows
         return buf
-
-    def take_rows(self, buf: np.ndarray, idx: np.ndarray) -> np.ndarray:
-        return buf[:, idx]
 
     def argmax_rows(self, x: np.ndarray) -> np.ndarray:
         return np.argmax(x, axis=-1)
