@@ -110,7 +110,8 @@ class Linear:
         self.w = ops.weight(w)
 
     @classmethod
-    def fused(cls, ops: Ops, ws: list[Any]) -> Linear:
+    def concatenated(cls, ops: Ops, ws: list[Any]) -> Linear:
+        """Several projections' rows in one weight (q|k|v, gate|up): one matmul for all."""
         layer = cls.__new__(cls)
         layer.w = ops.concat_weights([ops.weight(w) for w in ws])
         return layer
@@ -133,7 +134,7 @@ class AttentionBlock:
             load_linear(ops, weights, f"{prefix}.k_proj.weight", Hkv * Dh, D),
             load_linear(ops, weights, f"{prefix}.v_proj.weight", Hkv * Dh, D),
         ]
-        self.qkv = Linear.fused(ops, parts)
+        self.qkv = Linear.concatenated(ops, parts)
         self.o = Linear(ops, load_linear(ops, weights, f"{prefix}.o_proj.weight", D, H * Dh))
         self.q_norm = self.k_norm = None
         if cfg.qk_norm:
@@ -173,7 +174,7 @@ class MLP:
         D, F = cfg.hidden_size, cfg.intermediate_size
         gate = load_linear(ops, weights, f"{prefix}.gate_proj.weight", F, D)
         up = load_linear(ops, weights, f"{prefix}.up_proj.weight", F, D)
-        self.gate_up = Linear.fused(ops, [gate, up])
+        self.gate_up = Linear.concatenated(ops, [gate, up])
         self.down = Linear(ops, load_linear(ops, weights, f"{prefix}.down_proj.weight", D, F))
         self.F = F
 

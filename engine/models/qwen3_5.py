@@ -147,7 +147,7 @@ class GatedDeltaNet:
                 load_linear(ops, weights, f"{prefix}.in_proj_b.weight", nv, D),
                 load_linear(ops, weights, f"{prefix}.in_proj_a.weight", nv, D),
             ]
-        self.in_proj = Linear.fused(ops, parts)  # rows: q | k | v | z | b | a
+        self.in_proj = Linear.concatenated(ops, parts)  # rows: q | k | v | z | b | a
         self.splits = [self.conv_dim, self.value_dim, nv, nv]
 
         conv_name = f"{prefix}.conv1d.weight"
