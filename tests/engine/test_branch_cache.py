@@ -1,6 +1,6 @@
 """The branch cache on a hybrid model: a restored tail brings back the turn-boundary
 snapshots it held, so a later edit inside it resumes from them, and the logits after
-the restore equal a fresh prefill."""
+the restore equal a fresh prefill; the eviction it forecasts is the one saving does."""
 
 from __future__ import annotations
 
@@ -52,3 +52,27 @@ def test_restored_tail_brings_back_its_snapshots(hybrid) -> None:
     fresh = model.new_state()
     want = np.array(prefill(model, fresh, [*tokens, 5], chunk_size=16))[-1]
     np.testing.assert_allclose(got, want, atol=1e-4)
+
+
+def test_eviction_forecast_is_what_saving_evicts(hybrid) -> None:
+    model = hybrid.model
+    rng = np.random.default_rng(1)
+    branches = [[int(t) for t in rng.integers(3, 200, n)] for n in (12, 30, 20, 45)]
+    states = []
+    for branch in branches:
+        state = model.new_state()
+        prefill(model, state, branch, chunk_size=16)
+        states.append(state)
+    sizes = BranchCache()
+    for state in states:
+        sizes.save_tail(state, 0)
+    total = sizes.nbytes()
+    for budget in range(0, total + 1, max(1, total // 23)):
+        cache = BranchCache(budget)
+        for state in states[:-1]:
+            cache.save_tail(state, 0)
+        held = set(cache.tails)
+        forecast = cache.evicted_by_saving(states[-1], 0)
+        assert set(cache.tails) == held  # forecasting changes nothing
+        cache.save_tail(states[-1], 0)
+        assert forecast == held - set(cache.tails)

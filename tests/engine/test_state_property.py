@@ -1,4 +1,4 @@
-"""Property test of the state contracts (DESIGN.md, "State and rollback contracts").
+"""Property test of the state contracts (docs/DESIGN.md, "State and rollback contracts").
 
 Random sequences of operations (append in random chunks; checkpoint and a later rollback;
 a recorded verify of m rows then commit or rollback_retaining; truncate to any earlier
