@@ -52,6 +52,8 @@ class _CursorRows:
 class FullKV(_CursorRows):
     """Full-attention KV rows [Hkv, capacity, D]; rows past `length` are garbage."""
 
+    kind = "FullKV"
+
     def __init__(self, ops: Ops, num_kv_heads: int, head_dim: int) -> None:
         self.ops = ops
         self.shape = (num_kv_heads, head_dim)
@@ -160,6 +162,8 @@ class FullKV(_CursorRows):
 
 class SlidingKV(_CursorRows):
     """A ring of `window + slack` KV rows; row of position p lives in slot p % size."""
+
+    kind = "SlidingKV"
 
     def __init__(self, ops: Ops, num_kv_heads: int, head_dim: int, window: int, slack: int):
         if window < 1 or slack < 0:

@@ -29,6 +29,8 @@ class Tape:
 class RecurrentState:
     """Gated DeltaNet state: conv window [K-1, C] and delta-rule matrix [H, Dk, Dv]."""
 
+    kind = "RecurrentState"
+
     def __init__(
         self, ops: Ops, conv_channels: int, conv_kernel: int, heads: int, dk: int, dv: int
     ):

@@ -47,6 +47,7 @@ class LayerState(Protocol):
     """
 
     length: int
+    kind: str  # its name in a saved state file: a file's layers must match the model's
 
     # -- rewinding and snapshots (truncate, reset) ----------------------------------
     def needs_snapshots(self) -> bool:

@@ -49,7 +49,7 @@ def save_state(state: SequenceState, path: str | Path, fingerprint: str) -> int:
     layers = []
     for layer in state.layers:
         named = {key: arrays.add(value) for key, value in layer.arrays().items()}
-        layers.append({"kind": type(layer).__name__, "length": layer.length, "arrays": named})
+        layers.append({"kind": layer.kind, "length": layer.length, "arrays": named})
     snapshots = [
         {"store": store, "position": pos, "layers": [arrays.add_snap(s) for s in snaps]}
         for store, pos, snaps in state.snapshot_items()
@@ -119,7 +119,7 @@ def load_state(model: StatefulModel, path: str | Path, fingerprint: str) -> Sequ
 
 def _rebuild(model: StatefulModel, meta: dict, tensors: dict[str, Any]) -> SequenceState:
     state = model.new_state(SnapshotPolicy(**meta["policy"]))
-    kinds = [type(layer).__name__ for layer in state.layers]
+    kinds = [layer.kind for layer in state.layers]
     saved_kinds = [entry["kind"] for entry in meta["layers"]]
     if kinds != saved_kinds:
         raise ValueError(f"its layers {saved_kinds} do not match this model's {kinds}")
