@@ -196,7 +196,7 @@ class MainWindow(QMainWindow):
         self.refresh_sidebar()
         self._open(conversation_id)
 
-    # -- model ------------------------------------------------------------------------
+    # -- engine events (the header shows the model's; see ModelLoader) -----------------
 
     def _on_model_loaded(self, event: ModelLoaded) -> None:
         self.controller.context_length = event.context_length
