@@ -1,10 +1,13 @@
 """EngineConfig: the BRANCHCHAT_* variables parsed with their messages, overrides, and
-validation that raises ValueError."""
+validation that raises ValueError; configure_process applied by the real entry points
+before NumPy loads."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -131,3 +134,30 @@ def test_the_runner_builds_states_with_the_configured_policy(tiny_llama_gguf) ->
     loaded = load_model(tiny_llama_gguf[0], EngineConfig(backend="numpy", snapshot_policy=policy))
     assert loaded.runner.new_state().policy == policy
     assert load_model(tiny_llama_gguf[0]).runner.new_state().policy == SnapshotPolicy()
+
+
+def test_the_entry_points_let_blas_threads_sleep(tmp_path: Path) -> None:
+    """OPENBLAS_THREAD_TIMEOUT is set before NumPy loads OpenBLAS (unless the user set it),
+    by configure_process and by `python -m engine`, which calls it first."""
+    direct = (
+        "import os, sys\n"
+        "from engine.config import EngineConfig, configure_process\n"
+        "configure_process(EngineConfig())\n"
+        "assert 'numpy' not in sys.modules\n"
+        "import numpy\n"
+        "print(os.environ['OPENBLAS_THREAD_TIMEOUT'])"
+    )
+    missing = str(tmp_path / "none.gguf")
+    cli = (  # a missing model: the command fails fast, after the process is configured
+        "import os\n"
+        "from engine.__main__ import main\n"
+        f"assert main(['generate', '--model', {missing!r}, '--prompt', 'hi']) == 1\n"
+        "print(os.environ['OPENBLAS_THREAD_TIMEOUT'])"
+    )
+    for code in (direct, cli):
+        env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_THREAD_TIMEOUT"}
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+        assert out.stdout.strip().splitlines()[-1:] == ["4"], out.stderr
+        env["OPENBLAS_THREAD_TIMEOUT"] = "9"
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+        assert out.stdout.strip().splitlines()[-1:] == ["9"], out.stderr

@@ -2,163 +2,39 @@
 
 Every request's tokens are compared with a FRESH engine given the same branch (greedy,
 float32), so reuse, rollback and caching can only ever change speed, never text. The
-helpers here (`Runner`, `prompt_ids`, `fresh_finished`) are shared with test_session.py.
+helpers (`Runner`, `prompt_ids`, `fresh_finished`) are in engine_runner.py, shared with
+test_engine_prompt_cache.py and test_session.py.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import logging
-import queue
-import shutil
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import jinja2
 import pytest
 
 from engine import events as ev
 from engine import session as session_module
 from engine.branch_cache import common_prefix
 from engine.config import EngineConfig
-from engine.decoding import CostModel
 from engine.engine import Engine
-from engine.sampling import SamplingSettings
 from tests.conftest import TinyModels
-from tests.hybrid_models import make_hybrid_dir
-from tests.tiny_models import CHAT_TEMPLATE, build_hf_tokenizer
-
-TIMEOUT = 60.0  # seconds to wait for one event before calling the engine hung
-GREEDY = SamplingSettings(temperature=0.0)
-USERS = ("Hello there, who are you?", "Tell me about the sea and the sky.", "Why is it blue?")
-
-# -- helpers shared with test_session.py ------------------------------------------------
-
-
-def greedy(drafter: str = "off", max_tokens: int = 24, **kwargs: Any) -> ev.GenerationSettings:
-    return ev.GenerationSettings(GREEDY, max_tokens=max_tokens, drafter=drafter, **kwargs)
-
-
-def user(text: str) -> ev.Message:
-    return ev.Message("user", text)
-
-
-def assistant(text: str) -> ev.Message:
-    return ev.Message("assistant", text)
-
-
-_TOKENIZER = build_hf_tokenizer()
-_TEMPLATE = jinja2.Environment().from_string(CHAT_TEMPLATE)
-
-
-def prompt_ids(
-    messages: tuple[ev.Message, ...], add_generation_prompt: bool = True, continued: str = ""
-) -> list[int]:
-    """The tiny models' prompt for messages, rendered and tokenized without the engine;
-    `continued` is the start of the reply, appended to the text (continue_last)."""
-    dicts = [{"role": m.role, "content": m.content} for m in messages]
-    text = _TEMPLATE.render(messages=dicts, add_generation_prompt=add_generation_prompt)
-    return list(_TOKENIZER.encode(text + continued, add_special_tokens=False).ids)
-
-
-class Runner:
-    """Drives one Engine from the test thread: submit a command, collect its events."""
-
-    def __init__(self, backend: str = "numpy", cache_dir: Path | None = None) -> None:
-        self.events: queue.Queue[ev.Event] = queue.Queue()
-        self.on_event: Callable[[Runner, ev.Event], None] | None = None  # on the engine thread
-        self.engine = Engine(
-            self._listen, config=EngineConfig(backend=backend), cache_dir=cache_dir
-        )
-        self._count = 0
-
-    def _listen(self, event: ev.Event) -> None:
-        if self.on_event is not None:
-            self.on_event(self, event)
-        self.events.put(event)
-
-    def __enter__(self) -> Runner:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        self.engine.close()
-        assert not self.engine.is_alive
-
-    def next_event(self) -> ev.Event:
-        return self.events.get(timeout=TIMEOUT)
-
-    def load(self, path: Path | str) -> ev.ModelLoaded:
-        self.engine.submit(ev.LoadModel(str(path)))
-        while True:
-            event = self.next_event()
-            if isinstance(event, ev.Failed):
-                raise AssertionError(f"loading {path} failed: {event.message}")
-            if isinstance(event, ev.ModelLoaded):
-                return event
-
-    def request(self, command: ev.Generate) -> list[ev.Event]:
-        """Every event of one request, up to and including its Finished or Failed."""
-        self.engine.submit(command)
-        events: list[ev.Event] = []
-        while True:
-            event = self.next_event()
-            assert getattr(event, "request_id", None) == command.request_id, event
-            events.append(event)
-            if isinstance(event, ev.Finished | ev.Failed):
-                return events
-
-    def generate(
-        self,
-        messages: tuple[ev.Message, ...],
-        settings: ev.GenerationSettings | None = None,
-        conversation_id: str = "",
-    ) -> ev.Finished:
-        self._count += 1
-        command = ev.Generate(f"req-{self._count}", messages, settings or greedy(), conversation_id)
-        last = self.request(command)[-1]
-        assert isinstance(last, ev.Finished), last
-        return last
-
-    def state_tokens(self) -> list[int]:
-        """The live state's tokens; read only while the engine is idle between requests."""
-        session = self.engine.session
-        return [] if session is None else list(session.state.tokens)
-
-
-def fresh_finished(
-    path: Path | str,
-    messages: tuple[ev.Message, ...],
-    settings: ev.GenerationSettings,
-    backend: str = "numpy",
-) -> ev.Finished:
-    """What a brand-new engine replies to this branch, without speculation."""
-    with Runner(backend) as runner:
-        runner.load(path)
-        return runner.generate(messages, dataclasses.replace(settings, drafter="off"))
-
-
-def assert_same_reply(got: ev.Finished, want: ev.Finished) -> None:
-    assert got.token_ids == want.token_ids
-    assert got.text == want.text
-    assert got.reason == want.reason
-
-
-def build_models(tiny_models: TinyModels, tmp_path_factory: pytest.TempPathFactory) -> dict:
-    hybrid = tmp_path_factory.mktemp("engine_hybrid") / "hybrid"
-    make_hybrid_dir(hybrid, "hf")
-    return {"llama": tiny_models.gguf(qtype="F32")[0], "hybrid": hybrid}
-
-
-def always_draft(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Verifying any number of rows costs one step, so every request drafts the longest
-    proposal it can (measured costs would make the choice depend on the machine's load)."""
-    monkeypatch.setattr(CostModel, "cost", lambda self, rows: 1.0)
+from tests.engine.engine_runner import (
+    TIMEOUT,
+    USERS,
+    Runner,
+    always_draft,
+    assert_same_reply,
+    assistant,
+    build_models,
+    fresh_finished,
+    greedy,
+    prompt_ids,
+    user,
+)
 
 
 @pytest.fixture(scope="session")
@@ -283,100 +159,6 @@ def test_close_stops_the_running_request_and_skips_queued_ones(models: dict) -> 
     finished = [e for e in events if isinstance(e, ev.Finished)]
     assert [(e.request_id, e.reason) for e in finished] == [("long", "stopped")]
     assert not any(getattr(e, "request_id", "") == "queued" for e in events)
-
-
-# -- the persistent prompt cache ---------------------------------------------------------------
-
-
-@pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("how", ["close", "save_state"])
-def test_disk_cache_survives_an_engine_restart(
-    kind: str, how: str, models: dict, tmp_path: Path
-) -> None:
-    path = models[kind]
-    messages: tuple[ev.Message, ...] = ()
-    with Runner(cache_dir=tmp_path) as runner:
-        runner.load(path)
-        for text in USERS[:2]:
-            messages += (user(text),)
-            messages += (assistant(runner.generate(messages, conversation_id="c1").text),)
-        saved = runner.state_tokens()
-        if how == "save_state":
-            runner.engine.submit(ev.SaveState("c1"))
-            event = runner.next_event()
-            assert isinstance(event, ev.StateSaved) and event.conversation_id == "c1"
-            assert Path(event.path).is_file() and event.num_bytes > 0
-
-    messages += (user(USERS[2]),)
-    ids = prompt_ids(messages)
-    with Runner(cache_dir=tmp_path) as runner:
-        runner.load(path)
-        finished = runner.generate(messages, conversation_id="c1")
-    assert finished.stats is not None
-    reused = finished.stats.reused_tokens
-    assert 0 < reused <= common_prefix(saved, ids)
-    if kind == "llama":
-        assert reused == common_prefix(saved, ids)
-    assert_same_reply(finished, fresh_finished(path, messages, greedy()))
-
-
-def _saved_cache_file(path: Path, cache_dir: Path) -> tuple[Path, tuple[ev.Message, ...]]:
-    messages: tuple[ev.Message, ...] = (user(USERS[0]),)
-    with Runner(cache_dir=cache_dir) as runner:
-        runner.load(path)
-        messages += (assistant(runner.generate(messages, conversation_id="c1").text),)
-        session = runner.engine.session
-        assert session is not None and session.prompt_cache is not None
-        cache_file = session.prompt_cache.path_for("c1")
-    assert cache_file.is_file()
-    return cache_file, (*messages, user(USERS[1]))
-
-
-def _first_request_reuses_nothing(path: Path, cache_dir: Path, messages: tuple) -> None:
-    with Runner(cache_dir=cache_dir) as runner:
-        runner.load(path)
-        finished = runner.generate(messages, conversation_id="c1")
-    assert finished.stats is not None and finished.stats.reused_tokens == 0
-    assert_same_reply(finished, fresh_finished(path, messages, greedy()))
-
-
-def test_corrupt_cache_file_is_ignored(
-    models: dict, tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    cache_file, messages = _saved_cache_file(models["llama"], tmp_path)
-    data = bytearray(cache_file.read_bytes())
-    data[len(data) // 2] ^= 0xFF  # one flipped byte in the arrays
-    cache_file.write_bytes(bytes(data))
-    with caplog.at_level(logging.WARNING, logger="engine.prompt_cache"):
-        _first_request_reuses_nothing(models["llama"], tmp_path, messages)
-    assert any("ignoring prompt cache file" in r.getMessage() for r in caplog.records)
-
-    cache_file.write_bytes(b"not a safetensors file")
-    caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="engine.prompt_cache"):
-        _first_request_reuses_nothing(models["llama"], tmp_path, messages)
-    assert any(str(cache_file) in r.getMessage() for r in caplog.records)
-
-
-def test_cache_file_of_another_model_is_ignored(
-    models: dict,
-    tiny_models: TinyModels,
-    tmp_path: Path,
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    other = tiny_models.gguf(qtype="F32", seed=1)[0]
-    cache_file, messages = _saved_cache_file(other, tmp_path / "other")
-    with Runner(cache_dir=tmp_path) as runner:
-        runner.load(models["llama"])
-        session = runner.engine.session
-        assert session is not None and session.prompt_cache is not None
-        target = session.prompt_cache.path_for("c1")
-    assert target.parent != cache_file.parent  # each model has its own folder
-    target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy(cache_file, target)  # as if the folder names collided
-    with caplog.at_level(logging.WARNING, logger="engine.prompt_cache"):
-        _first_request_reuses_nothing(models["llama"], tmp_path, messages)
-    assert any("another model" in r.getMessage() for r in caplog.records)
 
 
 # -- context limit ---------------------------------------------------------------------------
@@ -576,34 +358,3 @@ def test_events_carry_only_plain_python_values(
     assert all(e.stats is not None for e in seen if isinstance(e, ev.Finished))
     for i, event in enumerate(seen):
         _assert_plain(event, f"event {i} ({type(event).__name__})")
-
-
-def test_the_entry_points_let_blas_threads_sleep(tmp_path: Path) -> None:
-    """OPENBLAS_THREAD_TIMEOUT is set before NumPy loads OpenBLAS (unless the user set it),
-    by configure_process and by `python -m engine`, which calls it first."""
-    import os
-    import subprocess
-    import sys
-
-    direct = (
-        "import os, sys\n"
-        "from engine.config import EngineConfig, configure_process\n"
-        "configure_process(EngineConfig())\n"
-        "assert 'numpy' not in sys.modules\n"
-        "import numpy\n"
-        "print(os.environ['OPENBLAS_THREAD_TIMEOUT'])"
-    )
-    missing = str(tmp_path / "none.gguf")
-    cli = (  # a missing model: the command fails fast, after the process is configured
-        "import os\n"
-        "from engine.__main__ import main\n"
-        f"assert main(['generate', '--model', {missing!r}, '--prompt', 'hi']) == 1\n"
-        "print(os.environ['OPENBLAS_THREAD_TIMEOUT'])"
-    )
-    for code in (direct, cli):
-        env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_THREAD_TIMEOUT"}
-        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-        assert out.stdout.strip().splitlines()[-1:] == ["4"], out.stderr
-        env["OPENBLAS_THREAD_TIMEOUT"] = "9"
-        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-        assert out.stdout.strip().splitlines()[-1:] == ["9"], out.stderr

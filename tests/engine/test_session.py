@@ -19,7 +19,7 @@ from engine.branch_cache import common_prefix
 from engine.chat_template import render_chat
 from engine.default_model import default_model_path, is_default_model_present
 from tests.conftest import TinyModels
-from tests.engine.test_engine import (
+from tests.engine.engine_runner import (
     USERS,
     Runner,
     always_draft,

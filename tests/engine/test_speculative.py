@@ -1,13 +1,13 @@
 """Speculative decoding (docs/DESIGN.md, "Speculative decoding contracts"): greedy output is
 token-identical to plain decoding for every drafter and draft length, the state (and a
-draft model's) is exact after every partial accept, rejection sampling emits exactly the
-target's distribution, and the draft length follows measured cost and acceptance.
+draft model's) is exact after every partial accept, sampled decoding is deterministic and
+exact, and a request's drafting follows its acceptance. That rejection sampling emits
+exactly the target's distribution is in test_rejection_sampling.py, the choice of the draft
+length in test_draft_length.py, the default model in test_speculative_real_model.py.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,22 +16,20 @@ import numpy as np
 import pytest
 
 from engine import decoding
-from engine import events as ev
 from engine.config import EngineConfig
 from engine.decoding import (
-    MAX_DRAFT,
     AcceptanceModel,
     CostModel,
     DecodeRequest,
     DecodeResult,
-    best_draft_length,
     decode,
 )
 from engine.drafters import Draft, Drafter, DraftModelDrafter, SuffixDrafter
 from engine.loader import load_model
-from engine.sampling import SamplingSettings, draw, probabilities
+from engine.sampling import SamplingSettings, probabilities
 from engine.sequence import SequenceState, prefill
 from tests.conftest import TinyModels
+from tests.engine.test_draft_length import cost_model, cpu_linear, gpu_flat
 from tests.hybrid_models import make_hybrid_dir
 from tests.tiny_models import EOS_ID, VOCAB_SIZE
 
@@ -363,239 +361,7 @@ def test_sampled_speculative_decode_is_deterministic_and_exact(
     assert outputs[0] == outputs[1]
 
 
-# -- rejection sampling emits the target's distribution -----------------------------------
-
-NUM_DRAWS = 4000
-SMALL_VOCAB = 8
-TRANSFORMS = {
-    "plain": SamplingSettings(temperature=1.0),
-    "temperature": SamplingSettings(temperature=0.6),
-    "top_k": SamplingSettings(temperature=1.2, top_k=5),
-    "top_p": SamplingSettings(temperature=0.9, top_p=0.8),
-    "min_p_penalty": SamplingSettings(temperature=1.0, min_p=0.05, repetition_penalty=1.5),
-}
-Q_KINDS = ["one_hot", "good", "bad"]
-
-
-def chi_square_sf(stat: float, df: int) -> float:
-    """P(X > stat) for X ~ chi-square(df): the regularized upper gamma Q(df/2, stat/2) in
-    closed form (integer and half-integer shapes; Abramowitz & Stegun 6.5.13, 26.4.4)."""
-    y = stat / 2
-    if df % 2 == 0:
-        return math.exp(-y) * sum(y**i / math.factorial(i) for i in range(df // 2))
-    tail = sum(y ** (i - 0.5) / math.gamma(i + 0.5) for i in range(1, (df - 1) // 2 + 1))
-    return math.erfc(math.sqrt(y)) + math.exp(-y) * tail
-
-
-def p_value(counts: np.ndarray, p: np.ndarray) -> float:
-    """Pearson's chi-square goodness of fit of `counts` to `p`; tokens p rules out must
-    never appear (they are excluded from the statistic)."""
-    support = p > 0
-    assert counts[~support].sum() == 0, f"drew tokens the target rules out: {counts}"
-    expected = counts.sum() * p[support]
-    stat = float(np.sum((counts[support] - expected) ** 2 / expected))
-    return chi_square_sf(stat, int(support.sum()) - 1)
-
-
-def draft_rows(
-    kind: str, p_logits: np.ndarray, history: list[int], s: SamplingSettings
-) -> np.ndarray | None:
-    """q for each drafted row: None (one-hot), close to p, or far from p."""
-    if kind == "one_hot":
-        return None
-    rng = np.random.default_rng(3)
-    if kind == "good":
-        q_logits = p_logits + 0.3 * rng.standard_normal(p_logits.shape)
-    else:  # mass where p has little: a reversed, sharpened ranking
-        q_logits = -2.0 * p_logits
-    return np.stack([probabilities(row, history, s) for row in q_logits])
-
-
-@pytest.mark.parametrize("kind", Q_KINDS)
-@pytest.mark.parametrize("transform", list(TRANSFORMS))
-def test_rejection_sampling_keeps_the_target_distribution(transform: str, kind: str) -> None:
-    """Two drafted rows per draw. The first emitted token is distributed as p(row 0); the
-    next one, given the drafts before it were accepted, as p of its row (the last, after
-    both drafts are accepted, is the bonus token from row 2). Fixed seeds: deterministic."""
-    s = TRANSFORMS[transform]
-    logits = np.random.default_rng(11).standard_normal((3, SMALL_VOCAB)) * 1.5
-    context = [1, 4, 4, 6]  # the penalised history, so the penalty changes p
-    pending = 0
-    q = draft_rows(kind, logits[:2], [*context, pending], s)
-    p0 = probabilities(logits[0], [*context, pending], s)
-    # a deterministic drafter always proposes the same tokens (q one-hot): here row 0's
-    # second most likely token, then row 1's likeliest after it
-    d1 = int(np.argsort(p0)[-2])
-    d2 = int(np.argmax(probabilities(logits[1], [*context, pending, d1], s)))
-    rng = np.random.default_rng(2024)
-    first = np.zeros(SMALL_VOCAB, dtype=np.int64)
-    drafted_first = np.zeros(SMALL_VOCAB, dtype=np.int64)
-    # the target's p after an accepted prefix (its row's history includes the prefix, which
-    # matters for the repetition penalty), and the tokens emitted there
-    p_after: dict[tuple[int, ...], np.ndarray] = {}
-    emitted_after: dict[tuple[int, ...], np.ndarray] = {}
-    for _ in range(NUM_DRAWS):
-        draft = Draft([d1, d2]) if q is None else Draft([draw(q[0], rng), draw(q[1], rng)], q)
-        history = [*context, pending, *draft.tokens]
-        accepted, nxt = decoding._verify(logits, draft, 2, history, s, rng)
-        emitted = [*draft.tokens[:accepted], nxt]
-        first[emitted[0]] += 1
-        drafted_first[draft.tokens[0]] += 1
-        for i in range(1, accepted + 1):
-            prefix = tuple(draft.tokens[:i])
-            if prefix not in p_after:
-                p_after[prefix] = probabilities(logits[i], [*context, pending, *prefix], s)
-                emitted_after[prefix] = np.zeros(SMALL_VOCAB, dtype=np.int64)
-            emitted_after[prefix][emitted[i]] += 1
-    assert p_value(first, p0) > 1e-3
-    tested = 0
-    for prefix, counts in emitted_after.items():
-        if counts.sum() >= 200:
-            assert p_value(counts, p_after[prefix]) > 1e-3, f"token after accepted {prefix}"
-            tested += 1
-    assert tested > 0 or kind == "bad"
-    if kind == "bad":  # the test has power: passing drafts through would be caught
-        support = p0 > 0
-        leaked = drafted_first[~support].sum() > 0
-        assert leaked or p_value(drafted_first, p0) < 1e-3
-
-
-def test_chi_square_sf_matches_known_values() -> None:
-    # (stat, df, upper tail) from standard tables
-    for stat, df, want in [(3.841, 1, 0.05), (5.991, 2, 0.05), (11.070, 5, 0.05), (9.488, 4, 0.05)]:
-        assert chi_square_sf(stat, df) == pytest.approx(want, abs=2e-4)
-
-
-def test_greedy_verify_accepts_the_argmax_prefix() -> None:
-    logits = np.zeros((4, SMALL_VOCAB))
-    logits[[0, 1, 2, 3], [2, 5, 1, 7]] = 1.0
-    rng = np.random.default_rng(0)
-    history = [0, 0, 2, 5, 3]  # context [0], pending 0, drafts 2, 5, 3
-    assert decoding._verify(logits, Draft([2, 5, 3]), 3, history, GREEDY, rng) == (2, 1)
-    history = [0, 0, 2, 5, 1]
-    assert decoding._verify(logits, Draft([2, 5, 1]), 3, history, GREEDY, rng) == (3, 7)
-
-
-# -- the draft length: expected tokens per second ----------------------------------------
-
-
-def cost_model(seconds: Callable[[int], float]) -> CostModel:
-    """Costs measured once for 1..17 rows; decay 1 keeps them (decode's timings are ignored)."""
-    costs = CostModel(decay=1.0)
-    for m in range(1, MAX_DRAFT + 2):
-        costs.observe(m, seconds(m))
-    return costs
-
-
-def cpu_linear(m: int) -> float:  # MLX's CPU backend: a verify of m rows ~ m decode steps
-    return 0.01 * m
-
-
-def cpu_nearly_linear(m: int) -> float:  # plus a little fixed cost per step
-    return 0.01 * (m + 0.25)
-
-
-def gpu_flat(m: int) -> float:  # launch-bound: extra rows nearly free
-    return 0.01 * (1 + 0.03 * m)
-
-
-@pytest.mark.parametrize("alpha", [0.0, 0.3, 0.6, 0.9, 0.99, 1.0])
-def test_linear_cost_never_speculates(alpha: float) -> None:
-    assert best_draft_length(alpha, cost_model(cpu_linear), 16) == 0
-
-
-def test_nearly_linear_cost_speculates_only_at_very_high_acceptance() -> None:
-    costs = cost_model(cpu_nearly_linear)
-    assert [best_draft_length(a, costs, 16) for a in (0.0, 0.3, 0.6, 0.8)] == [0, 0, 0, 0]
-    assert best_draft_length(0.98, costs, 16) > 0
-
-
-def test_flat_cost_speculates_long_drafts() -> None:
-    costs = cost_model(gpu_flat)
-    ks = [best_draft_length(a, costs, 16) for a in (0.3, 0.6, 0.8, 0.9, 0.95)]
-    assert ks == sorted(ks)  # more acceptance, longer drafts
-    assert ks[0] >= 1 and ks[2] >= 4 and ks[-1] >= 8
-
-
-@pytest.mark.parametrize("seconds", [cpu_linear, cpu_nearly_linear, gpu_flat, None])
-def test_no_acceptance_never_speculates(seconds: Callable[[int], float] | None) -> None:
-    costs = CostModel() if seconds is None else cost_model(seconds)
-    for alpha in (0.0, 0.005):
-        assert best_draft_length(alpha, costs, 16) == 0
-    assert best_draft_length(0.0, cost_model(lambda m: 1.0), 16) == 0  # perfectly flat
-
-
-def test_draft_length_respects_the_room_left() -> None:
-    costs = cost_model(gpu_flat)
-    assert best_draft_length(0.95, costs, 0) == 0
-    assert best_draft_length(0.95, costs, 3) == 3
-
-
-def test_unmeasured_cost_is_assumed_linear() -> None:
-    assert best_draft_length(0.9, CostModel(), 16) == 0
-
-
-def test_cost_model_interpolates_and_extrapolates() -> None:
-    costs = CostModel(decay=1.0)
-    assert [costs.cost(m) for m in (1, 2, 5)] == [1.0, 2.0, 5.0]  # unmeasured: linear
-    costs.observe(1, 0.010)
-    costs.observe(4, 0.016)
-    assert costs.cost(4) == pytest.approx(0.016)
-    assert costs.cost(2) == pytest.approx(0.012)  # between measured points
-    assert costs.cost(8) == pytest.approx(0.032)  # past the top: linear in the extra rows
-
-
-def test_cost_model_follows_the_machine_after_a_burst_of_load() -> None:
-    """Calibrated while the machine was busy; once plain steps are fast again, a verify is
-    judged by its ratio to a plain step, so speculation is still worth it."""
-    costs = CostModel()
-    for rows, seconds in [(1, 0.040), (2, 0.050), (4, 0.060), (8, 0.090)]:
-        costs.observe(rows, seconds)
-    for _ in range(30):  # plain decoding after the burst
-        costs.observe(1, 0.015)
-    assert costs.cost(4) == pytest.approx(0.015 * 1.5, rel=0.01)
-    assert best_draft_length(0.9, costs, 16) >= 3
-
-
-def test_acceptance_model_estimates_the_per_token_rate() -> None:
-    rng = np.random.default_rng(0)
-    for alpha in (0.3, 0.7, 0.9):
-        model = AcceptanceModel(decay=0.998)
-        for _ in range(2000):
-            accepted = 0
-            while accepted < 4 and rng.random() < alpha:  # geometric, capped at k = 4
-                accepted += 1
-            model.observe(drafted=4, accepted=accepted)
-        assert model.rate == pytest.approx(alpha, abs=0.05)
-
-
-def test_acceptance_model_follows_a_change_of_regime() -> None:
-    model = AcceptanceModel()
-    assert model.rate == 0.5  # the prior
-    for _ in range(30):
-        model.observe(drafted=8, accepted=8)
-    assert model.rate > 0.9
-    num_failures = 0
-    while model.rate >= 0.5:  # a regenerate's copied text ends: drafts start failing
-        model.observe(drafted=8, accepted=0)
-        num_failures += 1
-    assert num_failures <= 10
-
-
-def test_acceptance_recovers_without_drafts() -> None:
-    """A rate below break-even is tested again later in the request (evidence ages on plain
-    steps) and at once in the next request (a regenerate must not inherit a fresh chat's)."""
-    costs = cost_model(cpu_nearly_linear)
-    model = AcceptanceModel()
-    for _ in range(5):
-        model.observe(drafted=4, accepted=0)
-    assert best_draft_length(model.rate, costs, 16) == 0
-    for _ in range(300):
-        model.idle()
-    assert model.rate == pytest.approx(0.5, abs=0.01)
-    model.observe(drafted=4, accepted=0)
-    model.forget()
-    assert model.rate == 0.5
+# -- acceptance per request, on real models ---------------------------------------------
 
 
 def test_a_new_request_starts_from_the_prior(pair: Pair, cases: list[Case]) -> None:
@@ -628,57 +394,3 @@ def test_fresh_text_with_linear_cost_drafts_nothing(pair: Pair, cases: list[Case
         result, _ = run(pair.target, case.prompt, case.max_tokens, drafter, costs=costs)
         assert result.drafted == 0
         assert result.token_ids == case.reference.token_ids
-
-
-# -- the real default model -------------------------------------------------------------
-
-
-def default_model() -> Any:
-    from engine.default_model import default_model_path, is_default_model_present
-
-    if not is_default_model_present():
-        pytest.skip("the default model is not downloaded (make model)")
-    return load_model(default_model_path())
-
-
-# One conversation's requests in order; every reply is compared, the last three are the
-# ones speculation is for: a regenerate, an edit of one word, an edited code request.
-REAL_REQUESTS = (
-    "What causes the seasons on Earth? Answer in a short paragraph.",
-    "What causes the seasons on Earth? Answer in a short paragraph.",
-    "What causes the seasons on Mars? Answer in a short paragraph.",
-    "Write a Python function is_prime(n) that checks whether n is prime.",
-    "Write a Python function check_prime(n) that checks whether n is prime.",
-)
-
-
-@pytest.mark.real_model
-def test_default_model_greedy_lookup_equals_plain(monkeypatch: pytest.MonkeyPatch) -> None:
-    from engine.session import Session
-
-    # Always draft as long as allowed: the identity must hold for every k, measured or not.
-    monkeypatch.setattr(
-        decoding, "best_draft_length", lambda _a, _c, available, *_: min(available, 8)
-    )
-    loaded = default_model()
-
-    def replies(drafter: str) -> list[ev.Finished]:
-        session = Session(loaded)  # plain and speculative see the same history
-        out = []
-        for question in REAL_REQUESTS:
-            events: list[ev.Event] = []
-            settings = ev.GenerationSettings(max_tokens=60, drafter=drafter)
-            cmd = ev.Generate("r", (ev.Message("user", question),), settings)
-            session.generate(cmd, events.append, lambda: False)
-            out.append(next(e for e in events if isinstance(e, ev.Finished)))
-        return out
-
-    plain, spec = replies("off"), replies("lookup")
-    for i, (p, s) in enumerate(zip(plain, spec, strict=True)):
-        assert s.token_ids == p.token_ids, f"request {i}: {REAL_REQUESTS[i]!r}"
-        assert p.stats is not None and s.stats is not None
-        assert p.stats.drafted == 0
-    regenerate = spec[1].stats
-    assert regenerate is not None
-    assert regenerate.accepted > 0.5 * regenerate.generated_tokens
-    assert all(s.stats is not None and s.stats.accepted > 0 for s in spec[2:])

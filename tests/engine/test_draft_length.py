@@ -1,0 +1,139 @@
+"""The draft length follows measured cost and acceptance: k maximises expected tokens per
+second (0 always a candidate), the cost model tracks the machine, and the acceptance model
+forgets old evidence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from engine.decoding import (
+    MAX_DRAFT,
+    AcceptanceModel,
+    CostModel,
+    best_draft_length,
+)
+
+# -- the draft length: expected tokens per second ----------------------------------------
+
+
+def cost_model(seconds: Callable[[int], float]) -> CostModel:
+    """Costs measured once for 1..17 rows; decay 1 keeps them (decode's timings are ignored)."""
+    costs = CostModel(decay=1.0)
+    for m in range(1, MAX_DRAFT + 2):
+        costs.observe(m, seconds(m))
+    return costs
+
+
+def cpu_linear(m: int) -> float:  # MLX's CPU backend: a verify of m rows ~ m decode steps
+    return 0.01 * m
+
+
+def cpu_nearly_linear(m: int) -> float:  # plus a little fixed cost per step
+    return 0.01 * (m + 0.25)
+
+
+def gpu_flat(m: int) -> float:  # launch-bound: extra rows nearly free
+    return 0.01 * (1 + 0.03 * m)
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.3, 0.6, 0.9, 0.99, 1.0])
+def test_linear_cost_never_speculates(alpha: float) -> None:
+    assert best_draft_length(alpha, cost_model(cpu_linear), 16) == 0
+
+
+def test_nearly_linear_cost_speculates_only_at_very_high_acceptance() -> None:
+    costs = cost_model(cpu_nearly_linear)
+    assert [best_draft_length(a, costs, 16) for a in (0.0, 0.3, 0.6, 0.8)] == [0, 0, 0, 0]
+    assert best_draft_length(0.98, costs, 16) > 0
+
+
+def test_flat_cost_speculates_long_drafts() -> None:
+    costs = cost_model(gpu_flat)
+    ks = [best_draft_length(a, costs, 16) for a in (0.3, 0.6, 0.8, 0.9, 0.95)]
+    assert ks == sorted(ks)  # more acceptance, longer drafts
+    assert ks[0] >= 1 and ks[2] >= 4 and ks[-1] >= 8
+
+
+@pytest.mark.parametrize("seconds", [cpu_linear, cpu_nearly_linear, gpu_flat, None])
+def test_no_acceptance_never_speculates(seconds: Callable[[int], float] | None) -> None:
+    costs = CostModel() if seconds is None else cost_model(seconds)
+    for alpha in (0.0, 0.005):
+        assert best_draft_length(alpha, costs, 16) == 0
+    assert best_draft_length(0.0, cost_model(lambda m: 1.0), 16) == 0  # perfectly flat
+
+
+def test_draft_length_respects_the_room_left() -> None:
+    costs = cost_model(gpu_flat)
+    assert best_draft_length(0.95, costs, 0) == 0
+    assert best_draft_length(0.95, costs, 3) == 3
+
+
+def test_unmeasured_cost_is_assumed_linear() -> None:
+    assert best_draft_length(0.9, CostModel(), 16) == 0
+
+
+def test_cost_model_interpolates_and_extrapolates() -> None:
+    costs = CostModel(decay=1.0)
+    assert [costs.cost(m) for m in (1, 2, 5)] == [1.0, 2.0, 5.0]  # unmeasured: linear
+    costs.observe(1, 0.010)
+    costs.observe(4, 0.016)
+    assert costs.cost(4) == pytest.approx(0.016)
+    assert costs.cost(2) == pytest.approx(0.012)  # between measured points
+    assert costs.cost(8) == pytest.approx(0.032)  # past the top: linear in the extra rows
+
+
+def test_cost_model_follows_the_machine_after_a_burst_of_load() -> None:
+    """Calibrated while the machine was busy; once plain steps are fast again, a verify is
+    judged by its ratio to a plain step, so speculation is still worth it."""
+    costs = CostModel()
+    for rows, seconds in [(1, 0.040), (2, 0.050), (4, 0.060), (8, 0.090)]:
+        costs.observe(rows, seconds)
+    for _ in range(30):  # plain decoding after the burst
+        costs.observe(1, 0.015)
+    assert costs.cost(4) == pytest.approx(0.015 * 1.5, rel=0.01)
+    assert best_draft_length(0.9, costs, 16) >= 3
+
+
+def test_acceptance_model_estimates_the_per_token_rate() -> None:
+    rng = np.random.default_rng(0)
+    for alpha in (0.3, 0.7, 0.9):
+        model = AcceptanceModel(decay=0.998)
+        for _ in range(2000):
+            accepted = 0
+            while accepted < 4 and rng.random() < alpha:  # geometric, capped at k = 4
+                accepted += 1
+            model.observe(drafted=4, accepted=accepted)
+        assert model.rate == pytest.approx(alpha, abs=0.05)
+
+
+def test_acceptance_model_follows_a_change_of_regime() -> None:
+    model = AcceptanceModel()
+    assert model.rate == 0.5  # the prior
+    for _ in range(30):
+        model.observe(drafted=8, accepted=8)
+    assert model.rate > 0.9
+    num_failures = 0
+    while model.rate >= 0.5:  # a regenerate's copied text ends: drafts start failing
+        model.observe(drafted=8, accepted=0)
+        num_failures += 1
+    assert num_failures <= 10
+
+
+def test_acceptance_recovers_without_drafts() -> None:
+    """A rate below break-even is tested again later in the request (evidence ages on plain
+    steps) and at once in the next request (a regenerate must not inherit a fresh chat's)."""
+    costs = cost_model(cpu_nearly_linear)
+    model = AcceptanceModel()
+    for _ in range(5):
+        model.observe(drafted=4, accepted=0)
+    assert best_draft_length(model.rate, costs, 16) == 0
+    for _ in range(300):
+        model.idle()
+    assert model.rate == pytest.approx(0.5, abs=0.01)
+    model.observe(drafted=4, accepted=0)
+    model.forget()
+    assert model.rate == 0.5
