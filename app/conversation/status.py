@@ -21,7 +21,7 @@ STATUSES = frozenset(status.value for status in MessageStatus)
 # A reply that did not end on its own: the model can be asked to go on.
 CONTINUABLE = frozenset((MessageStatus.STOPPED, MessageStatus.LENGTH, MessageStatus.EDITED))
 
-_AFTER_FINISH = {
+_AFTER_FINISH: dict[str, MessageStatus] = {
     FinishReason.EOS: MessageStatus.DONE,
     FinishReason.LENGTH: MessageStatus.LENGTH,
     FinishReason.STOPPED: MessageStatus.STOPPED,
@@ -30,4 +30,4 @@ _AFTER_FINISH = {
 
 def status_after(reason: str) -> MessageStatus:
     """The status a reply keeps once the engine finished it for `reason`."""
-    return _AFTER_FINISH.get(reason, MessageStatus.DONE)  # type: ignore[call-overload]
+    return _AFTER_FINISH.get(reason, MessageStatus.DONE)

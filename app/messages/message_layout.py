@@ -24,7 +24,7 @@ ACTION_PAD = 8
 NAV_ARROW_W = 22
 MIN_BUBBLE_W = 72
 
-STATUS_PILLS = {
+STATUS_PILLS: dict[str, str] = {
     MessageStatus.STREAMING: "generating…",
     MessageStatus.STOPPED: "stopped",
     MessageStatus.LENGTH: "max tokens",

@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
 from app.settings.app_settings import AppSettings
 from engine.events import DRAFTER_KINDS, DrafterKind
 
-DRAFTER_LABELS = {
+DRAFTER_LABELS: dict[str, str] = {
     DrafterKind.AUTO: "Auto (picks what pays)",
     DrafterKind.OFF: "Off",
     DrafterKind.LOOKUP: "Prompt lookup",
