@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run chat test lint model clean
 
-$(STAMP): pyproject.toml setup.py kernels/qmatmul.c
+$(STAMP): pyproject.toml setup.py $(wildcard kernels/csrc/*.c kernels/csrc/*.h)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test,dev]'

@@ -3,7 +3,8 @@
 The kernel is built for the machine that builds it (-march=native / -mcpu=native: this
 is a local install; BRANCHCHAT_PORTABLE_BUILD=1 leaves the flag out for a build meant for
 other machines). `optional=True`: a failed build leaves the NumPy path in place, so
-`pip install -e .` never fails for want of a compiler.
+`pip install -e .` never fails for want of a compiler. Its sources are kernels/csrc/*.c
+(one file per concern, sharing kernels/csrc/qmatmul.h).
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ class BuildQmatmul(build_ext):
         if self.compiler.compiler_type == "msvc":
             compile_args, link_args = ["/O2"], []
         else:
-            compile_args, link_args = ["-O3", "-std=c11", "-pthread"], ["-pthread"]
+            # hidden: the files' shared entry points stay inside the extension
+            compile_args = ["-O3", "-std=c11", "-pthread", "-fvisibility=hidden"]
+            link_args = ["-pthread"]
             if not os.environ.get("BRANCHCHAT_PORTABLE_BUILD"):
                 is_x86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
                 if is_x86:
@@ -37,6 +40,13 @@ class BuildQmatmul(build_ext):
 
 
 setup(
-    ext_modules=[Extension("kernels._qmatmul", ["kernels/qmatmul.c"], optional=True)],
+    ext_modules=[
+        Extension(
+            "kernels._qmatmul",
+            [f"kernels/csrc/{name}.c" for name in ("matmul", "attention", "pool", "module")],
+            depends=["kernels/csrc/qmatmul.h"],
+            optional=True,
+        )
+    ],
     cmdclass={"build_ext": BuildQmatmul},
 )

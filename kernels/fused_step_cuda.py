@@ -23,7 +23,7 @@ round differently; only one path is in use at a time.
 Memory rules inside the launch: activations, partials and KV rows written by one block
 are read by others after a barrier or a fenced counter, so those reads bypass L1
 (`__ldcg`); weights are read-only. The kernel writes three inputs: the new KV rows go
-straight into the state's buffers (`engine/models/fused.py` keeps each contiguous and
+straight into the state's buffers (`engine/runner/fused.py` keeps each contiguous and
 unshared) and the scratch buffer (activations, attention partials) is kept by
 `StepKernel` between launches, every element written before it is read. A barrier that
 waits too long (blocks not co-resident: a smaller GPU shared with other work) sets an

@@ -2,7 +2,7 @@
 
 Decode on a CPU is bound by the bytes of weights read per token: the default model's
 weights take ~540 MB dequantized to float32 but ~98 MB packed, so the C kernel
-(kernels/qmatmul.c, built by setup.py) multiplies against the packed rows directly, up to
+(kernels/csrc/, built by setup.py) multiplies against the packed rows directly, up to
 8 rows of x per pass over the weights (a speculative verify). Above KERNEL_MAX_ROWS rows
 (a long prefill) BLAS wins on a float32 copy of the weight, dequantized a block of rows
 at a time into a reused scratch buffer.
@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-ABI_VERSION = 1  # kernels/qmatmul.c's; a stale build from older sources is not used
+ABI_VERSION = 1  # kernels/csrc/module.c's; a stale build from older sources is not used
 
 
 def _load_extension() -> Any:
@@ -248,7 +248,7 @@ def embed_rows(qm: QMatrix, ids: np.ndarray) -> np.ndarray:
 
 
 ATTENTION_MAX_ROWS = 64  # query rows per head the C attention takes (decode, verify)
-ATTENTION_MAX_DIM = 512  # head dims it takes (ATTN_MAX_DIM in qmatmul.c)
+ATTENTION_MAX_DIM = 512  # head dims it takes (ATTN_MAX_DIM in csrc/qmatmul.h)
 
 
 def attention(

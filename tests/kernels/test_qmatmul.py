@@ -1,4 +1,4 @@
-"""The packed-weight C kernel (kernels/qmatmul.c) against the NumPy references in
+"""The packed-weight C kernel (kernels/csrc/) against the NumPy references in
 kernels.qmatmul_ref, on each of its code paths (AVX-512, AVX2, portable C) the build has."""
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from PySide6.QtWidgets import QApplication
 from app.settings.settings_dialog import SettingsDialog
 from app.theme import DARK
 from engine.events import Failed
-from tests.app.test_window import click_action
+from tests.app.window.test_window import click_action
 
 CODE_REPLY = "Here:\n\n```python\nprint('hi')\n```\n\nDone."
 
