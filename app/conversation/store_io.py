@@ -24,7 +24,9 @@ class ExportFormat(StrEnum):
     JSON = "json"  # the whole tree, to import again
 
 
-def write_export(store: ConversationStore, conversation_id: str, fmt: str, path: str | Path):
+def write_export(
+    store: ConversationStore, conversation_id: str, fmt: str, path: str | Path
+) -> None:
     """Write the conversation to `path` as JSON (fmt "json") or else as Markdown."""
     if fmt == ExportFormat.JSON:
         data = export_json(store, conversation_id)
