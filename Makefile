@@ -1,6 +1,7 @@
 # Two commands do everything on a fresh machine:
 #   make run    set up .venv, fetch the default model, open the app
-#   make test   the same set-up, then lint, types, import contract and the whole test suite
+#   make test   the same set-up, then lint, types, import contracts, line budget and the
+#               whole test suite
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -28,6 +29,8 @@ lint: $(STAMP)
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy engine kernels
 	$(VENV)/bin/lint-imports
+	$(PY) tools/check_import_cycles.py engine kernels
+	$(PY) tools/check_line_budget.py
 
 test: model lint
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q -p no:cacheprovider
