@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Step 5 on the H200 (no carry): mlx-lm beside ours, the edit, verify and rollback benches.
 set -u
-source bench/gpu/device_run.sh
+source tools/gpu/device_run.sh
 BUDGET=240 run decode_peers decode --peers --runs 2 --steps 64 --mlx-lm-runs 2
 run edit edit --runs 3
 run verify verify --runs 5

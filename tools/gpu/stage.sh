@@ -5,11 +5,14 @@
 #   b: second half of mlx-cuda-13 + model part 2              -> step 2: install MLX
 #   c: model part 3 + pure-Python wheels the engine needs     -> step 3: GPU tests, rollback bench
 #   d: model part 4                                           -> step 4: join model, benches
-# Run from the project root with the default model fetched (make model).
+# Run from the project root with the default model fetched (make model), naming the
+# workplace's script that stages MLX's CUDA wheel into .device/a and .device/b:
+#   bash tools/gpu/stage.sh PATH/TO/stage-mlx-cuda.sh
 set -euo pipefail
+stager=$(realpath "${1:?usage: tools/gpu/stage.sh PATH/TO/stage-mlx-cuda.sh}")
 root=$(git rev-parse --show-toplevel)
 cd "$root"
-bash ../shared/device/stage-mlx-cuda.sh
+bash "$stager"
 model=$(.venv/bin/python -c 'from engine.default_model import default_model_path as p; print(p())')
 mkdir -p .device/c .device/d .device/parts
 split -b 15M -d "$model" .device/parts/model.
@@ -22,5 +25,5 @@ sha256sum "$model" | cut -d' ' -f1 > .device/d/model.sha256
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
   --implementation cp --platform manylinux_2_35_x86_64 -d .device/c/wheels \
   platformdirs gguf pytest hypothesis pluggy iniconfig sortedcontainers attrs "mlx-lm==0.32.2" 2>/dev/null
-cp bench/gpu/device_*.sh .device/c/ 2>/dev/null || true
+cp tools/gpu/device_*.sh .device/c/ 2>/dev/null || true
 du -sh .device/*
