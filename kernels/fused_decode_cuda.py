@@ -20,12 +20,14 @@ steps, and greedy speculative decoding reproduces plain decoding exactly on the 
 too, in bfloat16.
 
 Reference semantics: `kernels.fused_decode_ref` (MLX ops, any device), which the GPU
-tests compare against. Only built where MLX runs on CUDA.
+tests compare against. The CUDA text is in kernels/cuda/fused_decode*.cu(h); only built
+where MLX runs on CUDA.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 from typing import Any
 
 import mlx.core as mx
@@ -48,8 +50,6 @@ _BODIES = {
 def constants(shapes: Shapes, **extra: int) -> str:
     """The model's shapes as C++ constants (D, H, HKV, DH, F, V, EPS, LOG2_BASE,
     TRADITIONAL), then `extra`, one line each, for a kernel body to start with."""
-    import math
-
     s = shapes
     consts: dict[str, object] = {
         "D": s.hidden,

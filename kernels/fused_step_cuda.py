@@ -39,7 +39,7 @@ from typing import Any
 import mlx.core as mx
 
 from kernels import cuda
-from kernels.fused_decode_cuda import _HEADER, MAX_ROWS, constants
+from kernels.fused_decode_cuda import MAX_ROWS, constants, header
 from kernels.fused_shapes import Shapes
 
 THREADS = 256
@@ -51,7 +51,7 @@ _BUFFERS: list[tuple[str, tuple[int, ...]]] = [
     ("status", (1,)),
 ]
 
-STEP_HEADER = _HEADER + cuda.source("fused_step.cuh")
+STEP_HEADER = header() + cuda.source("fused_step.cuh")  # kernels/cuda/
 _BODY = cuda.source("fused_step.cu")
 _SM_COUNT = cuda.source("sm_count.cu")
 
