@@ -177,7 +177,7 @@ class SequenceState:
         if position != self.plan_truncate(position):
             raise StateError(f"position {position} is not directly restorable; use plan_truncate")
         dropped = self.tokens[position:]
-        if position == 0:
+        if position == 0:  # the empty state: every kind rebuilds it without a snapshot
             for layer in self.layers:
                 layer.reset()
         elif self._can_rewind_directly(position):
