@@ -59,7 +59,8 @@ class LayerState(Protocol):
     def can_rewind(self, depth: int) -> bool:
         """Whether `rewind` can go `depth` positions back without a snapshot."""
 
-    def rewind(self, position: int) -> None: ...
+    def rewind(self, position: int) -> None:
+        """Back to `position` by moving the cursor (refused where `can_rewind` says no)."""
 
     def snapshot(self) -> Any:
         """A restore point here for the snapshot stores (None where a cursor suffices)."""
