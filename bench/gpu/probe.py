@@ -25,7 +25,8 @@ from kernels.ops import make_ops
 SMOLLM2 = dict(hidden=576, layers=30, heads=9, kv_heads=3, head_dim=64, ffn=1536, vocab=49152)
 
 
-def random_model(ops: Any, seed: int = 0) -> Any:
+def random_model(ops: Any, seed: int = 0) -> ModelRunner:
+    """The default model's shapes with random weights, on the plain path (no fused kernels)."""
     s = SMOLLM2
     cfg = llama.ModelConfig(
         family="llama",
@@ -91,7 +92,7 @@ def pipelined_tok_s(model: Any, context: int, steps: int) -> float:
     kvs = list(state.layers)
     cap = 4096
     for kv in kvs:
-        kv._grow(cap)
+        kv.reserve(cap)
     fn = mx.compile(fused._traceable("last"))
     buffers = [a for kv in kvs for a in (kv.keys, kv.values)]
     pos = state.offset
