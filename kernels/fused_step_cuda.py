@@ -113,7 +113,13 @@ def sm_count() -> int:
 
 
 class StepKernel:
-    """One launch per step for a model of `num_layers` layers with these shapes."""
+    """One launch per step for a model of `num_layers` layers with these shapes.
+
+    `header`, `source` and `outputs` say what is compiled; a build with extra outputs
+    (bench/gpu/step_stamps.py's cycle stamps) overrides them and reads them from `launch`.
+    """
+
+    name = "fs_step"
 
     def __init__(self, shapes: Shapes, num_layers: int, prefetch: bool = True) -> None:
         reason = shapes.check() or step_unsupported(shapes)
@@ -131,8 +137,6 @@ class StepKernel:
             source=self.source(),
             header=self.header(),
         )
-
-    name = "fs_step"
 
     def header(self) -> str:
         return STEP_HEADER
