@@ -12,11 +12,10 @@ import hashlib
 import logging
 import os
 from pathlib import Path
-from typing import Any
 
 from engine.errors import StateError
 from engine.sequence import SequenceState
-from engine.state_io import load_state, save_state
+from engine.state_io import StatefulModel, load_state, save_state
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +43,7 @@ class PromptCache:
         self._evict(keep=path)
         return str(path), size
 
-    def load(self, conversation_id: str, model: Any) -> SequenceState | None:
+    def load(self, conversation_id: str, model: StatefulModel) -> SequenceState | None:
         path = self.path_for(conversation_id)
         if not path.is_file():
             return None
