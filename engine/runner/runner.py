@@ -44,6 +44,8 @@ def fused_decode_for(model: DecoderModel, config: EngineConfig) -> FusedDecode |
 
 
 class ModelRunner:
+    """A model with the path its calls take; states it makes follow `snapshot_policy`."""
+
     def __init__(
         self,
         model: DecoderModel,
