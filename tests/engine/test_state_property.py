@@ -68,10 +68,11 @@ class StateModels:
         if kind == "hybrid":
             path = self.root / "hybrid"
             if not path.exists():
-                # eps 1e-4 (1e-5 elsewhere): at the first positions the gated output norm
-                # divides by a tiny rms and amplified float32 rounding to ~2e-4 in fresh
-                # prefills themselves (see test_hybrid.TOLERANCE); state ops are unaffected
-                make_hybrid_dir(path, "hf", rms_norm_eps=1e-4)
+                # eps 1e-3 (1e-5 elsewhere): at the first positions the gated output norm
+                # divides by a tiny rms and amplifies float32 rounding between the chunked
+                # and the recurrent kernel (1.7e-4 after one token with eps 1e-4, in an
+                # example hypothesis found); state ops are unaffected
+                make_hybrid_dir(path, "hf", rms_norm_eps=1e-3)
             return path
         raise ValueError(kind)
 
