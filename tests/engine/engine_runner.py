@@ -21,7 +21,7 @@ from engine.engine import Engine
 from engine.sampling import SamplingSettings
 from tests.conftest import TinyModels
 from tests.hybrid_models import make_hybrid_dir
-from tests.tiny_models import CHAT_TEMPLATE, build_hf_tokenizer
+from tests.tiny_tokenizer import CHAT_TEMPLATE, build_hf_tokenizer
 
 TIMEOUT = 60.0  # seconds to wait for one event before calling the engine hung
 GREEDY = SamplingSettings(temperature=0.0)

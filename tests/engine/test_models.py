@@ -13,7 +13,8 @@ import pytest
 from engine.config import EngineConfig
 from engine.loader import load_model
 from tests.conftest import TinyModel, TinyModels
-from tests.tiny_models import VOCAB_SIZE, build_hf_tokenizer, reference_forward
+from tests.tiny_models import VOCAB_SIZE, reference_forward
+from tests.tiny_tokenizer import build_hf_tokenizer
 
 BACKENDS = ["numpy", "mlx"]
 TOLERANCE = 1e-4  # max abs diff on logits of magnitude ~10: float32 accumulation only
