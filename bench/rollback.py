@@ -68,16 +68,9 @@ def write_model(directory: Path, shapes: dict[str, Any], dtype: Any, seed: int =
 
 
 def sync(state: Any) -> None:
-    """Wait for MLX's lazy work on the state's recurrent arrays (a no-op on NumPy)."""
-    from engine.state import RecurrentState
-
-    pending = [
-        a
-        for layer in state.layers
-        if isinstance(layer, RecurrentState)
-        for a in (layer.conv, layer.ssm)
-        if isinstance(a, mx.array)
-    ]
+    """Wait for MLX's lazy work on the state's arrays (a no-op on NumPy), so a timing
+    includes it; through the layer protocol, whatever kind each layer is."""
+    pending = [a for layer in state.layers for a in layer.live_arrays() if isinstance(a, mx.array)]
     if pending:
         mx.eval(pending)
 

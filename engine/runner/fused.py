@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 def unsupported_reason(model: DecoderModel) -> str | None:
     """Why `model` can't take the fused path, or None."""
     cfg = model.config
-    if getattr(model.ops, "name", "") != "mlx":
+    if model.ops.name != "mlx":
         return "needs the MLX backend"
     if any(cfg.layer_type(i) != FULL for i in range(cfg.num_layers)):
         return "only full-attention layers"
