@@ -4,6 +4,10 @@ WAL mode, one transaction per write, foreign keys on. Deleting a conversation is
 (it can be undone) until `purge_deleted`. A reply being streamed is written as it grows
 (status "streaming"); a store opened after a crash turns those into "stopped" replies,
 which the window offers to continue.
+
+The schema is versioned (`PRAGMA user_version`). Opening an older file migrates it in
+one transaction by adding columns, so nothing already saved is rewritten; a file from a
+newer version is refused untouched rather than half-understood.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from app.conversation.status import STATUSES, MessageStatus
 from app.conversation.tree import MessageTree, Node
 
 APP_NAME = "branchchat"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS conversations (
@@ -33,7 +37,8 @@ CREATE TABLE IF NOT EXISTS conversations (
     created_at REAL NOT NULL,
     updated_at REAL NOT NULL,
     selected_root TEXT,
-    deleted_at REAL
+    deleted_at REAL,
+    settings TEXT
 );
 CREATE TABLE IF NOT EXISTS messages (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -46,11 +51,25 @@ CREATE TABLE IF NOT EXISTS messages (
     created_at REAL NOT NULL,
     selected_child TEXT,
     stats TEXT,
-    draft_spans TEXT
+    draft_spans TEXT,
+    thinking TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id);
 CREATE INDEX IF NOT EXISTS messages_by_parent ON messages(parent_id);
 """
+
+# MIGRATIONS[v]: the statements that take a version v file to version v + 1.
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    # 2: per-chat settings (JSON text) and a reply's reasoning part, apart from its content.
+    1: (
+        "ALTER TABLE conversations ADD COLUMN settings TEXT",
+        "ALTER TABLE messages ADD COLUMN thinking TEXT NOT NULL DEFAULT ''",
+    ),
+}
+
+
+class SchemaError(RuntimeError):
+    """The database file was written by a newer branchchat than this one."""
 
 
 def default_db_path() -> Path:
@@ -88,16 +107,32 @@ class ConversationStore:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("PRAGMA foreign_keys=ON")
+        version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            self._db.close()
+            raise SchemaError(
+                f"{self.path} was written by a newer branchchat (schema version {version}; "
+                f"this one reads up to {SCHEMA_VERSION}). Update branchchat to open it."
+            )
         with self.transaction():
-            for statement in SCHEMA.split(";"):
-                if statement.strip():
-                    self._db.execute(statement)
-            self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            self._migrate(version)
             # A reply that was streaming when the last session ended is a stopped reply.
             self._db.execute("UPDATE messages SET status='stopped' WHERE status='streaming'")
 
     def close(self) -> None:
         self._db.close()
+
+    def _migrate(self, version: int) -> None:
+        """Version 0 is a new file: the whole schema. Otherwise each step up to the current."""
+        if version == 0:
+            for statement in SCHEMA.split(";"):
+                if statement.strip():
+                    self._db.execute(statement)
+        else:
+            for step in range(version, SCHEMA_VERSION):
+                for statement in MIGRATIONS[step]:
+                    self._db.execute(statement)
+        self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
@@ -162,6 +197,23 @@ class ConversationStore:
             cursor = db.execute("DELETE FROM conversations WHERE deleted_at IS NOT NULL")
         return cursor.rowcount
 
+    def get_conversation_settings(self, conversation_id: str) -> dict[str, Any]:
+        """The chat's own settings as saved (an empty dict when it has none)."""
+        row = self._require(self._db, "conversations", conversation_id)
+        return json.loads(row["settings"]) if row["settings"] else {}
+
+    def set_conversation_settings(self, conversation_id: str, settings: dict[str, Any]) -> None:
+        """Replace the chat's settings; a value JSON cannot hold is refused before writing."""
+        if not isinstance(settings, dict):
+            raise ValueError(f"conversation settings must be a dict, not {type(settings).__name__}")
+        try:
+            text = json.dumps(settings)
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"conversation settings must be plain JSON values: {error}") from None
+        with self.transaction() as db:
+            self._require(db, "conversations", conversation_id)
+            db.execute("UPDATE conversations SET settings=? WHERE id=?", (text, conversation_id))
+
     # -- messages ---------------------------------------------------------------------
 
     def add_message(
@@ -174,6 +226,7 @@ class ConversationStore:
         status: str = MessageStatus.DONE,
         stats: dict[str, Any] | None = None,
         draft_spans: tuple[tuple[int, int], ...] = (),
+        thinking: str = "",
         created_at: float | None = None,
         select: bool = True,
     ) -> Node:
@@ -187,15 +240,16 @@ class ConversationStore:
                 self._require(db, "messages", parent_id, conversation_id=conversation_id)
             cursor = db.execute(
                 "INSERT INTO messages (id, conversation_id, parent_id, role, content, status, "
-                "created_at, stats, draft_spans) VALUES (?,?,?,?,?,?,?,?,?)",
+                "created_at, stats, draft_spans, thinking) VALUES (?,?,?,?,?,?,?,?,?,?)",
                 (node_id, conversation_id, parent_id, role, content, status, now,
-                 _json(stats), _json([list(s) for s in draft_spans]) if draft_spans else None),
+                 _json(stats), _json([list(s) for s in draft_spans]) if draft_spans else None,
+                 thinking),
             )  # fmt: skip
             if select:
                 self._select(db, conversation_id, parent_id, node_id)
             db.execute("UPDATE conversations SET updated_at=? WHERE id=?", (now, conversation_id))
         return Node(node_id, parent_id, role, content, status, now, cursor.lastrowid or 0,
-                    None, stats, tuple(draft_spans))  # fmt: skip
+                    None, stats, tuple(draft_spans), thinking)  # fmt: skip
 
     def update_message(
         self,
@@ -205,10 +259,11 @@ class ConversationStore:
         status: str | None = None,
         stats: dict[str, Any] | None = None,
         draft_spans: tuple[tuple[int, int], ...] | None = None,
+        thinking: str | None = None,
     ) -> None:
         if status is not None and status not in STATUSES:
             raise ValueError(f"unknown status {status!r}")
-        changes: dict[str, Any] = {"content": content, "status": status}
+        changes: dict[str, Any] = {"content": content, "status": status, "thinking": thinking}
         changes["stats"] = _json(stats) if stats is not None else None
         if draft_spans is not None:
             changes["draft_spans"] = _json([list(s) for s in draft_spans])
@@ -315,4 +370,5 @@ def _node(row: sqlite3.Row) -> Node:
         selected_child=row["selected_child"],
         stats=json.loads(row["stats"]) if row["stats"] else None,
         draft_spans=tuple((int(a), int(b)) for a, b in spans),
+        thinking=row["thinking"],
     )

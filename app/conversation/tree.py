@@ -26,6 +26,7 @@ class Node:
     selected_child: str | None = None
     stats: dict[str, Any] | None = None
     draft_spans: tuple[tuple[int, int], ...] = field(default=())  # [start, end) char ranges
+    thinking: str = ""  # a reasoning model's <think> part, kept apart from the answer
 
     @property
     def is_continuable(self) -> bool:
