@@ -7,7 +7,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run chat test lint model clean
+.PHONY: run chat test lint model system-libs clean
 
 $(STAMP): pyproject.toml setup.py $(wildcard kernels/csrc/*.c kernels/csrc/*.h)
 	$(PYTHON) -m venv $(VENV)
@@ -18,7 +18,12 @@ $(STAMP): pyproject.toml setup.py $(wildcard kernels/csrc/*.c kernels/csrc/*.h)
 model: $(STAMP)
 	$(PY) -m engine fetch
 
-run: model
+# Qt's X11 plugin needs system libraries a stock Debian/Ubuntu lacks: checked before Qt
+# loads; as root with apt-get they are installed, otherwise the one command is printed.
+system-libs: $(STAMP)
+	$(PY) -m app.system_check --install
+
+run: model system-libs
 	$(PY) -m app
 
 chat: model

@@ -7,6 +7,7 @@ import asyncio
 import os
 import sys
 
+from app import system_check
 from engine.config import EngineConfig, configure_process  # imports no NumPy
 
 NO_DISPLAY = """\
@@ -54,6 +55,10 @@ def main(argv: list[str] | None = None) -> int:
     if message:
         print(message, file=sys.stderr)
         return 2
+    missing = system_check.check_xcb()  # before Qt loads: its own message misleads
+    if missing is not None:
+        print(missing.message(has_apt=system_check.has_apt()), file=sys.stderr)
+        return system_check.EXIT_MISSING
     return run_app(args, config)
 
 
