@@ -7,7 +7,9 @@ once (in the live state; a tail holds only what follows its fork), and switching
 to a cached branch appends the tail's rows instead of recomputing them. Exact, because
 rows for the same positions over the same tokens are the same rows.
 
-Memory is bounded by a budget with least-recently-used eviction. Models with sliding
+Each distinct tail is held once (a switch back and forth between two branches keeps one
+tail each), and memory is bounded by a budget with least-recently-used eviction
+(engine/memory.py sets it, under the one memory budget). Models with sliding
 window layers are not cached here (a ring cannot take appended rows); they re-prefill.
 """
 
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +26,7 @@ import numpy as np
 from engine.sequence import SequenceState
 
 MIN_TAIL = 8  # tails shorter than this are cheaper to recompute than to keep
+NEW = -1  # a save plan's id for the tail it would add (held ids count up from 0)
 
 
 def _key(tokens: list[int]) -> str:
@@ -46,13 +49,36 @@ class Tail:
     tokens: list[int]
     rows: list[Any]  # per layer: its `copy_rows` past the fork (None: it keeps no rows)
     recurrent: dict[int, tuple[Any, ...]]  # length past the fork -> per-layer snapshots
-    nbytes: int
+    rows_nbytes: int
     # length past the fork -> the state's snapshot store ("stride" or "marked") it came
     # from: restoring a tail puts those back, so later edits inside it resume from them
     stores: dict[int, str]
 
+    @property
+    def end(self) -> int:
+        return self.fork + len(self.tokens)
+
+    @property
+    def nbytes(self) -> int:
+        return self.rows_nbytes + _snapshots_nbytes(self.recurrent.values())
+
+
+@dataclass(frozen=True)
+class _SavePlan:
+    """What saving one state's tail does, worked out before anything changes."""
+
+    into: int | None  # a held tail that already has these tokens: it gains their snapshots
+    replaced: frozenset[int]  # held tails the new one contains whole: it takes their place
+    evicted: frozenset[int]  # tails the budget then evicts, least recently used first
+    points: dict[int, tuple[Any, ...]]  # absolute position -> snapshots, all the tail will hold
+    stores: dict[int, str]  # absolute position -> the store those snapshots came from
+
 
 class BranchCache:
+    """Tails by id, least recently used first. Each distinct tail is held once: saving a
+    branch whose tokens a held tail already has refreshes that tail (and adds the
+    snapshots it lacked); a saved tail that contains a held one whole replaces it."""
+
     def __init__(self, budget_bytes: int = 512 << 20) -> None:
         self.budget_bytes = budget_bytes
         self.tails: OrderedDict[int, Tail] = OrderedDict()
@@ -65,63 +91,100 @@ class BranchCache:
     def nbytes(self) -> int:
         return sum(t.nbytes for t in self.tails.values())
 
+    def set_budget(self, max_bytes: int) -> None:
+        """Bound the cache to `max_bytes`, evicting least recently used tails now."""
+        if max_bytes < 0:
+            raise ValueError(f"the branch cache's budget must be >= 0, not {max_bytes}")
+        self.budget_bytes = max_bytes
+        self._evict()
+
     def save_tail(self, state: SequenceState, fork: int, keep: int | None = None) -> None:
         """Keep the state's rows past `fork` before the state is truncated there; the
         tail `keep` (about to be restored) is not evicted to make room."""
-        if not self._would_keep(state, fork):
+        plan = self._plan_save(state, fork, keep)
+        if plan is None:
             return
-        rows = [layer.copy_rows(fork, state.offset) for layer in state.layers]
-        recurrent, stores = self._snapshots_past(state, fork)
-        nbytes = self._tail_nbytes(state, fork, recurrent)
-        tail = Tail(
-            _key(state.tokens[:fork]), fork, state.tokens[fork:], rows, recurrent, nbytes, stores
-        )
-        self.tails[self._next_id] = tail
-        self._next_id += 1
-        self._evict(keep)
+        for tail_id in plan.replaced:
+            del self.tails[tail_id]
+        if NEW in plan.evicted:  # over the budget on its own: nothing else is kept either
+            for tail_id in plan.evicted - {NEW}:
+                del self.tails[tail_id]
+            return
+        if plan.into is not None:
+            tail = self.tails[plan.into]
+            self.tails.move_to_end(plan.into)
+        else:
+            rows = [layer.copy_rows(fork, state.offset) for layer in state.layers]
+            tail = Tail(
+                _key(state.tokens[:fork]),
+                fork,
+                state.tokens[fork:],
+                rows,
+                {},
+                sum(layer.rows_nbytes(fork, state.offset) for layer in state.layers),
+                {},
+            )
+            self.tails[self._next_id] = tail
+            self._next_id += 1
+        tail.recurrent = {pos - tail.fork: snaps for pos, snaps in sorted(plan.points.items())}
+        tail.stores = {pos - tail.fork: store for pos, store in sorted(plan.stores.items())}
+        for tail_id in plan.evicted:
+            del self.tails[tail_id]
 
     def evicted_by_saving(self, state: SequenceState, fork: int) -> set[int]:
-        """The tails `save_tail(state, fork)` would evict to make room; changes nothing."""
-        if not self._would_keep(state, fork):
-            return set()
-        recurrent, _ = self._snapshots_past(state, fork)
-        total = self.nbytes() + self._tail_nbytes(state, fork, recurrent)
+        """The tails `save_tail(state, fork)` would drop (replaced by it, or evicted to make
+        room); changes nothing."""
+        plan = self._plan_save(state, fork, None)
+        return set() if plan is None else set(plan.replaced | plan.evicted) - {NEW}
+
+    def _plan_save(self, state: SequenceState, fork: int, keep: int | None) -> _SavePlan | None:
+        if state.offset - fork < MIN_TAIL or not self.supports(state):
+            return None
+        points, stores = self._snapshots_past(state, fork)
+        into = next((i for i, t in self.tails.items() if _holds(t, state, fork)), None)
+        replaced: set[int] = set()
+        if into is not None:  # the held tail's own snapshots win where both have one
+            held = self.tails[into]
+            points.update({held.fork + k: snaps for k, snaps in held.recurrent.items()})
+            stores.update({held.fork + k: store for k, store in held.stores.items()})
+            rows_nbytes = held.rows_nbytes
+        else:
+            replaced = {i for i, t in self.tails.items() if i != keep and _contains(state, fork, t)}
+            for tail_id in replaced:  # their snapshots inside the new tail stay restorable
+                t = self.tails[tail_id]
+                for k, snaps in t.recurrent.items():
+                    points.setdefault(t.fork + k, snaps)
+                for k, store in t.stores.items():
+                    stores.setdefault(t.fork + k, store)
+            rows_nbytes = sum(layer.rows_nbytes(fork, state.offset) for layer in state.layers)
+        # the order after saving: the saved tail last (most recently used); NEW stands
+        # for a tail not stored yet, evicted too when it alone is over the budget
+        sizes = {i: t.nbytes for i, t in self.tails.items() if i not in replaced and i != into}
+        sizes[NEW if into is None else into] = rows_nbytes + _snapshots_nbytes(points.values())
+        total = sum(sizes.values())
         evicted: set[int] = set()
-        for tail_id, tail in self.tails.items():  # the same order `_evict` goes in
+        for tail_id, size in sizes.items():  # the same order `_evict` goes in
             if total <= self.budget_bytes:
                 break
-            evicted.add(tail_id)
-            total -= tail.nbytes
-        return evicted
-
-    def _would_keep(self, state: SequenceState, fork: int) -> bool:
-        return state.offset - fork >= MIN_TAIL and self.supports(state)
+            if tail_id != keep:
+                evicted.add(tail_id)
+                total -= size
+        return _SavePlan(into, frozenset(replaced), frozenset(evicted), points, stores)
 
     @staticmethod
     def _snapshots_past(
         state: SequenceState, fork: int
     ) -> tuple[dict[int, tuple[Any, ...]], dict[int, str]]:
-        """A tail's snapshots by length past the fork, and the store each came from."""
-        recurrent: dict[int, tuple[Any, ...]] = {}
+        """The snapshots a tail past `fork` keeps, by absolute position, and their stores."""
+        points: dict[int, tuple[Any, ...]] = {}
         stores: dict[int, str] = {}
         if state.needs_snapshots:  # recurrent layers: the end state, plus stored snapshots
-            recurrent[state.offset - fork] = tuple(layer.snapshot() for layer in state.layers)
+            points[state.offset] = tuple(layer.snapshot() for layer in state.layers)
             for store, pos, snaps in state.snapshot_items():
                 if fork < pos < state.offset:
-                    recurrent[pos - fork] = snaps
-                    stores[pos - fork] = store
-        return recurrent, stores
-
-    @staticmethod
-    def _tail_nbytes(state: SequenceState, fork: int, recurrent: dict[int, tuple[Any, ...]]) -> int:
-        rows = sum(layer.rows_nbytes(fork, state.offset) for layer in state.layers)
-        return rows + sum(
-            int(a.nbytes)
-            for snaps in recurrent.values()
-            for snap in snaps
-            if snap is not None
-            for a in snap
-        )
+                    points[pos] = snaps
+                    stores[pos] = store
+        return points, stores
 
     def _evict(self, keep: int | None = None) -> None:
         while self.nbytes() > self.budget_bytes:
@@ -164,3 +227,32 @@ class BranchCache:
         for length, store in tail.stores.items():  # oldest first, as they were stored
             if length <= usable:
                 state.load_snapshot(tail.fork + length, store, tail.recurrent[length])
+
+
+def _holds(tail: Tail, state: SequenceState, fork: int) -> bool:
+    """The held `tail` already has every row the state's tail past `fork` would."""
+    if not tail.fork <= fork or state.offset > tail.end:
+        return False
+    if state.tokens[tail.fork :] != tail.tokens[: state.offset - tail.fork]:
+        return False
+    return _key(state.tokens[: tail.fork]) == tail.base_key
+
+
+def _contains(state: SequenceState, fork: int, tail: Tail) -> bool:
+    """The state's tail past `fork` has every row of the held `tail`."""
+    if not fork <= tail.fork or tail.end > state.offset:
+        return False
+    if state.tokens[tail.fork : tail.end] != tail.tokens:
+        return False
+    return _key(state.tokens[: tail.fork]) == tail.base_key
+
+
+def _snapshots_nbytes(snapshots: Iterable[tuple[Any, ...]]) -> int:
+    """Bytes of the arrays in per-layer snapshots, each distinct array counted once (a
+    snapshot is a reference: the same array may sit in several)."""
+    seen: dict[int, int] = {}
+    for snaps in snapshots:
+        for snap in snaps:
+            for arr in () if snap is None else snap:
+                seen[id(arr)] = int(arr.nbytes)
+    return sum(seen.values())
