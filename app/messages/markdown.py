@@ -61,7 +61,28 @@ def render(
     if draft_spans:
         _tint_marked(doc, QColor(theme.drafted))
     code_blocks = _style_blocks(doc, theme, has_inline_code="`" in text)
+    if code_blocks and code_blocks[0].first_block == 0:
+        # Qt drops the first block's top margin, which is where a code block keeps its
+        # header strip; the root frame's margin makes that room instead.
+        frame = doc.rootFrame().frameFormat()
+        frame.setTopMargin(CODE_HEADER + CODE_PAD)
+        doc.rootFrame().setFrameFormat(frame)
     return RenderedMarkdown(doc, code_blocks)
+
+
+def render_plain(text: str, font: QFont) -> RenderedMarkdown:
+    """A person's own text as typed: every line break and space kept, no Markdown, since
+    `*` or `_` in a question are rarely meant as emphasis."""
+    doc = QTextDocument()
+    doc.setDefaultFont(font)
+    doc.setDocumentMargin(0)
+    doc.setPlainText(text)
+    cursor = QTextCursor(doc)
+    cursor.select(QTextCursor.SelectionType.Document)
+    prose = QTextBlockFormat()
+    prose.setLineHeight(128, QTextBlockFormat.LineHeightTypes.ProportionalHeight.value)
+    cursor.mergeBlockFormat(prose)
+    return RenderedMarkdown(doc, [])
 
 
 def with_draft_markers(text: str, spans: tuple[tuple[int, int], ...]) -> str:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from PySide6.QtCore import QRectF
 from PySide6.QtGui import QFont
 
-from app.messages.markdown import CODE_HEADER, CODE_PAD, RenderedMarkdown, render
+from app.messages.markdown import CODE_HEADER, CODE_PAD, RenderedMarkdown, render, render_plain
 from app.messages.message_model import MessageItem
 from app.theme import Theme
 
@@ -66,7 +66,11 @@ class RenderCache:
         entry = self._entries.get(item.id)
         if entry is None or entry.key != key:
             text = item.content if item.content else "…"  # a reply still waiting
-            entry = Rendered(key, render(text, theme, font, spans))
+            if item.role == "user":
+                markdown = render_plain(text, font)
+            else:
+                markdown = render(text, theme, font, spans)
+            entry = Rendered(key, markdown)
             self._entries[item.id] = entry
             while len(self._entries) > self._size:
                 self._entries.popitem(last=False)
