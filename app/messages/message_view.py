@@ -1,6 +1,11 @@
 """The list of message bubbles: tracks the mouse for hover and clicks (the delegate says
 what is under the pointer), and stays pinned to the bottom while a reply streams in if
-the person was at the bottom."""
+the person was at the bottom.
+
+A branch switch keeps the switched message where it was on screen, so the navigator
+stays under the pointer and a second click walks on; when the new branch is too short
+for that, the list gets blank room below its end (as chat apps have) instead of moving.
+"""
 
 from __future__ import annotations
 
@@ -34,6 +39,7 @@ class MessageListView(QListView):
         self.setUniformItemSizes(False)
         self.verticalScrollBar().setSingleStep(24)
         self._is_following = True
+        self._extra_bottom = 0  # px of blank room past the last message (see the docstring)
         self._layout_width = 1
         self.verticalScrollBar().valueChanged.connect(self._remember_position)
         self.verticalScrollBar().rangeChanged.connect(self._keep_following)
@@ -52,6 +58,45 @@ class MessageListView(QListView):
         super().setModel(model)
         # A row whose text or edit state changed may change height: lay out again.
         model.dataChanged.connect(self._on_data_changed)
+        model.rowsRemoved.connect(self._on_rows_removed)
+
+    def _on_rows_removed(self, _parent, first: int, _last: int) -> None:
+        if first == 0:  # another conversation: the room kept for this one goes
+            self._extra_bottom = 0
+
+    def updateGeometries(self) -> None:  # noqa: N802 - Qt's name
+        super().updateGeometries()
+        if getattr(self, "_extra_bottom", 0):  # Qt calls this before __init__ is done
+            bar = self.verticalScrollBar()
+            bar.setRange(0, bar.maximum() + self._extra_bottom)
+
+    def activate(self, message_id: str, action: str, argument: object = None) -> None:
+        """Emit a message action; a branch switch keeps that message where it is."""
+        if action not in ("prev", "next"):
+            self.action_triggered.emit(message_id, action, argument)
+            return
+        model = self.model()
+        row = model.row_of(message_id) if isinstance(model, MessageModel) else -1
+        if row < 0:
+            self.action_triggered.emit(message_id, action, argument)
+            return
+        top_before = self.visualRect(model.index(row)).top()
+        self._is_following = False
+        self.action_triggered.emit(message_id, action, argument)
+        self._keep_row_at(row, top_before)  # the sibling shown now is in the same row
+
+    def _keep_row_at(self, row: int, top: int) -> None:
+        model = self.model()
+        if row >= model.rowCount():
+            return
+        self.doItemsLayout()  # the switch changed rows below: their heights are needed now
+        bar = self.verticalScrollBar()
+        self._extra_bottom = 0
+        self.updateGeometries()
+        wanted = bar.value() + self.visualRect(model.index(row)).top() - top
+        self._extra_bottom = max(0, wanted - bar.maximum())
+        self.updateGeometries()
+        bar.setValue(max(0, wanted))
 
     def _on_data_changed(self, top: QModelIndex, bottom: QModelIndex, roles=()) -> None:
         # Lay the list out again only when a row's height changed (a streamed reply that
@@ -90,6 +135,9 @@ class MessageListView(QListView):
 
     def scroll_to_bottom(self) -> None:
         self._is_following = True
+        if self._extra_bottom:
+            self._extra_bottom = 0
+            self.updateGeometries()
         self.scrollToBottom()
 
     def scroll_to_message(self, message_id: str) -> None:
@@ -143,4 +191,4 @@ class MessageListView(QListView):
         if hit is None:
             return super().mouseReleaseEvent(event)
         message_id = index.data(MessageModel.IdRole)
-        self.action_triggered.emit(message_id, hit[0], hit[1])
+        self.activate(message_id, hit[0], hit[1])
