@@ -80,7 +80,8 @@ class MissingLibraries:
             lines += ["On Debian/Ubuntu the packages are: " + " ".join(self.packages)]
         unknown = [s for s in self.sonames if s not in DEBIAN_PACKAGES]
         if unknown:
-            lines.append("Find the package for " + ", ".join(unknown) + " with your package manager.")
+            names = ", ".join(unknown)
+            lines.append(f"Find the package for {names} with your package manager.")
         lines.append("(Or chat in the terminal: python -m engine chat)")
         return "\n".join(lines)
 

@@ -15,8 +15,8 @@ from app.theme import Theme
 WELCOME = (
     "<div style='font-size:20pt; font-weight:600; color:{heading}'>What shall we talk about?</div>"
     "<div style='margin-top:8px'>Every edit makes a new branch; nothing is overwritten.</div>"
-    "<div style='margin-top:4px'>Ctrl+Enter sends · Esc stops · Ctrl+N new chat · "
-    "Ctrl+F search</div>"
+    "<div style='margin-top:4px'>Enter sends · Shift+Enter new line · Esc stops · "
+    "Ctrl+N new chat · Ctrl+F search</div>"
 )
 
 

@@ -90,6 +90,9 @@ class Composer(QFrame):
         self.progress_label.setText(f"prefill {done:,}/{total:,} tokens{reused_text}")
         self._progress_row.show()
 
+    def set_send_key(self, key: str) -> None:
+        self.edit.set_send_key(key)
+
     def set_status(self, text: str) -> None:
         self.status.setText(text)
 

@@ -1,5 +1,6 @@
-"""The composer's message box: grows with its text up to MAX_LINES, Ctrl+Enter sends and
-Up in an empty box edits the last message."""
+"""The composer's message box: grows with its text up to MAX_LINES; Enter sends and
+Shift+Enter makes a new line (or Ctrl+Enter sends, as Settings choose); Up in an empty
+box edits the last message."""
 
 from __future__ import annotations
 
@@ -7,7 +8,13 @@ from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtGui import QKeyEvent
 from PySide6.QtWidgets import QPlainTextEdit
 
+from app.settings.send_key import SendKey
+
 MAX_LINES = 8
+PLACEHOLDERS = {
+    SendKey.ENTER: "Message…  (Enter to send, Shift+Enter for a new line)",
+    SendKey.CTRL_ENTER: "Message…  (Ctrl+Enter to send, Enter for a new line)",
+}
 
 
 class ComposerEdit(QPlainTextEdit):
@@ -17,15 +24,36 @@ class ComposerEdit(QPlainTextEdit):
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
         self.setObjectName("composerEdit")
-        self.setPlaceholderText("Message…  (Ctrl+Enter to send)")
         self.setTabChangesFocus(True)
         self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
         self.document().contentsChanged.connect(self.updateGeometry)
+        self.send_key = SendKey.ENTER
+        self.set_send_key(SendKey.ENTER)
+
+    def set_send_key(self, key: str) -> None:
+        self.send_key = SendKey(key)
+        self.setPlaceholderText(PLACEHOLDERS[self.send_key])
+
+    def is_send(self, event: QKeyEvent) -> bool:
+        if event.key() not in (Qt.Key.Key_Return, Qt.Key.Key_Enter):
+            return False
+        modifiers = event.modifiers()
+        if modifiers & Qt.KeyboardModifier.ControlModifier:
+            return True  # Ctrl+Enter sends in either mode
+        plain = not modifiers & (
+            Qt.KeyboardModifier.ShiftModifier | Qt.KeyboardModifier.AltModifier
+        )
+        return self.send_key == SendKey.ENTER and plain
 
     def keyPressEvent(self, event: QKeyEvent) -> None:
-        is_enter = event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter)
-        if is_enter and event.modifiers() & Qt.KeyboardModifier.ControlModifier:
+        if self.is_send(event):
             self.send_requested.emit()
+            return
+        if event.key() in (Qt.Key.Key_Return, Qt.Key.Key_Enter):
+            # Shift+Enter (or Enter in Ctrl+Enter mode): a plain new line, never the
+            # paragraph separator QPlainTextEdit inserts for Shift+Enter
+            self.textCursor().insertText("\n")
+            self.ensureCursorVisible()
             return
         if event.key() == Qt.Key.Key_Up and not self.toPlainText():
             self.edit_last_requested.emit()

@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 
 from PySide6.QtCore import QSettings
 
+from app.settings.send_key import SEND_KEYS, SendKey
 from engine.events import DRAFTER_KINDS, DrafterKind, GenerationSettings
 from engine.sampling import SamplingSettings
 
@@ -23,11 +24,14 @@ class AppSettings:
     draft_model_path: str = ""
     cache_budget_mb: int = 2048
     tint_drafted: bool = False
+    send_key: str = SendKey.ENTER.value  # a SendKey
     recent_models: tuple[str, ...] = field(default=())
 
     def __post_init__(self) -> None:
         if self.drafter not in DRAFTER_KINDS:
             raise ValueError(f"unknown drafter {self.drafter!r}")
+        if self.send_key not in SEND_KEYS:
+            raise ValueError(f"unknown send key {self.send_key!r}")
         if self.max_tokens < 1:
             raise ValueError("max_tokens must be >= 1")
         if self.cache_budget_mb < 0:

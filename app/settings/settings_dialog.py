@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.settings.app_settings import AppSettings
+from app.settings.send_key import SEND_KEY_LABELS, SEND_KEYS
 from engine.events import DRAFTER_KINDS, DrafterKind
 
 DRAFTER_LABELS: dict[str, str] = {
@@ -64,6 +65,10 @@ class SettingsDialog(QDialog):
         self.cache_budget.setSuffix(" MB")
         self.tint_drafted = QCheckBox("Tint tokens that came from accepted drafts", self)
         self.tint_drafted.setChecked(settings.tint_drafted)
+        self.send_key = QComboBox(self)
+        for key in SEND_KEYS:
+            self.send_key.addItem(SEND_KEY_LABELS[key], key)
+        self.send_key.setCurrentIndex(SEND_KEYS.index(settings.send_key))
         form = QFormLayout()
         form.addRow("System prompt", self.system_prompt)
         form.addRow("Temperature", self.temperature)
@@ -74,6 +79,7 @@ class SettingsDialog(QDialog):
         form.addRow("Draft model", draft_row)
         form.addRow("Cache memory", self.cache_budget)
         form.addRow("", self.tint_drafted)
+        form.addRow("Send with", self.send_key)
         buttons = QDialogButtonBox(
             QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel, self
         )
@@ -107,6 +113,7 @@ class SettingsDialog(QDialog):
             draft_model_path=self.draft_model_path.text().strip(),
             cache_budget_mb=self.cache_budget.value(),
             tint_drafted=self.tint_drafted.isChecked(),
+            send_key=self.send_key.currentData(),
         )
 
 

@@ -55,6 +55,7 @@ class MainWindow(QMainWindow):
         self.chat = ChatView(self.controller.model, self.theme, self)
         self.chat.delegate.set_tint_drafted(self.settings.tint_drafted)
         self.composer = Composer(self)
+        self.composer.set_send_key(self.settings.send_key)
         right = QWidget(self)
         right.setObjectName("chatPane")
         column = QVBoxLayout(right)
@@ -216,6 +217,7 @@ class MainWindow(QMainWindow):
         old, self.settings = self.settings, settings
         self._save_settings(settings)
         self.chat.delegate.set_tint_drafted(settings.tint_drafted)
+        self.composer.set_send_key(settings.send_key)
         self.chat.list_view.doItemsLayout()
         self.model_loader.apply_settings(old, settings)
 

@@ -67,9 +67,8 @@ def test_the_real_plugin_on_this_machine_loads(monkeypatch):
 
 
 def test_the_command_line_exits_non_zero_with_the_command(monkeypatch, capsys):
-    monkeypatch.setattr(
-        system_check, "check_xcb", lambda **_kw: MissingLibraries(("libxcb-icccm.so.4",), ("libxcb-icccm4",))
-    )
+    missing = MissingLibraries(("libxcb-icccm.so.4",), ("libxcb-icccm4",))
+    monkeypatch.setattr(system_check, "check_xcb", lambda **_kw: missing)
     monkeypatch.setattr(system_check, "has_apt", lambda: True)
     monkeypatch.setattr(system_check.os, "geteuid", lambda: 1000)
     assert system_check.main([]) == 3
@@ -83,9 +82,12 @@ def test_as_root_with_install_it_runs_apt_get(monkeypatch):
     monkeypatch.setattr(system_check, "check_xcb", lambda **_kw: states.pop(0))
     monkeypatch.setattr(system_check, "has_apt", lambda: True)
     monkeypatch.setattr(system_check.os, "geteuid", lambda: 0)
-    monkeypatch.setattr(
-        system_check.subprocess, "run", lambda cmd, **_kw: calls.append(cmd) or subprocess.CompletedProcess(cmd, 0)
-    )
+
+    def run(cmd, **_kw):
+        calls.append(cmd)
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(system_check.subprocess, "run", run)
     assert system_check.main(["--install"]) == 0
     assert calls[-1] == ["apt-get", "install", "-y", "libxcb-icccm4"]
 
@@ -95,7 +97,8 @@ def test_python_m_app_stops_before_qt_with_the_command():
     line and exit status 3, not Qt's abort."""
     code = (
         "import sys, app.system_check as sc, app.__main__ as entry\n"
-        "sc.check_xcb = lambda **kw: sc.MissingLibraries(('libxcb-cursor.so.0',), ('libxcb-cursor0',))\n"
+        "missing = sc.MissingLibraries(('libxcb-cursor.so.0',), ('libxcb-cursor0',))\n"
+        "sc.check_xcb = lambda **kw: missing\n"
         "sc.has_apt = lambda: True\n"
         "rc = entry.main([])\n"
         "assert 'PySide6.QtWidgets' not in sys.modules\n"
