@@ -34,6 +34,13 @@ class FinishReason(StrEnum):
     STOPPED = "stopped"  # a Stop command
 
 
+class ReplyPart(StrEnum):
+    """Which part of a reply text belongs to (engine.thinking splits them)."""
+
+    ANSWER = "answer"
+    THINKING = "thinking"  # a reasoning model's <think> block, tags and edge space removed
+
+
 DRAFTER_KINDS = tuple(kind.value for kind in DrafterKind)
 
 # -- commands -------------------------------------------------------------------------
@@ -52,13 +59,21 @@ class GenerationSettings:
     drafter: str = DrafterKind.AUTO.value  # a DrafterKind
     continue_last: bool = False  # continue the last assistant message instead of a new one
     drop_oldest_turns: bool = False  # opt-in policy when the branch exceeds the context
+    context_length: int | None = None  # a chat's own limit; the model's when None or larger
+    enable_thinking: bool | None = None  # for the chat template (Qwen3); None: its default
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
             raise ValueError("max_tokens must be >= 1")
+        if self.context_length is not None and self.context_length < 2:
+            raise ValueError("context_length must be >= 2 (or None: the model's)")
         if self.drafter not in DRAFTER_KINDS:
             raise ValueError(f"unknown drafter {self.drafter!r}")
         object.__setattr__(self, "drafter", DrafterKind(self.drafter).value)
+
+    def context_limit(self, model_context: int) -> int:
+        """The tokens this request may hold: the chat's limit, never more than the model's."""
+        return min(model_context, self.context_length or model_context)
 
 
 @dataclass(frozen=True)
@@ -135,6 +150,7 @@ class Tokens:
     from_draft: tuple[bool, ...]
     # each token's share of `text` ("" while a multi-byte character is incomplete)
     pieces: tuple[str, ...] = ()
+    part: str = ReplyPart.ANSWER.value  # a ReplyPart: thinking text is not the answer's
 
 
 @dataclass(frozen=True)
@@ -153,6 +169,10 @@ class Stats:
     accepted: int
     context_tokens: int
     context_length: int
+    thinking_tokens: int = 0  # of generated_tokens, those in the <think> block
+    # of prefilled_tokens, those recomputed to bring the state back to an edit point (a
+    # replay from the nearest snapshot before it); the rest are the prompt's new tokens
+    replayed_tokens: int = 0
 
     @property
     def acceptance_rate(self) -> float:
@@ -166,6 +186,7 @@ class Finished:
     text: str  # what this request generated (with continue_last: the continuation only)
     token_ids: tuple[int, ...]
     stats: Stats | None = None
+    thinking: str = ""  # the reply's <think> block, apart from the answer in `text`
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "reason", FinishReason(self.reason).value)

@@ -16,6 +16,7 @@ fork and appends the chosen tail.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
@@ -98,9 +99,14 @@ def resume(
     branches: BranchCache,
     *,
     chunk_size: int,
+    on_chunk: Callable[[int], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> SequenceState:
     """Carry out `plan` (made for `live` and `branches` as they are); returns the state the
-    request continues on, at `plan.fork + plan.num_tail_rows` tokens."""
+    request continues on, at `plan.fork + plan.num_tail_rows` tokens. The replay to the
+    fork reports each chunk (`on_chunk(tokens replayed)`) and stops between chunks when
+    `should_stop` says so: the state then holds exactly the tokens replayed, short of the
+    fork, and no tail is appended."""
     state = live
     if plan.saved is not None:
         if plan.keeps_live_whole:
@@ -108,7 +114,11 @@ def resume(
         state = plan.saved
     if plan.keeps_tail_past_fork:
         branches.save_tail(state, plan.fork, keep=plan.tail_id)
-    truncate(model, state, plan.fork, chunk_size=chunk_size)
+    truncate(
+        model, state, plan.fork, chunk_size=chunk_size, on_chunk=on_chunk, should_stop=should_stop
+    )
+    if state.offset < plan.fork:
+        return state
     state.mark(plan.fork)
     if plan.tail_id is not None:
         branches.restore(state, plan.tail_id, plan.num_tail_rows)

@@ -13,7 +13,7 @@ import bisect
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +28,7 @@ from engine.errors import ContextOverflow, EngineError
 from engine.loader import LoadedModel
 from engine.resume import plan_resume, resume
 from engine.sequence import SequenceState, prefill
-from engine.tokenizer import StreamingDetokenizer
+from engine.thinking import ReplyStream, opens_thinking
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +40,7 @@ PREFILL_CHUNK = 256
 class Rendered:
     token_ids: list[int]
     boundaries: list[int]  # token positions where each message ends
+    opens_thinking: bool = False  # the prompt ends inside a <think> block (Qwen3-Thinking)
 
 
 class Session:
@@ -76,9 +77,16 @@ class Session:
         self._warned_inexact = False
 
     # -- rendering --------------------------------------------------------------------
-    def render(self, messages: tuple[ev.Message, ...], continue_last: bool) -> Rendered:
+    def render(
+        self,
+        messages: tuple[ev.Message, ...],
+        continue_last: bool,
+        enable_thinking: bool | None = None,
+    ) -> Rendered:
         dicts = [{"role": m.role, "content": m.content} for m in messages]
-        kw = {"bos_token": self.tokenizer.bos_token, "eos_token": self.tokenizer.eos_token}
+        kw: dict = {"bos_token": self.tokenizer.bos_token, "eos_token": self.tokenizer.eos_token}
+        if enable_thinking is not None:  # unset, a template keeps its own default
+            kw["enable_thinking"] = enable_thinking
         if continue_last:
             if not dicts or dicts[-1]["role"] != "assistant":
                 raise EngineError("Continue needs a last assistant message to continue.")
@@ -97,21 +105,28 @@ class Session:
                 n = bisect.bisect_right(ends, len(prefix))
                 if 0 < n < len(ids):
                     boundaries.append(n)
-        return Rendered(ids, boundaries)
+        return Rendered(ids, boundaries, opens_thinking(text))
 
     def fit_context(self, cmd: ev.Generate) -> Rendered:
         """Render, dropping the oldest turns when allowed; refuse when it cannot fit."""
         messages = cmd.messages
-        limit = self.loaded.config.context_length
+        limit = cmd.settings.context_limit(self.loaded.config.context_length)
+        holder = (
+            "the model holds"
+            if limit == self.loaded.config.context_length
+            else "this chat's context length is"
+        )
         while True:
-            rendered = self.render(messages, cmd.settings.continue_last)
+            rendered = self.render(
+                messages, cmd.settings.continue_last, cmd.settings.enable_thinking
+            )
             if len(rendered.token_ids) < limit:
                 return rendered
             droppable = [i for i, m in enumerate(messages) if m.role != "system"]
             if not cmd.settings.drop_oldest_turns or len(droppable) <= 1:
                 raise ContextOverflow(
-                    f"This conversation needs {len(rendered.token_ids)} tokens but the model "
-                    f"holds {limit}. Start a new chat, shorten or delete earlier messages, or "
+                    f"This conversation needs {len(rendered.token_ids)} tokens but {holder} "
+                    f"{limit}. Start a new chat, shorten or delete earlier messages, or "
                     "turn on 'drop the oldest turns' in the settings."
                 )
             first = droppable[0]
@@ -121,6 +136,9 @@ class Session:
 
     # -- one request --------------------------------------------------------------------
     def generate(self, cmd: ev.Generate, emit: Emit, should_stop: Callable[[], bool]) -> None:
+        if should_stop():  # stopped while it waited in the queue: it never touches the state
+            emit(ev.Finished(cmd.request_id, ev.FinishReason.STOPPED, "", (), None))
+            return
         start = time.perf_counter()
         self._recover()
         rendered = self.fit_context(cmd)
@@ -129,51 +147,63 @@ class Session:
             raise EngineError("Nothing to send: the rendered prompt is empty.")
         saved = self._enter_conversation(cmd.conversation_id)
         plan = plan_resume(self.state, ids, self.branches, saved)
-        self.state = resume(self.runner, self.state, plan, self.branches, chunk_size=PREFILL_CHUNK)
-        reused, prefilled = plan.num_reused, plan.num_replayed
-        for pos in rendered.boundaries:
-            self.state.mark(pos)
-        begin = self.state.offset
-        total = len(ids) - begin
+        reused, replayed = plan.num_reused, plan.num_replayed
+        # one progress over all the work the person waits for: the replay from a snapshot
+        # to the fork (up to a whole prefill when none is left), then the prompt's new tokens
+        total = replayed + len(ids) - plan.fork - plan.num_tail_rows
 
         def on_chunk(done: int) -> None:
             emit(ev.PrefillProgress(cmd.request_id, done, total, reused))
 
         emit(ev.PrefillProgress(cmd.request_id, 0, total, reused))
-        logits = prefill(
+        self.state = resume(
             self.runner,
             self.state,
-            ids[self.state.offset :],
+            plan,
+            self.branches,
             chunk_size=PREFILL_CHUNK,
             on_chunk=on_chunk,
             should_stop=should_stop,
         )
-        prefill_s = time.perf_counter() - start
-        if logits is None:  # stopped during prefill: the state keeps the chunks done
-            prefilled += self.state.offset - begin
-            stats = self._stats(cmd, ids, reused, prefilled, prefill_s, 0.0, 0, 0, 0)
+        logits = None
+        if self.state.offset < plan.fork:  # stopped during the replay: no tail was appended
+            reused = plan.replay_from
+        else:
+            for pos in rendered.boundaries:
+                self.state.mark(pos)
+            logits = prefill(
+                self.runner,
+                self.state,
+                ids[self.state.offset :],
+                chunk_size=PREFILL_CHUNK,
+                on_chunk=lambda done: on_chunk(replayed + done),
+                should_stop=should_stop,
+            )
+        prefilled = self.state.offset - reused  # computed here: replayed, then prompt tokens
+        replayed = min(replayed, prefilled)
+        if logits is None:  # stopped: the state keeps exactly the chunks done
+            prefill_s = time.perf_counter() - start
+            stats = self._stats(cmd, ids, reused, prefilled, prefill_s, 0.0, 0, 0, 0, replayed)
             emit(ev.Finished(cmd.request_id, ev.FinishReason.STOPPED, "", (), stats))
             return
-        prefilled += total
-        detok = StreamingDetokenizer(self.tokenizer)
-        pieces: list[str] = []
-
-        def on_tokens(token_ids: list[int], from_draft: list[bool]) -> None:
-            per_token = tuple(detok.add(t) for t in token_ids)
-            text = "".join(per_token)
-            pieces.append(text)
-            emit(ev.Tokens(cmd.request_id, text, tuple(token_ids), tuple(from_draft), per_token))
-
+        # a continued message goes on as answer text; otherwise the <think> block is split off
+        reply = ReplyStream(
+            cmd.request_id,
+            self.tokenizer,
+            emit,
+            detect=not cmd.settings.continue_last,
+            opened=rendered.opens_thinking,
+        )
         drafter, acceptance = self._drafter(cmd.settings.drafter)
         req = DecodeRequest(
             settings=cmd.settings.sampling,
             max_tokens=cmd.settings.max_tokens,
             eos_ids=self.tokenizer.eos_ids,
-            emit=on_tokens,
+            emit=reply.add,
             should_stop=should_stop,
             drafter=drafter,
             acceptance=acceptance,
-            context_limit=self.loaded.config.context_length,
+            context_limit=cmd.settings.context_limit(self.loaded.config.context_length),
         )
         row = np.asarray(self.loaded.ops.to_numpy(logits))[-1]
         result = decode(self.runner, self.state, row, req, self.costs)
@@ -181,10 +211,7 @@ class Session:
             self.lookup.begin(ids)
             self.lookup.commit(result.token_ids)
             self.lookup.end()
-        tail = detok.flush()
-        if tail:
-            pieces.append(tail)
-            emit(ev.Tokens(cmd.request_id, tail, (), ()))
+        reply.finish()
         ttft = result.first_token_time - start
         decode_s = max(result.end_time - result.first_token_time, 1e-9)
         n = len(result.token_ids)
@@ -198,11 +225,12 @@ class Session:
             n,
             result.drafted,
             result.accepted,
+            replayed,
         )
+        stats = replace(stats, thinking_tokens=reply.num_thinking_tokens)
+        ids_out = tuple(result.token_ids)
         emit(
-            ev.Finished(
-                cmd.request_id, result.reason, "".join(pieces), tuple(result.token_ids), stats
-            )
+            ev.Finished(cmd.request_id, result.reason, reply.answer, ids_out, stats, reply.thinking)
         )
 
     def _recover(self) -> None:
@@ -224,6 +252,7 @@ class Session:
         generated: int,
         drafted: int,
         accepted: int,
+        replayed: int,
     ) -> ev.Stats:
         return ev.Stats(
             request_id=cmd.request_id,
@@ -231,13 +260,14 @@ class Session:
             generated_tokens=generated,
             reused_tokens=reused,
             prefilled_tokens=prefilled,
+            replayed_tokens=replayed,
             ttft_s=ttft,
             prefill_tok_s=prefilled / ttft if ttft > 0 and prefilled else 0.0,
             decode_tok_s=decode_tok_s,
             drafted=drafted,
             accepted=accepted,
             context_tokens=self.state.offset + (1 if generated else 0),  # + the pending token
-            context_length=self.loaded.config.context_length,
+            context_length=cmd.settings.context_limit(self.loaded.config.context_length),
         )
 
     def _drafter(self, choice: str) -> tuple[Drafter | None, AcceptanceModel | None]:

@@ -57,11 +57,14 @@ def prompt_ids(
 class Runner:
     """Drives one Engine from the test thread: submit a command, collect its events."""
 
-    def __init__(self, backend: str = "numpy", cache_dir: Path | None = None) -> None:
+    def __init__(
+        self, backend: str = "numpy", cache_dir: Path | None = None, **config: Any
+    ) -> None:
+        """`config`: more EngineConfig fields (a snapshot policy, a memory budget)."""
         self.events: queue.Queue[ev.Event] = queue.Queue()
         self.on_event: Callable[[Runner, ev.Event], None] | None = None  # on the engine thread
         self.engine = Engine(
-            self._listen, config=EngineConfig(backend=backend), cache_dir=cache_dir
+            self._listen, config=EngineConfig(backend=backend, **config), cache_dir=cache_dir
         )
         self._count = 0
 
