@@ -36,6 +36,9 @@ class EngineConfig:
     # None: SnapshotPolicy()'s defaults (engine.state loads NumPy, so none is built here)
     snapshot_policy: SnapshotPolicy | None = None
     cache_budget_bytes: int = DEFAULT_CACHE_BUDGET_BYTES  # computed tails of sibling branches
+    # where conversations' computed state survives a restart, a folder per model (None: it
+    # does not); the CLI and the app pass `default_prompt_cache_dir()`
+    prompt_cache_dir: str | None = None
 
     def __post_init__(self) -> None:
         if self.backend is not None and self.backend not in BACKENDS:
@@ -50,6 +53,8 @@ class EngineConfig:
                 raise ValueError(f"{name} must be a positive integer, not {value!r}")
         if self.cache_budget_bytes < 0:
             raise ValueError(f"cache_budget_bytes must be >= 0, not {self.cache_budget_bytes}")
+        if self.prompt_cache_dir is not None and not str(self.prompt_cache_dir).strip():
+            raise ValueError("prompt_cache_dir must name a folder (None turns the cache off)")
 
     @classmethod
     def from_environment(
@@ -119,6 +124,20 @@ _VARIABLES = {
     "qmatmul": ("BRANCHCHAT_QMATMUL", _qmatmul),
     "threads": ("BRANCHCHAT_THREADS", _threads),
 }
+
+
+def default_prompt_cache_dir(environ: Mapping[str, str] | None = None) -> str | None:
+    """Where the CLI and the app keep the prompt cache: BRANCHCHAT_PROMPT_CACHE (a folder,
+    or "off"), else the user cache dir's prompt-cache folder. Read at the edges only."""
+    env = os.environ if environ is None else environ
+    value = env.get("BRANCHCHAT_PROMPT_CACHE", "").strip()
+    if value.lower() in ("off", "0"):
+        return None
+    if value:
+        return os.path.expanduser(value)
+    import platformdirs
+
+    return os.path.join(platformdirs.user_cache_dir("branchchat"), "prompt-cache")
 
 
 def configure_process(config: EngineConfig) -> None:

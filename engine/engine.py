@@ -37,10 +37,13 @@ class Engine:
         cache_dir: str | Path | None = None,
     ) -> None:
         """`config`: built at the edge (None: EngineConfig()); `cache_dir`: where prompt
-        caches persist (None: nowhere)."""
+        caches persist (None: `config.prompt_cache_dir`, nowhere when that is None too)."""
         self._listener = listener
         self._config = config or EngineConfig()  # SetCacheBudget replaces its budget
-        self._cache_dir = Path(cache_dir) if cache_dir else None
+        if cache_dir:  # one place says it: the loader keeps its weight digests there too
+            self._config = replace(self._config, prompt_cache_dir=str(cache_dir))
+        folder = self._config.prompt_cache_dir
+        self._cache_dir = Path(folder) if folder else None
         self._commands: queue.Queue[ev.Command] = queue.Queue()
         self._stop_lock = threading.Lock()
         self._stopped: set[str] = set()

@@ -6,11 +6,11 @@ missing or truncated file, an unknown architecture, a missing or mis-shaped tens
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -20,6 +20,7 @@ import mlx.core as mx
 from engine import models
 from engine.config import EngineConfig
 from engine.errors import ModelLoadError, UnsupportedArchitecture
+from engine.fingerprint import DIGEST_CACHE_NAME, DigestCache, compute_key, fingerprint, weights_key
 from engine.models.base import DecoderModel, ModelConfig, Weights
 from engine.runner import ModelRunner
 from engine.tokenizer import Tokenizer
@@ -56,12 +57,25 @@ class LoadedModel:
     tokenizer: Tokenizer
     config: ModelConfig
     path: Path
-    fingerprint: str
     ops: Ops
+    weight_files: tuple[Path, ...]  # every file the weights and their config were read from
+    digests: DigestCache = field(default_factory=lambda: DigestCache(None))
 
     @property
     def name(self) -> str:
         return self.path.stem if self.path.is_file() else self.path.name
+
+    @cached_property
+    def compute_path(self) -> str:
+        """Backend, dtype, device and kernel path, as engine.fingerprint spells them."""
+        return compute_key(self.runner)
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """The key a saved state must match to load here: a digest of the whole weight
+        files (hashed on first use, then remembered by `digests`) and the compute path."""
+        weights = weights_key(self.weight_files, self.config, self.digests)
+        return fingerprint(weights, self.compute_path)
 
 
 @dataclass(frozen=True)
@@ -72,7 +86,7 @@ class ModelFiles:
     config: ModelConfig
     weights: Weights
     tokenizer: Tokenizer
-    fingerprint: str
+    weight_files: tuple[Path, ...]  # what the weights' digest covers
 
 
 def load_model(
@@ -92,9 +106,20 @@ def load_model(
     report("preparing layers", 0.5)
     model: DecoderModel = files.family.build(ops, files.config, files.weights)
     runner = ModelRunner.for_device(model, config)
-    report("ready", 1.0)
     # build() may refine the config (e.g. an MLX conversion's norms already hold 1 + w)
-    return LoadedModel(model, runner, files.tokenizer, model.config, path, files.fingerprint, ops)
+    loaded = LoadedModel(
+        model, runner, files.tokenizer, model.config, path, ops, files.weight_files
+    )
+    if config.prompt_cache_dir is not None:
+        # the prompt cache needs the fingerprint: hash now, while progress is shown
+        loaded.digests = DigestCache(Path(config.prompt_cache_dir) / DIGEST_CACHE_NAME)
+        report("checking the weights", 0.8)
+        try:
+            _ = loaded.fingerprint
+        except OSError as exc:
+            raise ModelLoadError(path, f"could not read the weights ({exc})") from None
+    report("ready", 1.0)
+    return loaded
 
 
 # -- GGUF -----------------------------------------------------------------------------
@@ -127,7 +152,7 @@ def read_gguf(path: Path) -> ModelFiles:
     cfg = _finish_config(cfg, tensors, quant, tie=not _has(tensors, "lm_head.weight"))
     tokenizer = Tokenizer.from_gguf_metadata(meta, path)
     weights = Weights(tensors, str(path), name_of)
-    return ModelFiles(family, cfg, weights, tokenizer, _fingerprint_file(path, cfg))
+    return ModelFiles(family, cfg, weights, tokenizer, (path,))
 
 
 def _diagnose_gguf(path: Path, exc: Exception) -> str:
@@ -192,7 +217,7 @@ def _read_hf_dir(path: Path) -> ModelFiles:
         cfg = family.config_from_hf(text_cfg)
     except (KeyError, TypeError, ValueError) as exc:
         raise ModelLoadError(config_file, f"incomplete config for {model_type} ({exc})") from None
-    raw = _read_safetensors(path)
+    raw, weight_files = _read_safetensors(path)
     quant = raw_cfg.get("quantization") or raw_cfg.get("quantization_config") or {}
     group_size = int(quant.get("group_size", 64))
     rename = getattr(family, "canonical_name", None) or (lambda n: n)
@@ -202,10 +227,10 @@ def _read_hf_dir(path: Path) -> ModelFiles:
     cfg = _finish_config(cfg, tensors, label, tie=tie)
     tokenizer = Tokenizer.from_dir(path)
     weights = Weights(tensors, str(path), name_of)
-    return ModelFiles(family, cfg, weights, tokenizer, _fingerprint_dir(path, cfg))
+    return ModelFiles(family, cfg, weights, tokenizer, (config_file, *weight_files))
 
 
-def _read_safetensors(path: Path) -> dict[str, Any]:
+def _read_safetensors(path: Path) -> tuple[dict[str, Any], list[Path]]:
     index = path / "model.safetensors.index.json"
     if index.is_file():
         try:
@@ -226,7 +251,7 @@ def _read_safetensors(path: Path) -> dict[str, Any]:
             tensors.update(shard)
         except Exception as exc:
             raise ModelLoadError(file, f"corrupt or truncated safetensors file ({exc})") from None
-    return tensors
+    return tensors, files
 
 
 # -- shared -------------------------------------------------------------------------------
@@ -277,20 +302,3 @@ def _finish_config(cfg: ModelConfig, tensors: dict[str, Any], quant: str, tie: b
 def _dtype_label(raw: dict[str, Any]) -> str:
     dtypes = {str(v.dtype).replace("mlx.core.", "") for v in raw.values()}
     return "/".join(sorted(dtypes))
-
-
-def _fingerprint_file(path: Path, cfg: ModelConfig) -> str:
-    digest = hashlib.sha256(repr(sorted(cfg.__dict__.items())).encode())
-    digest.update(str(path.stat().st_size).encode())
-    with open(path, "rb") as f:
-        digest.update(f.read(1 << 20))
-    return digest.hexdigest()[:32]
-
-
-def _fingerprint_dir(path: Path, cfg: ModelConfig) -> str:
-    digest = hashlib.sha256(repr(sorted(cfg.__dict__.items())).encode())
-    for file in sorted(path.glob("*.safetensors")):
-        digest.update(f"{file.name}:{file.stat().st_size}".encode())
-        with open(file, "rb") as f:
-            digest.update(f.read(1 << 16))
-    return digest.hexdigest()[:32]
