@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
+from app.conversation.chat_settings import ChatSettings
 from engine.events import ModelLoaded, ModelLoading
 from engine.stats_format import compact, parameters
 
@@ -41,6 +42,7 @@ class ModelHeader(QFrame):
     open_folder_requested = Signal()
     model_path_requested = Signal(str)
     settings_requested = Signal()
+    chat_settings_requested = Signal()
 
     def __init__(self, recent_models: Callable[[], tuple[str, ...]], parent=None) -> None:
         super().__init__(parent)
@@ -63,6 +65,12 @@ class ModelHeader(QFrame):
         self.menu = QMenu(self.picker)
         self.menu.aboutToShow.connect(self._fill_menu)
         self.picker.setMenu(self.menu)
+        self.chat_button = QToolButton(self)
+        self.chat_button.setObjectName("headerButton")
+        self.chat_button.setText("Chat settings")
+        self.chat_button.setToolTip("This chat's system prompt, preset, sampling and thinking")
+        self.chat_button.setCursor(Qt.CursorShape.PointingHandCursor)
+        self.chat_button.clicked.connect(self.chat_settings_requested)
         self.settings_button = QToolButton(self)
         self.settings_button.setObjectName("headerButton")
         self.settings_button.setText("⚙")
@@ -78,6 +86,7 @@ class ModelHeader(QFrame):
         layout.addLayout(text, 1)
         layout.addWidget(self.progress)
         layout.addWidget(self.picker)
+        layout.addWidget(self.chat_button)
         layout.addWidget(self.settings_button)
 
     def show_loading(self, event: ModelLoading) -> None:
@@ -93,6 +102,15 @@ class ModelHeader(QFrame):
         self.name.setText(event.name)
         self.info.setText(model_info_line(event))
         self.setToolTip(event.path)
+
+    def show_chat_settings(self, settings: ChatSettings) -> None:
+        """The chat button names what the chat on screen uses: its preset, thinking off."""
+        label = settings.preset or "Custom"
+        if settings.system_prompt.strip():
+            label += " · system prompt"
+        if not settings.thinking:
+            label += " · no thinking"
+        self.chat_button.setText(f"Chat: {label}")
 
     def show_message(self, title: str, detail: str = "") -> None:
         self.progress.hide()

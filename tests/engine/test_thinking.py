@@ -8,8 +8,8 @@ import itertools
 import pytest
 
 from engine.events import ReplyPart, Tokens
-from engine.tokenizer import Tokenizer
 from engine.thinking import ReplyStream, ThinkingSplitter, opens_thinking, split_thinking
+from engine.tokenizer import Tokenizer
 from tests.tiny_tokenizer import build_hf_tokenizer
 
 CASES = [
