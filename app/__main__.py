@@ -8,7 +8,11 @@ import os
 import sys
 
 from app import system_check
-from engine.config import EngineConfig, configure_process  # imports no NumPy
+from engine.config import (  # imports no NumPy
+    EngineConfig,
+    configure_process,
+    default_prompt_cache_dir,
+)
 
 NO_DISPLAY = """\
 branchchat: no display found (DISPLAY and WAYLAND_DISPLAY are unset), so the window
@@ -41,7 +45,8 @@ def missing_display_message(env: dict[str, str] | None = None, platform: str = s
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        config = EngineConfig.from_environment()
+        # a conversation's computed state survives a restart (BRANCHCHAT_PROMPT_CACHE=off: not)
+        config = EngineConfig.from_environment(prompt_cache_dir=default_prompt_cache_dir())
     except ValueError as exc:  # a malformed BRANCHCHAT_* variable
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -75,17 +80,19 @@ def run_app(args: argparse.Namespace, config: EngineConfig) -> int:
     qt_app = QApplication(sys.argv[:1])
     qt_app.setApplicationName("BranchChat")
     qt_app.setOrganizationName("branchchat")
+    qt_app.setDesktopFileName("branchchat")  # Wayland matches the window to the launcher
     apply_theme(qt_app, system_theme())
     loop = qasync.QEventLoop(qt_app)
     asyncio.set_event_loop(loop)
     store = ConversationStore(args.db)
     store.purge_deleted()  # deletes from earlier sessions are past their undo
     window = MainWindow(store, EngineBridge(real_engine(config)), QSettings())
+    window.restore_session()
     window.show()
     if args.model:
         window.model_loader.load(args.model)
     else:
-        window.model_loader.load_default_model()
+        window.load_startup_model()
     closed = asyncio.Event()
     qt_app.aboutToQuit.connect(closed.set)
     with loop:

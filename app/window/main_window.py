@@ -4,7 +4,9 @@ settings and the theme."""
 
 from __future__ import annotations
 
+import os
 import sqlite3
+from collections.abc import Callable
 
 from PySide6.QtCore import QSettings, Qt
 from PySide6.QtGui import QCloseEvent, QGuiApplication, QKeySequence, QShortcut
@@ -18,6 +20,7 @@ from PySide6.QtWidgets import (
 
 from app.bridge import EngineBridge
 from app.chat.chat_controller import ChatController
+from app.chat.chat_settings_editor import ChatSettingsEditor
 from app.chat.chat_view import ChatView
 from app.chat.composer import Composer
 from app.conversation.store import ConversationStore
@@ -27,9 +30,14 @@ from app.settings.app_settings import AppSettings, load_settings, save_settings
 from app.settings.settings_dialog import SettingsDialog
 from app.sidebar.sidebar import Sidebar
 from app.theme import Theme, apply_theme, system_theme
+from app.window.app_icon import app_icon
 from app.window.banner import Banner
 from app.window.conversation_files import ConversationFiles
+from app.window.menus import build_menu_bar
+from app.window.window_session import WindowSession
 from engine.events import Failed, ModelLoaded
+
+APP_TITLE = "branchchat"
 
 
 class MainWindow(QMainWindow):
@@ -41,7 +49,8 @@ class MainWindow(QMainWindow):
         theme: Theme | None = None,
     ) -> None:
         super().__init__()
-        self.setWindowTitle("BranchChat")
+        self.setWindowTitle(APP_TITLE)
+        self.setWindowIcon(app_icon())
         self.resize(1200, 800)
         self.store, self.bridge, self.qsettings = store, bridge, qsettings
         self.settings: AppSettings = load_settings(qsettings)
@@ -72,11 +81,18 @@ class MainWindow(QMainWindow):
         splitter.setChildrenCollapsible(False)
         self.sidebar.setMinimumWidth(200)
         self.setCentralWidget(splitter)
+        self.window_session = WindowSession(qsettings, self, splitter)
         self.model_loader = ModelLoader(bridge, self.header, lambda: self.settings, self)
         self.conversation_files = ConversationFiles(store, self.banner, self)
+        self.chat_settings = ChatSettingsEditor(store, self.controller, lambda: self.settings, self)
+        self.header.chat_settings_requested.connect(self.chat_settings.open_dialog)
+        self.chat_settings.changed.connect(self.header.show_chat_settings)
+        self.chat_settings.failed.connect(self.banner.show_error)
         self._connect()
         self._shortcuts()
+        build_menu_bar(self)
         self.refresh_sidebar()
+        self.composer.edit.setFocus()  # typing goes to the message box from the start
         if self._follows_system:
             QGuiApplication.styleHints().colorSchemeChanged.connect(self._on_scheme_changed)
 
@@ -90,6 +106,8 @@ class MainWindow(QMainWindow):
         c.prefill_progress.connect(self.composer.set_prefill)
         c.conversations_changed.connect(self.refresh_sidebar)
         c.conversation_changed.connect(self.sidebar.set_current)
+        c.conversation_changed.connect(self._on_conversation_changed)
+        c.conversations_changed.connect(self._update_title)
         c.reveal_message.connect(self.chat.list_view.scroll_to_message)
         self.chat.edit_saved.connect(self._save_edit)
         c.store_failed.connect(self.banner.show_error)
@@ -109,7 +127,6 @@ class MainWindow(QMainWindow):
         self.bridge.failed.connect(self._on_failed)
 
     def _shortcuts(self) -> None:
-        QShortcut(QKeySequence.StandardKey.New, self, activated=self.new_chat)
         QShortcut(QKeySequence.StandardKey.Find, self, activated=self.sidebar.focus_search)
         # Esc stops a reply; while none streams it is left to the widgets (cancel a rename).
         self.stop_shortcut = QShortcut(QKeySequence(Qt.Key.Key_Escape), self)
@@ -153,6 +170,37 @@ class MainWindow(QMainWindow):
         except sqlite3.Error as exc:
             self.banner.show_error(f"Could not rename the conversation: {exc}.", repr(exc))
         self.refresh_sidebar()
+        self._update_title()
+
+    def _on_conversation_changed(self, conversation_id: str | None) -> None:
+        self.window_session.save_open_chat(conversation_id)
+        self._update_title()
+
+    def _update_title(self) -> None:
+        cid = self.controller.conversation_id
+        conversation = self.store.get_conversation(cid) if cid is not None else None
+        self.setWindowTitle(f"{conversation.title} - {APP_TITLE}" if conversation else APP_TITLE)
+
+    def export_open_chat(self, fmt: str) -> None:
+        if self.controller.conversation_id is not None:
+            self.conversation_files.export_dialog(self.controller.conversation_id, fmt)
+
+    # -- the session as it was left ---------------------------------------------------
+
+    def restore_session(self) -> None:
+        """The window's size, the sidebar's width and the chat left open."""
+        self.window_session.restore_layout()
+        conversation_id = self.window_session.open_chat()
+        if conversation_id is not None and self.store.get_conversation(conversation_id):
+            self._open(conversation_id)
+
+    def load_startup_model(self, exists: Callable[[str], bool] = os.path.exists) -> None:
+        """The model loaded last, while its file is still there; else the default."""
+        recent = self.settings.recent_models
+        if recent and exists(recent[0]):
+            self.model_loader.load(recent[0])
+        else:
+            self.model_loader.load_default_model()
 
     def delete_conversation(self, conversation_id: str) -> None:
         conversation = self.store.get_conversation(conversation_id)
@@ -239,6 +287,7 @@ class MainWindow(QMainWindow):
     # -- shutdown ---------------------------------------------------------------------
 
     def closeEvent(self, event: QCloseEvent) -> None:
+        self.window_session.save_layout()
         self.controller.shutdown()
         self.bridge.close()
         super().closeEvent(event)

@@ -1,0 +1,57 @@
+"""The window's menu bar: File (new chat, import, export, settings, Quit with Ctrl+Q)
+and Model (download from Hugging Face, open a file or folder, the default model). Each
+entry calls what the window already does; nothing here holds state."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import QMenu
+
+from app.conversation.store_io import ExportFormat
+
+if TYPE_CHECKING:
+    from app.window.main_window import MainWindow
+
+
+def _add(menu: QMenu, text: str, slot: Callable[[], object], shortcut=None) -> QAction:
+    action = menu.addAction(text)
+    action.triggered.connect(lambda _checked=False: slot())
+    if shortcut is not None:
+        action.setShortcut(QKeySequence(shortcut))
+    return action
+
+
+def build_menu_bar(window: MainWindow) -> None:
+    bar = window.menuBar()
+    file_menu = bar.addMenu("&File")
+    _add(file_menu, "New chat", window.new_chat, QKeySequence.StandardKey.New)
+    _add(file_menu, "Import conversation (JSON)…", window.conversation_files.import_dialog)
+    export_md = _add(
+        file_menu,
+        "Export chat as Markdown…",
+        lambda: window.export_open_chat(ExportFormat.MARKDOWN),
+    )
+    export_json = _add(
+        file_menu, "Export chat as JSON…", lambda: window.export_open_chat(ExportFormat.JSON)
+    )
+
+    def enable_exports() -> None:
+        has_chat = window.controller.conversation_id is not None
+        export_md.setEnabled(has_chat)
+        export_json.setEnabled(has_chat)
+
+    file_menu.aboutToShow.connect(enable_exports)
+    file_menu.addSeparator()
+    _add(file_menu, "Settings…", window.open_settings, "Ctrl+,")
+    file_menu.addSeparator()
+    quit_action = _add(file_menu, "Quit", window.close, "Ctrl+Q")
+    quit_action.setMenuRole(QAction.MenuRole.QuitRole)
+
+    loader = window.model_loader
+    model_menu = bar.addMenu("&Model")
+    _add(model_menu, "Open GGUF file…", loader.open_file, "Ctrl+O")
+    _add(model_menu, "Open model folder…", loader.open_folder)
+    _add(model_menu, "Default model (SmolLM2-135M-Instruct)", loader.load_default_model)
