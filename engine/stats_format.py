@@ -47,7 +47,8 @@ def stats_dict(stats: Stats, *, reason: str = "") -> dict[str, Any]:
 
 
 def message_line(stats: dict[str, Any] | None) -> str:
-    """ "41 tok · 38.2 tok/s · TTFT 0.21 s · 62% drafted"."""
+    """A reply's footer: "41 tok · 38.2 tok/s · TTFT 0.21 s · reused 1,204 / prefilled 56 ·
+    25/40 drafts accepted"; `message_tooltip` says what each figure means."""
     if not stats:
         return ""
     generated = int(stats.get("generated_tokens", 0))
@@ -56,10 +57,66 @@ def message_line(stats: dict[str, Any] | None) -> str:
         parts.append(f"{stats['decode_tok_s']:.1f} tok/s")
     if stats.get("ttft_s") is not None:
         parts.append(f"TTFT {stats['ttft_s']:.2f} s")
-    accepted = int(stats.get("accepted", 0))
-    if generated and accepted:
-        parts.append(f"{round(100 * accepted / generated)}% drafted")
+    if "prefilled_tokens" in stats:
+        parts.append(
+            f"reused {stats.get('reused_tokens', 0):,} / prefilled {stats['prefilled_tokens']:,}"
+        )
+    accepted, drafted = int(stats.get("accepted", 0)), stats.get("drafted")
+    if drafted:
+        parts.append(f"{accepted}/{drafted} drafts accepted")
+    elif drafted is None and accepted:  # measured in the window: proposals not known
+        parts.append(f"{accepted} tok from drafts")
     return " · ".join(parts)
+
+
+def message_tooltip(stats: dict[str, Any] | None) -> str:
+    """What each figure of `message_line` means, one line each, with this reply's numbers.
+    Acceptance (of what was drafted) and the drafted share (of the reply) are different
+    ratios; both are spelt out so "100% accepted" beside "14% from drafts" reads right."""
+    if not stats:
+        return ""
+    generated = int(stats.get("generated_tokens", 0))
+    parts = int(stats.get("parts", 1))
+    lines = [f"{generated} tokens generated" + (
+        f" over {parts} requests: the reply and its continuation, both parts counted."
+        if parts > 1 else ".")]  # fmt: skip
+    if stats.get("decode_tok_s"):
+        lines.append(
+            f"{stats['decode_tok_s']:.1f} tok/s: decode speed, tokens per second after the first."
+        )
+    if stats.get("ttft_s") is not None:
+        lines.append(
+            f"TTFT {stats['ttft_s']:.2f} s: time to first token, from sending to the first "
+            "word (computing the prompt included)."
+        )
+    if "prefilled_tokens" in stats:
+        lines.append(
+            f"{stats.get('reused_tokens', 0):,} prompt tokens reused from the computed state "
+            f"(no work); {stats['prefilled_tokens']:,} prompt tokens computed (prefilled)"
+            + (" over all requests." if parts > 1 else ".")
+        )
+    accepted, drafted = int(stats.get("accepted", 0)), stats.get("drafted")
+    if drafted:
+        lines.append(
+            f"{accepted} of {drafted} drafted tokens accepted ({_percent(accepted, drafted)}): "
+            "speculative decoding guesses tokens (prompt lookup or a draft model) and the "
+            "model checks them all in one pass, keeping those it would have written itself."
+        )
+    if accepted and generated:
+        lines.append(
+            f"{accepted} of this reply's {generated} tokens ({_percent(accepted, generated)}) "
+            "came from accepted drafts (tinted in the text); the rest the model wrote one "
+            "step at a time."
+        )
+    if stats.get("source") == "window":
+        lines.append(
+            "Measured in the window: the app closed before the engine reported its figures."
+        )
+    return "\n".join(lines)
+
+
+def _percent(part: int, whole: int) -> str:
+    return f"{round(100 * part / whole)}%" if whole else "0%"
 
 
 def live_line(
@@ -71,16 +128,16 @@ def live_line(
     context_tokens: int | None = None,
     context_length: int | None = None,
 ) -> str:
-    """ "36.9 tok/s · TTFT 0.19 s · accepted 71% · ctx 4.1k/8k"."""
+    """ "36.9 tok/s · TTFT 0.19 s · 71% of drafts accepted · ctx 4.1k/8k"."""
     parts = []
     if tok_s is not None:
         parts.append(f"{tok_s:.1f} tok/s")
     if ttft_s is not None:
         parts.append(f"TTFT {ttft_s:.2f} s")
     if acceptance is not None:
-        parts.append(f"accepted {round(100 * acceptance)}%")
+        parts.append(f"{round(100 * acceptance)}% of drafts accepted")
     elif drafted_fraction:
-        parts.append(f"{round(100 * drafted_fraction)}% drafted")
+        parts.append(f"{round(100 * drafted_fraction)}% from drafts")
     if context_tokens is not None and context_length:
         parts.append(f"ctx {compact(context_tokens)}/{compact(context_length)}")
     return " · ".join(parts)

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from app.bridge import EngineBridge
+from app.conversation.chat_settings import chat_settings_for
 from app.conversation.status import MessageStatus, status_after
 from app.conversation.store import ConversationStore
 from app.conversation.streaming_reply import StreamingReply
@@ -77,6 +78,7 @@ class ChatController(QObject):
         self.conversation_id = conversation_id
         self._reload()
         self.conversation_changed.emit(conversation_id)
+        self.status_line.emit(self._last_request_line())
         if reveal is not None:
             self.reveal_message.emit(reveal)
 
@@ -88,6 +90,16 @@ class ChatController(QObject):
         if sibling is not None:
             self.store.select(sibling.id)
             self._reload()
+
+    def _last_request_line(self) -> str:
+        """The status line for the open chat: its reply streaming now, or its last one."""
+        active = self.active
+        if active is not None and active.conversation_id == self.conversation_id:
+            return active.live_line(self.context_length) or "Waiting for the model…"
+        for node in reversed(self.tree.selected_path()):
+            if node.role == "assistant" and node.stats:
+                return final_line(node.stats)
+        return ""
 
     def last_user_message_id(self) -> str | None:
         users = [item.id for item in self.model.items if item.role == "user"]
@@ -161,7 +173,9 @@ class ChatController(QObject):
         except sqlite3.Error as exc:
             self._report_store_error("the reply", exc)
             return False
-        self._submit(path, message_id, base=node.content, spans=node.draft_spans)
+        self._submit(
+            path, message_id, base=node.content, spans=node.draft_spans, base_stats=node.stats
+        )
         return True
 
     def stop(self) -> bool:
@@ -183,6 +197,7 @@ class ChatController(QObject):
                 content=active.text,
                 status=MessageStatus.STOPPED,
                 draft_spans=active.spans,
+                stats=active.window_stats(),  # the engine's figures will not come now
             )
 
     # -- internals --------------------------------------------------------------------
@@ -222,16 +237,16 @@ class ChatController(QObject):
         path = self.store.load_tree(self.conversation_id).path_to(reply.id)
         self._submit(path, reply.id, base="", spans=())
 
-    def _submit(self, path, message_id: str, *, base: str, spans) -> None:
+    def _submit(self, path, message_id: str, *, base: str, spans, base_stats=None) -> None:
         assert self.conversation_id is not None
         settings = self._settings()
+        chat = chat_settings_for(self.store, self.conversation_id, settings)  # this chat's own
         continuing = bool(base)
         messages = [Message(n.role, n.content) for n in path if continuing or n.id != message_id]
-        if settings.system_prompt.strip():
-            messages.insert(0, Message("system", settings.system_prompt.strip()))
+        messages = chat.with_system_prompt(messages)
         request_id = uuid.uuid4().hex
         self.active = StreamingReply.start(
-            request_id, self.conversation_id, message_id, base, spans
+            request_id, self.conversation_id, message_id, base, spans, base_stats
         )
         self._reload()
         self.model.set_busy(True)
@@ -242,7 +257,7 @@ class ChatController(QObject):
             Generate(
                 request_id,
                 tuple(messages),
-                settings.generation_settings(continue_last=continuing),
+                chat.generation_settings(drafter=settings.drafter, continue_last=continuing),
                 conversation_id=self.conversation_id,
             )
         )
@@ -294,7 +309,7 @@ class ChatController(QObject):
         interval = min(MAX_REPAINT_INTERVAL_MS, max(REPAINT_INTERVAL_MS, REPAINT_BUDGET * cost_ms))
         self._flush_timer.setInterval(int(interval))
         line = active.live_line(self.context_length)
-        if line is not None:
+        if line is not None and active.conversation_id == self.conversation_id:
             self.status_line.emit(line)
 
     def _save_partial(self) -> None:
@@ -306,7 +321,10 @@ class ChatController(QObject):
 
     def _on_prefill(self, event: PrefillProgress) -> None:
         if self._is_mine(event.request_id):
-            self.prefill_progress.emit(event.done, event.total, event.reused)
+            assert self.active is not None
+            self.active.on_prefill(event.total, event.reused)
+            if self.active.conversation_id == self.conversation_id:
+                self.prefill_progress.emit(event.done, event.total, event.reused)
 
     def _on_finished(self, event: Finished) -> None:
         active = self.active
@@ -314,11 +332,12 @@ class ChatController(QObject):
             return
         text, spans = active.final_text(event)
         stats = stats_dict(event.stats, reason=event.reason) if event.stats else None
+        stats = active.whole_reply_stats(stats)  # a continuation counts the whole reply
         status = status_after(event.reason)
         saved = self._save(
             active.message_id, content=text, status=status, stats=stats, draft_spans=spans
         )
-        if stats:
+        if stats and active.conversation_id == self.conversation_id:
             self.status_line.emit(final_line(stats))
         self._end_request(keep_on_screen=None if saved else (text, spans))
 
@@ -329,8 +348,13 @@ class ChatController(QObject):
         kept = None
         if active.text:
             spans, stopped = active.spans, MessageStatus.STOPPED
+            stats = active.window_stats()
             if not self._save(
-                active.message_id, content=active.text, status=stopped, draft_spans=spans
+                active.message_id,
+                content=active.text,
+                status=stopped,
+                draft_spans=spans,
+                stats=stats,
             ):
                 kept = (active.text, spans)
         else:

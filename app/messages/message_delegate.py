@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from PySide6.QtCore import QModelIndex, QPoint, QRect, QRectF, QSize, Qt, Signal
+from PySide6.QtCore import QEvent, QModelIndex, QPoint, QRect, QRectF, QSize, Qt, Signal
 from PySide6.QtGui import (
     QAbstractTextDocumentLayout,
     QColor,
@@ -15,7 +15,13 @@ from PySide6.QtGui import (
     QPainter,
     QPalette,
 )
-from PySide6.QtWidgets import QStyledItemDelegate, QStyleOptionViewItem, QWidget
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QStyledItemDelegate,
+    QStyleOptionViewItem,
+    QToolTip,
+    QWidget,
+)
 
 from app.conversation.status import MessageStatus
 from app.messages.markdown import CODE_HEADER
@@ -31,9 +37,16 @@ from app.messages.message_layout import (
 from app.messages.message_model import MessageItem, MessageModel
 from app.messages.rendered_message import RenderCache, Rendered
 from app.theme import LIGHT, Theme
-from engine.stats_format import message_line
+from engine.stats_format import message_line, message_tooltip
 
 COPIED_FOR_S = 1.5
+LEGEND_TEXT = "drafted"
+LEGEND_TIP = (
+    "Tinted text came from accepted drafts: speculative decoding guessed those tokens and "
+    "the model checked each one, so the text is what it would have written anyway. The "
+    "footer's figures say how many. Settings → \"Tint tokens that came from accepted "
+    'drafts" turns the tint off.'
+)
 
 
 class MessageDelegate(QStyledItemDelegate):
@@ -104,8 +117,18 @@ class MessageDelegate(QStyledItemDelegate):
             bold=self.bold_metrics,
             actions=actions_for(item, is_last=is_last, is_busy=is_busy),
             editor_height=self._editor_height(item, rect.width()) if is_editing else None,
+            legend_width=self._legend_width(item),
         )
         return geometry, entry
+
+    def _legend_width(self, item: MessageItem) -> int:
+        if not (self.tint_drafted and item.draft_spans and item.role == "assistant"):
+            return 0
+        return self.small_metrics.horizontalAdvance(LEGEND_TEXT) + 20
+
+    def footer_line(self, item: MessageItem) -> str:
+        """The figures under a reply (none under a person's message)."""
+        return message_line(item.stats) if item.role == "assistant" else ""
 
     def _editor_height(self, item: MessageItem, row_width: int) -> int:
         width = max_text_width(row_width, "assistant")
@@ -220,12 +243,21 @@ class MessageDelegate(QStyledItemDelegate):
         painter.restore()
 
     def _paint_footer(self, painter: QPainter, item: MessageItem, g: RowGeometry) -> None:
-        line = message_line(item.stats) if item.role == "assistant" else ""
+        line = self.footer_line(item)
         painter.setFont(self.small_font)
+        align = Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft
+        if g.legend is not None:
+            swatch = QRectF(g.legend.x(), g.legend.center().y() - 5, 12, 10)
+            painter.setPen(Qt.PenStyle.NoPen)
+            painter.setBrush(QColor(self.theme.drafted))
+            painter.drawRoundedRect(swatch, 3, 3)
+            painter.setPen(QColor(self.theme.muted))
+            painter.drawText(g.legend.adjusted(16, 0, 0, 0), align, LEGEND_TEXT)
         if line:
             painter.setPen(QColor(self.theme.muted))
-            rect = g.footer.adjusted(2, 0, 0, 0)
-            painter.drawText(rect, Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft, line)
+            metrics = self.small_metrics
+            elided = metrics.elidedText(line, Qt.TextElideMode.ElideRight, g.stats.width())
+            painter.drawText(g.stats, align, elided)  # the tooltip has every figure
         for name, rect in g.actions:
             self._paint_button(painter, rect, name, enabled=True)
 
@@ -255,6 +287,25 @@ class MessageDelegate(QStyledItemDelegate):
     def _copy_rect(g: RowGeometry, code_rect: QRectF) -> QRectF:
         right = QRectF(code_rect.right() - 70, code_rect.y(), 70, CODE_HEADER)
         return right.translated(g.text.x(), g.text.y())
+
+    # -- tooltips ---------------------------------------------------------------------
+
+    def helpEvent(self, event, view: QAbstractItemView, option, index: QModelIndex) -> bool:  # noqa: N802
+        if event is None or event.type() != QEvent.Type.ToolTip or not index.isValid():
+            return super().helpEvent(event, view, option, index)
+        item: MessageItem = index.data(MessageModel.ItemRole)
+        g, _ = self.geometry(option.rect, index)
+        pos = event.pos()
+        text = ""
+        if g.legend is not None and g.legend.contains(pos):
+            text = LEGEND_TIP
+        elif g.stats.contains(pos) and self.footer_line(item):
+            text = message_tooltip(item.stats)
+        if text:
+            QToolTip.showText(event.globalPos(), text, view.viewport(), g.footer)
+        else:
+            QToolTip.hideText()
+        return True
 
     # -- hit testing ------------------------------------------------------------------
 

@@ -46,6 +46,8 @@ class RowGeometry:
     nav_label: QRect | None = None
     nav_next: QRect | None = None
     actions: list[tuple[str, QRect]] = field(default_factory=list)
+    stats: QRect = field(default_factory=QRect)  # the figures line, left of the actions
+    legend: QRect | None = None  # the drafted-tint swatch, when the text is tinted
 
 
 def column(row: QRect) -> QRect:
@@ -80,6 +82,7 @@ def layout_row(
     bold: QFontMetrics,
     actions: list[str],
     editor_height: int | None = None,
+    legend_width: int = 0,
 ) -> RowGeometry:
     col = column(row)
     is_user = item.role == "user"
@@ -127,4 +130,10 @@ def layout_row(
         x -= 2
     if editor_height is not None:
         geometry.actions = []
+    left = footer.x() + 2
+    if legend_width and editor_height is None:
+        geometry.legend = QRect(left, footer.y() + 1, legend_width, FOOTER_H - 2)
+        left = geometry.legend.right() + 1 + ACTION_PAD
+    right = geometry.actions[0][1].x() - ACTION_PAD if geometry.actions else footer.right()
+    geometry.stats = QRect(left, footer.y(), max(0, right - left), footer.height())
     return geometry

@@ -23,7 +23,7 @@ class AppSettings:
     drafter: str = DrafterKind.AUTO.value  # a DrafterKind
     draft_model_path: str = ""
     cache_budget_mb: int = 2048
-    tint_drafted: bool = False
+    tint_drafted: bool = True  # with a legend in the footer; Settings turns it off
     send_key: str = SendKey.ENTER.value  # a SendKey
     recent_models: tuple[str, ...] = field(default=())
 

@@ -48,5 +48,5 @@ def test_the_app_keeps_every_figure_and_reads_its_status_line_from_them():
     assert "request_id" not in record and record["reason"] == "eos"
     assert record["context_tokens"] == 216 and record["accepted"] == 61
     assert final_line(record) == (
-        "41.3 tok/s · TTFT 0.23 s · accepted 69% · ctx 216/8k · reused 12 · prefilled 40"
+        "41.3 tok/s · TTFT 0.23 s · 69% of drafts accepted · ctx 216/8k · reused 12 · prefilled 40"
     )

@@ -47,9 +47,11 @@ def test_drafted_spans_are_tinted_and_the_markers_removed(qapp):
 
 def test_stats_lines():
     stats = dict(generated_tokens=41, decode_tok_s=38.2, ttft_s=0.21, drafted=40, accepted=25)
-    assert message_line(stats) == "41 tok · 38.2 tok/s · TTFT 0.21 s · 61% drafted"
+    assert message_line(stats) == "41 tok · 38.2 tok/s · TTFT 0.21 s · 25/40 drafts accepted"
+    window_measured = dict(generated_tokens=3, ttft_s=0.5, accepted=2, source="window")
+    assert message_line(window_measured) == "3 tok · TTFT 0.50 s · 2 tok from drafts"
     assert message_line(None) == ""
     line = live_line(tok_s=36.9, ttft_s=0.19, acceptance=0.71, context_tokens=4130,
                      context_length=8192)  # fmt: skip
-    assert line == "36.9 tok/s · TTFT 0.19 s · accepted 71% · ctx 4.1k/8k"
+    assert line == "36.9 tok/s · TTFT 0.19 s · 71% of drafts accepted · ctx 4.1k/8k"
     assert compact(512) == "512" and compact(131072) == "128k"
