@@ -9,6 +9,7 @@ submitting thread sets directly (the queue is busy with the running request).
 
 from __future__ import annotations
 
+import gc
 import logging
 import queue
 import threading
@@ -19,13 +20,18 @@ from pathlib import Path
 
 from engine import events as ev
 from engine.config import EngineConfig
-from engine.errors import EngineError
+from engine.errors import EngineError, ModelLoadError
 from engine.loader import LoadedModel, load_model
+from engine.model_probe import probe_model
 from engine.session import Session
 
 log = logging.getLogger(__name__)
 
 Listener = Callable[[ev.Event], None]
+# After a reply, the state is saved to the prompt cache once no command has come for this
+# long: off the reply's path (a 2k-token state of the default model is ~92 MB, 0.25-0.6 s
+# to write on the 2-core machine), yet on disk before a crash a few seconds later.
+AUTOSAVE_IDLE_S = 2.0
 
 
 class Engine:
@@ -48,6 +54,7 @@ class Engine:
         self._stop_lock = threading.Lock()
         self._stopped: set[str] = set()
         self._closing = threading.Event()  # set by close(): stop what runs, skip what waits
+        self._is_unsaved = False  # a reply changed the state since the prompt cache saw it
         self.session: Session | None = None  # touched only on the worker thread
         self._thread = threading.Thread(target=self._run, name="engine", daemon=True)
         self._thread.start()
@@ -84,7 +91,12 @@ class Engine:
         # MLX streams are per thread (>= 0.31.2): make this thread's own.
         mx.set_default_stream(mx.new_stream(mx.default_device()))
         while True:
-            command = self._commands.get()
+            try:
+                command = self._commands.get(timeout=AUTOSAVE_IDLE_S if self._is_unsaved else None)
+            except queue.Empty:  # idle since the last reply
+                self._is_unsaved = False
+                self._save_quietly()
+                continue
             if isinstance(command, ev.Close):
                 self._save_quietly()
                 return
@@ -130,24 +142,41 @@ class Engine:
                 self._stopped.discard(command.request_id)
 
     def _load(self, command: ev.LoadModel) -> None:
-        self._save_quietly()
+        """One rule (the module docstring of engine/model_probe.py says why): look at the
+        new file cheaply, release the model held, load the new one. A failed load says
+        which model answers afterwards: the old one when the look refused the file, none
+        when the full load failed; a bad draft model leaves the main model without one."""
+        active = self.session.loaded if self.session is not None else None
+        try:
+            probe_model(command.path)
+        except ModelLoadError as exc:
+            still = f"{active.name} is still loaded." if active else "No model is loaded."
+            self._load_failed(command.path, f"{exc}. {still}", active)
+            return
+        self._release()
+        del active
 
         def progress(stage: str, fraction: float) -> None:
             self._emit(ev.ModelLoading(command.path, stage, fraction))
 
-        loaded = load_model(command.path, self._config, progress)
-        draft: LoadedModel | None = None
-        if command.draft_model_path:
-            draft = load_model(command.draft_model_path, self._config)
-            if draft.config.vocab_size != loaded.config.vocab_size:
-                raise EngineError(
-                    f"The draft model {draft.name} has a different vocabulary "
-                    f"({draft.config.vocab_size} vs {loaded.config.vocab_size} tokens)."
-                )
-        self.session = None
-        session = Session(loaded, draft, self._cache_dir, self._config)
-        self._emit(ev.ModelLoading(command.path, "measuring speed", 0.95))
-        session.calibrate()
+        try:
+            loaded = load_model(command.path, self._config, progress)
+            draft, draft_error = self._load_draft(command.draft_model_path, loaded)
+            session = Session(loaded, draft, self._cache_dir, self._config)
+            self._emit(ev.ModelLoading(command.path, "measuring speed", 0.95))
+            session.calibrate()
+        except Exception as exc:
+            if not isinstance(exc, EngineError | MemoryError):
+                log.exception("loading %s failed", command.path)
+            problem = "out of memory" if isinstance(exc, MemoryError) else str(exc)
+            self._load_failed(
+                command.path,
+                f"{problem}. No model is loaded now (the previous one was released to make "
+                "room); pick one from the Model menu.",
+                None,
+                traceback.format_exc(),
+            )
+            return
         self.session = session
         cfg = loaded.config
         self._emit(
@@ -160,6 +189,50 @@ class Engine:
                 context_length=cfg.context_length,
                 backend=loaded.ops.name,
                 draft_model=draft.name if draft else None,
+                draft_error=draft_error,
+            )
+        )
+        if draft_error:  # shown like every failure; the main model answers meanwhile
+            self._load_failed(command.draft_model_path or "", draft_error, loaded)
+
+    def _load_draft(self, path: str | None, loaded: LoadedModel) -> tuple[LoadedModel | None, str]:
+        """The draft model at `path` for `loaded`, or None and why it could not be."""
+        if not path:
+            return None, ""
+        try:
+            probe_model(path)
+            draft = load_model(path, self._config)
+        except (EngineError, MemoryError) as exc:
+            problem = "out of memory" if isinstance(exc, MemoryError) else str(exc)
+            return None, _draft_error(problem, loaded)
+        if draft.config.vocab_size != loaded.config.vocab_size:
+            problem = (
+                f"{path}: {draft.name} has a different vocabulary "
+                f"({draft.config.vocab_size} vs {loaded.config.vocab_size} tokens)"
+            )
+            return None, _draft_error(problem, loaded)
+        return draft, ""
+
+    def _release(self) -> None:
+        """Let go of the model held (its prompt cache saved first), so that loading the
+        next one never holds both."""
+        self._save_quietly()
+        self.session = None
+        gc.collect()  # a model's arrays sit in reference cycles (model <-> runner)
+        import mlx.core as mx
+
+        mx.clear_cache()  # MLX keeps freed buffers for reuse; give them back
+
+    def _load_failed(
+        self, path: str, message: str, active: LoadedModel | None, details: str = ""
+    ) -> None:
+        self._emit(
+            ev.Failed(
+                "",
+                message,
+                details,
+                load_path=path,
+                active_model=str(active.path) if active is not None else "",
             )
         )
 
@@ -177,6 +250,7 @@ class Engine:
                 raise EngineError("The message is empty. Type something to send.")
             self.session.generate(command, self._emit, should_stop)
         finally:
+            self._is_unsaved = self._cache_dir is not None
             with self._stop_lock:
                 self._stopped.discard(rid)
 
@@ -186,8 +260,15 @@ class Engine:
         try:
             self.session.save()
         except Exception:
-            log.exception("could not save the prompt cache on close")
+            log.exception("could not save the prompt cache")
 
 
 def _request_id(command: ev.Command) -> str:
     return getattr(command, "request_id", "")
+
+
+def _draft_error(problem: str, loaded: LoadedModel) -> str:
+    return (
+        f"The draft model could not be loaded: {problem}. {loaded.name} is loaded without "
+        "it; speculative decoding uses prompt lookup instead."
+    )

@@ -132,6 +132,7 @@ class ModelLoaded:
     context_length: int
     backend: str
     draft_model: str | None = None
+    draft_error: str = ""  # why the draft model asked for is not loaded ("": it is, or none)
 
 
 @dataclass(frozen=True)
@@ -197,6 +198,8 @@ class Failed:
     request_id: str  # "" when not about a request (e.g. model loading)
     message: str
     details: str = ""
+    load_path: str = ""  # the model (or draft model) that failed to load; "": not a load
+    active_model: str = ""  # after a failed load: the path of the model answering; "": none
 
 
 @dataclass(frozen=True)
