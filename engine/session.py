@@ -23,11 +23,12 @@ from engine.branch_cache import BranchCache
 from engine.chat_template import DEFAULT_CHATML_TEMPLATE, render_chat
 from engine.config import EngineConfig
 from engine.decoding import AcceptanceModel, CostModel, DecodeRequest, decode
-from engine.drafters import Drafter, DraftModelDrafter, SuffixDrafter
+from engine.drafters import Drafter, DraftModelDrafter
 from engine.errors import ContextOverflow, EngineError
 from engine.loader import LoadedModel
 from engine.resume import plan_resume, resume
 from engine.sequence import SequenceState, prefill
+from engine.suffix_drafter import SuffixDrafter
 from engine.thinking import ReplyStream, opens_thinking
 
 log = logging.getLogger(__name__)

@@ -9,53 +9,65 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.config import EngineConfig
-from engine.drafters import Draft, DraftModelDrafter, SuffixDrafter
+from engine.drafters import DraftModelDrafter
 from engine.loader import load_model
 from engine.sampling import SamplingSettings, probabilities
 from engine.sequence import SequenceState, prefill
+from engine.suffix_drafter import SuffixDrafter
 from tests.conftest import TinyModel
 from tests.hybrid_models import make_hybrid_dir
 
 # -- SuffixDrafter ---------------------------------------------------------------------
 
 
-def brute_force_ends(corpus: list[int], pending: int) -> tuple[int, list[int]]:
-    """Longest suffix of corpus + [pending] (inside the last document) occurring in the
-    corpus, and the end positions of those occurrences."""
-    text = corpus + [pending]
-    n = len(text)
-    best, ends = 0, []
-    for length in range(1, n + 1):
-        suffix = text[n - length :]
-        if min(suffix) < 0:
-            break
-        found = [e for e in range(length - 1, n - 1) if text[e - length + 1 : e + 1] == suffix]
-        if not found:  # a longer suffix contains this one, so it cannot occur either
-            break
-        best, ends = length, found
-    return best, ends
+class HistoryModel:
+    """The drafter's history modelled without an automaton: every prefix of every path
+    walked, with the time it was last stepped onto."""
 
+    def __init__(self) -> None:
+        self.seen: dict[tuple[int, ...], int] = {(): 0}
+        self.clock = 0
+        self.path: tuple[int, ...] = ()
 
-def check_proposal(
-    drafter: SuffixDrafter, corpus: list[int], pending: int, k: int, draft: Draft, exact: bool
-) -> None:
-    length, ends = brute_force_ends(corpus, pending)
-    assert drafter.match_length == length
-    assert draft.probs is None
-    if length < drafter.min_match:
-        assert draft.tokens == []
-        return
-    text = corpus + [pending] + draft.tokens  # a repeating loop reads on into the draft
+    def begin(self, context: list[int]) -> None:
+        self.path = ()
+        self.commit(context)
 
-    def continues_at(e: int) -> bool:
-        m = len(draft.tokens)
-        stopped = m == k or text[e + 1 + m] < 0
-        return text[e + 1 : e + 1 + m] == draft.tokens and stopped
+    def commit(self, tokens: list[int]) -> None:
+        for token in tokens:
+            self.clock += 1
+            self.path += (token,)
+            self.seen[self.path] = self.clock
 
-    if exact:  # an unbounded recency walk: the most recent occurrence exactly
-        assert continues_at(max(ends))
-    else:
-        assert any(continues_at(e) for e in ends)
+    def match(self, pending: int) -> tuple[int, list[tuple[int, ...]]]:
+        """Longest suffix of path + [pending] that ends some stored prefix, and those
+        prefixes (the occurrences' ends), most recent first."""
+        text = (*self.path, pending)
+        best: tuple[int, list[tuple[int, ...]]] = (0, [])
+        for length in range(1, len(text) + 1):
+            suffix = text[-length:]
+            ends = [p for p in self.seen if p[-length:] == suffix and len(p) >= length]
+            if not ends:  # a longer suffix contains this one, so it cannot occur either
+                break
+            best = (length, sorted(ends, key=self.seen.__getitem__, reverse=True))
+        return best
+
+    def continuation(self, end: tuple[int, ...], pending: int, k: int) -> list[int]:
+        """Along the most recently stepped child; past the current path, pending and
+        then the proposal itself."""
+        out: list[int] = []
+        node = end
+        while len(out) < k:
+            if node == self.path:  # the text read on: path + [pending] + the proposal
+                while len(out) < k:
+                    out.append([*self.path, pending, *out][len(end) + len(out)])
+                break
+            children = [p for p in self.seen if len(p) == len(node) + 1 and p[:-1] == node]
+            if not children:
+                break
+            node = max(children, key=self.seen.__getitem__)
+            out.append(node[-1])
+        return out
 
 
 @settings(max_examples=300, deadline=None)
@@ -63,34 +75,42 @@ def check_proposal(
 def test_suffix_drafter_matches_brute_force(data: st.DataObject, exact: bool, min_match: int):
     alphabet = st.integers(0, 2)
     drafter = SuffixDrafter(min_match=min_match, recency_depth=10**9 if exact else 2)
-    expected: list[int] = []  # the corpus, modelled independently
+    model = HistoryModel()
     doc: list[int] = []
     for _ in range(data.draw(st.integers(1, 4))):
-        how = data.draw(st.sampled_from(["fresh", "extend", "edit"]))
+        how = data.draw(st.sampled_from(["fresh", "extend", "edit", "regenerate"]))
         extra = data.draw(st.lists(alphabet, max_size=8))
         if how == "extend":
             context = doc + extra
         elif how == "edit":
             context = doc[: data.draw(st.integers(0, len(doc)))] + extra
+        elif how == "regenerate":
+            context = doc[: data.draw(st.integers(0, len(doc)))]
         else:
             context = extra
         drafter.begin(context)
-        if expected and context[: len(doc)] == doc:
-            expected += context[len(doc) :]
-        else:
-            expected += [-(drafter.num_documents)] + context
+        model.begin(context)
         doc = context
-        assert drafter.corpus == expected
         for _ in range(data.draw(st.integers(0, 6))):
             pending, k = data.draw(alphabet), data.draw(st.integers(1, 6))
             draft = drafter.propose(pending, k)
-            check_proposal(drafter, expected, pending, k, draft, exact)
+            length, ends = model.match(pending)
+            assert drafter.match_length == length
+            if length < min_match:
+                assert draft.tokens == []
+            else:
+                options = [model.continuation(e, pending, k) for e in ends]
+                if exact:  # an unbounded recency walk: the most recent occurrence exactly
+                    assert draft.tokens == options[0]
+                else:
+                    assert draft.tokens in options
             committed = [pending] + data.draw(st.lists(alphabet, max_size=3))
             drafter.commit(committed)
-            expected += committed
+            model.commit(committed)
             doc += committed
         drafter.end()
-    assert drafter.corpus == expected
+        assert drafter.path() == list(model.path)
+        assert drafter.num_tokens == len(model.seen) - 1  # each distinct prefix once
 
 
 def decode(drafter: SuffixDrafter, reply: list[int], k: int) -> list[list[int]]:
@@ -118,6 +138,7 @@ def test_regenerate_after_edit_drafts_the_previous_answer():
     for i, proposal in enumerate(proposals):
         assert proposal == reply[i + 1 : i + 9]
     assert drafter.match_length >= 30  # edited[11:] + the reply
+    assert drafter.num_tokens == 40 + 20 + 30 + 20  # the shared first ten tokens once
 
 
 def test_the_most_recent_branch_wins():
@@ -129,30 +150,31 @@ def test_the_most_recent_branch_wins():
         drafter.end()
     drafter.begin(prompt)
     assert drafter.propose(7, 4).tokens == [11, 12, 13]
+    assert drafter.num_tokens == 4 + 4 + 3  # the prompt and the shared 7 once
 
 
-def test_sentinels_keep_matches_inside_documents():
+def test_matches_stay_inside_paths():
     drafter = SuffixDrafter(min_match=2)
     drafter.begin([1, 2, 3])
-    drafter.begin([7, 8])  # not an extension of [1, 2, 3]: a new document
+    drafter.begin([7, 8])  # not an extension of [1, 2, 3]: a path of its own
     drafter.begin([3])
-    # "3 7" only exists across a document boundary
+    # "3 7" only exists across two paths
     assert drafter.propose(7, 4).tokens == []
     assert drafter.match_length == 1
     drafter.begin([1, 2])
-    # "1 2 3" ends its document: nothing follows it
+    # "1 2 3" ends its path: nothing follows it
     assert drafter.propose(3, 4).tokens == []
     assert drafter.match_length == 3
-    assert all(t < 0 for t in drafter.corpus if t not in (1, 2, 3, 7, 8))
 
 
-def test_next_turn_continues_the_document():
+def test_next_turn_continues_the_path():
     drafter = SuffixDrafter()
     drafter.begin([1, 2, 3])
     drafter.commit([4, 5])
+    drafter.end()
     drafter.begin([1, 2, 3, 4, 5, 6, 7])
-    assert drafter.corpus == [-1, 1, 2, 3, 4, 5, 6, 7]
-    assert drafter.num_documents == 1
+    assert drafter.path() == [1, 2, 3, 4, 5, 6, 7]
+    assert drafter.num_tokens == 7
 
 
 def test_repeating_loop_drafts_past_the_end():
@@ -165,12 +187,19 @@ def test_suffix_drafter_rejects_bad_config_and_tokens():
     with pytest.raises(ValueError):
         SuffixDrafter(min_match=0)
     with pytest.raises(ValueError):
+        SuffixDrafter(max_bytes=-1)
+    with pytest.raises(ValueError):
         SuffixDrafter().begin([1, -3])
     drafter = SuffixDrafter()
     drafter.begin([1, 2])
     with pytest.raises(ValueError):
         drafter.commit([3, -1])
-    assert drafter.corpus == [-1, 1, 2]
+    with pytest.raises(ValueError):
+        drafter.commit([1 << 32])
+    with pytest.raises(ValueError):
+        drafter.set_budget(-5)
+    assert drafter.path() == [1, 2]
+    assert drafter.num_tokens == 2
 
 
 # -- DraftModelDrafter -----------------------------------------------------------------

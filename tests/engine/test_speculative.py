@@ -24,10 +24,11 @@ from engine.decoding import (
     DecodeResult,
     decode,
 )
-from engine.drafters import Draft, Drafter, DraftModelDrafter, SuffixDrafter
+from engine.drafters import Draft, Drafter, DraftModelDrafter
 from engine.loader import load_model
 from engine.sampling import SamplingSettings, probabilities
 from engine.sequence import SequenceState, prefill
+from engine.suffix_drafter import SuffixDrafter
 from tests.conftest import TinyModels
 from tests.engine.test_draft_length import cost_model, cpu_linear, gpu_flat
 from tests.hybrid_models import make_hybrid_dir
