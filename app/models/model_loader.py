@@ -1,11 +1,16 @@
 """Loading the model the person picks: from the header's Model menu, a path given on the
 command line, or the default model (fetched first when it is missing). The header shows
 each load's progress and outcome; a change of draft model in the settings reloads the
-target, because the engine loads the draft model with it."""
+target, because the engine loads the draft model with it.
+
+A draft model the engine could not load leaves the main model loaded without it (the
+banner says why); the saved draft path is then cleared and the drafter set back to
+Auto, so later loads do not fail on it again."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Signal
@@ -24,6 +29,7 @@ NO_MODEL = ("No model loaded", "Pick one from the Model menu")
 class ModelLoader(QObject):
     loaded = Signal(object)  # ModelLoaded, once the header shows it
     fetch_failed = Signal(str, str)  # message, details: the default model could not be fetched
+    settings_changed = Signal(object)  # AppSettings to save: a refused draft model cleared
 
     def __init__(
         self,
@@ -36,6 +42,7 @@ class ModelLoader(QObject):
         self.bridge, self.header, self._settings = bridge, header, settings
         self._dialog_parent = dialog_parent
         self.model_path: str | None = None  # the last one asked for
+        self.active: ModelLoaded | None = None  # the model the engine answers with
         self.fetcher = DefaultModelFetcher(self)
         header.default_model_requested.connect(self.load_default_model)
         header.open_file_requested.connect(self.open_file)
@@ -87,11 +94,23 @@ class ModelLoader(QObject):
             self.load(self.model_path)
 
     def _on_loaded(self, event: ModelLoaded) -> None:
+        self.active = event
         self.header.show_loaded(event)
         self.loaded.emit(event)
+        settings = self._settings()
+        if event.draft_error and settings.draft_model_path:
+            drafter = settings.drafter
+            if drafter == DrafterKind.DRAFT_MODEL:  # nothing to draft with: Auto picks lookup
+                drafter = DrafterKind.AUTO.value
+            self.settings_changed.emit(replace(settings, draft_model_path="", drafter=drafter))
 
     def _on_failed(self, event: Failed) -> None:
-        if not event.request_id:  # not about a request: the model did not load
+        if event.request_id:  # about a request, not a model
+            return
+        if self.active is not None and event.active_model == self.active.path:
+            self.header.show_loaded(self.active)  # the model loaded before still answers
+        else:
+            self.active = None
             self.header.show_message(*NO_MODEL)
 
     def _on_fetch_failed(self, message: str) -> None:

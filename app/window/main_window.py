@@ -124,6 +124,7 @@ class MainWindow(QMainWindow):
         self.header.settings_requested.connect(self.open_settings)
         self.model_loader.loaded.connect(self._on_model_loaded)
         self.model_loader.fetch_failed.connect(self.banner.show_error)
+        self.model_loader.settings_changed.connect(self._save_settings)
         self.bridge.failed.connect(self._on_failed)
 
     def _shortcuts(self) -> None:
