@@ -1,6 +1,8 @@
 """Export a conversation as Markdown (the selected branch) or JSON (the whole tree), and
-import the JSON back. Importing gives every message a fresh id, so a file can be
-imported twice, or into the database it came from, without collisions."""
+import the JSON back, or ChatGPT's and Open WebUI's exports (app.conversation.import_formats
+reads those). Importing gives every message a fresh id, so a file can be imported twice,
+or into the database it came from, without collisions; a file is imported whole or not
+at all (one transaction)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,13 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from app.conversation.import_formats import (
+    ImportedChat,
+    chatgpt_chats,
+    is_chatgpt_export,
+    is_open_webui_export,
+    open_webui_chats,
+)
 from app.conversation.status import STATUSES, MessageStatus
 from app.conversation.store import Conversation, ConversationStore, new_id
 from app.conversation.tree import MessageTree, Node
@@ -37,15 +46,87 @@ def write_export(
 
 
 def read_import(store: ConversationStore, path: str | Path) -> Conversation:
-    """Import the JSON export at `path` (see import_json)."""
-    return import_json(store, json.loads(Path(path).read_text(encoding="utf-8")))
+    """Import the file at `path`; of several chats in it, the most recent one."""
+    return read_imports(store, path)[0]
+
+
+def read_imports(store: ConversationStore, path: str | Path) -> list[Conversation]:
+    """Import every chat in a branchchat, ChatGPT (conversations.json) or Open WebUI JSON
+    export, most recently updated first. ValueError says why a file is refused."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except UnicodeDecodeError as error:
+        raise ValueError(f"not a text file: {error}") from None
+    except json.JSONDecodeError as error:
+        raise ValueError(f"not JSON (line {error.lineno}): {error.msg}") from None
+    if isinstance(data, dict) and data.get("format") == FORMAT:
+        return [import_json(store, data)]
+    if is_chatgpt_export(data):
+        return import_chats(store, chatgpt_chats(data))
+    if is_open_webui_export(data):
+        return import_chats(store, open_webui_chats(data))
+    raise ValueError(
+        "not a chat export branchchat reads: expected a branchchat JSON export, ChatGPT's "
+        "conversations.json or an Open WebUI chat export"
+    )
+
+
+def import_chats(store: ConversationStore, chats: list[ImportedChat]) -> list[Conversation]:
+    """Add the chats, each with its branches and the branch that was on screen selected."""
+    if not chats:
+        raise ValueError("the file holds no chats")
+    added = []
+    with store.transaction() as db:
+        for chat in chats:
+            conversation = Conversation(new_id(), chat.title, chat.created_at, chat.updated_at)
+            ids = {m.key: new_id() for m in chat.messages}
+            selected = _selected_children(chat)
+            db.execute(
+                "INSERT INTO conversations (id, title, created_at, updated_at, selected_root, "
+                "settings) VALUES (?,?,?,?,?,?)",
+                (conversation.id, chat.title, chat.created_at, chat.updated_at,
+                 ids.get(selected.get(None, "")), _dumps(chat.settings or None)),
+            )  # fmt: skip
+            for m in chat.messages:
+                db.execute(
+                    "INSERT INTO messages (id, conversation_id, parent_id, role, content, "
+                    "created_at, selected_child) VALUES (?,?,?,?,?,?,?)",
+                    (ids[m.key], conversation.id, ids.get(m.parent_key or ""), m.role,
+                     m.content, m.created_at, ids.get(selected.get(m.key, ""))),
+                )  # fmt: skip
+            added.append(conversation)
+    return sorted(added, key=lambda c: c.updated_at, reverse=True)
+
+
+def _selected_children(chat: ImportedChat) -> dict[str | None, str]:
+    """parent key (None: the roots) -> the child selected: along the path to the leaf that
+    was on screen, else the newest child, as ChatGPT and Open WebUI show a branch."""
+    selected: dict[str | None, str] = {}
+    for m in chat.messages:  # a later sibling is a later regeneration or edit
+        selected[m.parent_key] = m.key
+    parent_of = {m.key: m.parent_key for m in chat.messages}
+    key = chat.selected_leaf
+    while key is not None and key in parent_of:
+        selected[parent_of[key]] = key
+        key = parent_of[key]
+    return selected
 
 
 def export_markdown(store: ConversationStore, conversation_id: str) -> str:
     conversation = _conversation(store, conversation_id)
     lines = [f"# {conversation.title}", ""]
     for node in store.load_tree(conversation_id).selected_path():
-        lines += [f"## {ROLE_TITLES.get(node.role, node.role)}", "", node.content.rstrip(), ""]
+        lines += [f"## {ROLE_TITLES.get(node.role, node.role)}", ""]
+        if node.thinking:  # collapsed, as the window shows it
+            lines += [
+                "<details><summary>Thinking</summary>",
+                "",
+                node.thinking,
+                "",
+                "</details>",
+                "",
+            ]
+        lines += [node.content.rstrip(), ""]
         if node.status == MessageStatus.STOPPED:
             lines += ["*(stopped)*", ""]
     return "\n".join(lines)
@@ -65,6 +146,7 @@ def export_json(store: ConversationStore, conversation_id: str) -> dict[str, Any
             "selected_child": node.selected_child,
             "stats": node.stats,
             "draft_spans": [list(s) for s in node.draft_spans],
+            "thinking": node.thinking,
         }
         for node in _walk(tree)
     ]
@@ -74,6 +156,7 @@ def export_json(store: ConversationStore, conversation_id: str) -> dict[str, Any
         "title": conversation.title,
         "created_at": conversation.created_at,
         "selected_root": tree.selected_root,
+        "settings": store.get_conversation_settings(conversation_id),
         "messages": messages,
     }
 
@@ -92,11 +175,14 @@ def import_json(store: ConversationStore, data: dict[str, Any]) -> Conversation:
         new_id(), str(data.get("title") or "Imported chat"), data.get("created_at") or 0.0, 0.0
     )
     with store.transaction() as db:
+        settings = data.get("settings") or None
+        if settings is not None and not isinstance(settings, dict):
+            raise ValueError("'settings' must be an object")
         db.execute(
-            "INSERT INTO conversations (id, title, created_at, updated_at, selected_root) "
-            "VALUES (?,?,?,strftime('%s','now'),?)",
+            "INSERT INTO conversations (id, title, created_at, updated_at, selected_root, "
+            "settings) VALUES (?,?,?,strftime('%s','now'),?,?)",
             (conversation.id, conversation.title, conversation.created_at,
-             ids.get(data.get("selected_root"))),
+             ids.get(data.get("selected_root")), _dumps(settings)),
         )  # fmt: skip
         for m in messages:  # parents come before children in an export
             if m["role"] not in ROLE_TITLES or m.get("status", MessageStatus.DONE) not in STATUSES:
@@ -105,7 +191,8 @@ def import_json(store: ConversationStore, data: dict[str, Any]) -> Conversation:
                 raise ValueError(f"message {m['id']}: unknown parent {m['parent_id']}")
             db.execute(
                 "INSERT INTO messages (id, conversation_id, parent_id, role, content, status, "
-                "created_at, selected_child, stats, draft_spans) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                "created_at, selected_child, stats, draft_spans, thinking) "
+                "VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     ids[m["id"]],
                     conversation.id,
@@ -117,6 +204,7 @@ def import_json(store: ConversationStore, data: dict[str, Any]) -> Conversation:
                     ids.get(m.get("selected_child")),
                     _dumps(m.get("stats")),
                     _dumps(m.get("draft_spans") or None),
+                    str(m.get("thinking") or ""),
                 ),
             )
     return store.get_conversation(conversation.id) or conversation

@@ -46,7 +46,12 @@ class Sidebar(QFrame):
         self.menu_button.setText("⋯")
         self.menu_button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
         menu = QMenu(self.menu_button)
-        menu.addAction("Import conversation (JSON)…", self.import_requested.emit)
+        self.import_action = menu.addAction(
+            "Import chats (branchchat, ChatGPT, Open WebUI)…", self.import_requested.emit
+        )
+        self.import_action.setToolTip(
+            "A branchchat JSON export, ChatGPT's conversations.json or an Open WebUI export"
+        )
         self.menu_button.setMenu(menu)
         self.search = QLineEdit(self)
         self.search.setObjectName("search")

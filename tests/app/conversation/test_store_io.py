@@ -67,3 +67,32 @@ def test_markdown_export_is_the_selected_branch(store):
     assert text.startswith("# Branchy\n")
     assert "## You\n\nquestion" in text and "## Assistant\n\nsecond `answer`" in text
     assert "first answer" not in text and "*(stopped)*" in text
+
+
+def test_json_round_trip_keeps_the_chat_settings_and_each_replys_thinking(store):
+    c = store.create_conversation("Thoughtful")
+    q = store.add_message(c.id, None, "user", "2+2?")
+    store.add_message(c.id, q.id, "assistant", "4", thinking="Two and two make four.")
+    store.set_conversation_settings(c.id, {"system_prompt": "Be brief.", "temperature": 0.2})
+    copy = import_json(store, export_json(store, c.id))
+    assert [n.thinking for n in store.load_tree(copy.id).selected_path()] == [
+        "",
+        "Two and two make four.",
+    ]
+    assert store.get_conversation_settings(copy.id) == {
+        "system_prompt": "Be brief.",
+        "temperature": 0.2,
+    }
+    text = export_markdown(store, copy.id)
+    assert "<details><summary>Thinking</summary>\n\nTwo and two make four." in text
+
+
+def test_an_export_from_before_settings_and_thinking_still_imports(store):
+    c = make_branchy(store)
+    data = export_json(store, c.id)
+    del data["settings"]
+    for m in data["messages"]:
+        del m["thinking"]
+    copy = import_json(store, data)
+    assert shape(store, copy.id) == shape(store, c.id)
+    assert store.get_conversation_settings(copy.id) == {}

@@ -1,0 +1,220 @@
+"""Other apps' chat exports read into one neutral shape: ChatGPT's conversations.json and
+Open WebUI's chat export, branches and the branch on screen included. No store, no Qt:
+app.conversation.store_io writes the result.
+
+Both formats keep a tree of messages keyed by id. ChatGPT's `mapping` holds nodes
+{id, parent, children, message} where message is None for the root and carries
+{author: {role}, content: {content_type, parts}, create_time}; `current_node` is the leaf
+on screen. Open WebUI's `chat.history.messages` holds {id: {parentId, childrenIds, role,
+content, timestamp}} and `history.currentId` is the leaf on screen.
+
+Nodes that hold no text a person wrote or read (ChatGPT's empty root and hidden system
+nodes, tool calls and their outputs) are left out and their children hang from the
+nearest ancestor kept, so the branches stay as they were.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+ROLES = ("system", "user", "assistant")
+
+
+@dataclass
+class ImportedMessage:
+    key: str  # the id in the source file
+    parent_key: str | None
+    role: str
+    content: str
+    created_at: float
+
+
+@dataclass
+class ImportedChat:
+    title: str
+    created_at: float
+    updated_at: float
+    messages: list[ImportedMessage]  # parents before children, siblings in the source's order
+    selected_leaf: str | None  # the message on screen in the source app
+    settings: dict[str, Any] = field(default_factory=dict)  # the chat's own (a system prompt)
+
+
+def is_chatgpt_export(data: Any) -> bool:
+    items = data if isinstance(data, list) else [data]
+    return bool(items) and all(isinstance(c, dict) and "mapping" in c for c in items)
+
+
+def is_open_webui_export(data: Any) -> bool:
+    items = data if isinstance(data, list) else [data]
+    return bool(items) and all(isinstance(c, dict) and _webui_history(c) is not None for c in items)
+
+
+# -- ChatGPT ------------------------------------------------------------------------------
+
+
+def chatgpt_chats(data: Any) -> list[ImportedChat]:
+    items = data if isinstance(data, list) else [data]
+    chats = []
+    for number, item in enumerate(items, 1):
+        title = str(item.get("title") or "Imported ChatGPT chat")
+        try:
+            chats.append(_chatgpt_chat(item, title))
+        except (TypeError, ValueError, KeyError, AttributeError) as error:
+            raise ValueError(f"ChatGPT conversation {number} (“{title}”): {error}") from None
+    return chats
+
+
+def _chatgpt_chat(item: dict[str, Any], title: str) -> ImportedChat:
+    mapping = item["mapping"]
+    if not isinstance(mapping, dict):
+        raise ValueError("'mapping' must map node ids to nodes")
+    parents = {}
+    kept: dict[str, tuple[str, str, float]] = {}  # id -> (role, text, time)
+    for key, node in mapping.items():
+        parent = node.get("parent")
+        if parent is not None and parent not in mapping:
+            raise ValueError(f"node {key} names a parent {parent} that is not in the file")
+        parents[str(key)] = None if parent is None else str(parent)
+        message = node.get("message")
+        if isinstance(message, dict):
+            role = (message.get("author") or {}).get("role")
+            text = _chatgpt_text(message.get("content") or {})
+            if role in ROLES and text.strip():
+                kept[str(key)] = (role, text, _time(message.get("create_time")))
+    order = _tree_order(parents, {k: [str(c) for c in n.get("children") or []]
+                                  for k, n in mapping.items()})  # fmt: skip
+    created = _time(item.get("create_time"))
+    messages = _kept_messages(order, parents, kept, default_time=created)
+    current = item.get("current_node")
+    leaf = _nearest_kept(str(current), parents, kept) if current in mapping else None
+    updated = _time(item.get("update_time")) or max(
+        (m.created_at for m in messages), default=created
+    )
+    return ImportedChat(title, created or updated, updated, messages, leaf)
+
+
+def _chatgpt_text(content: dict[str, Any]) -> str:
+    kind = content.get("content_type", "text")
+    if kind in ("text", "multimodal_text"):
+        pieces = []
+        for part in content.get("parts") or []:
+            if isinstance(part, str):
+                pieces.append(part)
+            elif isinstance(part, dict) and "image" in str(part.get("content_type", "")):
+                pieces.append("[image]")  # the picture itself is not in conversations.json
+        return "\n".join(p for p in pieces if p)
+    if kind == "code":  # the code an assistant ran: shown as a code block
+        return f"```\n{content.get('text', '')}\n```" if content.get("text") else ""
+    return ""  # tool output, browsing displays, ...: not a message a person wrote or read
+
+
+# -- Open WebUI ----------------------------------------------------------------------------
+
+
+def _webui_history(item: dict[str, Any]) -> dict[str, Any] | None:
+    chat = item.get("chat", item)
+    history = chat.get("history") if isinstance(chat, dict) else None
+    if isinstance(history, dict) and isinstance(history.get("messages"), dict):
+        return history
+    return None
+
+
+def open_webui_chats(data: Any) -> list[ImportedChat]:
+    items = data if isinstance(data, list) else [data]
+    chats = []
+    for number, item in enumerate(items, 1):
+        chat = item.get("chat", item)
+        title = str(item.get("title") or chat.get("title") or "Imported Open WebUI chat")
+        try:
+            chats.append(_open_webui_chat(item, chat, title))
+        except (TypeError, ValueError, KeyError, AttributeError) as error:
+            raise ValueError(f"Open WebUI chat {number} (“{title}”): {error}") from None
+    return chats
+
+
+def _open_webui_chat(item: dict[str, Any], chat: dict[str, Any], title: str) -> ImportedChat:
+    history = _webui_history(item)
+    assert history is not None  # is_open_webui_export said so
+    nodes: dict[str, dict[str, Any]] = history["messages"]
+    parents: dict[str, str | None] = {}
+    kept: dict[str, tuple[str, str, float]] = {}
+    for key, node in nodes.items():
+        parent = node.get("parentId")
+        if parent is not None and parent not in nodes:
+            raise ValueError(f"message {key} names a parent {parent} that is not in the file")
+        parents[str(key)] = None if parent is None else str(parent)
+        content = node.get("content")
+        text = content if isinstance(content, str) else ""
+        if node.get("role") in ROLES and text.strip():
+            kept[str(key)] = (node["role"], text, _time(node.get("timestamp")))
+    children = {k: [str(c) for c in n.get("childrenIds") or []] for k, n in nodes.items()}
+    created = _time(item.get("created_at") or chat.get("timestamp"))
+    messages = _kept_messages(_tree_order(parents, children), parents, kept, created)
+    current = history.get("currentId")
+    leaf = _nearest_kept(str(current), parents, kept) if current in nodes else None
+    updated = _time(item.get("updated_at")) or max(
+        (m.created_at for m in messages), default=created
+    )
+    params = chat.get("params") if isinstance(chat.get("params"), dict) else {}
+    system = params.get("system") or chat.get("system") or ""
+    settings = {"system_prompt": system} if isinstance(system, str) and system.strip() else {}
+    return ImportedChat(title, created or updated, updated, messages, leaf, settings)
+
+
+# -- the shared tree walk --------------------------------------------------------------------
+
+
+def _time(value: Any) -> float:
+    """Seconds since the epoch; Open WebUI's newer files count milliseconds."""
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        return 0.0
+    return seconds / 1000 if seconds > 1e11 else seconds
+
+
+def _tree_order(parents: dict[str, str | None], children: dict[str, list[str]]) -> list[str]:
+    """Every node, parents first, siblings in the order the source lists them."""
+    order, seen = [], set()
+    queue = [k for k, p in parents.items() if p is None]
+    if not queue and parents:
+        raise ValueError("the messages form a loop: none is a root")
+    while queue:
+        key = queue.pop(0)
+        if key in seen:
+            raise ValueError(f"message {key} is reached twice: the tree has a loop")
+        seen.add(key)
+        order.append(key)
+        listed = [c for c in children.get(key, []) if parents.get(c) == key]
+        # children the parent forgot to list still belong under it
+        listed += [c for c, p in parents.items() if p == key and c not in listed]
+        queue.extend(listed)
+    missing = set(parents) - seen
+    if missing:
+        raise ValueError(f"{len(missing)} messages hang in a loop, off every root")
+    return order
+
+
+def _nearest_kept(
+    key: str | None, parents: dict[str, str | None], kept: dict[str, Any]
+) -> str | None:
+    while key is not None and key not in kept:
+        key = parents.get(key)
+    return key
+
+
+def _kept_messages(
+    order: Iterable[str],
+    parents: dict[str, str | None],
+    kept: dict[str, tuple[str, str, float]],
+    default_time: float,
+) -> list[ImportedMessage]:
+    out = []
+    for key in order:
+        if key in kept:
+            role, text, at = kept[key]
+            parent = _nearest_kept(parents[key], parents, kept)
+            out.append(ImportedMessage(key, parent, role, text, at or default_time))
+    return out

@@ -1,0 +1,89 @@
+"""The sidebar as a person uses it: chats appear with their titles under date headings,
+a rename made with F2 shows at once and is saved, and chats imported from ChatGPT or
+Open WebUI through the sidebar's menu are listed with their own titles and dates."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QFileDialog
+
+from tests.app.conversation.test_import_formats import chatgpt_export, open_webui_export
+
+
+def rows(window) -> list[tuple[str, str]]:
+    model = window.sidebar.model
+    return [(model.row(i).kind, model.row(i).title) for i in range(model.rowCount())]
+
+
+def import_through_the_menu(window, qtbot, monkeypatch, path) -> None:
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", lambda *_a, **_k: (str(path), "JSON"))
+    window.sidebar.import_action.trigger()
+
+
+def test_imported_chatgpt_chats_are_listed_under_their_dates_and_the_newest_opens(
+    harness, qtbot, monkeypatch, tmp_path
+):
+    window = harness.open()
+    harness.send("today's question")
+    path = tmp_path / "conversations.json"
+    path.write_text(json.dumps(chatgpt_export(), ensure_ascii=False), encoding="utf-8")
+    import_through_the_menu(window, qtbot, monkeypatch, path)
+    assert rows(window) == [
+        ("header", "Today"),
+        ("conversation", "today's question"),
+        ("header", "Older"),  # ChatGPT's own update times, from 1970 in this file
+        ("conversation", "Heure — 時間"),
+        ("conversation", "Older chat"),
+    ]
+    current = window.sidebar.list.currentIndex().row()
+    assert rows(window)[current] == ("conversation", "Heure — 時間")
+    assert harness.texts()[-2:] == ["```\n2**10\n```", "1024"]
+    assert window.banner.isHidden()
+
+
+def test_an_open_webui_export_shows_its_title_and_its_system_prompt_is_the_chats(
+    harness, qtbot, monkeypatch, tmp_path
+):
+    window = harness.open()
+    path = tmp_path / "export.json"
+    export = open_webui_export()
+    export[0]["updated_at"] = time.time()
+    path.write_text(json.dumps(export, ensure_ascii=False), encoding="utf-8")
+    import_through_the_menu(window, qtbot, monkeypatch, path)
+    assert rows(window) == [("header", "Today"), ("conversation", "Haïku")]
+    assert window.header.chat_button.text() == "Chat: Custom · system prompt"
+    harness.send("Encore un")
+    generate = harness.engine.generates()[-1]
+    assert generate.messages[0].content == "Réponds en français."
+
+
+def test_a_file_of_another_kind_is_refused_in_the_banner(harness, qtbot, monkeypatch, tmp_path):
+    window = harness.open()
+    path = tmp_path / "notes.json"
+    path.write_text('{"notes": []}', encoding="utf-8")
+    import_through_the_menu(window, qtbot, monkeypatch, path)
+    assert not window.banner.isHidden()
+    assert window.banner.message.text() == "Could not import notes.json."
+    assert "ChatGPT's conversations.json" in window.banner.details.text()
+    assert rows(window) == []
+
+
+def test_the_first_message_titles_a_new_chat_and_f2_renames_it(harness, qtbot):
+    window = harness.open()
+    harness.send("How   do tides\nwork?")
+    assert rows(window) == [("header", "Today"), ("conversation", "How do tides work?")]
+    view = window.sidebar.list
+    view.setFocus()
+    view.setCurrentIndex(window.sidebar.model.index(1))
+    qtbot.keyClick(view, Qt.Key.Key_F2)
+    editor = view.focusWidget()
+    editor.selectAll()
+    qtbot.keyClicks(editor, "Tides")
+    qtbot.keyClick(editor, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: rows(window)[1] == ("conversation", "Tides"))
+    assert window.store.get_conversation(window.controller.conversation_id).title == "Tides"
+    window = harness.open()
+    assert rows(window) == [("header", "Today"), ("conversation", "Tides")]
