@@ -6,6 +6,8 @@ so neither tapes anything; how they answer the rest of the `LayerState` protocol
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -13,7 +15,9 @@ import numpy as np
 from engine.errors import StateError
 from kernels.ops import Array, Ops
 
-_GROW = 256  # KV rows are preallocated in chunks of this many positions
+_GROW = 256  # KV rows are allocated in whole chunks of this many positions
+_GROWTH = 1.5  # a full buffer grows by this factor: amortised O(1) copies per row
+UNBOUNDED_DEPTH = 1 << 30  # "any number of rows", where a layer sets no bound
 
 
 def causal_mask(q_start: int, num_q: int, k_positions: np.ndarray, window: int = 0) -> Any:
@@ -27,26 +31,18 @@ def causal_mask(q_start: int, num_q: int, k_positions: np.ndarray, window: int =
 
 class _CursorRows:
     """What both attention caches share: rows past a verify's checkpoint are dropped by
-    rewinding the cursor (`retain_verified`), so a checkpoint holds no snapshot and
-    nothing is taped."""
+    rewinding the cursor (`adopt_verified`, validated beforehand by `can_rewind`), so a
+    checkpoint holds no snapshot."""
 
     keys: Any
     values: Any
+    length: int
 
     def checkpoint_snapshot(self) -> Any:
         return None
 
-    def start_tape(self) -> None:
-        """Nothing to record: a rewind alone takes the rows back."""
-
-    def stop_tape(self) -> None:
-        """Nothing was recorded."""
-
-    def tape_covers(self, num_rows: int) -> bool:
-        return True
-
     def live_arrays(self) -> list[Array]:
-        return [self.keys, self.values]
+        return [a for a in (self.keys, self.values) if a is not None]
 
 
 class FullKV(_CursorRows):
@@ -67,18 +63,22 @@ class FullKV(_CursorRows):
     def append(self, k: Array, v: Array) -> tuple[Array, Array, Any]:
         L = int(k.shape[1])
         start, end = self.length, self.length + L
-        if end > self.capacity():
-            self.reserve(end)
+        self._make_room(end)
         self.keys = self.ops.write_rows(self.keys, start, k)
         self.values = self.ops.write_rows(self.values, start, v)
         self.length = end
         mask = None if L == 1 else causal_mask(start, L, np.arange(end))
         return self.keys[:, :end], self.values[:, :end], mask
 
-    def reserve(self, needed: int) -> None:
-        """Reallocate to `needed` rows rounded up to a whole chunk, keeping the rows held.
+    def _make_room(self, end: int) -> None:
+        """Grow geometrically: fixed-size steps would copy O(n^2) rows over a long context."""
+        if end > self.capacity():
+            self.reserve(max(end, int(self.capacity() * _GROWTH)))
 
-        Always reallocates (even to the same capacity): callers check `capacity()` first.
+    def reserve(self, needed: int) -> None:
+        """Reallocate to `needed` rows rounded up to a whole chunk, keeping the rows held:
+        exactly that capacity, so callers can give every layer the same one (the fused
+        step). Always reallocates (even to the same capacity): check `capacity()` first.
         """
         H, D = self.shape
         new_cap = -(-needed // _GROW) * _GROW
@@ -112,8 +112,38 @@ class FullKV(_CursorRows):
     def rewind(self, position: int) -> None:
         self.length = position
 
-    def retain_verified(self, snap: Any, start: int, num_kept: int) -> None:
-        self.rewind(start + num_kept)
+    def adopt_verified(self, replayed: Any, position: int) -> None:
+        self.rewind(position)
+
+    def start_tape(self) -> None:
+        """Nothing to record: a rewind alone takes the rows back."""
+
+    def stop_tape(self) -> None:
+        """Nothing was recorded."""
+
+    def tape_covers(self, num_rows: int) -> bool:
+        return True
+
+    def max_retain_depth(self) -> int:
+        return UNBOUNDED_DEPTH  # every row stays until overwritten past the cursor
+
+    def replay_verified(
+        self, snap: Any, start: int, num_kept: int, stops: Sequence[int]
+    ) -> tuple[list[Any], Any]:
+        return [None] * len(stops), None  # the cursor reaches every position
+
+    def begin_forward(self) -> Any:
+        return self.length, self.keys is not None
+
+    def end_forward(self) -> None:
+        """Nothing to drop: the restore point is the cursor."""
+
+    def undo_forward(self, point: Any) -> bool:
+        length, had_buffers = point
+        if had_buffers and self.keys is None:
+            return False  # a fused step donated its buffers and failed: the rows are gone
+        self.length = length  # rows before it are untouched: writes land past the cursor
+        return True
 
     def reset(self) -> None:
         self.length = 0
@@ -139,8 +169,7 @@ class FullKV(_CursorRows):
         prefix (`copy_rows`'s output); the snapshot is not needed."""
         keys, values = rows[0][:, :num_rows], rows[1][:, :num_rows]
         end = self.length + int(keys.shape[1])
-        if end > self.capacity():
-            self.reserve(end)
+        self._make_room(end)
         self.keys = self.ops.write_rows(self.keys, self.length, keys)
         self.values = self.ops.write_rows(self.values, self.length, values)
         self.length = end
@@ -160,6 +189,19 @@ class FullKV(_CursorRows):
         self.length = length
 
 
+@dataclass
+class RingTape:
+    """What a sliding ring recorded during a verify: the rows it appended and, for each
+    slot they overwrote, that slot's row and position from before the checkpoint."""
+
+    keys: list[Array] = field(default_factory=list)  # [Hkv, rows, D] pieces
+    values: list[Array] = field(default_factory=list)
+    overwritten: dict[int, tuple[Array, Array, int]] = field(default_factory=dict)
+
+    def num_rows(self) -> int:
+        return sum(int(k.shape[1]) for k in self.keys)
+
+
 class SlidingKV(_CursorRows):
     """A ring of `window + slack` KV rows; row of position p lives in slot p % size."""
 
@@ -174,6 +216,9 @@ class SlidingKV(_CursorRows):
         self.values = ops.zeros((num_kv_heads, self.size, head_dim))
         self.positions = np.full(self.size, -1, dtype=np.int64)  # host-side metadata
         self.length = 0
+        self.tape: RingTape | None = None  # set while a verify is being recorded
+        # the ring as it was before this forward's writes, while a forward runs
+        self._before: tuple[Array, Array, np.ndarray] | None = None
 
     def append(self, k: Array, v: Array) -> tuple[Array, Array, Any]:
         L = int(k.shape[1])
@@ -183,9 +228,16 @@ class SlidingKV(_CursorRows):
         keys = self.ops.concat([self.keys, k], axis=1)
         values = self.ops.concat([self.values, v], axis=1)
         k_pos = np.concatenate([self.positions, np.arange(start, start + L)])
+        # the concatenation already holds the old ring: a failed forward restores it free
+        self._before = (keys, values, k_pos)
         mask = causal_mask(start, L, k_pos, self.window)
+        if self.tape is not None:
+            self.tape.keys.append(k)
+            self.tape.values.append(v)
         for j in range(max(0, L - self.size), L):  # only the last `size` rows survive
             slot = (start + j) % self.size
+            if self.tape is not None and slot not in self.tape.overwritten:
+                self.tape.overwritten[slot] = self._slot(slot)
             self.keys = self.ops.write_rows(self.keys, slot, k[:, j : j + 1])
             self.values = self.ops.write_rows(self.values, slot, v[:, j : j + 1])
             self.positions[slot] = start + j
@@ -215,8 +267,78 @@ class SlidingKV(_CursorRows):
         self.positions[self.positions >= position] = -1
         self.length = position
 
-    def retain_verified(self, snap: Any, start: int, num_kept: int) -> None:
-        self.rewind(start + num_kept)
+    def adopt_verified(self, replayed: Any, position: int) -> None:
+        self.rewind(position)
+
+    def _slot(self, slot: int) -> tuple[Array, Array, int]:
+        """A copy of one slot's rows and its position (the ring is written in place)."""
+        ops = self.ops
+        k, v = self.keys[:, slot : slot + 1], self.values[:, slot : slot + 1]
+        return ops.snapshot(k), ops.snapshot(v), int(self.positions[slot])
+
+    # -- a verify: the ring at any position inside it, for the snapshots due there -----
+    def start_tape(self) -> None:
+        self.tape = RingTape()
+
+    def stop_tape(self) -> None:
+        self.tape = None
+
+    def tape_covers(self, num_rows: int) -> bool:
+        return self.tape is not None and self.tape.num_rows() == num_rows
+
+    def max_retain_depth(self) -> int:
+        # Once the ring has wrapped a rewind reaches `slack + 1` positions back, however
+        # many rows a verify appended; before, it reaches every position.
+        return self.slack + 1
+
+    def replay_verified(
+        self, snap: Any, start: int, num_kept: int, stops: Sequence[int]
+    ) -> tuple[list[Any], Any]:
+        return [self._ring_at(start, stop - start) for stop in stops], None
+
+    def _ring_at(self, start: int, num_rows: int) -> Any:
+        """A snapshot of the ring as it was `num_rows` rows past the checkpoint at
+        `start`: the slots put back as they were at the checkpoint, then those rows."""
+        if self.tape is None:
+            raise StateError("no verify tape to rebuild the ring from")
+        ops = self.ops
+        keys, values = ops.snapshot(self.keys), ops.snapshot(self.values)
+        positions = self.positions.copy()
+        for slot, (k, v, pos) in self.tape.overwritten.items():
+            keys, values = ops.write_rows(keys, slot, k), ops.write_rows(values, slot, v)
+            positions[slot] = pos
+        new_k = ops.concat(self.tape.keys, axis=1)
+        new_v = ops.concat(self.tape.values, axis=1)
+        for j in range(max(0, num_rows - self.size), num_rows):
+            slot = (start + j) % self.size
+            keys = ops.write_rows(keys, slot, new_k[:, j : j + 1])
+            values = ops.write_rows(values, slot, new_v[:, j : j + 1])
+            positions[slot] = start + j
+        ops.evaluate(keys, values)  # a failure shows before the verify is closed
+        return keys, values, positions
+
+    # -- a failed forward ---------------------------------------------------------------
+    def begin_forward(self) -> Any:
+        self._before = None
+        return self.length, (len(self.tape.keys) if self.tape is not None else 0)
+
+    def end_forward(self) -> None:
+        self._before = None  # the old ring's copy would double this layer's memory
+
+    def undo_forward(self, point: Any) -> bool:
+        length, pieces = point
+        if self._before is not None:  # the writes may have begun: put the old ring back
+            keys, values, k_pos = self._before
+            self.keys = self.ops.snapshot(keys[:, : self.size])
+            self.values = self.ops.snapshot(values[:, : self.size])
+            self.positions = k_pos[: self.size].copy()
+            self._before = None
+        self.length = length
+        if self.tape is not None:
+            # a slot first overwritten by the failed forward holds its old row again,
+            # which is what `overwritten` recorded for it: only the new rows go
+            del self.tape.keys[pieces:], self.tape.values[pieces:]
+        return True
 
     def snapshot(self) -> Any:
         return (
@@ -232,6 +354,7 @@ class SlidingKV(_CursorRows):
         self.length = position
 
     def reset(self) -> None:
+        self._before = None
         self.keys = self.ops.zeros(tuple(self.keys.shape))
         self.values = self.ops.zeros(tuple(self.values.shape))
         self.positions = np.full(self.size, -1, dtype=np.int64)

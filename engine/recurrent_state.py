@@ -6,12 +6,14 @@ replaying: the verify tape (`retain_verified`) or tokens (a truncate).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from engine.errors import StateError
+from engine.kv_state import UNBOUNDED_DEPTH
 from kernels.ops import Array, Ops
 
 
@@ -24,6 +26,10 @@ class Tape:
 
     def num_rows(self) -> int:
         return sum(int(x.shape[0]) for x in self.conv_in)
+
+    def truncate_pieces(self, num_pieces: int) -> None:
+        """Forget the pieces a failed forward recorded."""
+        del self.conv_in[num_pieces:], self.qkvgb[num_pieces:]
 
 
 class RecurrentState:
@@ -82,22 +88,53 @@ class RecurrentState:
     def tape_covers(self, num_rows: int) -> bool:
         return self.tape is not None and self.tape.num_rows() == num_rows
 
-    def retain_verified(self, snap: Any, start: int, num_kept: int) -> None:
-        """Restore `snap` (taken at `start`) and fold in the first `num_kept` taped rows."""
+    def max_retain_depth(self) -> int:
+        return UNBOUNDED_DEPTH  # the tape replays any number of kept rows
+
+    def replay_verified(
+        self, snap: Any, start: int, num_kept: int, stops: Sequence[int]
+    ) -> tuple[list[Any], Any]:
+        """Restore `snap` (taken at `start`) and fold in the taped rows up to each stop,
+        then up to `num_kept`. Folding in pieces equals one fold bit for bit: the
+        recurrent kernel and the conv window go token by token."""
         if self.tape is None:
             raise StateError("no verify tape to replay")
         conv, ssm = snap
-        if num_kept:
+        snaps: list[Any] = []
+        cuts = [stop - start for stop in stops] + [num_kept]
+        if num_kept or stops:
             ops = self.ops
-            conv_in = ops.concat(self.tape.conv_in, axis=0)[:num_kept]
-            q, k, v, g, beta = (
-                ops.concat([piece[i] for piece in self.tape.qkvgb], axis=0)[:num_kept]
-                for i in range(5)
-            )
-            conv = ops.conv_state_after(conv, conv_in)
-            _, ssm = ops.gated_delta_recurrent(q, k, v, g, beta, ssm)
-        self.conv, self.ssm = conv, ssm
-        self.length = start + num_kept
+            conv_in = ops.concat(self.tape.conv_in, axis=0)
+            qkvgb = [ops.concat([piece[i] for piece in self.tape.qkvgb], axis=0) for i in range(5)]
+            done = 0
+            for cut in cuts:
+                if cut > done:
+                    conv = ops.conv_state_after(conv, conv_in[done:cut])
+                    q, k, v, g, beta = (x[done:cut] for x in qkvgb)
+                    _, ssm = ops.gated_delta_recurrent(q, k, v, g, beta, ssm)
+                snaps.append((conv, ssm))
+                done = cut
+            # evaluated here, so a failure (out of memory) shows before anything changes
+            ops.evaluate(*[a for pair in snaps for a in pair])
+        return snaps[: len(stops)], (conv, ssm)
+
+    def adopt_verified(self, replayed: Any, position: int) -> None:
+        self.conv, self.ssm = replayed
+        self.length = position
+
+    def begin_forward(self) -> Any:
+        pieces = len(self.tape.conv_in) if self.tape is not None else 0
+        return self.conv, self.ssm, self.length, pieces
+
+    def end_forward(self) -> None:
+        """Nothing to drop: the restore point is three references."""
+
+    def undo_forward(self, point: Any) -> bool:
+        # the forward assigns new arrays and never writes into these: they are intact
+        self.conv, self.ssm, self.length, pieces = point
+        if self.tape is not None:
+            self.tape.truncate_pieces(pieces)
+        return True
 
     def nbytes(self) -> int:
         return self.ops.nbytes(self.conv) + self.ops.nbytes(self.ssm)

@@ -8,12 +8,12 @@ changes, or takes an explicit exact fallback (replay from an earlier snapshot).
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from engine.errors import StateError
-from engine.state import Checkpoint, LayerState, SnapshotPolicy
+from engine.snapshot_store import STORES, SnapshotStores, distinct_nbytes
+from engine.state import UNBOUNDED_DEPTH, Checkpoint, LayerState, SnapshotPolicy
 from kernels.ops import Array, Ops
 
 
@@ -24,12 +24,11 @@ class SequenceState:
         self.policy = policy or SnapshotPolicy()
         self.tokens: list[int] = []
         self.epoch = 0  # bumped by every rewind; checkpoints from an older epoch are stale
-        self.is_poisoned = False  # a forward failed half-way; only reset() recovers
+        self.is_poisoned = False  # a failed forward could not be undone; only reset() recovers
         self._recording: Checkpoint | None = None
+        self._forward_points: list[Any] | None = None  # each layer's, while a forward runs
         self.needs_snapshots = any(layer.needs_snapshots() for layer in layers)
-        self._stride_snaps: OrderedDict[int, tuple[Any, ...]] = OrderedDict()
-        self._marked_snaps: OrderedDict[int, tuple[Any, ...]] = OrderedDict()
-        self._pending_marks: set[int] = set()
+        self._snapshots = SnapshotStores(self.policy)
 
     @property
     def offset(self) -> int:
@@ -40,17 +39,41 @@ class SequenceState:
         """A recorded checkpoint (a verify) is open: its rows are not committed yet."""
         return self._recording is not None
 
+    @property
+    def recording(self) -> Checkpoint | None:
+        """The open recorded checkpoint (after a failed request: roll it back)."""
+        return self._recording
+
     # -- appending (called by the model's forward) ----------------------------------
     def begin_forward(self, num_tokens: int) -> int:
         self._check_usable()
-        self.is_poisoned = True  # cleared by end_forward; a raise in between leaves it set
+        self._forward_points = [layer.begin_forward() for layer in self.layers]
+        self.is_poisoned = True  # cleared by end_forward or a successful abort_forward
         return self.offset
 
     def end_forward(self, token_ids: list[int]) -> None:
+        for layer in self.layers:
+            layer.end_forward()
+        self._forward_points = None
         self.tokens.extend(token_ids)
         self.is_poisoned = False
         if self._recording is None:
             self._take_due_snapshots()
+
+    def abort_forward(self) -> bool:
+        """A forward raised after `begin_forward`: put every layer back where it was, so
+        the state, its snapshots, its checkpoints and an open recording stay as they were.
+        Returns False (the state stays poisoned until reset) where a layer cannot."""
+        points, self._forward_points = self._forward_points, None
+        if points is None:
+            return not self.is_poisoned
+        try:
+            undone = [layer.undo_forward(p) for layer, p in zip(self.layers, points, strict=True)]
+            restored = all(undone) and all(lay.length == self.offset for lay in self.layers)
+        except Exception:  # the undo itself failed (out of memory again): nothing to trust
+            restored = False
+        self.is_poisoned = not restored
+        return restored
 
     def _check_usable(self) -> None:
         if self.is_poisoned:
@@ -62,84 +85,84 @@ class SequenceState:
         self.tokens = []
         self.epoch += 1
         self.is_poisoned = False
+        self._forward_points = None
         self._end_recording()
-        self._stride_snaps.clear()
-        self._marked_snaps.clear()
-        self._pending_marks.clear()
+        self._snapshots.clear()
 
     # -- snapshots for deep rollback --------------------------------------------------
-    def mark(self, position: int) -> None:
-        """Ask for a snapshot at `position` (a turn boundary), now or when reached."""
+    def mark(self, position: int) -> bool:
+        """Ask for a snapshot at `position` (a turn boundary), now or when reached.
+
+        Returns whether a truncate to `position` will be served without a replay: False
+        for a position behind the cursor that no snapshot holds (the state cannot go
+        back to take one; a truncate there replays from an earlier snapshot).
+        """
         self._check_usable()
-        if not self.needs_snapshots:
-            return
-        if position == self.offset and self._recording is None:
-            self._store(self._marked_snaps, position, self.policy.marked_capacity)
-        elif position > self.offset:
-            self._pending_marks.add(position)
+        if position < 0:
+            raise StateError(f"cannot mark position {position}")
+        if not self.needs_snapshots or self._snapshots.holds(position):
+            if self.needs_snapshots and position == self.offset and not self._recording:
+                self._snapshots.put("marked", position, self._snapshots.merged()[position])
+            return True
+        rows_unverified = self._recording is not None and self._recording.position < position
+        if position > self.offset or (position == self.offset and rows_unverified):
+            self._snapshots.pending_marks.add(position)  # taken when reached (or committed)
+            return True
+        if position == self.offset:
+            self._snapshots.put("marked", position, self._layer_snapshots())
+            return True
+        return False
+
+    def set_snapshot_budget(self, max_bytes: int | None) -> None:
+        """Bound the snapshot stores' bytes (None: by count only); evicts now if over,
+        lowest position first (`SnapshotPolicy`)."""
+        self._snapshots.set_budget(max_bytes)
+
+    @property
+    def snapshot_budget(self) -> int | None:
+        return self._snapshots.max_bytes
 
     def next_snapshot_position(self) -> int | None:
         """The next position where a forward chunk should stop so a snapshot lands exactly."""
-        if not self.needs_snapshots:
-            return None
-        stride = self.policy.stride
-        candidates = [(self.offset // stride + 1) * stride] if self.policy.stride_capacity else []
-        candidates += [p for p in self._pending_marks if p > self.offset]
-        return min(candidates) if candidates else None
+        return self._snapshots.next_due(self.offset) if self.needs_snapshots else None
+
+    def _layer_snapshots(self) -> tuple[Any, ...]:
+        return tuple(layer.snapshot() for layer in self.layers)
 
     def _take_due_snapshots(self) -> None:
-        if not self.needs_snapshots:
-            return
-        pos = self.offset
-        if pos in self._pending_marks:
-            self._pending_marks.discard(pos)
-            self._store(self._marked_snaps, pos, self.policy.marked_capacity)
-        if pos and pos % self.policy.stride == 0:
-            self._store(self._stride_snaps, pos, self.policy.stride_capacity)
-
-    def _store(self, store: OrderedDict[int, tuple[Any, ...]], pos: int, capacity: int) -> None:
-        if capacity:
-            self._put(store, pos, tuple(layer.snapshot() for layer in self.layers), capacity)
-
-    @staticmethod
-    def _put(store: OrderedDict[int, tuple[Any, ...]], pos: int, snaps: Any, capacity: int) -> None:
-        store[pos] = snaps
-        store.move_to_end(pos)
-        while len(store) > capacity:
-            store.popitem(last=False)
+        if self.needs_snapshots and self._snapshots.is_due(self.offset):
+            self._snapshots.take(self.offset, self._layer_snapshots())
 
     def snapshot_positions(self) -> list[int]:
-        return sorted(set(self._stride_snaps) | set(self._marked_snaps))
+        return self._snapshots.positions()
 
     def snapshot_items(self) -> list[tuple[str, int, tuple[Any, ...]]]:
         """(store, position, per-layer snaps) for every stored snapshot, oldest first per
         store; store is "stride" or "marked". For saving a state."""
-        stores = (("stride", self._stride_snaps), ("marked", self._marked_snaps))
-        return [(name, pos, snaps) for name, store in stores for pos, snaps in store.items()]
+        return self._snapshots.items()
 
     def load_snapshot(self, position: int, store: str, snaps: tuple[Any, ...]) -> None:
         """Put back a snapshot from `snapshot_items` (loading a saved state), as the newest."""
-        if store not in ("stride", "marked") or len(snaps) != len(self.layers):
+        if store not in STORES or len(snaps) != len(self.layers):
             raise StateError(f"not a snapshot of this state: {store!r}, {len(snaps)} layers")
         if not 0 <= position <= self.offset:
             raise StateError(f"snapshot at {position} is outside the {self.offset} tokens")
-        if store == "stride":
-            self._put(self._stride_snaps, position, snaps, self.policy.stride_capacity)
-        else:
-            self._put(self._marked_snaps, position, snaps, self.policy.marked_capacity)
+        self._snapshots.put(store, position, snaps)
 
     def snapshot_nbytes(self) -> int:
         """Bytes held by stored snapshots (each distinct array counted once)."""
-        seen: dict[int, int] = {}
-        for store in (self._stride_snaps, self._marked_snaps):
-            for snaps in store.values():
-                for snap in snaps:
-                    for arr in _arrays_in(snap):
-                        seen[id(arr)] = int(arr.nbytes)
-        return sum(seen.values())
+        return self._snapshots.nbytes()
 
     def nbytes(self) -> int:
-        return sum(layer.nbytes() for layer in self.layers) + self.snapshot_nbytes()
+        """Bytes of the layers and the snapshots, an array both hold counted once."""
+        live = [a for layer in self.layers for a in layer.live_arrays()]
+        return distinct_nbytes([*live, *self._snapshots.arrays()])
+
+    def max_verify_rows(self) -> int:
+        """The most rows a recorded verify may forward so that `rollback_retaining` can
+        then keep any 1 or more of them (a sliding ring's slack bounds it)."""
+        depth = min((layer.max_retain_depth() for layer in self.layers), default=UNBOUNDED_DEPTH)
+        return min(depth + 1, UNBOUNDED_DEPTH)
 
     # -- truncate: roll back to an earlier position (an edit point) -------------------
     def plan_truncate(self, n: int) -> int:
@@ -166,13 +189,12 @@ class SequenceState:
         self.epoch += 1
 
     def _stored_snapshots(self) -> dict[int, tuple[Any, ...]]:
-        merged = dict(self._stride_snaps)
-        merged.update(self._marked_snaps)
-        return merged
+        return self._snapshots.merged()
 
     def restore_to(self, position: int) -> list[int]:
         """Restore to `position` (from plan_truncate); returns the tokens dropped."""
         if position == self.offset:
+            self._snapshots.drop_after(position)  # marks past an edit point are stale
             return []
         if position != self.plan_truncate(position):
             raise StateError(f"position {position} is not directly restorable; use plan_truncate")
@@ -200,14 +222,12 @@ class SequenceState:
     def _forget_after(self, position: int) -> None:
         self.epoch += 1
         self._end_recording()
-        for store in (self._stride_snaps, self._marked_snaps):
-            for pos in [p for p in store if p > position]:
-                del store[pos]
-        self._pending_marks = {p for p in self._pending_marks if p > position}
+        self._snapshots.drop_after(position)
 
     # -- checkpoint / rollback / rollback_retaining (speculative verify) -------------
     def checkpoint(self, record: bool = False) -> Checkpoint:
-        """A restore point here; with `record`, the next forwards tape recurrent inputs."""
+        """A restore point here; with `record`, the next forwards tape what a retaining
+        rollback and the snapshots inside the verified rows need."""
         self._check_usable()
         if self._recording is not None:
             raise StateError("a recorded checkpoint is still open; roll it back or commit it")
@@ -243,18 +263,23 @@ class SequenceState:
         self._forget_after(cp.position)
 
     def commit(self, cp: Checkpoint) -> None:
-        """Keep everything since a recorded checkpoint (a full accept): drop the tape."""
+        """Keep everything since a recorded checkpoint (a full accept): drop the tape,
+        leaving the snapshots due inside the verified rows (replayed from the tape)."""
         self._validate(cp, target=self.offset)
         if self._recording is not cp:
             raise StateError("commit needs the open recorded checkpoint")
+        stops = self._due_inside(cp.position, self.offset)
+        inner = self._replay(cp, stops[-1] - cp.position, stops)[0] if stops else []
         self._end_recording()
+        self._store_inner(stops, inner)
         self._take_due_snapshots()
 
     def rollback_retaining(self, cp: Checkpoint, keep_rows: int) -> None:
         """After a recorded verify, keep its first `keep_rows` rows and drop the rest.
 
         Attention layers trim the rejected tail; recurrent layers restore the state from
-        before the verify and replay the kept rows from the tape. No model pass.
+        before the verify and replay the kept rows from the tape. No model pass. The
+        replay runs before anything changes, so a failure there leaves the verify open.
         """
         self._validate(cp, target=cp.position + keep_rows)
         if self._recording is not cp:
@@ -265,25 +290,39 @@ class SequenceState:
         if not all(layer.tape_covers(rows) for layer in self.layers):
             raise StateError("the verify tape does not cover the rows since the checkpoint")
         keep_pos = cp.position + keep_rows
-        for layer, snap in zip(self.layers, cp.layer_snaps, strict=True):
-            layer.retain_verified(snap, cp.position, keep_rows)
+        stops = self._due_inside(cp.position, keep_pos)
+        inner, replayed = self._replay(cp, keep_rows, stops)
+        for layer, result in zip(self.layers, replayed, strict=True):
+            layer.adopt_verified(result, keep_pos)
         self.tokens = self.tokens[:keep_pos]
         self._end_recording()
         self.epoch += 1
+        self._snapshots.drop_after(keep_pos)  # nothing is held past it; marks there are stale
+        self._store_inner(stops, inner)
         self._take_due_snapshots()
+
+    def _due_inside(self, start: int, end: int) -> list[int]:
+        return self._snapshots.due_between(start, end) if self.needs_snapshots else []
+
+    def _replay(
+        self, cp: Checkpoint, num_kept: int, stops: list[int]
+    ) -> tuple[list[tuple[Any, ...]], list[Any]]:
+        """Every layer's snapshots at `stops` (one tuple per stop) and its kept rows."""
+        per_layer = [
+            layer.replay_verified(snap, cp.position, num_kept, stops)
+            for layer, snap in zip(self.layers, cp.layer_snaps, strict=True)
+        ]
+        inner = [tuple(snaps[i] for snaps, _ in per_layer) for i in range(len(stops))]
+        return inner, [replayed for _, replayed in per_layer]
+
+    def _store_inner(self, stops: list[int], inner: list[tuple[Any, ...]]) -> None:
+        for position, snaps in zip(stops, inner, strict=True):
+            self._snapshots.take(position, snaps)
 
     def _end_recording(self) -> None:
         self._recording = None
         for layer in self.layers:
             layer.stop_tape()
-
-
-def _arrays_in(snap: Any) -> list[Any]:
-    if snap is None:
-        return []
-    if isinstance(snap, tuple):
-        return [a for a in snap if hasattr(a, "nbytes")]
-    return [snap]
 
 
 class Forward(Protocol):

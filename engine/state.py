@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from engine.kv_state import FullKV, SlidingKV, causal_mask
+from engine.kv_state import UNBOUNDED_DEPTH, FullKV, SlidingKV, causal_mask
 from engine.recurrent_state import RecurrentState, Tape
 from kernels.ops import Array
 
@@ -35,6 +35,7 @@ __all__ = [
     "SlidingKV",
     "SnapshotPolicy",
     "Tape",
+    "UNBOUNDED_DEPTH",
     "causal_mask",
     "full_kv_layers",
 ]
@@ -76,16 +77,37 @@ class LayerState(Protocol):
         """What a checkpoint must keep to undo what follows (None: a rewind undoes it)."""
 
     def start_tape(self) -> None:
-        """Record the per-row inputs of the forwards that follow (a verify)."""
+        """Record what the forwards that follow (a verify) need to be replayed or undone."""
 
     def stop_tape(self) -> None: ...
 
     def tape_covers(self, num_rows: int) -> bool:
         """Whether what was recorded since `start_tape` can replay `num_rows` rows."""
 
-    def retain_verified(self, snap: Any, start: int, num_kept: int) -> None:
-        """Keep the first `num_kept` rows since the checkpoint at `start` (whose
-        `checkpoint_snapshot` is `snap`) and drop the rest."""
+    def max_retain_depth(self) -> int:
+        """How many verified rows `rollback_retaining` can always drop on this layer,
+        whatever the verify appended (UNBOUNDED_DEPTH: any number)."""
+
+    def replay_verified(
+        self, snap: Any, start: int, num_kept: int, stops: Sequence[int]
+    ) -> tuple[list[Any], Any]:
+        """From the checkpoint at `start` (whose `checkpoint_snapshot` is `snap`) and the
+        tape: this layer's snapshots at `stops` (positions in (start, length]) and what
+        `adopt_verified` needs to keep the first `num_kept` rows. Computes everything
+        that can fail; mutates nothing."""
+
+    def adopt_verified(self, replayed: Any, position: int) -> None:
+        """Keep the rows up to `position` with `replay_verified`'s result (cannot fail)."""
+
+    # -- a failed forward -------------------------------------------------------------
+    def begin_forward(self) -> Any:
+        """A restore point before a forward appends to this layer (for `undo_forward`)."""
+
+    def end_forward(self) -> None:
+        """The forward succeeded: drop what `undo_forward` would have needed."""
+
+    def undo_forward(self, point: Any) -> bool:
+        """After a forward raised: back to `point` exactly; False where it cannot be."""
 
     # -- memory and evaluation ------------------------------------------------------
     def nbytes(self) -> int: ...
@@ -130,13 +152,23 @@ class Checkpoint:
 
 @dataclass(frozen=True)
 class SnapshotPolicy:
-    """Where deep-rollback snapshots are kept (only for layers that need them)."""
+    """Where deep-rollback snapshots are kept (only for layers that need them).
+
+    Over `max_snapshot_bytes` the snapshot at the lowest position goes first (a stride
+    one before a marked one at the same position), whichever store holds it: edits and
+    regenerations land near the end, so a truncate to any position at or past the oldest
+    snapshot kept still replays at most `stride` tokens, and one further back replays
+    from an older snapshot or from position 0, the exact fallbacks.
+    """
 
     stride: int = 256  # one every `stride` tokens, so a truncate replays at most this many
     stride_capacity: int = 32  # the stride ring's size; the oldest is evicted
     marked_capacity: int = 64  # caller-marked (turn boundary) snapshots, LRU
     sliding_slack: int = 64  # extra ring rows beyond a sliding window: cheap rewind depth
+    max_snapshot_bytes: int | None = None  # both stores together; None: bounded by count only
 
     def __post_init__(self) -> None:
         if min(self.stride - 1, self.stride_capacity, self.marked_capacity, self.sliding_slack) < 0:
             raise ValueError("stride must be >= 1 and capacities >= 0")
+        if self.max_snapshot_bytes is not None and self.max_snapshot_bytes < 0:
+            raise ValueError("max_snapshot_bytes must be >= 0 or None")

@@ -245,13 +245,17 @@ class DecoderModel:
             raise ValueError("forward needs at least one token")
         ops = self.ops
         offset = state.begin_forward(len(token_ids))
-        x = self.hidden(np.asarray(token_ids, dtype=np.int64), state.layers, offset)
-        out = None
-        if logits != "none":
-            out = self.logits(x if logits == "all" else x[-1:])
-            ops.evaluate(out)
-        else:
-            ops.evaluate(*[a for s in state.layers for a in s.live_arrays()])
+        try:
+            x = self.hidden(np.asarray(token_ids, dtype=np.int64), state.layers, offset)
+            out = None
+            if logits != "none":
+                out = self.logits(x if logits == "all" else x[-1:])
+                ops.evaluate(out)
+            else:
+                ops.evaluate(*[a for s in state.layers for a in s.live_arrays()])
+        except BaseException:  # out of memory, a stop signal, a bug: undo, then report it
+            state.abort_forward()
+            raise
         state.end_forward(list(token_ids))
         return out
 

@@ -220,9 +220,11 @@ def test_sliding_rewinds_within_the_ring(models: StateModels) -> None:
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_a_failed_forward_poisons_the_state_until_reset(
+def test_a_forward_that_cannot_be_undone_poisons_the_state_until_reset(
     models: StateModels, kind: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A failed forward is undone (tests/engine/test_state_failures.py); where the undo
+    itself fails (out of memory again) nothing can be trusted: refuse until a reset."""
     model = models.get(kind).model
     state = grown(models.get(kind), kind, 12)
     cp = state.checkpoint()
@@ -230,8 +232,12 @@ def test_a_failed_forward_poisons_the_state_until_reset(
     def broken_mlp(x: Any) -> Any:
         raise RuntimeError("out of memory (simulated)")
 
+    def broken_undo(point: Any) -> bool:
+        raise MemoryError("out of memory again (simulated)")
+
     with monkeypatch.context() as patch:
         patch.setattr(model.layers[1], "mlp", broken_mlp)  # after layer 0 and 1's mixer ran
+        patch.setattr(state.layers[0], "undo_forward", broken_undo)
         with pytest.raises(RuntimeError, match="simulated"):
             model.forward(token_ids(1, 5), state)
     assert state.is_poisoned
@@ -285,18 +291,19 @@ def test_full_attention_keeps_no_snapshots(models: StateModels) -> None:
 def expected_snapshot_bytes(loaded: LoadedModel, state: SequenceState) -> int:
     """From the config alone: what each stored snapshot must hold."""
     cfg = loaded.config
-    items = state.snapshot_items()
-    if cfg.sliding_window:  # each store copies the ring: keys, values and host positions
+    # the stores at one position share one snapshot: it is taken once
+    positions = {pos for _, pos, _ in state.snapshot_items()}
+    if cfg.sliding_window:  # a copy of the ring: keys, values and host positions
         ring = WINDOW + SLACK
         per_layer = 2 * cfg.num_kv_heads * ring * cfg.head_dim * 4 + ring * 8
-        return len(items) * cfg.num_layers * per_layer
+        return len(positions) * cfg.num_layers * per_layer
     # recurrent layers keep references, so two stores at one position share the arrays
     conv_channels = 2 * cfg.linear_num_key_heads * cfg.linear_key_head_dim
     conv_channels += cfg.linear_num_value_heads * cfg.linear_value_head_dim
     conv = (cfg.linear_conv_kernel_dim - 1) * conv_channels * 4
     ssm = cfg.linear_num_value_heads * cfg.linear_key_head_dim * cfg.linear_value_head_dim * 4
     num_linear = sum(cfg.layer_type(i) == "linear_attention" for i in range(cfg.num_layers))
-    return len({pos for _, pos, _ in items}) * num_linear * (conv + ssm)
+    return len(positions) * num_linear * (conv + ssm)
 
 
 @pytest.mark.parametrize("backend", ["numpy", "mlx"])
