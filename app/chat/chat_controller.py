@@ -17,14 +17,24 @@ from collections.abc import Callable
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from app.bridge import EngineBridge
+from app.chat.branch_items import branch_items, last_request_line
 from app.conversation.chat_settings import chat_settings_for
 from app.conversation.status import MessageStatus, status_after
 from app.conversation.store import ConversationStore
 from app.conversation.streaming_reply import StreamingReply
 from app.conversation.tree import MessageTree
-from app.messages.message_model import MessageItem, MessageModel
+from app.messages.message_model import MessageModel
 from app.settings.app_settings import AppSettings
-from engine.events import Failed, Finished, Generate, Message, PrefillProgress, Stop, Tokens
+from engine.events import (
+    Failed,
+    Finished,
+    Generate,
+    Message,
+    ModelLoaded,
+    PrefillProgress,
+    Stop,
+    Tokens,
+)
 from engine.stats_format import final_line, stats_dict
 
 REPAINT_INTERVAL_MS = 33  # the streamed message is pushed to the view at most ~30 times/s
@@ -41,6 +51,7 @@ class ChatController(QObject):
     prefill_progress = Signal(int, int, int)  # done, total, reused
     reveal_message = Signal(str)  # scroll to this message
     store_failed = Signal(str, str)  # message, details: a write to the store failed
+    send_refused = Signal(str)  # why a send was not taken (the text stays with the person)
 
     def __init__(
         self,
@@ -57,6 +68,7 @@ class ChatController(QObject):
         self.active: StreamingReply | None = None
         self.last_store_error: str | None = None  # the last write the store refused
         self.context_length: int | None = None
+        self.model_name: str | None = None  # the loaded model's; None before any loads
         self._flush_timer = QTimer(self, singleShot=True, interval=REPAINT_INTERVAL_MS)
         self._flush_timer.timeout.connect(self._flush)
         self._save_timer = QTimer(self, interval=PARTIAL_SAVE_INTERVAL_MS)
@@ -65,6 +77,7 @@ class ChatController(QObject):
         bridge.prefill_progress.connect(self._on_prefill)
         bridge.finished.connect(self._on_finished)
         bridge.failed.connect(self._on_failed)
+        bridge.model_loaded.connect(self._on_model_loaded)
 
     @property
     def is_busy(self) -> bool:
@@ -78,7 +91,9 @@ class ChatController(QObject):
         self.conversation_id = conversation_id
         self._reload()
         self.conversation_changed.emit(conversation_id)
-        self.status_line.emit(self._last_request_line())
+        self.status_line.emit(
+            last_request_line(self.tree, self.active, conversation_id, self.context_length)
+        )
         if reveal is not None:
             self.reveal_message.emit(reveal)
 
@@ -91,27 +106,35 @@ class ChatController(QObject):
             self.store.select(sibling.id)
             self._reload()
 
-    def _last_request_line(self) -> str:
-        """The status line for the open chat: its reply streaming now, or its last one."""
-        active = self.active
-        if active is not None and active.conversation_id == self.conversation_id:
-            return active.live_line(self.context_length) or "Waiting for the model…"
-        for node in reversed(self.tree.selected_path()):
-            if node.role == "assistant" and node.stats:
-                return final_line(node.stats)
-        return ""
-
     def last_user_message_id(self) -> str | None:
         users = [item.id for item in self.model.items if item.role == "user"]
         return users[-1] if users else None
 
     # -- actions ----------------------------------------------------------------------
 
+    def can_generate(self) -> bool:
+        """Whether a new reply can start now; if not, `send_refused` says why, before
+        anything is saved (no chat or message is created only to fail)."""
+        if self.is_busy:
+            self.send_refused.emit(
+                "A reply is still being written: wait for it, or press Esc to stop it. "
+                "Your message stays in the box."
+            )
+            return False
+        if self.model_name is None:
+            self.send_refused.emit(
+                "No model is loaded: pick one from the Model menu first. "
+                "Your message stays in the box."
+            )
+            return False
+        return True
+
     def send(self, text: str) -> bool:
         """False (the composer keeps the text) when there is nothing to send, a reply is
-        running, or the store could not save the message."""
+        running or no model is loaded (`send_refused` says which), or the store could not
+        save the message."""
         text = text.strip()
-        if not text or self.is_busy:
+        if not text or not self.can_generate():
             return False
         try:
             if self.conversation_id is None:
@@ -133,6 +156,8 @@ class ChatController(QObject):
         node = self.tree.node(message_id)
         if self.is_busy or not text.strip() or text == node.content:
             return False
+        if node.role == "user" and not self.can_generate():
+            return False
         assert self.conversation_id is not None
         self.last_store_error = None
         try:
@@ -152,7 +177,7 @@ class ChatController(QObject):
 
     def regenerate(self, message_id: str) -> bool:
         node = self.tree.node(message_id)
-        if self.is_busy or node.role != "assistant":
+        if self.is_busy or node.role != "assistant" or not self.can_generate():
             return False
         return self._try_start_reply(node.parent_id)
 
@@ -161,21 +186,21 @@ class ChatController(QObject):
         path = self.tree.selected_path()
         if self.is_busy or not path or path[-1].id != message_id or path[-1].role != "user":
             return False
-        return self._try_start_reply(message_id)
+        return self.can_generate() and self._try_start_reply(message_id)
 
     def continue_message(self, message_id: str) -> bool:
         path = self.tree.selected_path()
         node = self.tree.node(message_id)
         if self.is_busy or not path or path[-1].id != message_id or not node.is_continuable:
             return False
+        if not self.can_generate():
+            return False
         try:
             self.store.update_message(message_id, status=MessageStatus.STREAMING)
         except sqlite3.Error as exc:
             self._report_store_error("the reply", exc)
             return False
-        self._submit(
-            path, message_id, base=node.content, spans=node.draft_spans, base_stats=node.stats
-        )
+        self._submit(path, message_id, base=node.content, spans=node.draft_spans, from_node=node)
         return True
 
     def stop(self) -> bool:
@@ -192,13 +217,8 @@ class ChatController(QObject):
         self._save_timer.stop()
         if active is not None:
             self.bridge.submit(Stop(active.request_id))
-            self._save(
-                active.message_id,
-                content=active.text,
-                status=MessageStatus.STOPPED,
-                draft_spans=active.spans,
-                stats=active.window_stats(),  # the engine's figures will not come now
-            )
+            stopped, stats = MessageStatus.STOPPED, active.window_stats()  # the engine's won't come
+            self._save(active.message_id, **active.fields(), status=stopped, stats=stats)
 
     # -- internals --------------------------------------------------------------------
 
@@ -237,7 +257,8 @@ class ChatController(QObject):
         path = self.store.load_tree(self.conversation_id).path_to(reply.id)
         self._submit(path, reply.id, base="", spans=())
 
-    def _submit(self, path, message_id: str, *, base: str, spans, base_stats=None) -> None:
+    def _submit(self, path, message_id: str, *, base: str, spans, from_node=None) -> None:
+        """`from_node`: the message a continuation carries on (its figures and thinking)."""
         assert self.conversation_id is not None
         settings = self._settings()
         chat = chat_settings_for(self.store, self.conversation_id, settings)  # this chat's own
@@ -246,8 +267,10 @@ class ChatController(QObject):
         messages = chat.with_system_prompt(messages)
         request_id = uuid.uuid4().hex
         self.active = StreamingReply.start(
-            request_id, self.conversation_id, message_id, base, spans, base_stats
-        )
+            request_id, self.conversation_id, message_id, base, spans,
+            base_stats=from_node.stats if from_node else None,
+            base_thinking=from_node.thinking if from_node else "",
+        )  # fmt: skip
         self._reload()
         self.model.set_busy(True)
         self.busy_changed.emit(True)
@@ -269,19 +292,7 @@ class ChatController(QObject):
             self.model.set_items([])
             return
         self.tree = self.store.load_tree(self.conversation_id)
-        items = []
-        for node in self.tree.selected_path():
-            index, count = self.tree.position(node.id)
-            content, spans, status = node.content, node.draft_spans, node.status
-            if self.active is not None and self.active.message_id == node.id:
-                content, spans, status = (
-                    self.active.text,
-                    self.active.spans,
-                    MessageStatus.STREAMING,
-                )
-            items.append(
-                MessageItem(node.id, node.role, content, status, node.stats, spans, index, count)
-            )
+        items = branch_items(self.tree, self.active)
         self.model.set_items(items)
 
     def _is_mine(self, request_id: str) -> bool:
@@ -314,10 +325,16 @@ class ChatController(QObject):
 
     def _save_partial(self) -> None:
         active = self.active
-        if active is None or active.text == active.saved_text:
+        if active is None or (active.text, active.thinking) == (
+            active.saved_text,
+            active.saved_thinking,
+        ):
             return
-        if self._save(active.message_id, content=active.text, draft_spans=active.spans):
-            active.saved_text = active.text
+        if self._save(active.message_id, **active.fields()):
+            active.saved_text, active.saved_thinking = active.text, active.thinking
+
+    def _on_model_loaded(self, event: ModelLoaded) -> None:
+        self.model_name = event.name
 
     def _on_prefill(self, event: PrefillProgress) -> None:
         if self._is_mine(event.request_id):
@@ -334,9 +351,9 @@ class ChatController(QObject):
         stats = stats_dict(event.stats, reason=event.reason) if event.stats else None
         stats = active.whole_reply_stats(stats)  # a continuation counts the whole reply
         status = status_after(event.reason)
-        saved = self._save(
-            active.message_id, content=text, status=status, stats=stats, draft_spans=spans
-        )
+        thinking = active.final_thinking(event)
+        saved = self._save(active.message_id, content=text, status=status, stats=stats,
+                           draft_spans=spans, thinking=thinking)  # fmt: skip
         if stats and active.conversation_id == self.conversation_id:
             self.status_line.emit(final_line(stats))
         self._end_request(keep_on_screen=None if saved else (text, spans))
@@ -347,15 +364,8 @@ class ChatController(QObject):
             return
         kept = None
         if active.text:
-            spans, stopped = active.spans, MessageStatus.STOPPED
-            stats = active.window_stats()
-            if not self._save(
-                active.message_id,
-                content=active.text,
-                status=stopped,
-                draft_spans=spans,
-                stats=stats,
-            ):
+            spans, stopped, stats = active.spans, MessageStatus.STOPPED, active.window_stats()
+            if not self._save(active.message_id, **active.fields(), status=stopped, stats=stats):
                 kept = (active.text, spans)
         else:
             try:

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.events import Finished, Tokens
+from engine.events import Finished, ReplyPart, Tokens
 from engine.stats_format import live_line
 
 
@@ -24,6 +24,8 @@ class StreamingReply:
     draft_spans: list[tuple[int, int]] = field(default_factory=list)
     base_text: str = ""  # what a continued message already said
     base_stats: dict[str, Any] | None = None  # a continued message's figures so far
+    thinking: str = ""  # the reasoning part (ReplyPart.THINKING), kept apart from `text`
+    num_thinking_tokens: int = 0
     submitted_at: float = field(default_factory=time.monotonic)
     first_token_at: float | None = None
     num_tokens: int = 0
@@ -31,14 +33,20 @@ class StreamingReply:
     prefilled_tokens: int = 0  # from the prefill progress: computed, and reused
     reused_tokens: int = 0
     saved_text: str = ""  # what the store holds of it
+    saved_thinking: str = ""
     is_stopping: bool = False
     save_failed: bool = False  # the store refused a write of it (reported once)
 
     @classmethod
     def start(cls, request_id: str, conversation_id: str, message_id: str, base: str, spans,
-              base_stats: dict[str, Any] | None = None):  # fmt: skip
+              base_stats: dict[str, Any] | None = None, base_thinking: str = ""):  # fmt: skip
         return cls(request_id, conversation_id, message_id, text=base, base_text=base,
-                   base_stats=base_stats, draft_spans=list(spans), saved_text=base)  # fmt: skip
+                   base_stats=base_stats, draft_spans=list(spans), saved_text=base,
+                   thinking=base_thinking, saved_thinking=base_thinking)  # fmt: skip
+
+    def fields(self) -> dict[str, Any]:
+        """What the store keeps of the reply so far (update_message's keywords)."""
+        return {"content": self.text, "draft_spans": self.spans, "thinking": self.thinking}
 
     def on_prefill(self, total: int, reused: int) -> None:
         """PrefillProgress's `total` counts the tokens to compute; `reused` the rest."""
@@ -60,6 +68,7 @@ class StreamingReply:
             "ttft_s": self.first_token_at - self.submitted_at,
             "decode_tok_s": (self.num_tokens - 1) / elapsed if elapsed > 0.05 else 0.0,
             "accepted": self.num_drafted,  # tokens that came from accepted drafts
+            "thinking_tokens": self.num_thinking_tokens,
             "reason": "stopped",
             "source": "window",
         }
@@ -76,6 +85,12 @@ class StreamingReply:
     def add(self, event: Tokens) -> None:
         if self.first_token_at is None:
             self.first_token_at = time.monotonic()
+        if event.part == ReplyPart.THINKING:
+            self.thinking += event.text
+            self.num_thinking_tokens += len(event.token_ids)
+            self.num_tokens += len(event.token_ids)
+            self.num_drafted += sum(event.from_draft)
+            return
         start = len(self.text)
         self.text += event.text
         drafted = sum(event.from_draft)
@@ -120,8 +135,13 @@ class StreamingReply:
         spans = tuple((a, min(b, len(text))) for a, b in self.draft_spans if a < len(text))
         return text, spans
 
+    def final_thinking(self, event: Finished) -> str:
+        """The reasoning part once done: the engine's (tags and edge space removed), or,
+        for a continuation, what the message had plus what streamed now."""
+        return self.thinking if self.base_text or not event.thinking else event.thinking
 
-SUMMED = ("generated_tokens", "prefilled_tokens", "drafted", "accepted")
+
+SUMMED = ("generated_tokens", "prefilled_tokens", "drafted", "accepted", "thinking_tokens")
 
 
 def combine_stats(earlier: dict[str, Any], later: dict[str, Any]) -> dict[str, Any]:

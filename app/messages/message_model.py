@@ -28,6 +28,8 @@ class MessageItem:
     draft_spans: tuple[tuple[int, int], ...] = ()
     sibling_index: int = 1  # 1-based, for the navigator `2/3`
     sibling_count: int = 1
+    thinking: str = ""  # a reasoning model's <think> part, shown collapsed above the answer
+    thinking_tokens: int = 0
 
     @property
     def is_continuable(self) -> bool:

@@ -27,7 +27,10 @@ class Harness:
         self.engine: FakeEngine | None = None
         self.store: ConversationStore | None = None
 
-    def open(self, engine_factory=None) -> MainWindow:
+    def open(self, engine_factory=None, *, with_model: bool = True) -> MainWindow:
+        """`with_model`: the controller takes a model as loaded (the controller refuses to
+        send without one), while the header and the recent models stay as a fresh start
+        has them; False opens the window as it is before any model loads."""
         self.close()
         self.store = ConversationStore(self.db_path)
 
@@ -38,6 +41,8 @@ class Harness:
         bridge = EngineBridge(engine_factory or fake)
         qsettings = QSettings(self.settings_path, QSettings.Format.IniFormat)
         window = MainWindow(self.store, bridge, qsettings, theme=LIGHT)
+        if with_model:
+            window.controller.model_name = "Fake-1M"
         window.resize(1000, 700)
         window.show()
         self.qtbot.addWidget(window)
