@@ -46,3 +46,10 @@ def test_a_send_during_a_reply_is_refused_out_loud(harness, qtbot):
     assert harness.texts()[0] == "a long story please" and len(harness.texts()) == 2
     window.controller.stop()
     harness.wait_idle()
+
+
+def test_the_window_shows_why_a_send_was_refused(harness, qtbot):
+    window = harness.open(with_model=False)
+    window.controller.send("hello?")
+    assert window.banner.isVisible()
+    assert "No model is loaded" in window.banner.message.text()
