@@ -111,6 +111,7 @@ class MainWindow(QMainWindow):
         c.reveal_message.connect(self.chat.list_view.scroll_to_message)
         self.chat.edit_saved.connect(self._save_edit)
         c.store_failed.connect(self.banner.show_error)
+        c.send_refused.connect(self.banner.show_notice)  # why a send was not taken
         self.chat.action_triggered.connect(self._on_message_action)
         self.sidebar.new_chat_requested.connect(self.new_chat)
         self.sidebar.conversation_selected.connect(self._open)
