@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from engine.config import EngineConfig, configure_process
+from engine.config import EngineConfig, configure_process, default_prompt_cache_dir
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -31,6 +31,15 @@ def _parser() -> argparse.ArgumentParser:
             "--drafter", choices=("auto", "off", "lookup", "draft_model"), default="auto"
         )
         p.add_argument("--draft-model", help="a small model sharing the tokenizer")
+        p.add_argument(
+            "--prompt-cache",
+            metavar="DIR",
+            help="where computed state survives a restart (default: BRANCHCHAT_PROMPT_CACHE "
+            "or the user cache dir)",
+        )
+        p.add_argument("--no-prompt-cache", action="store_true", help="keep state in memory only")
+        if name == "chat":
+            p.add_argument("--resume", action="store_true", help="continue the last chat")
         if name == "generate":
             p.add_argument("--prompt", required=True)
             p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -40,12 +49,19 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _prompt_cache_dir(args: argparse.Namespace) -> str | None:
+    if args.command not in ("generate", "chat") or args.no_prompt_cache:
+        return None
+    return args.prompt_cache or default_prompt_cache_dir()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         config = EngineConfig.from_environment(
             backend=getattr(args, "backend", None),
             blas_threads=getattr(args, "threads", None) or None,  # 0: BLAS's own default
+            prompt_cache_dir=_prompt_cache_dir(args),
         )
     except ValueError as exc:  # a malformed BRANCHCHAT_* variable or flag
         print(f"error: {exc}", file=sys.stderr)

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import os
 import queue
 import sys
 import uuid
+from pathlib import Path
 from typing import Any
 
 from engine import events as ev
@@ -35,7 +38,7 @@ def run(args: argparse.Namespace, config: EngineConfig) -> int:
             return 1
         if args.command == "generate":
             return _generate(client, args)
-        return _chat(client, args, loaded)
+        return _chat(client, args, loaded, _history_file(config))
     finally:
         client.engine.close()
 
@@ -108,7 +111,10 @@ def _settings(args: argparse.Namespace) -> ev.GenerationSettings:
 def _generate(client: _Client, args: argparse.Namespace) -> int:
     messages = [ev.Message("system", args.system)] if args.system else []
     messages.append(ev.Message("user", args.prompt))
-    cmd = ev.Generate(uuid.uuid4().hex, tuple(messages), _settings(args))
+    # One saved state per system prompt: the next run with it (any question) resumes from
+    # the longest prefix it shares with this one instead of prefilling it again.
+    key = "generate:" + hashlib.sha256((args.system or "").encode()).hexdigest()[:16]
+    cmd = ev.Generate(uuid.uuid4().hex, tuple(messages), _settings(args), key)
     result = client.stream(cmd, echo=not args.json)
     if isinstance(result, ev.Failed):
         print(f"error: {result.message}", file=sys.stderr)
@@ -132,14 +138,56 @@ def _generate(client: _Client, args: argparse.Namespace) -> int:
     return 0
 
 
-def _chat(client: _Client, args: argparse.Namespace, loaded: ev.ModelLoaded) -> int:
+def _history_file(config: EngineConfig) -> Path | None:
+    """The terminal chat's messages, beside the state the prompt cache keeps for them."""
+    folder = config.prompt_cache_dir
+    return Path(folder) / "terminal-chat.json" if folder else None
+
+
+def _read_history(path: Path | None) -> list[ev.Message] | None:
+    if path is None or not path.is_file():
+        return None
+    try:
+        entries = json.loads(path.read_text())["messages"]
+        return [ev.Message(str(e["role"]), str(e["content"])) for e in entries]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"warning: could not read the last chat from {path} ({exc})", file=sys.stderr)
+        return None
+
+
+def _write_history(path: Path | None, history: list[ev.Message]) -> None:
+    if path is None:
+        return
+    entries = [{"role": m.role, "content": m.content} for m in history]
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps({"messages": entries}))
+        os.replace(tmp, path)  # a crash leaves the previous chat, never half of one
+    except OSError as exc:
+        print(f"warning: could not keep the chat in {path} ({exc})", file=sys.stderr)
+
+
+def _chat(
+    client: _Client, args: argparse.Namespace, loaded: ev.ModelLoaded, history_file: Path | None
+) -> int:
     print(
         f"{loaded.name} ({loaded.family}, {loaded.quantization}, {loaded.context_length} ctx, "
         f"{loaded.backend}). /reset starts over, /quit or Ctrl+D leaves, Ctrl+C stops a reply.",
         file=sys.stderr,
     )
     history: list[ev.Message] = [ev.Message("system", args.system)] if args.system else []
-    conversation = uuid.uuid4().hex
+    if args.resume:
+        if history_file is None:
+            print("error: --resume needs the prompt cache, which keeps the chat", file=sys.stderr)
+            return 2
+        resumed = _read_history(history_file)
+        if resumed:
+            history = resumed
+            print(f"resumed the last chat: {len(history)} messages", file=sys.stderr)
+    # one conversation for the terminal: its saved state is the last chat's, so --resume
+    # (or a new chat with the same system message) prefills only what is new
+    conversation = "terminal-chat"
     while True:
         try:
             line = input("\n> ")
@@ -149,7 +197,8 @@ def _chat(client: _Client, args: argparse.Namespace, loaded: ev.ModelLoaded) -> 
         if line.strip() in ("/quit", "/exit"):
             return 0
         if line.strip() == "/reset":
-            history = history[:1] if args.system else []
+            history = history[:1] if history and history[0].role == "system" else []
+            _write_history(history_file, history)
             continue
         if not line.strip():
             continue
@@ -162,5 +211,6 @@ def _chat(client: _Client, args: argparse.Namespace, loaded: ev.ModelLoaded) -> 
             history.pop()
             continue
         history.append(ev.Message("assistant", result.text))
+        _write_history(history_file, history)
         if result.stats is not None:
             print(terminal_line(result.stats), file=sys.stderr)
