@@ -235,12 +235,18 @@ class Session:
         )
 
     def _recover(self) -> None:
-        """A forward that raised (out of memory, a bug) poisons its state: start it afresh."""
+        """After a request that failed (out of memory, a bug): a forward that raised was
+        undone by its state where that is exact, so the conversation's state is kept; a
+        verify that failed left its recording open, and rolling it back is exact too.
+        Only a state that says it could not undo the forward (a partly written sliding
+        ring stays poisoned) is recomputed from the start."""
         states = [self.state] + ([self.draft_drafter.state] if self.draft_drafter else [])
         for state in states:
             if state.is_poisoned:
                 log.warning("a previous request failed mid-forward; recomputing its state")
                 state.reset()
+            elif state.recording is not None:
+                state.rollback(state.recording)
 
     def _stats(
         self,
