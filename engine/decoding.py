@@ -169,8 +169,9 @@ def decode(
 ) -> DecodeResult:
     """Generate from `last_logits` (the row after the state's last token) until done.
 
-    On return the state holds the prompt and every produced token but the last one
-    (plus, after an early EOS among accepted drafts, the rows verified with it).
+    On return the state holds the prompt and every produced token but the last one (the
+    pending token, or the EOS), and nothing else: rows verified past an accepted EOS are
+    dropped with the rest of the draft.
     """
     rng = np.random.default_rng(req.settings.seed)
     s = req.settings
@@ -216,14 +217,20 @@ def decode(
         costs.observe(len(rows), time.perf_counter() - t0)
         num_drafted = len(rows) - 1
         accepted, nxt = _verify(logits, draft, num_drafted, state.tokens, s, rng)
-        if accepted == num_drafted:
+        if req.acceptance is not None:  # how good the drafter is, EOS or not
+            req.acceptance.observe(num_drafted, accepted)
+        eos_at = _first_eos(draft.tokens[:accepted], req.eos_ids)
+        if eos_at is not None:
+            # the reply ends at an accepted EOS: drafts after it are no part of it (neither
+            # kept in the state nor counted), and the EOS is the target's token there
+            num_drafted = accepted = eos_at
+            nxt = draft.tokens[eos_at]
+        if 1 + accepted == len(rows):
             state.commit(cp)
         else:
             state.rollback_retaining(cp, 1 + accepted)
         out.drafted += num_drafted
         out.accepted += accepted
-        if req.acceptance is not None:
-            req.acceptance.observe(num_drafted, accepted)
         if req.drafter is not None:
             req.drafter.commit(rows[: 1 + accepted])
         produced = [(t, True) for t in draft.tokens[:accepted]] + [(nxt, False)]
@@ -252,6 +259,10 @@ class _OneHot:
         row = np.zeros(self.width, dtype=np.float32)
         row[int(self.top[i])] = 1.0
         return row
+
+
+def _first_eos(tokens: list[int], eos_ids: frozenset[int]) -> int | None:
+    return next((i for i, token in enumerate(tokens) if token in eos_ids), None)
 
 
 def _take(produced: list[tuple[int, bool]], out: DecodeResult, req: DecodeRequest) -> str:
