@@ -24,6 +24,7 @@ from app.chat.chat_settings_editor import ChatSettingsEditor
 from app.chat.chat_view import ChatView
 from app.chat.composer import Composer
 from app.conversation.store import ConversationStore
+from app.models.hub_dialog import HubDownloadDialog, show_hub_download
 from app.models.model_header import ModelHeader
 from app.models.model_loader import ModelLoader
 from app.settings.app_settings import AppSettings, load_settings, save_settings
@@ -82,6 +83,7 @@ class MainWindow(QMainWindow):
         self.sidebar.setMinimumWidth(200)
         self.setCentralWidget(splitter)
         self.window_session = WindowSession(qsettings, self, splitter)
+        self.hub_dialog: HubDownloadDialog | None = None  # the last one opened
         self.model_loader = ModelLoader(bridge, self.header, lambda: self.settings, self)
         self.conversation_files = ConversationFiles(store, self.banner, self)
         self.chat_settings = ChatSettingsEditor(store, self.controller, lambda: self.settings, self)
@@ -183,6 +185,11 @@ class MainWindow(QMainWindow):
         conversation = self.store.get_conversation(cid) if cid is not None else None
         self.setWindowTitle(f"{conversation.title} - {APP_TITLE}" if conversation else APP_TITLE)
 
+    def open_hub_download(self) -> None:
+        """Model ▸ Download from Hugging Face…: the file lands in the models folder and
+        loads once it is checked."""
+        self.hub_dialog = show_hub_download(self, self.model_loader.load)
+
     def export_open_chat(self, fmt: str) -> None:
         if self.controller.conversation_id is not None:
             self.conversation_files.export_dialog(self.controller.conversation_id, fmt)
@@ -242,6 +249,8 @@ class MainWindow(QMainWindow):
             c.continue_message(message_id)
         elif action == "retry":
             c.retry(message_id)
+        elif action == "branch":
+            c.branch_into_new_chat(message_id)
 
     def _on_imported(self, conversation_id: str) -> None:
         self.refresh_sidebar()

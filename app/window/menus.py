@@ -52,6 +52,8 @@ def build_menu_bar(window: MainWindow) -> None:
 
     loader = window.model_loader
     model_menu = bar.addMenu("&Model")
+    _add(model_menu, "Download from Hugging Face…", window.open_hub_download)
+    model_menu.addSeparator()
     _add(model_menu, "Open GGUF file…", loader.open_file, "Ctrl+O")
     _add(model_menu, "Open model folder…", loader.open_folder)
     _add(model_menu, "Default model (SmolLM2-135M-Instruct)", loader.load_default_model)

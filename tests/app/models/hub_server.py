@@ -171,6 +171,8 @@ def serve(hub: FakeHub) -> tuple[ThreadingHTTPServer, threading.Thread]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
     hub.port = server.server_address[1]
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), name="fake-hub", daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, args=(0.05,), name="fake-hub", daemon=True
+    )
     thread.start()
     return server, thread
