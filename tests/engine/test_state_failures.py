@@ -1,0 +1,197 @@
+"""A forward or a tape replay that raises half-way (out of memory, a bug) leaves the state
+exactly as it was before the call: the same tokens, rows, snapshots and checkpoints, the
+next logits equal to a fresh prefill's, and an open verify still usable. Only where the
+undo itself cannot be trusted is the state poisoned (test_state_refusals.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+from engine.sequence import SequenceState, prefill, truncate
+from tests.conftest import TinyModels
+from tests.engine.test_state_property import (
+    POLICIES,
+    StateModels,
+    assert_close,
+    assert_unchanged,
+    capture,
+    fresh_next_logits,
+    rows,
+    token_ids,
+)
+from tests.engine.test_state_refusals import assert_exact, grown
+
+KINDS = ["llama", "sliding", "hybrid"]
+
+
+class SimulatedOOM(RuntimeError):
+    pass
+
+
+@pytest.fixture(scope="module")
+def models(tiny_models: TinyModels, tmp_path_factory: pytest.TempPathFactory) -> StateModels:
+    return StateModels(tiny_models, tmp_path_factory.mktemp("failure_models"))
+
+
+def _raise(*args: Any, **kwargs: Any) -> Any:
+    raise SimulatedOOM("out of memory (simulated)")
+
+
+@contextmanager
+def failing(monkeypatch: pytest.MonkeyPatch, target: Any, name: str) -> Iterator[None]:
+    """`target.name` raises while the block runs."""
+    with monkeypatch.context() as patch:
+        patch.setattr(target, name, _raise)
+        yield
+
+
+# Where a forward dies: after the first layer's mixer wrote its rows, after every
+# mixer ran (the last layer's MLP), or when the backend evaluates the whole pass.
+SITES: dict[str, Callable[[Any], tuple[Any, str]]] = {
+    "first mlp": lambda model: (model.layers[0], "mlp"),
+    "last mlp": lambda model: (model.layers[-1], "mlp"),
+    "evaluate": lambda model: (model.ops, "evaluate"),
+}
+
+
+def assert_same_after(
+    model: Any, state: SequenceState, call: Callable[[], Any], patch: pytest.MonkeyPatch, site: Any
+) -> None:
+    """`call` raises SimulatedOOM with `site` (target, name) broken, and the state is
+    exactly as before it."""
+    before = capture(state)
+    with failing(patch, *site), pytest.raises(SimulatedOOM):
+        call()
+    assert not state.is_poisoned
+    assert_unchanged(before, state)
+    assert_exact(model, state)
+
+
+@pytest.mark.parametrize("site", list(SITES))
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_failed_prefill_changes_nothing(
+    models: StateModels, kind: str, site: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = models.get(kind).model
+    state = grown(models.get(kind), kind, 30)  # stride 8: snapshots at 8, 16, 24
+    cp = state.checkpoint()  # armed, as a turn's rollback point would be
+    snapshots = state.snapshot_positions()
+    ids = token_ids(1, 12)
+    forward = lambda: model.forward(ids, state, logits="none")  # noqa: E731
+    assert_same_after(model, state, forward, monkeypatch, SITES[site](model))
+    assert state.snapshot_positions() == snapshots
+    prefill(model, state, ids)  # the retry succeeds and takes the snapshot due at 40
+    assert state.offset == 42
+    assert state.needs_snapshots == (40 in state.snapshot_positions())
+    assert_exact(model, state)
+    if kind != "sliding":  # a ring rolls back at most its slack (12 rows here)
+        state.rollback(cp)  # the checkpoint armed before the failure is still exact
+        assert state.tokens == token_ids(0, 30)
+        assert_exact(model, state)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_failed_chunk_keeps_the_chunks_before_it(
+    models: StateModels, kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A prefill stops at snapshot positions: the chunks before the failed one stay."""
+    model = models.get(kind).model
+    state = model.new_state(POLICIES[kind])
+    real = model.layers[0].mlp
+    calls = 0
+
+    def second_chunk_fails(x: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise SimulatedOOM("out of memory (simulated)")
+        return real(x)
+
+    ids = token_ids(2, 20)
+    with monkeypatch.context() as patch:
+        patch.setattr(model.layers[0], "mlp", second_chunk_fails)
+        with pytest.raises(SimulatedOOM):
+            prefill(model, state, ids, chunk_size=5)
+    assert state.tokens == ids[:5] and not state.is_poisoned
+    assert_exact(model, state)
+    prefill(model, state, ids[5:], chunk_size=5)
+    assert_exact(model, state)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_failed_decode_step_changes_nothing(
+    models: StateModels, kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = models.get(kind).model
+    state = grown(models.get(kind), kind, 23)
+    site = (model.layers[-1], "mlp")  # the step to position 24
+    assert_same_after(model, state, lambda: model.forward([5], state), monkeypatch, site)
+    logits = rows(model.forward([5], state))[-1]
+    assert_close(logits, fresh_next_logits(model, state.policy, state.tokens), "the retried step")
+    assert state.needs_snapshots == (24 in state.snapshot_positions())
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_failed_verify_keeps_the_recording_open_and_exact(
+    models: StateModels, kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = models.get(kind).model
+    state = grown(models.get(kind), kind, 22)
+    cp = state.checkpoint(record=True)
+    draft = token_ids(3, 4)  # 22 -> 26 crosses the stride position 24
+    verify = lambda: model.forward(draft, state, logits="all")  # noqa: E731
+    assert_same_after(model, state, verify, monkeypatch, (model.layers[-1], "mlp"))
+    assert state.recording is cp
+    verified = rows(model.forward(draft, state, logits="all"))  # the retry, same recording
+    assert_close(verified[-1], fresh_next_logits(model, state.policy, state.tokens), "verify")
+    state.rollback_retaining(cp, 3)
+    assert state.tokens == [*token_ids(0, 22), *draft[:3]]
+    assert state.needs_snapshots == (24 in state.snapshot_positions())
+    assert_exact(model, state)
+
+
+def test_a_failed_tape_replay_leaves_the_verify_open(
+    models: StateModels, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The replay of the kept rows runs before any cursor moves (it used to trim the KV
+    layer first and leave it short of the recurrent ones)."""
+    model = models.get("hybrid").model
+    state = grown(models.get("hybrid"), "hybrid", 22)
+    cp = state.checkpoint(record=True)
+    model.forward(token_ids(4, 6), state, logits="all")
+    before = capture(state)
+    with failing(monkeypatch, model.ops, "gated_delta_recurrent"):
+        with pytest.raises(SimulatedOOM):
+            state.rollback_retaining(cp, 3)
+    assert_unchanged(before, state)
+    assert state.recording is cp
+    state.rollback_retaining(cp, 3)  # the retry
+    assert state.offset == 25 and 24 in state.snapshot_positions()
+    assert_exact(model, state)
+
+
+@pytest.mark.parametrize("kind", ["sliding", "hybrid"])
+def test_a_failed_replay_of_a_commit_leaves_the_verify_open(
+    models: StateModels, kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full accept over a stride position rebuilds the snapshot there from the tape;
+    when that fails the commit is refused as a whole and can be retried."""
+    model = models.get(kind).model
+    state = grown(models.get(kind), kind, 22)
+    cp = state.checkpoint(record=True)
+    model.forward(token_ids(5, 4), state, logits="all")
+    before = capture(state)
+    with failing(monkeypatch, model.ops, "write_rows" if kind == "sliding" else "conv_state_after"):
+        with pytest.raises(SimulatedOOM):
+            state.commit(cp)
+    assert_unchanged(before, state)
+    state.commit(cp)
+    assert 24 in state.snapshot_positions() and not state.is_recording
+    truncate(model, state, 25)
+    assert state.plan_truncate(24) == 24
+    assert_exact(model, state)
