@@ -1,5 +1,6 @@
 """The bar above the chat: the loaded model (name, family, size, quantization, context),
-its load progress, the model picker and the settings button."""
+its load progress, the button that opens the model picker (Ctrl+L), the chat's settings
+and the app's settings."""
 
 from __future__ import annotations
 
@@ -7,17 +8,19 @@ from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QKeySequence
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
     QLabel,
-    QMenu,
     QProgressBar,
     QToolButton,
     QVBoxLayout,
 )
 
 from app.conversation.chat_settings import ChatSettings
+from app.models.model_info import DEFAULT_MODEL_KEY
+from app.models.model_picker import ModelPicker
 from engine.events import ModelLoaded, ModelLoading
 from engine.stats_format import compact, parameters
 
@@ -41,6 +44,7 @@ class ModelHeader(QFrame):
     open_file_requested = Signal()
     open_folder_requested = Signal()
     model_path_requested = Signal(str)
+    download_requested = Signal()  # "Download from Hugging Face…" in the picker
     settings_requested = Signal()
     chat_settings_requested = Signal()
 
@@ -50,7 +54,7 @@ class ModelHeader(QFrame):
         self._recent_models = recent_models
         self.name = QLabel("No model loaded", self)
         self.name.setObjectName("modelName")
-        self.info = QLabel("Pick one from the Model menu", self)
+        self.info = QLabel("Pick one with the Model button (Ctrl+L)", self)
         self.info.setObjectName("mutedLabel")
         self.progress = QProgressBar(self)
         self.progress.setObjectName("loadBar")
@@ -60,11 +64,11 @@ class ModelHeader(QFrame):
         self.picker = QToolButton(self)
         self.picker.setObjectName("headerButton")
         self.picker.setText("Model ▾")
-        self.picker.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+        self.picker.setToolTip("Choose a model (Ctrl+L)")
+        self.picker.setShortcut(QKeySequence("Ctrl+L"))
         self.picker.setCursor(Qt.CursorShape.PointingHandCursor)
-        self.menu = QMenu(self.picker)
-        self.menu.aboutToShow.connect(self._fill_menu)
-        self.picker.setMenu(self.menu)
+        self.picker.clicked.connect(self.open_picker)
+        self.picker_dialog: ModelPicker | None = None  # while open
         self.chat_button = QToolButton(self)
         self.chat_button.setObjectName("headerButton")
         self.chat_button.setText("Chat settings")
@@ -89,7 +93,35 @@ class ModelHeader(QFrame):
         layout.addWidget(self.chat_button)
         layout.addWidget(self.settings_button)
 
+    def open_picker(self) -> ModelPicker:
+        """Show the picker (a second click brings the open one forward)."""
+        if self.picker_dialog is None:
+            picker = ModelPicker(self._recent_models, self.window())
+            picker.shipped_requested.connect(self._on_shipped)
+            picker.model_path_requested.connect(self.model_path_requested)
+            picker.open_file_requested.connect(self.open_file_requested)
+            picker.open_folder_requested.connect(self.open_folder_requested)
+            picker.download_requested.connect(self.download_requested)
+            picker.finished.connect(self._on_picker_closed)
+            self.picker_dialog = picker
+        self.picker_dialog.refresh()
+        self.picker_dialog.show()
+        self.picker_dialog.raise_()
+        self.picker_dialog.activateWindow()
+        return self.picker_dialog
+
+    def _on_picker_closed(self, _result: int) -> None:
+        picker, self.picker_dialog = self.picker_dialog, None
+        if picker is not None:
+            picker.deleteLater()
+
+    def _on_shipped(self, key: str) -> None:
+        if key == DEFAULT_MODEL_KEY:
+            self.default_model_requested.emit()
+
     def show_loading(self, event: ModelLoading) -> None:
+        if self.picker_dialog is not None:
+            self.picker_dialog.show_loading(event)
         if self.name.text() == "No model loaded" or self.progress.isHidden():
             self.name.setText(f"Loading {Path(event.path).name}…")
         self.info.setText(event.stage)
@@ -98,6 +130,8 @@ class ModelHeader(QFrame):
         self.progress.show()
 
     def show_loaded(self, event: ModelLoaded) -> None:
+        if self.picker_dialog is not None:
+            self.picker_dialog.show_loaded(event)
         self.progress.hide()
         self.name.setText(event.name)
         self.info.setText(model_info_line(event))
@@ -113,23 +147,8 @@ class ModelHeader(QFrame):
         self.chat_button.setText(f"Chat: {label}")
 
     def show_message(self, title: str, detail: str = "") -> None:
+        if self.picker_dialog is not None:
+            self.picker_dialog.show_message(f"{title}: {detail}" if detail else title)
         self.progress.hide()
         self.name.setText(title)
         self.info.setText(detail)
-
-    def _fill_menu(self) -> None:
-        self.menu.clear()
-        # QMenu.addAction takes a callable: a signal's bound emit, not the signal itself
-        self.menu.addAction(
-            "Default model (SmolLM2-135M-Instruct)", self.default_model_requested.emit
-        )
-        self.menu.addAction("Open GGUF file…", self.open_file_requested.emit)
-        self.menu.addAction("Open model folder…", self.open_folder_requested.emit)
-        recent = self._recent_models()
-        if recent:
-            self.menu.addSeparator()
-            self.menu.addSection("Recent")
-            for path in recent:
-                action = self.menu.addAction(Path(path).name)
-                action.setToolTip(path)
-                action.triggered.connect(lambda _=False, p=path: self.model_path_requested.emit(p))
