@@ -23,6 +23,7 @@ WELCOME = (
 class ChatView(QWidget):
     action_triggered = Signal(str, str, object)  # prev/next/regenerate/continue
     edit_saved = Signal(str, str)  # message id, new text
+    copied = Signal()  # a message's text went to the clipboard (the window says so)
 
     def __init__(self, model: MessageModel, theme: Theme, parent=None) -> None:
         super().__init__(parent)
@@ -108,8 +109,11 @@ class ChatView(QWidget):
         item = self.model.item(row)
         if action == "edit":
             self.begin_edit(message_id)
+        elif action == "thinking":
+            self.model.toggle_thinking(message_id)
         elif action == "copy":
             QGuiApplication.clipboard().setText(item.content)
+            self.copied.emit()
         elif action == "copy_code":
             rendered = self.delegate.rendered(item, self.list_view.viewport().width())
             number = int(argument)  # type: ignore[call-overload]

@@ -103,10 +103,11 @@ class Composer(QFrame):
             self._send()
 
     def _send(self) -> None:
+        """Enter (or the button) with text: the window decides whether it can go now,
+        and says why not (a reply still streaming, no model) instead of dropping it."""
         text = self.edit.toPlainText()
-        if self._is_generating or not text.strip():
-            return
-        self.send_requested.emit(text)
+        if text.strip():
+            self.send_requested.emit(text)
 
     def clear(self) -> None:
         self.edit.clear()

@@ -1,5 +1,9 @@
 """A dismissable banner across the top of the chat: errors (with [Details] when there are
-any) and notices with one action, such as [Undo] after a delete."""
+any) and notices with one action, such as [Undo] after a delete.
+
+A message may name its topic (the model, the last request, a send refused): when that
+problem is fixed (a model loads, a reply finishes), `resolve(topic)` takes the banner
+down, so it never tells of a problem that is gone. A banner about another topic stays."""
 
 from __future__ import annotations
 
@@ -42,6 +46,7 @@ class Banner(QWidget):
         layout.addLayout(row)
         layout.addWidget(self.details)
         self._action: Callable[[], None] | None = None
+        self.topic = ""  # what the banner shown is about; "" for no topic
         self._timer = QTimer(self, singleShot=True)
         self._timer.timeout.connect(self.dismiss)
         self.details_button.clicked.connect(self._toggle_details)
@@ -49,18 +54,25 @@ class Banner(QWidget):
         self.dismiss_button.clicked.connect(self.dismiss)
         self.hide()
 
-    def show_error(self, message: str, details: str = "") -> None:
-        self._show("error", message, details, None, None, 0)
+    def show_error(self, message: str, details: str = "", topic: str = "") -> None:
+        self._show("error", message, details, None, None, 0, topic)
 
     def show_notice(
         self,
         message: str,
         action: tuple[str, Callable[[], None]] | None = None,
         timeout_ms: int = 8000,
+        topic: str = "",
     ) -> None:
-        self._show("info", message, "", *(action or (None, None)), timeout_ms)
+        self._show("info", message, "", *(action or (None, None)), timeout_ms, topic)
 
-    def _show(self, kind, message, details, action_text, action, timeout_ms: int) -> None:
+    def resolve(self, topic: str) -> None:
+        """The problem `topic` names is fixed: a banner about it goes."""
+        if topic and self.topic == topic and not self.isHidden():
+            self.dismiss()
+
+    def _show(self, kind, message, details, action_text, action, timeout_ms, topic) -> None:
+        self.topic = topic
         self.box.setProperty("kind", kind)
         for widget in (self.box, self.message, self.details):
             widget.style().unpolish(widget)
@@ -81,6 +93,7 @@ class Banner(QWidget):
     def dismiss(self) -> None:
         self._timer.stop()
         self._action = None
+        self.topic = ""
         self.hide()
 
     def _toggle_details(self) -> None:

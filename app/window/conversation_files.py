@@ -1,26 +1,49 @@
 """A conversation to and from a file the person picks: export as Markdown or JSON, import
 JSON. What a file holds is app.conversation.store_io's business; this adds the file
-dialogs and turns a file that cannot be read into a banner."""
+dialogs and turns a file that cannot be read into a banner. The dialogs open where the
+last export or import went, else in Documents (else the home folder), never in the
+working directory the app happened to start in."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, QSettings, QStandardPaths, Signal
 from PySide6.QtWidgets import QFileDialog, QWidget
 
 from app.conversation.store import ConversationStore
 from app.conversation.store_io import ExportFormat, read_import, write_export
 from app.window.banner import Banner
 
+FOLDER_KEY = "files/last_folder"  # where the last export or import went
+
 
 class ConversationFiles(QObject):
     imported = Signal(str)  # the new conversation's id
 
-    def __init__(self, store: ConversationStore, banner: Banner, dialog_parent: QWidget) -> None:
+    def __init__(
+        self,
+        store: ConversationStore,
+        banner: Banner,
+        dialog_parent: QWidget,
+        qsettings: QSettings | None = None,
+    ) -> None:
         super().__init__(dialog_parent)
         self.store, self.banner = store, banner
         self._dialog_parent = dialog_parent
+        self._qsettings = qsettings
+
+    def start_folder(self) -> Path:
+        saved = self._qsettings.value(FOLDER_KEY, "") if self._qsettings is not None else ""
+        if saved and Path(str(saved)).is_dir():
+            return Path(str(saved))
+        location = QStandardPaths.StandardLocation.DocumentsLocation
+        documents = QStandardPaths.writableLocation(location)
+        return Path(documents) if documents and Path(documents).is_dir() else Path.home()
+
+    def _remember_folder(self, path: str) -> None:
+        if self._qsettings is not None:
+            self._qsettings.setValue(FOLDER_KEY, str(Path(path).parent))
 
     def export_conversation(self, conversation_id: str, fmt: str, path: str | Path) -> None:
         write_export(self.store, conversation_id, fmt, path)
@@ -41,15 +64,18 @@ class ConversationFiles(QObject):
         suffix, kind = (".json", "JSON (*.json)") if is_json else (".md", "Markdown (*.md)")
         title = conversation.title if conversation is not None else ""
         name = "".join(ch if ch.isalnum() or ch in " -_" else "_" for ch in title)
+        suggested = str(self.start_folder() / (name + suffix))
         path, _ = QFileDialog.getSaveFileName(
-            self._dialog_parent, "Export conversation", name + suffix, kind
+            self._dialog_parent, "Export conversation", suggested, kind
         )
         if path:
+            self._remember_folder(path)
             self.export_conversation(conversation_id, fmt, path)
 
     def import_dialog(self) -> None:
         path, _ = QFileDialog.getOpenFileName(
-            self._dialog_parent, "Import conversation", "", "JSON (*.json)"
+            self._dialog_parent, "Import conversation", str(self.start_folder()), "JSON (*.json)"
         )
         if path:
+            self._remember_folder(path)
             self.import_conversation(path)

@@ -23,6 +23,7 @@ from app.chat.chat_controller import ChatController
 from app.chat.chat_settings_editor import ChatSettingsEditor
 from app.chat.chat_view import ChatView
 from app.chat.composer import Composer
+from app.chat.composer_drafts import ComposerDrafts
 from app.conversation.store import ConversationStore
 from app.models.hub_dialog import HubDownloadDialog, show_hub_download
 from app.models.model_header import ModelHeader
@@ -85,7 +86,9 @@ class MainWindow(QMainWindow):
         self.window_session = WindowSession(qsettings, self, splitter)
         self.hub_dialog: HubDownloadDialog | None = None  # the last one opened
         self.model_loader = ModelLoader(bridge, self.header, lambda: self.settings, self)
-        self.conversation_files = ConversationFiles(store, self.banner, self)
+        self.conversation_files = ConversationFiles(store, self.banner, self, qsettings)
+        self.drafts = ComposerDrafts(self.composer)
+        self._is_sending = False  # a send may create the chat its draft was typed in
         self.chat_settings = ChatSettingsEditor(store, self.controller, lambda: self.settings, self)
         self.header.chat_settings_requested.connect(self.chat_settings.open_dialog)
         self.chat_settings.changed.connect(self.header.show_chat_settings)
@@ -104,6 +107,7 @@ class MainWindow(QMainWindow):
         self.composer.stop_requested.connect(c.stop)
         self.composer.edit_last_requested.connect(self.edit_last_user_message)
         c.busy_changed.connect(self.composer.set_generating)
+        c.busy_changed.connect(lambda busy: busy or self.banner.resolve("send"))
         c.status_line.connect(self.composer.set_status)
         c.prefill_progress.connect(self.composer.set_prefill)
         c.conversations_changed.connect(self.refresh_sidebar)
@@ -113,7 +117,12 @@ class MainWindow(QMainWindow):
         c.reveal_message.connect(self.chat.list_view.scroll_to_message)
         self.chat.edit_saved.connect(self._save_edit)
         c.store_failed.connect(self.banner.show_error)
-        c.send_refused.connect(self.banner.show_notice)  # why a send was not taken
+        # why a send was not taken; it goes once the reason does (a model loads, the
+        # reply ends)
+        c.send_refused.connect(lambda why: self.banner.show_notice(why, topic="send"))
+        self.chat.copied.connect(
+            lambda: self.banner.show_notice("Copied the message to the clipboard.", timeout_ms=2000)
+        )
         self.chat.action_triggered.connect(self._on_message_action)
         self.sidebar.new_chat_requested.connect(self.new_chat)
         self.sidebar.conversation_selected.connect(self._open)
@@ -126,9 +135,13 @@ class MainWindow(QMainWindow):
         self.conversation_files.imported.connect(self._on_imported)
         self.header.settings_requested.connect(self.open_settings)
         self.model_loader.loaded.connect(self._on_model_loaded)
-        self.model_loader.fetch_failed.connect(self.banner.show_error)
+        self.model_loader.fetch_failed.connect(
+            lambda message, details: self.banner.show_error(message, details, topic="model")
+        )
         self.model_loader.settings_changed.connect(self._save_settings)
+        self.model_loader.memory_report.connect(self.composer.status.setToolTip)
         self.bridge.failed.connect(self._on_failed)
+        self.bridge.finished.connect(lambda _event: self.banner.resolve("request"))
 
     def _shortcuts(self) -> None:
         QShortcut(QKeySequence.StandardKey.Find, self, activated=self.sidebar.focus_search)
@@ -157,7 +170,12 @@ class MainWindow(QMainWindow):
         self.controller.open_conversation(conversation_id, reveal=message_id)
 
     def _send(self, text: str) -> None:
-        if self.controller.send(text):
+        self._is_sending = True
+        try:
+            sent = self.controller.send(text)
+        finally:
+            self._is_sending = False
+        if sent:
             self.composer.clear()
 
     def _save_edit(self, message_id: str, text: str) -> None:
@@ -177,6 +195,10 @@ class MainWindow(QMainWindow):
         self._update_title()
 
     def _on_conversation_changed(self, conversation_id: str | None) -> None:
+        if self._is_sending and self.drafts.conversation_id is None:
+            self.drafts.adopt(conversation_id)  # the first message created this chat
+        else:
+            self.drafts.switch(conversation_id)
         self.window_session.save_open_chat(conversation_id)
         self._update_title()
 
@@ -260,10 +282,14 @@ class MainWindow(QMainWindow):
 
     def _on_model_loaded(self, event: ModelLoaded) -> None:
         self.controller.context_length = event.context_length
+        self.banner.resolve("model")
+        self.banner.resolve("send")
         self._save_settings(self.settings.with_recent_model(event.path))
 
     def _on_failed(self, event: Failed) -> None:
-        self.banner.show_error(event.message, event.details)
+        # a request's failure clears with the next reply, a load's with the next load
+        topic = "request" if event.request_id else "model"
+        self.banner.show_error(event.message, event.details, topic=topic)
 
     # -- settings and theme -----------------------------------------------------------
 
