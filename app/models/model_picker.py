@@ -19,10 +19,10 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
+from app.models.model_entry_delegate import ModelEntryDelegate, PathRole
 from app.models.model_info import SHIPPED_MODELS, ModelInfo, read_model_info
 from engine.events import ModelLoaded, ModelLoading
 
-PathRole = Qt.ItemDataRole.UserRole + 1  # a path, or "shipped:<key>"
 SHIPPED_PREFIX = "shipped:"
 
 
@@ -42,8 +42,9 @@ class ModelPicker(QDialog):
         self.infos: dict[str, ModelInfo] = {}  # path -> what the list shows of it
         self.list = QListWidget(self)
         self.list.setObjectName("modelList")
-        self.list.setAlternatingRowColors(False)
-        self.list.setWordWrap(True)
+        self.list.setItemDelegate(ModelEntryDelegate(self.list))
+        self.list.setMouseTracking(True)  # the hover highlight
+        self.list.setSpacing(1)
         self.status = QLabel("", self)
         self.status.setObjectName("mutedLabel")
         self.status.setWordWrap(True)
@@ -132,12 +133,8 @@ class ModelPicker(QDialog):
         return {str(s.path()) for s in SHIPPED_MODELS}
 
     def _heading(self, text: str) -> None:
-        item = QListWidgetItem(text.upper(), self.list)
+        item = QListWidgetItem(text, self.list)
         item.setFlags(Qt.ItemFlag.NoItemFlags)
-        font = item.font()
-        font.setBold(True)
-        font.setPointSizeF(font.pointSizeF() * 0.85)
-        item.setFont(font)
 
     def _entry(
         self, target: str, info: ModelInfo, detail: str, *, enabled: bool = True, tooltip: str = ""
