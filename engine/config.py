@@ -20,7 +20,6 @@ if TYPE_CHECKING:
 BACKENDS = ("numpy", "mlx")
 DTYPES = ("bfloat16", "float16", "float32")
 FUSED_MODES = ("step", "layers")
-DEFAULT_CACHE_BUDGET_BYTES = 512 << 20
 
 
 @dataclass(frozen=True)
@@ -35,7 +34,9 @@ class EngineConfig:
     blas_threads: int | None = None  # OpenBLAS / OpenMP threads; None: their own default
     # None: SnapshotPolicy()'s defaults (engine.state loads NumPy, so none is built here)
     snapshot_policy: SnapshotPolicy | None = None
-    cache_budget_bytes: int = DEFAULT_CACHE_BUDGET_BYTES  # computed tails of sibling branches
+    # one budget over the live state, snapshots, branch cache and drafter index
+    # (engine/memory.py says what is evicted first); None: a quarter of physical memory
+    memory_budget_bytes: int | None = None
     # where conversations' computed state survives a restart, a folder per model (None: it
     # does not); the CLI and the app pass `default_prompt_cache_dir()`
     prompt_cache_dir: str | None = None
@@ -51,8 +52,9 @@ class EngineConfig:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 1):
                 raise ValueError(f"{name} must be a positive integer, not {value!r}")
-        if self.cache_budget_bytes < 0:
-            raise ValueError(f"cache_budget_bytes must be >= 0, not {self.cache_budget_bytes}")
+        budget = self.memory_budget_bytes
+        if budget is not None and (not isinstance(budget, int) or budget < 0):
+            raise ValueError(f"memory_budget_bytes must be >= 0 or None, not {budget!r}")
         if self.prompt_cache_dir is not None and not str(self.prompt_cache_dir).strip():
             raise ValueError("prompt_cache_dir must name a folder (None turns the cache off)")
 
@@ -114,6 +116,22 @@ def _threads(value: str) -> int | None:
     return int(value)
 
 
+def _byte_size(value: str) -> int | None:
+    """ "4G", "512M", "1048576": a size in bytes (K, M, G, T: powers of 1024)."""
+    text = value.strip().upper().removesuffix("B").removesuffix("I")
+    if not text:
+        return None
+    scale = 1 << (10 * " KMGT".index(text[-1])) if text[-1] in "KMGT" else 1
+    number = text[:-1] if scale > 1 else text
+    try:
+        size = float(number)
+    except ValueError:
+        size = -1.0
+    if not 0 <= size < 1 << 60:  # NaN and infinity fail this too
+        raise ValueError(f"BRANCHCHAT_MEMORY_BUDGET must be a size such as 4G, not {value!r}")
+    return int(size * scale)
+
+
 # field -> (the variable that sets it, its parser from the variable's text; "" when unset)
 _VARIABLES = {
     "backend": ("BRANCHCHAT_BACKEND", _backend),
@@ -123,6 +141,7 @@ _VARIABLES = {
     "fused_compile": ("BRANCHCHAT_FUSED_COMPILE", _on_unless_zero),
     "qmatmul": ("BRANCHCHAT_QMATMUL", _qmatmul),
     "threads": ("BRANCHCHAT_THREADS", _threads),
+    "memory_budget_bytes": ("BRANCHCHAT_MEMORY_BUDGET", _byte_size),
 }
 
 

@@ -45,7 +45,7 @@ class Engine:
         """`config`: built at the edge (None: EngineConfig()); `cache_dir`: where prompt
         caches persist (None: `config.prompt_cache_dir`, nowhere when that is None too)."""
         self._listener = listener
-        self._config = config or EngineConfig()  # SetCacheBudget replaces its budget
+        self._config = config or EngineConfig()  # SetMemoryBudget replaces its budget
         if cache_dir:  # one place says it: the loader keeps its weight digests there too
             self._config = replace(self._config, prompt_cache_dir=str(cache_dir))
         folder = self._config.prompt_cache_dir
@@ -132,11 +132,10 @@ class Engine:
                 saved = self.session.save()
                 if saved is not None:
                     self._emit(ev.StateSaved(command.conversation_id, *saved))
-        elif isinstance(command, ev.SetCacheBudget):
+        elif isinstance(command, ev.SetMemoryBudget):
+            self._config = replace(self._config, memory_budget_bytes=command.max_bytes)
             if self.session is not None:
-                self.session.branches.budget_bytes = command.max_bytes
-                self.session.branches._evict()
-            self._config = replace(self._config, cache_budget_bytes=command.max_bytes)
+                self.session.set_memory_budget(command.max_bytes)
         elif isinstance(command, ev.Stop):
             with self._stop_lock:  # a stop for a request that already ended
                 self._stopped.discard(command.request_id)

@@ -101,8 +101,15 @@ class SaveState:
 
 
 @dataclass(frozen=True)
-class SetCacheBudget:
-    max_bytes: int
+class SetMemoryBudget:
+    """The one byte budget over the computed state (engine/memory.py); None: the default,
+    a quarter of the machine's memory."""
+
+    max_bytes: int | None
+
+    def __post_init__(self) -> None:
+        if self.max_bytes is not None and self.max_bytes < 0:
+            raise ValueError(f"a memory budget must be >= 0 bytes, not {self.max_bytes}")
 
 
 @dataclass(frozen=True)
@@ -110,7 +117,7 @@ class Close:
     pass
 
 
-Command = LoadModel | Generate | Stop | SaveState | SetCacheBudget | Close
+Command = LoadModel | Generate | Stop | SaveState | SetMemoryBudget | Close
 
 # -- events ---------------------------------------------------------------------------
 
@@ -174,6 +181,15 @@ class Stats:
     # of prefilled_tokens, those recomputed to bring the state back to an edit point (a
     # replay from the nearest snapshot before it); the rest are the prompt's new tokens
     replayed_tokens: int = 0
+    # bytes held after the request (engine/memory.py): the live state (KV and recurrent),
+    # snapshots beyond it, the branch cache, the lookup index; their total (an array two
+    # parts share counted once) and the budget over them (0: not measured)
+    kv_bytes: int = 0
+    snapshot_bytes: int = 0
+    branch_cache_bytes: int = 0
+    drafter_bytes: int = 0
+    memory_bytes: int = 0
+    memory_budget_bytes: int = 0
 
     @property
     def acceptance_rate(self) -> float:

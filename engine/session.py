@@ -26,6 +26,7 @@ from engine.decoding import AcceptanceModel, CostModel, DecodeRequest, decode
 from engine.drafters import Drafter, DraftModelDrafter
 from engine.errors import ContextOverflow, EngineError
 from engine.loader import LoadedModel
+from engine.memory import MemoryBudget, MemoryUse
 from engine.resume import plan_resume, resume
 from engine.sequence import SequenceState, prefill
 from engine.suffix_drafter import SuffixDrafter
@@ -59,7 +60,8 @@ class Session:
         self.runner = loaded.runner  # every forward goes through it (fused or plain)
         self.tokenizer = loaded.tokenizer
         self.state = self.runner.new_state()
-        self.branches = BranchCache(config.cache_budget_bytes)
+        self.branches = BranchCache()
+        self.memory = MemoryBudget(config.memory_budget_bytes)  # sets the branch cache's share
         self.prompt_cache = None
         if cache_dir is not None:
             from engine.prompt_cache import PromptCache  # only when persistence is wanted
@@ -147,6 +149,7 @@ class Session:
         if not ids:
             raise EngineError("Nothing to send: the rendered prompt is empty.")
         saved = self._enter_conversation(cmd.conversation_id)
+        self.enforce_memory()  # the shares this request's parts keep to
         plan = plan_resume(self.state, ids, self.branches, saved)
         reused, replayed = plan.num_reused, plan.num_replayed
         # one progress over all the work the person waits for: the replay from a snapshot
@@ -261,6 +264,7 @@ class Session:
         accepted: int,
         replayed: int,
     ) -> ev.Stats:
+        memory = self.enforce_memory()  # the request is over: back under the budget
         return ev.Stats(
             request_id=cmd.request_id,
             prompt_tokens=len(ids),
@@ -275,7 +279,23 @@ class Session:
             accepted=accepted,
             context_tokens=self.state.offset + (1 if generated else 0),  # + the pending token
             context_length=cmd.settings.context_limit(self.loaded.config.context_length),
+            kv_bytes=memory.kv,
+            snapshot_bytes=memory.snapshots,
+            branch_cache_bytes=memory.branch_cache,
+            drafter_bytes=memory.drafter,
+            memory_bytes=memory.total,
+            memory_budget_bytes=memory.budget,
         )
+
+    # -- memory -------------------------------------------------------------------------
+    def set_memory_budget(self, max_bytes: int | None) -> MemoryUse:
+        """The one budget over the state's parts (None: the default); evicts now."""
+        self.memory.set_budget(max_bytes)
+        return self.enforce_memory()
+
+    def enforce_memory(self) -> MemoryUse:
+        states = [self.state] + ([self.draft_drafter.state] if self.draft_drafter else [])
+        return self.memory.enforce(states, self.branches, self.lookup)
 
     def _drafter(self, choice: str) -> tuple[Drafter | None, AcceptanceModel | None]:
         if choice == ev.DrafterKind.OFF:

@@ -25,8 +25,9 @@ def terminal_line(s: Stats) -> str:
 
 
 def json_figures(s: Stats) -> dict[str, Any]:
-    """`python -m engine generate --json`'s "stats" object (rounded for reading)."""
-    return {
+    """`python -m engine generate --json`'s "stats" object (rounded for reading), with the
+    state's bytes by part when they were measured."""
+    figures: dict[str, Any] = {
         "prompt_tokens": s.prompt_tokens,
         "generated_tokens": s.generated_tokens,
         "ttft_s": round(s.ttft_s, 4),
@@ -35,6 +36,16 @@ def json_figures(s: Stats) -> dict[str, Any]:
         "drafted": s.drafted,
         "accepted": s.accepted,
     }
+    if s.memory_budget_bytes:
+        figures["memory_bytes"] = {
+            "kv": s.kv_bytes,
+            "snapshots": s.snapshot_bytes,
+            "branch_cache": s.branch_cache_bytes,
+            "drafter": s.drafter_bytes,
+            "total": s.memory_bytes,
+            "budget": s.memory_budget_bytes,
+        }
+    return figures
 
 
 def stats_dict(stats: Stats, *, reason: str = "") -> dict[str, Any]:
@@ -158,7 +169,50 @@ def final_line(stats: dict[str, Any]) -> str:
     reuse = (
         f"reused {stats.get('reused_tokens', 0):,} · prefilled {stats.get('prefilled_tokens', 0):,}"
     )
-    return f"{line} · {reuse}" if line else reuse
+    line = f"{line} · {reuse}" if line else reuse
+    memory = memory_line(stats)
+    return f"{line} · {memory}" if memory else line
+
+
+def memory_line(stats: dict[str, Any]) -> str:
+    """ "mem 45.2 MiB/4 GiB": what the engine's state holds after the request, of its
+    budget ("" for figures without them)."""
+    budget = int(stats.get("memory_budget_bytes", 0))
+    if not budget and not stats.get("memory_bytes"):
+        return ""
+    return f"mem {byte_size(int(stats.get('memory_bytes', 0)))}/{byte_size(budget)}"
+
+
+# (Stats field, what it is) for the memory tooltip, in the order eviction spares them
+_MEMORY_PARTS = (
+    ("kv_bytes", "live state (KV rows, recurrent state): never evicted"),
+    ("drafter_bytes", "lookup drafter's index: evicted last"),
+    ("snapshot_bytes", "rollback snapshots: evicted next, oldest position first"),
+    ("branch_cache_bytes", "cached sibling branches: evicted first"),
+)
+
+
+def memory_tooltip(stats: dict[str, Any]) -> str:
+    """Each part of the state's bytes, one a line, then the total against the budget."""
+    if not memory_line(stats):
+        return ""
+    lines = [f"{byte_size(int(stats.get(key, 0)))}  {what}" for key, what in _MEMORY_PARTS]
+    total, budget = int(stats.get("memory_bytes", 0)), int(stats.get("memory_budget_bytes", 0))
+    over = " (over it: the live state is never evicted)" if total > budget else ""
+    lines.append(f"{byte_size(total)} in all, of a {byte_size(budget)} budget{over}")
+    return "Memory held by the model's computed state:\n" + "\n".join(lines)
+
+
+def byte_size(n: int) -> str:
+    """812 -> '812 B', 46_399_488 -> '44.2 MiB', 4 << 30 -> '4 GiB'."""
+    size, unit = float(n), "B"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            break
+        size /= 1024
+    if unit == "B" or size >= 100 or size == int(size):
+        return f"{size:.0f} {unit}"
+    return f"{size:.1f} {unit}"
 
 
 def compact(n: int) -> str:

@@ -21,15 +21,24 @@ from app.models.model_fetch import DefaultModelFetcher
 from app.models.model_header import ModelHeader
 from app.settings.app_settings import AppSettings
 from engine.default_model import default_model_path, is_default_model_present
-from engine.events import DrafterKind, Failed, LoadModel, ModelLoaded, SetCacheBudget
+from engine.events import (
+    DrafterKind,
+    Failed,
+    Finished,
+    LoadModel,
+    ModelLoaded,
+    SetMemoryBudget,
+)
+from engine.stats_format import memory_tooltip, stats_dict
 
-NO_MODEL = ("No model loaded", "Pick one from the Model menu")
+NO_MODEL = ("No model loaded", "Pick one with the Model button (Ctrl+L)")
 
 
 class ModelLoader(QObject):
     loaded = Signal(object)  # ModelLoaded, once the header shows it
     fetch_failed = Signal(str, str)  # message, details: the default model could not be fetched
     settings_changed = Signal(object)  # AppSettings to save: a refused draft model cleared
+    memory_report = Signal(str)  # after each request: the state's bytes by part (a tooltip)
 
     def __init__(
         self,
@@ -51,6 +60,7 @@ class ModelLoader(QObject):
         bridge.model_loading.connect(header.show_loading)
         bridge.model_loaded.connect(self._on_loaded)
         bridge.failed.connect(self._on_failed)
+        bridge.finished.connect(self._on_finished)
         self.fetcher.progress.connect(lambda text: header.show_message("Default model", text))
         self.fetcher.ready.connect(self.load)
         self.fetcher.failed.connect(self._on_fetch_failed)
@@ -61,7 +71,7 @@ class ModelLoader(QObject):
         uses_draft_model = settings.drafter == DrafterKind.DRAFT_MODEL
         draft = settings.draft_model_path if uses_draft_model else ""
         self.header.show_message(f"Loading {Path(path).name}…")
-        self.bridge.submit(SetCacheBudget(settings.cache_budget_mb << 20))
+        self.bridge.submit(SetMemoryBudget(settings.memory_budget_bytes))
         self.bridge.submit(LoadModel(path, draft_model_path=draft or None))
 
     def load_default_model(self) -> None:
@@ -84,10 +94,10 @@ class ModelLoader(QObject):
             self.load(path)
 
     def apply_settings(self, old: AppSettings, new: AppSettings) -> None:
-        """What a settings change means for the engine: its cache budget, and a reload
+        """What a settings change means for the engine: its memory budget, and a reload
         when the draft model changed (it is loaded with the target)."""
-        if new.cache_budget_mb != old.cache_budget_mb:
-            self.bridge.submit(SetCacheBudget(new.cache_budget_mb << 20))
+        if new.memory_budget_mb != old.memory_budget_mb:
+            self.bridge.submit(SetMemoryBudget(new.memory_budget_bytes))
         draft_changed = (new.drafter, new.draft_model_path) != (old.drafter, old.draft_model_path)
         uses_draft_model = DrafterKind.DRAFT_MODEL in (new.drafter, old.drafter)
         if draft_changed and self.model_path and uses_draft_model:
@@ -103,6 +113,10 @@ class ModelLoader(QObject):
             if drafter == DrafterKind.DRAFT_MODEL:  # nothing to draft with: Auto picks lookup
                 drafter = DrafterKind.AUTO.value
             self.settings_changed.emit(replace(settings, draft_model_path="", drafter=drafter))
+
+    def _on_finished(self, event: Finished) -> None:
+        if event.stats is not None and event.stats.memory_budget_bytes:
+            self.memory_report.emit(memory_tooltip(stats_dict(event.stats)))
 
     def _on_failed(self, event: Failed) -> None:
         if event.request_id:  # about a request, not a model

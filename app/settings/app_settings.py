@@ -11,6 +11,9 @@ from engine.events import DRAFTER_KINDS, DrafterKind, GenerationSettings
 from engine.sampling import SamplingSettings
 
 MAX_RECENT_MODELS = 8
+# before the one memory budget, a branch-cache-only budget was saved under this key, with
+# this default; a value a person chose becomes their memory budget (load_settings)
+OLD_CACHE_BUDGET_KEY, OLD_CACHE_BUDGET_DEFAULT_MB = "cache_budget_mb", 2048
 
 
 @dataclass(frozen=True)
@@ -22,7 +25,9 @@ class AppSettings:
     max_tokens: int = 1024
     drafter: str = DrafterKind.AUTO.value  # a DrafterKind
     draft_model_path: str = ""
-    cache_budget_mb: int = 2048
+    # the engine's one budget over the computed state (engine/memory.py); 0: automatic,
+    # a quarter of this machine's memory
+    memory_budget_mb: int = 0
     tint_drafted: bool = True  # with a legend in the footer; Settings turns it off
     send_key: str = SendKey.ENTER.value  # a SendKey
     recent_models: tuple[str, ...] = field(default=())
@@ -34,8 +39,13 @@ class AppSettings:
             raise ValueError(f"unknown send key {self.send_key!r}")
         if self.max_tokens < 1:
             raise ValueError("max_tokens must be >= 1")
-        if self.cache_budget_mb < 0:
-            raise ValueError("cache_budget_mb must be >= 0")
+        if self.memory_budget_mb < 0:
+            raise ValueError("memory_budget_mb must be >= 0")
+
+    @property
+    def memory_budget_bytes(self) -> int | None:
+        """What SetMemoryBudget takes: None for the engine's automatic default."""
+        return self.memory_budget_mb << 20 if self.memory_budget_mb else None
 
     def generation_settings(self, *, continue_last: bool = False) -> GenerationSettings:
         sampling = SamplingSettings(
@@ -66,6 +76,8 @@ def load_settings(qsettings: QSettings) -> AppSettings:
             values[f.name] = _convert(raw, default)
         except (TypeError, ValueError):
             continue
+    if "memory_budget_mb" not in values:
+        values.update(_migrated_cache_budget(qsettings))
     try:
         return AppSettings(**values)
     except ValueError:
@@ -75,7 +87,20 @@ def load_settings(qsettings: QSettings) -> AppSettings:
 def save_settings(qsettings: QSettings, settings: AppSettings) -> None:
     for name, value in asdict(settings).items():
         qsettings.setValue(name, list(value) if isinstance(value, tuple) else value)
+    qsettings.remove(OLD_CACHE_BUDGET_KEY)  # migrated into memory_budget_mb by now
     qsettings.sync()
+
+
+def _migrated_cache_budget(qsettings: QSettings) -> dict[str, int]:
+    """The old branch-cache budget as the memory budget, when a person had changed it
+    (the old default means they had not: the automatic budget takes over)."""
+    try:
+        old = int(qsettings.value(OLD_CACHE_BUDGET_KEY, OLD_CACHE_BUDGET_DEFAULT_MB))  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        return {}
+    if old == OLD_CACHE_BUDGET_DEFAULT_MB or old < 0:
+        return {}
+    return {"memory_budget_mb": old}
 
 
 def _convert(raw: object, default: object) -> object:

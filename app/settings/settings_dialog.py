@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
 from app.settings.app_settings import AppSettings
 from app.settings.send_key import SEND_KEY_LABELS, SEND_KEYS
 from engine.events import DRAFTER_KINDS, DrafterKind
+from engine.memory import default_budget_bytes
 
 DRAFTER_LABELS: dict[str, str] = {
     DrafterKind.AUTO: "Auto (picks what pays)",
@@ -61,8 +62,17 @@ class SettingsDialog(QDialog):
         row.addWidget(self.draft_model_path, 1)
         row.addWidget(browse)
         self._draft_row = draft_row
-        self.cache_budget = _int(0, 1 << 20, settings.cache_budget_mb)
-        self.cache_budget.setSuffix(" MB")
+        self.memory_budget = _int(0, 1 << 24, settings.memory_budget_mb)
+        self.memory_budget.setSuffix(" MB")
+        self.memory_budget.setSingleStep(256)
+        automatic = default_budget_bytes() >> 20
+        self.memory_budget.setSpecialValueText(f"Automatic ({automatic:,} MB)")
+        self.memory_budget.setToolTip(
+            "Memory for the conversation's computed state: the live state, rollback "
+            "snapshots, cached sibling branches and the drafter's index. Past it, sibling "
+            "branches go first, then the oldest snapshots, then the index; the state being "
+            "answered always stays. Automatic: a quarter of this machine's memory."
+        )
         self.tint_drafted = QCheckBox("Tint tokens that came from accepted drafts", self)
         self.tint_drafted.setChecked(settings.tint_drafted)
         self.send_key = QComboBox(self)
@@ -77,7 +87,7 @@ class SettingsDialog(QDialog):
         form.addRow("Max tokens", self.max_tokens)
         form.addRow("Drafter", self.drafter)
         form.addRow("Draft model", draft_row)
-        form.addRow("Cache memory", self.cache_budget)
+        form.addRow("Memory budget", self.memory_budget)
         form.addRow("", self.tint_drafted)
         form.addRow("Send with", self.send_key)
         buttons = QDialogButtonBox(
@@ -111,7 +121,7 @@ class SettingsDialog(QDialog):
             max_tokens=self.max_tokens.value(),
             drafter=self.drafter.currentData(),
             draft_model_path=self.draft_model_path.text().strip(),
-            cache_budget_mb=self.cache_budget.value(),
+            memory_budget_mb=self.memory_budget.value(),
             tint_drafted=self.tint_drafted.isChecked(),
             send_key=self.send_key.currentData(),
         )

@@ -63,7 +63,7 @@ def test_unset_variables_give_the_defaults() -> None:
     config = EngineConfig()
     assert config.backend is None and config.dtype is None and config.fused_mode is None
     assert config.fused and config.fused_compile and config.qmatmul is None
-    assert config.cache_budget_bytes == 512 << 20
+    assert config.memory_budget_bytes is None  # engine.memory's default: a share of RAM
     assert config.snapshot_policy is None  # the runner's states take SnapshotPolicy()
     # as before: only "0" switches the fused kernels or their compiled trace off
     on = EngineConfig.from_environment({"BRANCHCHAT_FUSED": "1", "BRANCHCHAT_FUSED_COMPILE": ""})
@@ -100,7 +100,7 @@ def test_overrides_take_precedence_and_skip_their_variable() -> None:
         ("fused_mode", "fast"),
         ("threads", 0),
         ("blas_threads", -1),
-        ("cache_budget_bytes", -1),
+        ("memory_budget_bytes", -1),
     ],
 )
 def test_invalid_fields_raise_value_error(field: str, value: object) -> None:

@@ -187,7 +187,9 @@ def test_switching_back_under_a_tight_cache_budget(models: dict) -> None:
         session = runner.engine.session
         assert session is not None
         largest = max(tail.nbytes for tail in session.branches.tails.values())
-        runner.engine.submit(ev.SetCacheBudget(largest))  # room for A's tail only
+        # the one memory budget: what the rest of the state holds, plus room for A's tail
+        rest = session.enforce_memory()
+        runner.engine.submit(ev.SetMemoryBudget(rest.total - rest.branch_cache + largest))
         again = (*branch_a, user("And at night?"))
         reply = chat.send(again, cached=held_a)
         assert reply.stats is not None
