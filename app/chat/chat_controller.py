@@ -18,6 +18,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 from app.bridge import EngineBridge
 from app.chat.branch_items import branch_items, last_request_line
+from app.conversation.branch_copy import copy_branch
 from app.conversation.chat_settings import chat_settings_for
 from app.conversation.status import MessageStatus, status_after
 from app.conversation.store import ConversationStore
@@ -41,6 +42,9 @@ REPAINT_INTERVAL_MS = 33  # the streamed message is pushed to the view at most ~
 MAX_REPAINT_INTERVAL_MS = 250
 REPAINT_BUDGET = 3  # a push may cost at most 1/3 of the time between pushes
 PARTIAL_SAVE_INTERVAL_MS = 2000  # a crash loses at most this much of a streamed reply
+KEPT = "Your message stays in the box."
+BUSY = f"A reply is still being written: wait for it, or press Esc to stop it. {KEPT}"
+NO_MODEL = f"No model is loaded: pick one from the Model menu first. {KEPT}"
 
 
 class ChatController(QObject):
@@ -91,9 +95,8 @@ class ChatController(QObject):
         self.conversation_id = conversation_id
         self._reload()
         self.conversation_changed.emit(conversation_id)
-        self.status_line.emit(
-            last_request_line(self.tree, self.active, conversation_id, self.context_length)
-        )
+        line = last_request_line(self.tree, self.active, conversation_id, self.context_length)
+        self.status_line.emit(line)
         if reveal is not None:
             self.reveal_message.emit(reveal)
 
@@ -115,19 +118,10 @@ class ChatController(QObject):
     def can_generate(self) -> bool:
         """Whether a new reply can start now; if not, `send_refused` says why, before
         anything is saved (no chat or message is created only to fail)."""
-        if self.is_busy:
-            self.send_refused.emit(
-                "A reply is still being written: wait for it, or press Esc to stop it. "
-                "Your message stays in the box."
-            )
-            return False
-        if self.model_name is None:
-            self.send_refused.emit(
-                "No model is loaded: pick one from the Model menu first. "
-                "Your message stays in the box."
-            )
-            return False
-        return True
+        refusal = BUSY if self.is_busy else NO_MODEL if self.model_name is None else None
+        if refusal is not None:
+            self.send_refused.emit(refusal)
+        return refusal is None
 
     def send(self, text: str) -> bool:
         """False (the composer keeps the text) when there is nothing to send, a reply is
@@ -191,9 +185,8 @@ class ChatController(QObject):
     def continue_message(self, message_id: str) -> bool:
         path = self.tree.selected_path()
         node = self.tree.node(message_id)
-        if self.is_busy or not path or path[-1].id != message_id or not node.is_continuable:
-            return False
-        if not self.can_generate():
+        is_last = bool(path) and path[-1].id == message_id
+        if self.is_busy or not is_last or not node.is_continuable or not self.can_generate():
             return False
         try:
             self.store.update_message(message_id, status=MessageStatus.STREAMING)
@@ -201,6 +194,20 @@ class ChatController(QObject):
             self._report_store_error("the reply", exc)
             return False
         self._submit(path, message_id, base=node.content, spans=node.draft_spans, from_node=node)
+        return True
+
+    def branch_into_new_chat(self, message_id: str) -> bool:
+        """Keep your work: a new chat holding the path up to `message_id`, opened; the
+        original is untouched."""
+        if self.conversation_id is None or message_id not in self.tree:
+            return False
+        try:
+            copy = copy_branch(self.store, self.conversation_id, message_id)
+        except sqlite3.Error as exc:
+            self._report_store_error("the new chat", exc)
+            return False
+        self.open_conversation(copy.id)
+        self.conversations_changed.emit()
         return True
 
     def stop(self) -> bool:
@@ -313,7 +320,8 @@ class ChatController(QObject):
         if active is None:
             return
         started = time.perf_counter()
-        self.model.update_text(active.message_id, active.text, active.spans)
+        thinking = (active.thinking, active.num_thinking_tokens)
+        self.model.update_text(active.message_id, active.text, active.spans, thinking=thinking)
         # A very long reply costs more to lay out each time: push it less often, so
         # the window keeps most of its time for input.
         cost_ms = 1000 * (time.perf_counter() - started)

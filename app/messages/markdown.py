@@ -87,20 +87,26 @@ def render_plain(text: str, font: QFont) -> RenderedMarkdown:
 
 def with_draft_markers(text: str, spans: tuple[tuple[int, int], ...]) -> str:
     """`text` with DRAFT_START/DRAFT_END around each span, kept off Markdown syntax that
-    only works at a line start (fences, list bullets, headings, quotes)."""
+    only works at a line start (fences, list bullets, headings, quotes). One pass over
+    lines and sorted spans together: a long reply has a span every few tokens."""
+    ordered = sorted(spans)
     pieces: list[tuple[int, int]] = []
-    line_start = 0
+    line_start, first = 0, 0
     for line in text.splitlines(keepends=True):
         line_end = line_start + len(line.rstrip("\r\n"))
+        while first < len(ordered) and ordered[first][1] <= line_start:
+            first += 1  # spans wholly before this line are done
         if not FENCE.match(line):
             prefix_end = line_start + BLOCK_PREFIX.match(line).end()
-            for start, end in spans:
-                a, b = max(start, prefix_end), min(end, line_end)
+            at = first
+            while at < len(ordered) and ordered[at][0] < line_end:
+                a, b = max(ordered[at][0], prefix_end), min(ordered[at][1], line_end)
                 if a < b:
                     pieces.append((a, b))
+                at += 1
         line_start += len(line)
     out, at = [], 0
-    for a, b in sorted(pieces):
+    for a, b in pieces:
         out += [text[at:a], DRAFT_START, text[a:b], DRAFT_END]
         at = b
     out.append(text[at:])
@@ -108,13 +114,9 @@ def with_draft_markers(text: str, spans: tuple[tuple[int, int], ...]) -> str:
 
 
 def _tint_marked(doc: QTextDocument, color: QColor) -> None:
-    positions: list[tuple[int, str]] = []
-    for marker in (DRAFT_START, DRAFT_END):
-        cursor = doc.find(marker)
-        while not cursor.isNull():
-            positions.append((cursor.selectionStart(), marker))
-            cursor = doc.find(marker, cursor.selectionEnd())
-    positions.sort()
+    # Positions in the raw text are document positions, one character each.
+    raw = doc.toRawText()
+    positions = [(m.start(), m.group()) for m in re.finditer(f"[{DRAFT_START}{DRAFT_END}]", raw)]
     pairs, opened = [], None
     for position, marker in positions:
         if marker == DRAFT_START:
@@ -126,18 +128,14 @@ def _tint_marked(doc: QTextDocument, color: QColor) -> None:
     tint.setBackground(color)
     cursor = QTextCursor(doc)
     cursor.beginEditBlock()
-    for start, end in reversed(pairs):  # back to front: earlier positions stay valid
+    for start, end in pairs:  # formats first: no position moves yet
         cursor.setPosition(start + 1)
         cursor.setPosition(end, QTextCursor.MoveMode.KeepAnchor)
         cursor.mergeCharFormat(tint)
-        for position in (end, start):
-            cursor.setPosition(position)
-            cursor.deleteChar()
+    for position, _marker in reversed(positions):  # then every marker, back to front
+        cursor.setPosition(position)
+        cursor.deleteChar()
     cursor.endEditBlock()
-    for _position, marker in reversed(positions):  # unpaired leftovers, if any
-        cursor = doc.find(marker)
-        if not cursor.isNull():
-            cursor.removeSelectedText()
 
 
 def _style_blocks(doc: QTextDocument, theme: Theme, has_inline_code: bool) -> list[CodeBlock]:

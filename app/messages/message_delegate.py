@@ -5,15 +5,14 @@ heights are cached per message, so only a message whose text changed is laid out
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 from PySide6.QtCore import QEvent, QModelIndex, QPoint, QRect, QRectF, QSize, Qt, Signal
 from PySide6.QtGui import (
-    QAbstractTextDocumentLayout,
     QColor,
     QFont,
     QFontMetrics,
     QPainter,
-    QPalette,
 )
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -24,32 +23,24 @@ from PySide6.QtWidgets import (
 )
 
 from app.conversation.status import MessageStatus
-from app.messages.markdown import CODE_HEADER
+from app.messages.message_controls import Control, TextSelection, controls_of
 from app.messages.message_editor import MessageEditor
 from app.messages.message_layout import (
-    PAD_X,
-    STATUS_PILLS,
     RowGeometry,
     actions_for,
     layout_row,
     max_text_width,
 )
 from app.messages.message_model import MessageItem, MessageModel
+from app.messages.message_paint import LEGEND_TEXT, LEGEND_TIP, MessagePainting
 from app.messages.rendered_message import RenderCache, Rendered
 from app.theme import LIGHT, Theme
 from engine.stats_format import message_line, message_tooltip
 
 COPIED_FOR_S = 1.5
-LEGEND_TEXT = "drafted"
-LEGEND_TIP = (
-    "Tinted text came from accepted drafts: speculative decoding guessed those tokens and "
-    "the model checked each one, so the text is what it would have written anyway. The "
-    "footer's figures say how many. Settings → \"Tint tokens that came from accepted "
-    'drafts" turns the tint off.'
-)
 
 
-class MessageDelegate(QStyledItemDelegate):
+class MessageDelegate(MessagePainting, QStyledItemDelegate):
     edit_saved = Signal(str, str)  # message id, new text
     edit_cancelled = Signal(str)
 
@@ -59,7 +50,10 @@ class MessageDelegate(QStyledItemDelegate):
         self.theme = theme
         self.tint_drafted = False
         self.hover_pos: QPoint | None = None  # viewport coordinates, set by the view
+        self.selection: TextSelection | None = None  # set by the view
+        self.focus: tuple[int, Control | None] | None = None  # (row, control): the view's
         self._cache = RenderCache()
+        self._thinking_cache = RenderCache()
         # Row heights by message: a relayout of a long list asks every row for its size
         # hint, and all but the streamed one are unchanged.
         self._sizes: dict[str, tuple[tuple, QSize]] = {}
@@ -86,6 +80,7 @@ class MessageDelegate(QStyledItemDelegate):
 
     def clear_caches(self) -> None:
         self._cache.clear()
+        self._thinking_cache.clear()
         self._sizes.clear()
 
     def mark_copied(self, message_id: str, block: int) -> None:
@@ -96,6 +91,27 @@ class MessageDelegate(QStyledItemDelegate):
     def rendered(self, item: MessageItem, row_width: int) -> Rendered:
         width = max_text_width(row_width, item.role)
         return self._cache.get(item, width, self.theme, self.body_font, self.tint_drafted)
+
+    def rendered_thinking(self, item: MessageItem, row_width: int) -> Rendered:
+        width = max_text_width(row_width, "assistant")
+        thought = replace(item, content=item.thinking, role="thinking", draft_spans=())
+        return self._thinking_cache.get(thought, width, self.theme, self.small_font, False)
+
+    @staticmethod
+    def thinking_label(item: MessageItem) -> str:
+        still = item.status == MessageStatus.STREAMING and not item.content
+        count = item.thinking_tokens
+        tokens = f" ({count} token{'s' if count != 1 else ''})" if count else ""
+        return f"Thinking{'…' if still else ''}{tokens}"
+
+    def _thinking_width(self, item: MessageItem) -> int:
+        if item.role != "assistant" or not (item.thinking or item.thinking_tokens):
+            return 0
+        return self.small_metrics.horizontalAdvance("▾ " + self.thinking_label(item)) + 20
+
+    def _is_thinking_open(self, index: QModelIndex, item: MessageItem) -> bool:
+        model = index.model()
+        return isinstance(model, MessageModel) and model.is_thinking_open(item.id)
 
     def _layout_width(self) -> int:
         layout_width = getattr(self._view, "layout_width", None)
@@ -118,6 +134,12 @@ class MessageDelegate(QStyledItemDelegate):
             actions=actions_for(item, is_last=is_last, is_busy=is_busy),
             editor_height=self._editor_height(item, rect.width()) if is_editing else None,
             legend_width=self._legend_width(item),
+            thinking_width=self._thinking_width(item),
+            thinking_height=(
+                self.rendered_thinking(item, rect.width()).height
+                if self._is_thinking_open(index, item) and item.thinking
+                else None
+            ),
         )
         return geometry, entry
 
@@ -148,7 +170,9 @@ class MessageDelegate(QStyledItemDelegate):
         item: MessageItem = index.data(MessageModel.ItemRole)
         # Only what changes the height: actions come and go but the footer stays.
         is_editing = isinstance(model, MessageModel) and model.editing_id == item.id
-        key = (item.content, item.role, width, is_editing)
+        is_open = self._is_thinking_open(index, item)
+        thinking = (bool(item.thinking or item.thinking_tokens), is_open and item.thinking)
+        key = (item.content, item.role, width, is_editing, thinking)
         cached = self._sizes.get(item.id)
         if cached is not None and cached[0] == key:
             return cached[1]
@@ -166,6 +190,7 @@ class MessageDelegate(QStyledItemDelegate):
         painter.save()
         painter.setRenderHint(QPainter.RenderHint.Antialiasing)
         self._paint_header(painter, item, geometry)
+        self._paint_thinking(painter, item, geometry)
         is_editing = index.model().editing_id == item.id  # type: ignore[attr-defined]
         if not is_editing:
             is_user = item.role == "user"
@@ -174,119 +199,39 @@ class MessageDelegate(QStyledItemDelegate):
             painter.drawRoundedRect(QRectF(geometry.bubble).adjusted(0.5, 0.5, -0.5, -0.5), 14, 14)
             self._paint_body(painter, item, geometry, entry)
         self._paint_footer(painter, item, geometry)
+        if self.focus is not None and self.focus[0] == index.row():
+            self._paint_focus(painter, self.focus_rect(geometry, entry, self.focus[1]))
         painter.restore()
 
-    def _paint_header(self, painter: QPainter, item: MessageItem, g: RowGeometry) -> None:
-        t = self.theme
-        painter.setFont(self.bold_font)
-        painter.setPen(QColor(t.text))
-        align = Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft
-        painter.drawText(g.role_label, align, "You" if item.role == "user" else "Assistant")
-        painter.setFont(self.small_font)
-        if g.pill is not None:
-            color = QColor(t.accent if item.status == MessageStatus.STREAMING else t.warning)
-            fill = QColor(color)
-            fill.setAlpha(34)
-            painter.setPen(Qt.PenStyle.NoPen)
-            painter.setBrush(fill)
-            painter.drawRoundedRect(QRectF(g.pill), 9, 9)
-            painter.setPen(color)
-            painter.drawText(
-                g.pill, Qt.AlignmentFlag.AlignCenter, STATUS_PILLS.get(item.status, item.status)
-            )
-        if g.nav_label is not None and g.nav_prev is not None and g.nav_next is not None:
-            can_prev, can_next = item.sibling_index > 1, item.sibling_index < item.sibling_count
-            for rect, glyph, enabled in ((g.nav_prev, "‹", can_prev), (g.nav_next, "›", can_next)):
-                self._paint_button(painter, rect, glyph, enabled=enabled, big=True)
-            painter.setFont(self.small_font)
-            painter.setPen(QColor(t.muted))
-            label = f"{item.sibling_index}/{item.sibling_count}"
-            painter.drawText(g.nav_label, Qt.AlignmentFlag.AlignCenter, label)
+    def focus_rect(self, g: RowGeometry, entry: Rendered, control: Control | None) -> QRect:
+        """What the focus ring goes round: the control, or the whole bubble."""
+        for candidate, rect in controls_of(g, entry):
+            if candidate == control:
+                return rect
+        return g.bubble
 
-    def _paint_body(self, painter: QPainter, item: MessageItem, g: RowGeometry, entry) -> None:
-        t = self.theme
-        painter.save()
-        painter.translate(g.text.topLeft())
-        small = self.small_font
-        blocks = zip(entry.code_rects, entry.markdown.code_blocks, strict=True)
-        for number, (rect, block) in enumerate(blocks):
-            painter.setPen(Qt.PenStyle.NoPen)
-            painter.setBrush(QColor(t.code_bg))
-            painter.drawRoundedRect(rect, 10, 10)
-            header = QRectF(rect.x(), rect.y(), rect.width(), CODE_HEADER)
-            painter.setBrush(QColor(t.code_header))
-            painter.setClipRect(header)
-            painter.drawRoundedRect(rect, 10, 10)
-            painter.setClipping(False)
-            painter.setFont(small)
-            painter.setPen(QColor("#9da7b3"))
-            label_rect = header.adjusted(PAD_X - 4, 0, -PAD_X + 4, 0)
-            align = Qt.AlignmentFlag.AlignVCenter
-            painter.drawText(
-                label_rect, align | Qt.AlignmentFlag.AlignLeft, block.language or "code"
-            )
-            copied = self._copied.get((item.id, number), 0) > time.monotonic()
-            painter.setPen(
-                QColor("#e6edf3" if self._is_hovered(self._copy_rect(g, rect)) else "#9da7b3")
-            )
-            painter.drawText(
-                label_rect, align | Qt.AlignmentFlag.AlignRight, "Copied" if copied else "Copy"
-            )
-        context = QAbstractTextDocumentLayout.PaintContext()
-        palette = QPalette()
-        palette.setColor(QPalette.ColorRole.Text, QColor(t.muted if not item.content else t.text))
-        context.palette = palette
-        # Draw only what is on screen: a long streamed reply is mostly scrolled away.
-        visible = QRectF(g.text.intersected(self._view.viewport().rect()))
-        context.clip = visible.translated(-g.text.x(), -g.text.y()).adjusted(0, -2, 1, 2)
-        entry.markdown.doc.documentLayout().draw(painter, context)
-        painter.restore()
+    def text_position(
+        self, rect: QRect, index: QModelIndex, pos: QPoint, part: str | None = None
+    ) -> tuple[str, int] | None:
+        """The character under `pos`: ("body" | "thinking", document position). With
+        `part`, the nearest character of that part wherever `pos` is (a drag)."""
+        g, entry = self.geometry(rect, index)
+        item: MessageItem = index.data(MessageModel.ItemRole)
+        areas = [("body", g.text, entry)]
+        if g.thinking_text is not None:
+            areas.append(("thinking", g.thinking_text, self.rendered_thinking(item, rect.width())))
+        for name, area, rendered in areas:
+            if (part is None and area.contains(pos)) or part == name:
+                local = (pos - area.topLeft()).toPointF()
+                layout = rendered.markdown.doc.documentLayout()
+                return name, max(0, layout.hitTest(local, Qt.HitTestAccuracy.FuzzyHit))
+        return None
 
-    def _paint_footer(self, painter: QPainter, item: MessageItem, g: RowGeometry) -> None:
-        line = self.footer_line(item)
-        painter.setFont(self.small_font)
-        align = Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft
-        if g.legend is not None:
-            swatch = QRectF(g.legend.x(), g.legend.center().y() - 5, 12, 10)
-            painter.setPen(Qt.PenStyle.NoPen)
-            painter.setBrush(QColor(self.theme.drafted))
-            painter.drawRoundedRect(swatch, 3, 3)
-            painter.setPen(QColor(self.theme.muted))
-            painter.drawText(g.legend.adjusted(16, 0, 0, 0), align, LEGEND_TEXT)
-        if line:
-            painter.setPen(QColor(self.theme.muted))
-            metrics = self.small_metrics
-            elided = metrics.elidedText(line, Qt.TextElideMode.ElideRight, g.stats.width())
-            painter.drawText(g.stats, align, elided)  # the tooltip has every figure
-        for name, rect in g.actions:
-            self._paint_button(painter, rect, name, enabled=True)
-
-    def _paint_button(self, painter: QPainter, rect: QRect, text: str, *, enabled: bool, big=False):
-        t = self.theme
-        hovered = enabled and self._is_hovered(rect)
-        if hovered:
-            painter.setPen(Qt.PenStyle.NoPen)
-            painter.setBrush(QColor(t.hover))
-            painter.drawRoundedRect(QRectF(rect), 6, 6)
-        color = QColor(t.text if hovered else t.muted)
-        if not enabled:
-            color.setAlpha(90)
-        painter.setPen(color)
-        if big:
-            font = QFont(self.body_font)
-            font.setPointSizeF(font.pointSizeF() + 3)
-            painter.setFont(font)
-        else:
-            painter.setFont(self.small_font)
-        painter.drawText(rect, Qt.AlignmentFlag.AlignCenter, text)
-
-    def _is_hovered(self, rect: QRect | QRectF) -> bool:
-        return self.hover_pos is not None and QRectF(rect).contains(self.hover_pos)
-
-    @staticmethod
-    def _copy_rect(g: RowGeometry, code_rect: QRectF) -> QRectF:
-        right = QRectF(code_rect.right() - 70, code_rect.y(), 70, CODE_HEADER)
-        return right.translated(g.text.x(), g.text.y())
+    def document(self, item: MessageItem, part: str):
+        width = self._layout_width()
+        if part == "thinking":
+            return self.rendered_thinking(item, width).markdown.doc
+        return self.rendered(item, width).markdown.doc
 
     # -- tooltips ---------------------------------------------------------------------
 
@@ -316,6 +261,8 @@ class MessageDelegate(QStyledItemDelegate):
             return ("prev", None)
         if g.nav_next is not None and g.nav_next.contains(pos):
             return ("next", None)
+        if g.thinking_toggle is not None and g.thinking_toggle.contains(pos):
+            return ("thinking", None)
         for name, action_rect in g.actions:
             if action_rect.contains(pos):
                 return (name.lower(), None)

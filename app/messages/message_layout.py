@@ -23,6 +23,7 @@ USER_FRACTION = 0.8
 ACTION_PAD = 8
 NAV_ARROW_W = 22
 MIN_BUBBLE_W = 72
+THINK_H = 24  # the "Thinking (N tokens)" toggle above a reasoning reply
 
 STATUS_PILLS: dict[str, str] = {
     MessageStatus.STREAMING: "generating…",
@@ -46,6 +47,9 @@ class RowGeometry:
     nav_label: QRect | None = None
     nav_next: QRect | None = None
     actions: list[tuple[str, QRect]] = field(default_factory=list)
+    thinking_toggle: QRect | None = None
+    thinking_box: QRect | None = None  # the open thinking block, above the answer
+    thinking_text: QRect | None = None
     stats: QRect = field(default_factory=QRect)  # the figures line, left of the actions
     legend: QRect | None = None  # the drafted-tint swatch, when the text is tinted
 
@@ -68,6 +72,8 @@ def actions_for(item: MessageItem, *, is_last: bool, is_busy: bool) -> list[str]
     if item.role == "user" and is_last and not is_busy:
         names.append("Retry")  # a question left without a reply (the request failed)
     names.append("Copy")
+    if not is_busy:
+        names.append("Branch")  # into a new chat holding the path up to this message
     if is_last and item.is_continuable and not is_busy:
         names.append("Continue")
     return names
@@ -83,12 +89,22 @@ def layout_row(
     actions: list[str],
     editor_height: int | None = None,
     legend_width: int = 0,
+    thinking_width: int = 0,  # the toggle's; 0 when the reply has no thinking part
+    thinking_height: int | None = None,  # the open block's text height; None: collapsed
 ) -> RowGeometry:
     col = column(row)
     is_user = item.role == "user"
     y = row.y() + TOP
     header = QRect(col.x(), y, col.width(), HEADER_H)
     y += HEADER_H + GAP
+    toggle = box = box_text = None
+    if thinking_width and editor_height is None:
+        toggle = QRect(col.x(), y, thinking_width, THINK_H)
+        y += THINK_H + GAP
+        if thinking_height is not None:
+            box = QRect(col.x(), y, col.width(), thinking_height + 2 * PAD_Y)
+            box_text = box.adjusted(PAD_X, PAD_Y, -PAD_X, -PAD_Y)
+            y += box.height() + GAP
     if editor_height is not None:
         bubble = QRect(col.x(), y, col.width(), editor_height)
     else:
@@ -106,6 +122,7 @@ def layout_row(
     role_name = "You" if is_user else "Assistant"
     label_w = bold.horizontalAdvance(role_name) + 2
     geometry = RowGeometry(height, header, bubble, text, footer, QRect())
+    geometry.thinking_toggle, geometry.thinking_box, geometry.thinking_text = toggle, box, box_text
     if is_user:
         geometry.role_label = QRect(header.right() + 1 - label_w, header.y(), label_w, HEADER_H)
         nav_right = geometry.role_label.x() - 12

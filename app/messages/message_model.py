@@ -44,6 +44,7 @@ class MessageModel(QAbstractListModel):
         super().__init__(parent)
         self._items: list[MessageItem] = []
         self._editing_id: str | None = None
+        self._open_thinking: set[str] = set()  # replies whose thinking block is open
         self._is_busy = False
 
     # -- Qt model API -----------------------------------------------------------------
@@ -59,6 +60,8 @@ class MessageModel(QAbstractListModel):
             return item
         if role == self.IdRole:
             return item.id
+        if role == Qt.ItemDataRole.AccessibleTextRole:  # what a screen reader says
+            return f"{'You' if item.role == 'user' else 'Assistant'}: {item.content}"
         if role in (Qt.ItemDataRole.DisplayRole, Qt.ItemDataRole.ToolTipRole):
             return item.content if role == Qt.ItemDataRole.DisplayRole else None
         return None
@@ -119,6 +122,7 @@ class MessageModel(QAbstractListModel):
         content: str,
         draft_spans: tuple[tuple[int, int], ...] | None = None,
         status: str | None = None,
+        thinking: tuple[str, int] | None = None,  # the thinking part and its token count
     ) -> bool:
         """Change one message's text (and status); False when it is not shown."""
         row = self.row_of(message_id)
@@ -130,6 +134,8 @@ class MessageModel(QAbstractListModel):
             content=content,
             draft_spans=item.draft_spans if draft_spans is None else draft_spans,
             status=item.status if status is None else status,
+            thinking=item.thinking if thinking is None else thinking[0],
+            thinking_tokens=item.thinking_tokens if thinking is None else thinking[1],
         )
         self.dataChanged.emit(self.index(row), self.index(row))
         return True
@@ -140,6 +146,16 @@ class MessageModel(QAbstractListModel):
         for row in rows:
             if row >= 0:
                 self.dataChanged.emit(self.index(row), self.index(row))
+
+    def is_thinking_open(self, message_id: str) -> bool:
+        return message_id in self._open_thinking
+
+    def toggle_thinking(self, message_id: str) -> None:
+        """Open or close a reply's thinking block (a view state, not saved)."""
+        self._open_thinking ^= {message_id}
+        row = self.row_of(message_id)
+        if row >= 0:
+            self.dataChanged.emit(self.index(row), self.index(row))
 
     def set_busy(self, is_busy: bool) -> None:
         if is_busy != self._is_busy:

@@ -2,6 +2,10 @@
 what is under the pointer), and stays pinned to the bottom while a reply streams in if
 the person was at the bottom.
 
+Text is selected by dragging (double-click: a word) and copied with Ctrl+C; every
+control can be reached and activated from the keyboard (message_controls says which
+keys), with a focus ring and accessible names.
+
 A branch switch keeps the switched message where it was on screen, so the navigator
 stays under the pointer and a second click walks on; when the new branch is too short
 for that, the list gets blank room below its end (as chat apps have) instead of moving.
@@ -9,10 +13,27 @@ for that, the list gets blank room below its end (as chat apps have) instead of 
 
 from __future__ import annotations
 
-from PySide6.QtCore import QEvent, QModelIndex, QPoint, Qt, Signal
-from PySide6.QtGui import QColor, QLinearGradient, QMouseEvent, QPainter
+from PySide6.QtCore import QEvent, QModelIndex, QPoint, QRect, Qt, Signal
+from PySide6.QtGui import (
+    QClipboard,
+    QColor,
+    QGuiApplication,
+    QKeyEvent,
+    QKeySequence,
+    QLinearGradient,
+    QMouseEvent,
+    QPainter,
+    QTextCursor,
+)
 from PySide6.QtWidgets import QAbstractItemView, QListView, QStyleOptionViewItem
 
+from app.messages.message_controls import (
+    Control,
+    TextSelection,
+    control_name,
+    controls_of,
+    message_name,
+)
 from app.messages.message_delegate import MessageDelegate
 from app.messages.message_model import MessageModel
 from app.theme import Theme
@@ -34,13 +55,17 @@ class MessageListView(QListView):
         self.setResizeMode(QListView.ResizeMode.Adjust)
         self.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
         self.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.setFocusPolicy(Qt.FocusPolicy.NoFocus)
+        self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)  # Tab reaches it; a click too
+        self.setAccessibleName("Messages")
         self.setMouseTracking(True)
         self.setUniformItemSizes(False)
         self.verticalScrollBar().setSingleStep(24)
         self._is_following = True
         self._extra_bottom = 0  # px of blank room past the last message (see the docstring)
         self._layout_width = 1
+        self._focus_row = -1  # the message the keyboard is on
+        self._focus_control: Control | None = None  # None: the message itself
+        self._is_selecting = False  # a drag that started in a message's text
         self.verticalScrollBar().valueChanged.connect(self._remember_position)
         self.verticalScrollBar().rangeChanged.connect(self._keep_following)
 
@@ -167,10 +192,22 @@ class MessageListView(QListView):
     def mouseMoveEvent(self, event: QMouseEvent) -> None:
         pos = event.position().toPoint()
         self.delegate.hover_pos = pos
-        _, hit = self._hit(pos)
-        self.viewport().setCursor(
-            Qt.CursorShape.PointingHandCursor if hit else Qt.CursorShape.ArrowCursor
+        selection = self.delegate.selection
+        if self._is_selecting and selection is not None:
+            row = self.model().row_of(selection.message_id)
+            if row >= 0:
+                index = self.model().index(row)
+                at = self.delegate.text_position(self.visualRect(index), index, pos, selection.part)
+                if at is not None:
+                    self.delegate.selection = TextSelection(
+                        selection.message_id, selection.part, selection.anchor, at[1]
+                    )
+        index, hit = self._hit(pos)
+        over_text = index.isValid() and self.delegate.text_position(
+            self.visualRect(index), index, pos
         )
+        shape = Qt.CursorShape.PointingHandCursor if hit else Qt.CursorShape.ArrowCursor
+        self.viewport().setCursor(Qt.CursorShape.IBeamCursor if over_text and not hit else shape)
         self.viewport().update()
         super().mouseMoveEvent(event)
 
@@ -180,15 +217,178 @@ class MessageListView(QListView):
         super().leaveEvent(event)
 
     def mousePressEvent(self, event: QMouseEvent) -> None:
-        _, hit = self._hit(event.position().toPoint())
-        if hit is None:
-            super().mousePressEvent(event)
+        pos = event.position().toPoint()
+        index, hit = self._hit(pos)
+        if index.isValid():
+            self.setFocus(Qt.FocusReason.MouseFocusReason)
+            self._set_focus(index.row(), hit)
+        if hit is not None or event.button() != Qt.MouseButton.LeftButton:
+            return
+        at = (
+            self.delegate.text_position(self.visualRect(index), index, pos)
+            if index.isValid()
+            else None
+        )
+        if at is None:
+            self._set_selection(None)
+            return super().mousePressEvent(event)
+        message_id = index.data(MessageModel.IdRole)
+        self._set_selection(TextSelection(message_id, at[0], at[1], at[1]))
+        self._is_selecting = True
+
+    def mouseDoubleClickEvent(self, event: QMouseEvent) -> None:
+        pos = event.position().toPoint()
+        index, hit = self._hit(pos)
+        at = (
+            self.delegate.text_position(self.visualRect(index), index, pos)
+            if index.isValid()
+            else None
+        )
+        if hit is not None or at is None:
+            return super().mouseDoubleClickEvent(event)
+        item = index.data(MessageModel.ItemRole)
+        cursor = QTextCursor(self.delegate.document(item, at[0]))
+        cursor.setPosition(at[1])
+        cursor.select(QTextCursor.SelectionType.WordUnderCursor)
+        self._set_selection(
+            TextSelection(item.id, at[0], cursor.selectionStart(), cursor.selectionEnd())
+        )
 
     def mouseReleaseEvent(self, event: QMouseEvent) -> None:
         if event.button() != Qt.MouseButton.LeftButton:
             return super().mouseReleaseEvent(event)
+        if self._is_selecting:
+            self._is_selecting = False
+            clipboard = QGuiApplication.clipboard()
+            text = self.selected_text()
+            if text and clipboard.supportsSelection():  # X11's middle-click paste
+                clipboard.setText(text, QClipboard.Mode.Selection)
+            return None
         index, hit = self._hit(event.position().toPoint())
         if hit is None:
             return super().mouseReleaseEvent(event)
         message_id = index.data(MessageModel.IdRole)
         self.activate(message_id, hit[0], hit[1])
+
+    # -- selection --------------------------------------------------------------------
+
+    def _set_selection(self, selection: TextSelection | None) -> None:
+        self.delegate.selection = selection
+        self.viewport().update()
+
+    def selected_text(self) -> str:
+        """The selected characters as plain text (line breaks as \\n)."""
+        selection = self.delegate.selection
+        if selection is None or selection.is_empty:
+            return ""
+        row = self.model().row_of(selection.message_id)
+        if row < 0:
+            return ""
+        doc = self.delegate.document(self.model().item(row), selection.part)
+        cursor = QTextCursor(doc)
+        last = doc.characterCount() - 1
+        cursor.setPosition(min(selection.start, last))
+        cursor.setPosition(min(selection.end, last), QTextCursor.MoveMode.KeepAnchor)
+        return cursor.selectedText().replace("\u2029", "\n").replace("\u2028", "\n")
+
+    def _select_all(self) -> None:
+        if 0 <= self._focus_row < self.model().rowCount():
+            item = self.model().item(self._focus_row)
+            end = self.delegate.document(item, "body").characterCount() - 1
+            self._set_selection(TextSelection(item.id, "body", 0, end))
+
+    def _copy(self) -> None:
+        text = self.selected_text()
+        if not text and 0 <= self._focus_row < self.model().rowCount():
+            text = self.model().item(self._focus_row).content  # the whole message
+        if text:
+            QGuiApplication.clipboard().setText(text)
+
+    # -- keyboard ---------------------------------------------------------------------
+
+    def _controls(self, row: int) -> list[tuple[Control, QRect]]:
+        index = self.model().index(row)
+        geometry, entry = self.delegate.geometry(self.visualRect(index), index)
+        return controls_of(geometry, entry)
+
+    def _set_focus(self, row: int, control: Control | None) -> None:
+        model = self.model()
+        self._focus_row, self._focus_control = row, control
+        self.delegate.focus = (row, control) if self.hasFocus() and row >= 0 else None
+        if 0 <= row < model.rowCount():
+            item = model.item(row)
+            description = message_name(item, row, model.rowCount())
+            if control is not None:
+                description += f". {control_name(item, control)}, button"
+            self.setAccessibleDescription(description)
+        self.viewport().update()
+
+    def focused_control(self) -> tuple[int, Control | None]:
+        return self._focus_row, self._focus_control
+
+    def _reveal_focus(self) -> None:
+        index = self.model().index(self._focus_row)
+        rect = dict(self._controls(self._focus_row)).get(self._focus_control)
+        rect = rect or self.visualRect(index)
+        bar, height = self.verticalScrollBar(), self.viewport().height()
+        if rect.height() > height or rect.top() < 0:
+            bar.setValue(bar.value() + rect.top() - 8)
+        elif rect.bottom() > height:
+            bar.setValue(bar.value() + rect.bottom() - height + 8)
+        self._is_following = False
+
+    def _move_control(self, step: int) -> bool:
+        """Move to the previous / next control of the focused message; False past the ends."""
+        rows = self.model().rowCount()
+        if not 0 <= self._focus_row < rows:
+            return False
+        controls = [control for control, _rect in self._controls(self._focus_row)]
+        order: list[Control | None] = [None, *controls]
+        at = order.index(self._focus_control) if self._focus_control in order else 0
+        if not 0 <= at + step < len(order):
+            return False
+        self._set_focus(self._focus_row, order[at + step])
+        self._reveal_focus()
+        return True
+
+    def focusNextPrevChild(self, next: bool) -> bool:  # noqa: N802, A002 - Qt's names
+        if self.hasFocus() and self._move_control(1 if next else -1):
+            return True
+        return super().focusNextPrevChild(next)
+
+    def focusInEvent(self, event) -> None:
+        rows = self.model().rowCount() if self.model() else 0
+        if rows and not 0 <= self._focus_row < rows:
+            self._focus_row = rows - 1  # the newest message, where a reader left off
+        super().focusInEvent(event)
+        self._set_focus(self._focus_row, self._focus_control)
+
+    def focusOutEvent(self, event) -> None:
+        super().focusOutEvent(event)
+        self.delegate.focus = None
+        self.viewport().update()
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:
+        key, rows = event.key(), self.model().rowCount()
+        if event.matches(QKeySequence.StandardKey.Copy):
+            return self._copy()
+        if event.matches(QKeySequence.StandardKey.SelectAll):
+            return self._select_all()
+        moves = {Qt.Key.Key_Up: self._focus_row - 1, Qt.Key.Key_Down: self._focus_row + 1,
+                 Qt.Key.Key_Home: 0, Qt.Key.Key_End: rows - 1}  # fmt: skip
+        if key in moves and rows:
+            self._set_focus(max(0, min(rows - 1, moves[key])), None)
+            return self._reveal_focus()
+        if key in (Qt.Key.Key_Left, Qt.Key.Key_Right):
+            self._move_control(-1 if key == Qt.Key.Key_Left else 1)
+            return None
+        if key in (Qt.Key.Key_Return, Qt.Key.Key_Enter, Qt.Key.Key_Space):
+            if self._focus_control is not None and 0 <= self._focus_row < rows:
+                row, (action, argument) = self._focus_row, self._focus_control
+                self.activate(self.model().item(row).id, action, argument)
+                if self._focus_control not in dict(self._controls(row)):
+                    self._set_focus(min(row, self.model().rowCount() - 1), None)
+            return None
+        if key == Qt.Key.Key_Escape and self.delegate.selection is not None:
+            return self._set_selection(None)
+        return super().keyPressEvent(event)

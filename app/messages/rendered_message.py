@@ -66,7 +66,7 @@ class RenderCache:
         entry = self._entries.get(item.id)
         if entry is None or entry.key != key:
             text = item.content if item.content else "…"  # a reply still waiting
-            if item.role == "user":
+            if item.role in ("user", "thinking"):  # as written, not as Markdown
                 markdown = render_plain(text, font)
             else:
                 markdown = render(text, theme, font, spans)

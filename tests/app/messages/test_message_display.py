@@ -56,3 +56,22 @@ def test_a_reply_opening_with_a_code_block_draws_it_inside_the_bubble(harness, q
         rendered.markdown.doc.begin()
     )
     assert first_line.top() >= frame.top() + 30
+
+
+def test_branch_into_a_new_chat_from_a_message(harness, qtbot):
+    from tests.app.messages.ui import click_control
+
+    window = harness.open()
+    for text in ("first", "second", "third"):
+        harness.send(text)
+    original = window.controller.conversation_id
+    click_control(window, qtbot, 3, "Branch")  # the reply to "second"
+    qtbot.waitUntil(lambda: window.controller.conversation_id != original)
+    assert harness.texts() == ["first", "Echo: first", "second", "Echo: second"]
+    titles = [c.title for c in harness.store.list_conversations()]
+    assert titles[0] == "first (branch)" and "first" in titles
+    kept = [n.content for n in harness.store.load_tree(original).selected_path()]
+    assert kept == ["first", "Echo: first", "second", "Echo: second", "third", "Echo: third"]
+    harness.send("a new question here")  # the copy goes on on its own
+    assert harness.texts()[-1] == "Echo: a new question here"
+    assert len(harness.store.load_tree(original).selected_path()) == 6

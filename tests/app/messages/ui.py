@@ -41,3 +41,42 @@ def click_control(window, qtbot, row: int, name: str, *, scroll: bool = True) ->
     assert view.viewport().rect().contains(rect.center()), "the control is off screen"
     qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
     return rect.center()
+
+
+class ThinkingEngine(FakeEngine):
+    """A reasoning model's reply: `thinking` streamed as ReplyPart.THINKING tokens, then
+    the answer, with the engine's Finished (answer in text, the block in thinking)."""
+
+    thinking = "The user greets me. A short friendly answer fits."
+    answer = "Hello! How can I help?"
+
+    def _generate(self, command) -> None:
+        from engine import events as ev
+        from tests.app.fake_engine import split_tokens
+
+        rid = command.request_id
+        self.listener(ev.PrefillProgress(rid, 120, 120, 40))
+        thought = split_tokens(self.thinking)
+        answer = split_tokens(self.answer)
+        events = [ev.Tokens(rid, p, (i,), (False,), part="thinking") for i, p in enumerate(thought)]
+        events += [ev.Tokens(rid, p, (i,), (False,)) for i, p in enumerate(answer)]
+        for i, event in enumerate(events):
+            while self.pause_after is not None and i >= self.pause_after:
+                if rid in self._stopped or self._resume.wait(0.005):
+                    break
+            if rid in self._stopped:
+                break
+            self.listener(event)
+        n = len(events)
+        stats = ev.Stats(rid, 160, n, 40, 120, 0.05, 2400.0, 50.0, 0, 0, 160 + n, 2048,
+                         thinking_tokens=len(thought))  # fmt: skip
+        self.listener(ev.Finished(rid, "eos", self.answer, tuple(range(n)), stats,
+                                  thinking=self.thinking))  # fmt: skip
+
+
+def open_thinking(harness):
+    def factory(listener):
+        harness.engine = ThinkingEngine(listener)
+        return harness.engine
+
+    return harness.open(engine_factory=factory)
