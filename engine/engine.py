@@ -110,7 +110,7 @@ class Engine:
                 self._emit(
                     ev.Failed(
                         _request_id(command),
-                        "Out of memory. Try a smaller model or lower the cache budget.",
+                        "Out of memory. Try a smaller model or lower the memory budget in Settings.",
                         traceback.format_exc(),
                     )
                 )

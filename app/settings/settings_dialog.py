@@ -1,4 +1,4 @@
-"""The settings dialog: system prompt, sampling, max tokens, drafter, cache budget and the
+"""The settings dialog: system prompt, sampling, max tokens, drafter, memory budget and the
 drafted-token tint. It edits an AppSettings; the window saves and applies it."""
 
 from __future__ import annotations
