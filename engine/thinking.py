@@ -58,8 +58,11 @@ class ThinkingSplitter:
 
     @property
     def part(self) -> str:
-        """The part the next text goes to as far as is known now."""
-        return ReplyPart.THINKING if self._stage == _Stage.THINKING else ReplyPart.ANSWER
+        """The part the next text goes to as far as is known now: a reply that so far is
+        the start of `<think>` is taken to be thinking (what it nearly always is)."""
+        if self._stage == _Stage.THINKING or (self._stage == _Stage.START and self._held.strip()):
+            return ReplyPart.THINKING
+        return ReplyPart.ANSWER
 
     def feed(self, text: str) -> list[Segment]:
         start = self.num_consumed - len(self._held)  # where the held text began
@@ -184,10 +187,11 @@ class ReplyStream:
         items: list[tuple[str, str, int | None, bool]] = []
         for token_id, drafted in zip(token_ids, from_draft, strict=True):
             piece = self._detok.add(token_id)
-            self._starts.append(self._position())
+            start = self._position()
+            self._starts.append(start)
             segments = self._split(piece)
-            if not segments:
-                segments = [(self._part(), "")]
+            if not segments:  # a tag, edge space or a tag's start: counted where it lies
+                segments = [(self._part_at(start), "")]
             for part, text in segments[:-1]:
                 items.append((part, text, None, False))
             items.append((segments[-1][0], segments[-1][1], token_id, drafted))
@@ -203,8 +207,12 @@ class ReplyStream:
     def _position(self) -> int:
         return self._splitter.num_consumed if self._splitter is not None else 0
 
-    def _part(self) -> str:
-        return self._splitter.part if self._splitter is not None else ReplyPart.ANSWER
+    def _part_at(self, position: int) -> str:
+        if self._splitter is None:
+            return ReplyPart.ANSWER
+        if self._splitter.is_thinking_at(position):
+            return ReplyPart.THINKING
+        return self._splitter.part
 
     def _split(self, text: str) -> list[Segment]:
         if self._splitter is None:

@@ -99,3 +99,5 @@ def test_reply_stream_puts_every_token_in_one_event_of_its_part():
     block = tokenizer.encode("<think>\nsky is blue\n</think>", add_special=False)
     assert ids[: len(block)] == block
     assert stream.num_thinking_tokens == len(block)
+    # what the stream says token by token adds up to the same count
+    assert sum(len(e.token_ids) for e in events if e.part == ReplyPart.THINKING) == len(block)

@@ -102,6 +102,8 @@ def test_the_think_block_streams_and_finishes_apart_from_the_answer(
     block = reply[: reply.index("</think>") + len("</think>")]
     assert finished.stats is not None
     assert finished.stats.thinking_tokens == len(tokenizer.encode(block))
+    streamed_thinking = sum(len(e.token_ids) for e in tokens if e.part == "thinking")
+    assert streamed_thinking == finished.stats.thinking_tokens
     assert finished.stats.generated_tokens == len(tokenizer.encode(reply))
 
 
