@@ -20,6 +20,7 @@ from engine.events import GenerationSettings, Message
 from engine.sampling import SamplingSettings
 
 # what a preset sets; the rest of a chat's settings are its own
+APP_DEFAULTS = "App defaults"  # where an untuned chat's sampling comes from (no preset)
 PRESET_FIELDS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "max_tokens")
 
 
@@ -64,6 +65,7 @@ class ChatSettings:
             top_p=app.top_p,
             top_k=app.top_k,
             max_tokens=app.max_tokens,
+            preset=APP_DEFAULTS,
         )
 
     def sampling(self) -> SamplingSettings:

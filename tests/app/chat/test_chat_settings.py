@@ -49,6 +49,7 @@ def test_temperature_and_system_prompt_reach_the_engine_and_survive_a_restart(ha
     window = harness.open()
     harness.send("first")  # a chat that exists, on the app's defaults
     assert last_generate(harness).settings.sampling.temperature == 0.7
+    assert window.header.chat_button.text() == "Chat: App defaults"
 
     def tune(dialog) -> None:
         dialog.system_prompt.setFocus()

@@ -54,7 +54,7 @@ def test_an_open_webui_export_shows_its_title_and_its_system_prompt_is_the_chats
     path.write_text(json.dumps(export, ensure_ascii=False), encoding="utf-8")
     import_through_the_menu(window, qtbot, monkeypatch, path)
     assert rows(window) == [("header", "Today"), ("conversation", "Haïku")]
-    assert window.header.chat_button.text() == "Chat: Custom · system prompt"
+    assert window.header.chat_button.text() == "Chat: App defaults · system prompt"
     harness.send("Encore un")
     generate = harness.engine.generates()[-1]
     assert generate.messages[0].content == "Réponds en français."
