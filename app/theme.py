@@ -3,6 +3,8 @@ a Theme); the message delegate paints with the Theme directly."""
 
 from __future__ import annotations
 
+import site
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from string import Template
@@ -11,7 +13,21 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QGuiApplication, QPalette
 from PySide6.QtWidgets import QApplication
 
-RESOURCES = Path(__file__).resolve().parent.parent / "resources"
+# a checkout's resources/; an installed wheel's copy (pyproject's data-files), under the
+# environment's prefix or, after `pip install --user`, the user base
+_CHECKOUT_RESOURCES = Path(__file__).resolve().parent.parent / "resources"
+RESOURCES = next(
+    (
+        folder
+        for folder in (
+            _CHECKOUT_RESOURCES,
+            Path(sys.prefix) / "share" / "branchchat",
+            Path(site.getuserbase()) / "share" / "branchchat",
+        )
+        if folder.is_dir()
+    ),
+    _CHECKOUT_RESOURCES,
+)
 
 
 @dataclass(frozen=True)
