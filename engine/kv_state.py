@@ -328,10 +328,11 @@ class SlidingKV(_CursorRows):
     def undo_forward(self, point: Any) -> bool:
         length, pieces = point
         if self._before is not None:  # the writes may have begun: put the old ring back
+            # views of the concatenation, nobody else's: no allocation, which an undo
+            # after running out of memory should not need
             keys, values, k_pos = self._before
-            self.keys = self.ops.snapshot(keys[:, : self.size])
-            self.values = self.ops.snapshot(values[:, : self.size])
-            self.positions = k_pos[: self.size].copy()
+            self.keys, self.values = keys[:, : self.size], values[:, : self.size]
+            self.positions = k_pos[: self.size]
             self._before = None
         self.length = length
         if self.tape is not None:

@@ -52,13 +52,17 @@ class SequenceState:
         return self.offset
 
     def end_forward(self, token_ids: list[int]) -> None:
+        """The forward's rows are in every layer: commit them, with the snapshot due at
+        their end (taken first: if it fails, the caller undoes the whole forward)."""
+        end = self.offset + len(token_ids)
+        due = self._due_snapshot(end) if self._recording is None else None
         for layer in self.layers:
             layer.end_forward()
         self._forward_points = None
         self.tokens.extend(token_ids)
         self.is_poisoned = False
-        if self._recording is None:
-            self._take_due_snapshots()
+        if due is not None:
+            self._snapshots.take(end, due)
 
     def abort_forward(self) -> bool:
         """A forward raised after `begin_forward`: put every layer back where it was, so
@@ -129,9 +133,11 @@ class SequenceState:
     def _layer_snapshots(self) -> tuple[Any, ...]:
         return tuple(layer.snapshot() for layer in self.layers)
 
-    def _take_due_snapshots(self) -> None:
-        if self.needs_snapshots and self._snapshots.is_due(self.offset):
-            self._snapshots.take(self.offset, self._layer_snapshots())
+    def _due_snapshot(self, position: int) -> tuple[Any, ...] | None:
+        """The layers' snapshots when one is due at `position` (where they are now)."""
+        if self.needs_snapshots and self._snapshots.is_due(position):
+            return self._layer_snapshots()
+        return None
 
     def snapshot_positions(self) -> list[int]:
         return self._snapshots.positions()
@@ -199,14 +205,18 @@ class SequenceState:
         if position != self.plan_truncate(position):
             raise StateError(f"position {position} is not directly restorable; use plan_truncate")
         dropped = self.tokens[position:]
-        if position == 0:  # the empty state: every kind rebuilds it without a snapshot
-            for layer in self.layers:
-                layer.reset()
-        elif self._can_rewind_directly(position):
-            for layer in self.layers:
-                layer.rewind(position)
-        else:
-            self._restore_layers(self._stored_snapshots()[position], position)
+        try:
+            if position == 0:  # the empty state: every kind rebuilds it without a snapshot
+                for layer in self.layers:
+                    layer.reset()
+            elif self._can_rewind_directly(position):
+                for layer in self.layers:
+                    layer.rewind(position)
+            else:
+                self._restore_layers(self._stored_snapshots()[position], position)
+        except BaseException:  # a ring's copy ran out of memory with some layers restored
+            self.is_poisoned = True
+            raise
         self.tokens = self.tokens[:position]
         self._forget_after(position)
         return dropped
@@ -270,9 +280,11 @@ class SequenceState:
             raise StateError("commit needs the open recorded checkpoint")
         stops = self._due_inside(cp.position, self.offset)
         inner = self._replay(cp, stops[-1] - cp.position, stops)[0] if stops else []
+        final = self._due_snapshot(self.offset)  # all that can fail runs before any change
         self._end_recording()
         self._store_inner(stops, inner)
-        self._take_due_snapshots()
+        if final is not None:
+            self._snapshots.take(self.offset, final)
 
     def rollback_retaining(self, cp: Checkpoint, keep_rows: int) -> None:
         """After a recorded verify, keep its first `keep_rows` rows and drop the rest.
@@ -290,7 +302,7 @@ class SequenceState:
         if not all(layer.tape_covers(rows) for layer in self.layers):
             raise StateError("the verify tape does not cover the rows since the checkpoint")
         keep_pos = cp.position + keep_rows
-        stops = self._due_inside(cp.position, keep_pos)
+        stops = self._due_inside(cp.position, keep_pos + 1)  # keep_pos's own included
         inner, replayed = self._replay(cp, keep_rows, stops)
         for layer, result in zip(self.layers, replayed, strict=True):
             layer.adopt_verified(result, keep_pos)
@@ -299,9 +311,9 @@ class SequenceState:
         self.epoch += 1
         self._snapshots.drop_after(keep_pos)  # nothing is held past it; marks there are stale
         self._store_inner(stops, inner)
-        self._take_due_snapshots()
 
     def _due_inside(self, start: int, end: int) -> list[int]:
+        """The positions in (start, end) where a snapshot is due."""
         return self._snapshots.due_between(start, end) if self.needs_snapshots else []
 
     def _replay(

@@ -253,10 +253,10 @@ class DecoderModel:
                 ops.evaluate(out)
             else:
                 ops.evaluate(*[a for s in state.layers for a in s.live_arrays()])
+            state.end_forward(list(token_ids))
         except BaseException:  # out of memory, a stop signal, a bug: undo, then report it
             state.abort_forward()
             raise
-        state.end_forward(list(token_ids))
         return out
 
     def hidden(self, ids: Any, layer_states: list[Any], offset: Any) -> Array:

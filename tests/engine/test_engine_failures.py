@@ -66,7 +66,8 @@ def test_a_failed_verify_keeps_the_conversation(
         assert_same_reply(again, first)
         assert again.stats is not None
         # the prompt's computed rows survived the failure (they used to be thrown away)
-        assert again.stats.reused_tokens >= len(prompt_ids(messages)) - (1 if kind == "llama" else 8)
+        slack = 1 if kind == "llama" else 8  # the hybrid resumes from a message boundary
+        assert again.stats.reused_tokens >= len(prompt_ids(messages)) - slack
 
 
 def test_a_verify_left_open_is_rolled_back_before_the_next_request(

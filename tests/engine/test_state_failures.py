@@ -12,8 +12,10 @@ from typing import Any
 
 import pytest
 
+from engine.errors import StateError
 from engine.sequence import SequenceState, prefill, truncate
 from tests.conftest import TinyModels
+from tests.engine.state_faults import FORWARD_SITES, SimulatedOOM, forward_site, raise_oom
 from tests.engine.test_state_property import (
     POLICIES,
     StateModels,
@@ -29,34 +31,17 @@ from tests.engine.test_state_refusals import assert_exact, grown
 KINDS = ["llama", "sliding", "hybrid"]
 
 
-class SimulatedOOM(RuntimeError):
-    pass
-
-
 @pytest.fixture(scope="module")
 def models(tiny_models: TinyModels, tmp_path_factory: pytest.TempPathFactory) -> StateModels:
     return StateModels(tiny_models, tmp_path_factory.mktemp("failure_models"))
-
-
-def _raise(*args: Any, **kwargs: Any) -> Any:
-    raise SimulatedOOM("out of memory (simulated)")
 
 
 @contextmanager
 def failing(monkeypatch: pytest.MonkeyPatch, target: Any, name: str) -> Iterator[None]:
     """`target.name` raises while the block runs."""
     with monkeypatch.context() as patch:
-        patch.setattr(target, name, _raise)
+        patch.setattr(target, name, raise_oom)
         yield
-
-
-# Where a forward dies: after the first layer's mixer wrote its rows, after every
-# mixer ran (the last layer's MLP), or when the backend evaluates the whole pass.
-SITES: dict[str, Callable[[Any], tuple[Any, str]]] = {
-    "first mlp": lambda model: (model.layers[0], "mlp"),
-    "last mlp": lambda model: (model.layers[-1], "mlp"),
-    "evaluate": lambda model: (model.ops, "evaluate"),
-}
 
 
 def assert_same_after(
@@ -72,7 +57,7 @@ def assert_same_after(
     assert_exact(model, state)
 
 
-@pytest.mark.parametrize("site", list(SITES))
+@pytest.mark.parametrize("site", FORWARD_SITES)
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_failed_prefill_changes_nothing(
     models: StateModels, kind: str, site: str, monkeypatch: pytest.MonkeyPatch
@@ -83,7 +68,7 @@ def test_a_failed_prefill_changes_nothing(
     snapshots = state.snapshot_positions()
     ids = token_ids(1, 12)
     forward = lambda: model.forward(ids, state, logits="none")  # noqa: E731
-    assert_same_after(model, state, forward, monkeypatch, SITES[site](model))
+    assert_same_after(model, state, forward, monkeypatch, forward_site(model, site))
     assert state.snapshot_positions() == snapshots
     prefill(model, state, ids)  # the retry succeeds and takes the snapshot due at 40
     assert state.offset == 42
@@ -196,13 +181,68 @@ def test_a_failed_replay_of_a_commit_leaves_the_verify_open(
     state = grown(models.get(kind), kind, 22)
     cp = state.checkpoint(record=True)
     model.forward(token_ids(5, 4), state, logits="all")
-    before = capture(state)
-    with failing(monkeypatch, model.ops, "write_rows" if kind == "sliding" else "conv_state_after"):
-        with pytest.raises(SimulatedOOM):
-            state.commit(cp)
-    assert_unchanged(before, state)
+    site = (model.ops, "write_rows" if kind == "sliding" else "conv_state_after")
+    assert_same_after(model, state, lambda: state.commit(cp), monkeypatch, site)
     state.commit(cp)
     assert 24 in state.snapshot_positions() and not state.is_recording
     truncate(model, state, 25)
     assert state.plan_truncate(24) == 24
+    assert_exact(model, state)
+
+
+def test_a_failed_snapshot_at_a_forwards_end_undoes_the_forward(
+    models: StateModels, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The snapshot due where a chunk ends is taken before its rows are committed: when
+    copying the ring runs out of memory the chunk is undone whole, so a retry appends it
+    once (the rows used to be kept while the caller saw the failure)."""
+    model = models.get("sliding").model
+    state = grown(models.get("sliding"), "sliding", 20)
+    site = (model.ops, "snapshot")
+    forward = lambda: model.forward(token_ids(1, 4), state)  # noqa: E731  # ends on 24
+    assert_same_after(model, state, forward, monkeypatch, site)
+    forward()
+    assert state.offset == 24 and 24 in state.snapshot_positions()
+    assert_exact(model, state)
+
+
+def test_a_failed_snapshot_at_a_verifys_end_leaves_the_verify_open(
+    models: StateModels, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = models.get("sliding").model
+    state = grown(models.get("sliding"), "sliding", 20)
+    cp = state.checkpoint(record=True)
+    model.forward(token_ids(1, 4), state, logits="all")  # ends on 24
+    assert_same_after(model, state, lambda: state.commit(cp), monkeypatch, (model.ops, "snapshot"))
+    state.commit(cp)
+    assert 24 in state.snapshot_positions() and not state.is_recording
+
+
+def test_a_failed_restore_refuses_until_reset(
+    models: StateModels, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Restoring a ring copies it: if that fails with some layers restored, the state
+    refuses every call (StateError) rather than answer from mixed positions."""
+    model = models.get("sliding").model
+    state = grown(models.get("sliding"), "sliding", 30)
+    assert state.plan_truncate(17) == 16
+    real = model.ops.snapshot
+    calls = 0
+
+    def second_copy_fails(x: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 3:  # the first layer's keys and values are back, the second's not
+            raise SimulatedOOM("out of memory (simulated)")
+        return real(x)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(model.ops, "snapshot", second_copy_fails)
+        with pytest.raises(SimulatedOOM):
+            truncate(model, state, 17)
+    assert state.is_poisoned
+    with pytest.raises(StateError, match="failed forward"):
+        state.plan_truncate(5)
+    state.reset()
+    prefill(model, state, token_ids(0, 17))
     assert_exact(model, state)
