@@ -6,11 +6,16 @@ decoding), accepts the longest prefix the target agrees with plus one token of i
 own, and keeps the state exact with `rollback_retaining` (attention trims rows,
 recurrent layers replay the kept rows from the verify tape; no second pass).
 
-Acceptance is speculative rejection sampling (Leviathan et al. 2023; Chen et al. 2023):
-accept a drafted d with probability min(1, p(d)/q(d)); on rejection draw from
-normalize(max(0, p - q)); after k accepts draw a bonus token from p. A deterministic
-drafter has a one-hot q, and greedy decoding has a one-hot p, which reduces to
-"accept while d == argmax". The output distribution is the target's either way.
+Acceptance is coupled sampling: the target's token at each verified row is drawn
+exactly as plain decoding draws it there (engine/sampling.py: one uniform per position,
+from the seed and the position alone), and a drafted token is accepted iff it equals
+that token; after k accepts the last row gives the bonus token. So every token is the
+one plain seeded decoding emits, for any draft length and any drafter, and the output
+distribution is the target's. For a deterministic drafter (all of ours: a one-hot q)
+this accepts d with probability p(d) and, on rejection, emits a token distributed as
+normalize(max(0, p - q)), as speculative rejection sampling does (Leviathan et al.
+2023; Chen et al. 2023), so the acceptance is the same too. Greedy: "accept while d ==
+argmax".
 """
 
 from __future__ import annotations
@@ -173,14 +178,14 @@ def decode(
     pending token, or the EOS), and nothing else: rows verified past an accepted EOS are
     dropped with the rest of the draft.
     """
-    rng = np.random.default_rng(req.settings.seed)
+    uniforms = sampling.PositionalUniforms(req.settings.seed)
     s = req.settings
     # a verify must fit one fused step (its rows then match single steps bit for bit)
     row_limit = runner.step_row_limit()
     # plain greedy needs only each row's argmax: take that on the device, not the logits
     argmax_only = s.is_greedy and s.repetition_penalty == 1.0
     out = DecodeResult()
-    produced = [(sampling.sample(last_logits, state.tokens, s, rng), False)]
+    produced = [(sampling.sample(last_logits, state.tokens, s, uniforms), False)]
     out.first_token_time = time.perf_counter()
     if req.drafter is not None:
         req.drafter.begin(list(state.tokens))
@@ -210,13 +215,13 @@ def decode(
                 req.acceptance.idle()
             if req.drafter is not None:
                 req.drafter.commit(rows)
-            produced = [(sampling.sample(logits[-1], state.tokens, s, rng), False)]
+            produced = [(sampling.sample(logits[-1], state.tokens, s, uniforms), False)]
             continue
         cp = state.checkpoint(record=True)
         logits = _to_host(runner.ops, runner.forward(rows, state, logits="all"), argmax_only)
         costs.observe(len(rows), time.perf_counter() - t0)
         num_drafted = len(rows) - 1
-        accepted, nxt = _verify(logits, draft, num_drafted, state.tokens, s, rng)
+        accepted, nxt = _verify(logits, draft, num_drafted, state.tokens, s, uniforms)
         if req.acceptance is not None:  # how good the drafter is, EOS or not
             req.acceptance.observe(num_drafted, accepted)
         eos_at = _first_eos(draft.tokens[:accepted], req.eos_ids)
@@ -302,31 +307,16 @@ def _verify(
     k: int,
     history: list[int],
     s: SamplingSettings,
-    rng: np.random.Generator,
+    uniforms: sampling.PositionalUniforms,
 ) -> tuple[int, int]:
-    """Accepted count among the k drafted tokens and the target's own next token.
+    """Accepted count among the k drafted tokens and the target's own next token: row i's
+    token is sampled as plain decoding samples it there; a draft stands iff it equals it.
 
     `history` already holds the verified rows; row i's history is its prefix.
     """
     base = len(history) - k  # rows are [pending, d1..dk]; row i's history is history[:base+i]
     for i in range(k):
-        d = draft.tokens[i]
-        hist = history[: base + i]
-        if s.is_greedy:
-            target = sampling.greedy(logits[i], hist, s)
-            if d == target:
-                continue
+        target = sampling.sample(logits[i], history[: base + i], s, uniforms)
+        if draft.tokens[i] != target:
             return i, target
-        p = sampling.probabilities(logits[i], hist, s)
-        q_d = 1.0 if draft.probs is None else float(draft.probs[i][d])
-        if rng.random() * q_d < p[d]:  # accept with probability min(1, p/q)
-            continue
-        residual = p.copy()
-        if draft.probs is None:
-            residual[d] = 0.0
-        else:
-            residual = np.maximum(0.0, p - draft.probs[i])
-        if residual.sum() <= 0:
-            residual = p
-        return i, sampling.draw(residual / residual.sum(), rng)
-    return k, sampling.sample(logits[k], history[: base + k], s, rng)
+    return k, sampling.sample(logits[k], history[: base + k], s, uniforms)

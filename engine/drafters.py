@@ -22,31 +22,21 @@ implements one: the decode loop only needs to check `getattr(d, "wants_hidden", 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-import numpy as np
-
 from engine.errors import StateError
 from engine.models.protocol import Model
-from engine.sampling import draw
 from engine.sequence import prefill, truncate
 from engine.state import Checkpoint
-
-Transform = Callable[[np.ndarray, list[int]], np.ndarray]  # logits row, history -> probs
 
 
 @dataclass(frozen=True)
 class Draft:
-    tokens: list[int]  # proposed continuation (may be shorter than asked, or empty)
-    # [len(tokens), vocab] float64 drafter distribution q per proposed token, or None for a
-    # deterministic drafter (q is one-hot on the proposed token).
-    probs: np.ndarray | None = None
+    """A deterministic proposal: the same context always gives the same tokens, which is
+    what lets the decode loop's coupled sampling reproduce plain seeded decoding."""
 
-    def __post_init__(self) -> None:
-        if self.probs is not None and self.probs.shape[0] != len(self.tokens):
-            raise ValueError("Draft.probs needs one row per proposed token")
+    tokens: list[int]  # proposed continuation (may be shorter than asked, or empty)
 
 
 class Drafter(Protocol):
@@ -72,22 +62,13 @@ class DraftModelDrafter:
     Between requests its state holds exactly the committed context: `propose`
     checkpoints, drafts, and rolls back; `commit` only queues the committed tokens, which
     the next `propose` (or `end`) forwards in one batched call, so plain steps between
-    drafts cost the draft model nothing until it drafts again. With `transform` (a logits
-    row and the history -> a probability vector, e.g. engine.sampling.probabilities with the
-    request's settings) it samples from q and returns q's rows; without, it is greedy and
-    returns probs=None.
+    drafts cost the draft model nothing until it drafts again. It drafts greedily, whatever
+    the request's temperature: a deterministic draft is what coupled sampling needs (the
+    target still samples every token; a draft only decides how many are verified at once).
     """
 
-    def __init__(
-        self,
-        model: Model,
-        transform: Transform | None = None,
-        *,
-        seed: int | None = None,
-    ) -> None:
+    def __init__(self, model: Model) -> None:
         self.model = model
-        self.transform = transform
-        self.rng = np.random.default_rng(seed)
         self.state = model.new_state()
         self._queued: list[int] = []  # committed, not yet forwarded
 
@@ -111,24 +92,16 @@ class DraftModelDrafter:
         state, model = self.state, self.model
         cp = state.checkpoint()
         drafted: list[int] = []
-        rows: list[np.ndarray] = []
         try:
             logits = model.forward([pending], state, logits="last")
             for i in range(k):
-                row = np.asarray(model.ops.to_numpy(logits), dtype=np.float64)[-1]
-                if self.transform is None:
-                    token = int(np.argmax(row))
-                else:
-                    q = np.asarray(self.transform(row, list(state.tokens)), dtype=np.float64)
-                    rows.append(q)
-                    token = draw(q, self.rng)
+                token = int(model.ops.argmax_rows(logits)[-1])
                 drafted.append(token)
                 if i + 1 < k:
                     logits = model.forward([token], state, logits="last")
         finally:
             self._restore(cp)
-        probs = np.stack(rows) if self.transform is not None else None
-        return Draft(drafted, probs)
+        return Draft(drafted)
 
     def commit(self, tokens: list[int]) -> None:
         self._queued.extend(tokens)

@@ -1,8 +1,10 @@
 """Sampling: logits -> a probability vector through the usual transforms, then a draw.
 
-The same `probabilities` serves plain decoding and both sides of speculative rejection
-sampling (the target's p and a draft model's q), so the transforms always agree.
-Temperature 0 is greedy (argmax, no randomness).
+Temperature 0 is greedy (argmax, no randomness). Otherwise the token at position t of
+the sequence is drawn by inverse CDF from one uniform that depends on the seed and t
+alone (`PositionalUniforms`), never on how many draws came before: so a speculative
+verify, which samples several positions from one batched pass, draws exactly the tokens
+plain decoding would (coupled sampling; see engine/decoding.py).
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ class SamplingSettings:
             raise ValueError("min_p must be in [0, 1)")
         if self.repetition_penalty <= 0:
             raise ValueError("repetition_penalty must be > 0")
+        if self.seed is not None and self.seed < 0:
+            raise ValueError("seed must be >= 0")
 
     @property
     def is_greedy(self) -> bool:
@@ -78,15 +82,34 @@ def greedy(logits: np.ndarray, history: Sequence[int], s: SamplingSettings) -> i
     return int(np.argmax(penalize(np.asarray(logits), history, s)))
 
 
-def draw(p: np.ndarray, rng: np.random.Generator) -> int:
-    """One token from p by inverse CDF (exact for float64 p)."""
+class PositionalUniforms:
+    """One uniform in [0, 1) per position of a sequence, a function of (seed, position).
+
+    Each is the first word of numpy's SeedSequence with the position as its spawn key
+    (the hashing numpy uses to derive independent streams), so uniforms at different
+    positions are independent, and the same seed gives the same uniform at a position
+    however the decode loop got there. Without a seed, fresh entropy per request.
+    """
+
+    def __init__(self, seed: int | None) -> None:
+        self.entropy = np.random.SeedSequence(seed).entropy
+
+    def uniform(self, position: int) -> float:
+        seq = np.random.SeedSequence(self.entropy, spawn_key=(position,))
+        word = int(seq.generate_state(1, np.uint64)[0])
+        return (word >> 11) * 2.0**-53  # the top 53 bits: every double in [0, 1) reachable
+
+
+def draw(p: np.ndarray, u: float) -> int:
+    """The token at uniform `u` of p's inverse CDF (exact for float64 p)."""
     cdf = np.cumsum(p)
-    return int(min(np.searchsorted(cdf, rng.random() * cdf[-1], side="right"), p.size - 1))
+    return int(min(np.searchsorted(cdf, u * cdf[-1], side="right"), p.size - 1))
 
 
 def sample(
-    logits: np.ndarray, history: Sequence[int], s: SamplingSettings, rng: np.random.Generator
+    logits: np.ndarray, history: Sequence[int], s: SamplingSettings, uniforms: PositionalUniforms
 ) -> int:
+    """The token that follows `history` (it goes to position len(history))."""
     if s.is_greedy:
         return greedy(logits, history, s)
-    return draw(probabilities(logits, history, s), rng)
+    return draw(probabilities(logits, history, s), uniforms.uniform(len(history)))

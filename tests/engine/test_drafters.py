@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 from engine.config import EngineConfig
 from engine.drafters import DraftModelDrafter
 from engine.loader import load_model
-from engine.sampling import SamplingSettings, probabilities
 from engine.sequence import SequenceState, prefill
 from engine.suffix_drafter import SuffixDrafter
 from tests.conftest import TinyModel
@@ -271,7 +270,6 @@ def test_draft_state_is_the_committed_context(draft_model: CountingModel):
     for _ in range(6):
         pending = int(rng.integers(0, vocab))
         draft = drafter.propose(pending, 4)
-        assert draft.probs is None
         assert draft.tokens == greedy_continuation(draft_model, context + [pending], 4)
         assert drafter.state.tokens == context
         committed = [pending] + draft.tokens[: int(rng.integers(0, 5))]
@@ -291,36 +289,6 @@ def test_draft_state_is_the_committed_context(draft_model: CountingModel):
     assert_holds_exactly(drafter, edited)
     drafter.begin(edited + [7, 8])
     assert_holds_exactly(drafter, edited + [7, 8])
-
-
-def test_sampling_drafter_returns_q(draft_model: CountingModel):
-    vocab = draft_model.model.config.vocab_size
-    hot = SamplingSettings(temperature=1.0, top_k=20)
-
-    def transform(row: np.ndarray, history: list[int]) -> np.ndarray:
-        return probabilities(row, history, hot)
-
-    context = [5, 9, 14, 2, 77]
-    drafts = []
-    for _ in range(2):
-        drafter = DraftModelDrafter(draft_model, transform, seed=3)
-        drafter.begin(context)
-        drafts.append(drafter.propose(11, 5))
-        assert_holds_exactly(drafter, context)
-    draft = drafts[0]
-    assert draft.tokens == drafts[1].tokens
-    assert draft.probs is not None and draft.probs.shape == (5, vocab)
-    assert draft.probs.dtype == np.float64
-    np.testing.assert_allclose(draft.probs.sum(axis=1), 1.0)
-    assert all(draft.probs[i, t] > 0 for i, t in enumerate(draft.tokens))
-
-    greedy = SamplingSettings()
-    drafter = DraftModelDrafter(draft_model, lambda row, h: probabilities(row, h, greedy))
-    drafter.begin(context)
-    one_hot = drafter.propose(11, 5)
-    assert one_hot.tokens == greedy_continuation(draft_model, context + [11], 5)
-    assert one_hot.probs is not None
-    assert np.all(one_hot.probs.max(axis=1) == 1.0)
 
 
 def test_empty_draft_requests(draft_model: CountingModel):

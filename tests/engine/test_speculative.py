@@ -1,9 +1,10 @@
 """Speculative decoding (docs/DESIGN.md, "Speculative decoding contracts"): greedy output is
 token-identical to plain decoding for every drafter and draft length, the state (and a
-draft model's) is exact after every partial accept, sampled decoding is deterministic and
-exact, and a request's drafting follows its acceptance. That rejection sampling emits
-exactly the target's distribution is in test_rejection_sampling.py, the choice of the draft
-length in test_draft_length.py, the default model in test_speculative_real_model.py.
+draft model's) is exact after every partial accept and holds exactly the reply, and a
+request's drafting follows its acceptance. Seeded sampling with speculation on is in
+test_speculative_seeded.py, coupled sampling's distribution in
+test_speculative_sampling.py, the draft length in test_draft_length.py, the default model
+in test_speculative_real_model.py.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from engine.decoding import (
 )
 from engine.drafters import Draft, Drafter, DraftModelDrafter
 from engine.loader import load_model
-from engine.sampling import SamplingSettings, probabilities
+from engine.sampling import SamplingSettings
 from engine.sequence import SequenceState, prefill
 from engine.suffix_drafter import SuffixDrafter
 from tests.conftest import TinyModels
@@ -332,44 +333,6 @@ def test_end_of_sequence_inside_a_draft(pair: Pair, cases: list[Case], corrupt: 
         num_past_eos += any(eos in draft[:-1] for draft in drafter.proposals)
     if corrupt == 0.0:  # the oracle's drafts ran past the EOS
         assert num_past_eos > 0
-
-
-# -- temperature > 0 ----------------------------------------------------------------------
-
-SAMPLED = SamplingSettings(temperature=0.8, top_k=40, top_p=0.95, seed=1234)
-
-
-def test_sampled_plain_decode_is_deterministic(pair: Pair) -> None:
-    prompt = make_prompts(1, seed=5)[0][0]
-    first, _ = run(pair.target, prompt, 30, settings=SAMPLED)
-    second, _ = run(pair.target, prompt, 30, settings=SAMPLED)
-    assert first.token_ids == second.token_ids
-    assert first.reason == second.reason
-
-
-def test_sampled_speculative_decode_is_deterministic_and_exact(
-    pair: Pair, random_k: RandomK
-) -> None:
-    """A draft model sampling from q: same seeds and draft lengths, same tokens; both
-    states exact. (With measured costs k depends on timing, so only plain decoding
-    reproduces a seed exactly; the distribution is the same either way.)"""
-    prompt = make_prompts(1, seed=6)[0][0]
-
-    def transform(row: np.ndarray, history: list[int]) -> np.ndarray:
-        return probabilities(row, history, SAMPLED)
-
-    outputs = []
-    for _ in range(2):
-        random_k.restart()
-        drafter = DraftModelDrafter(pair.draft, transform, seed=99)
-        result, state = run(pair.target, prompt, 30, drafter, settings=SAMPLED)
-        assert result.drafted > 0
-        assert_holds_output(state, prompt, result)
-        assert_exact(pair.target, state)
-        assert drafter.state.tokens == state.tokens
-        assert_exact(pair.draft, drafter.state)
-        outputs.append((result.token_ids, result.reason, result.accepted))
-    assert outputs[0] == outputs[1]
 
 
 # -- acceptance per request, on real models ---------------------------------------------
