@@ -91,6 +91,7 @@ class MainWindow(QMainWindow):
         self._is_sending = False  # a send may create the chat its draft was typed in
         self.chat_settings = ChatSettingsEditor(store, self.controller, lambda: self.settings, self)
         self.header.chat_settings_requested.connect(self.chat_settings.open_dialog)
+        self.header.download_requested.connect(self.open_hub_download)
         self.chat_settings.changed.connect(self.header.show_chat_settings)
         self.chat_settings.failed.connect(self.banner.show_error)
         self._connect()

@@ -28,7 +28,11 @@ def build_menu_bar(window: MainWindow) -> None:
     bar = window.menuBar()
     file_menu = bar.addMenu("&File")
     _add(file_menu, "New chat", window.new_chat, QKeySequence.StandardKey.New)
-    _add(file_menu, "Import conversation (JSON)…", window.conversation_files.import_dialog)
+    _add(
+        file_menu,
+        "Import chats (branchchat, ChatGPT, Open WebUI)…",
+        window.conversation_files.import_dialog,
+    )
     export_md = _add(
         file_menu,
         "Export chat as Markdown…",
@@ -52,6 +56,7 @@ def build_menu_bar(window: MainWindow) -> None:
 
     loader = window.model_loader
     model_menu = bar.addMenu("&Model")
+    _add(model_menu, "Choose a model…", window.header.open_picker)  # Ctrl+L: the header's
     _add(model_menu, "Download from Hugging Face…", window.open_hub_download)
     model_menu.addSeparator()
     _add(model_menu, "Open GGUF file…", loader.open_file, "Ctrl+O")

@@ -119,13 +119,21 @@ def test_a_cancelled_file_dialog_loads_nothing(harness, qtbot, monkeypatch):
     assert loaded_paths(harness) == [] and picker.isVisible()
 
 
-def test_download_asks_for_the_hub_dialog(harness, qtbot):
+def test_download_opens_the_hugging_face_dialog(harness, qtbot):
     window = harness.open()
-    asked: list[bool] = []
-    window.header.download_requested.connect(lambda: asked.append(True))
     picker = open_picker(window, qtbot)
     qtbot.mouseClick(picker.download_button, Qt.MouseButton.LeftButton)
-    assert asked == [True]
+    qtbot.waitUntil(lambda: window.hub_dialog is not None and window.hub_dialog.isVisible())
+    assert window.hub_dialog.windowTitle() == "Download from Hugging Face"
+    window.hub_dialog.reject()
+
+
+def test_the_model_menu_opens_the_picker(harness, qtbot):
+    window = harness.open()
+    model_menu = next(a.menu() for a in window.menuBar().actions() if a.text() == "&Model")
+    choose = next(a for a in model_menu.actions() if a.text() == "Choose a model…")
+    choose.trigger()
+    assert window.header.picker_dialog is not None and window.header.picker_dialog.isVisible()
 
 
 @pytest.mark.parametrize("is_present", [True, False])
