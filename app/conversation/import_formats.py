@@ -8,6 +8,11 @@ Both formats keep a tree of messages keyed by id. ChatGPT's `mapping` holds node
 on screen. Open WebUI's `chat.history.messages` holds {id: {parentId, childrenIds, role,
 content, timestamp}} and `history.currentId` is the leaf on screen.
 
+A reply's reasoning goes to its thinking part, as branchchat keeps it: a `<think>` block
+at the start (how Open WebUI stored it before 0.5) or Open WebUI's
+`<details type="reasoning">` block, and ChatGPT's "thoughts" nodes (o1/o3) for the reply
+that follows them.
+
 Nodes that hold no text a person wrote or read (ChatGPT's empty root and hidden system
 nodes, tool calls and their outputs) are left out and their children hang from the
 nearest ancestor kept, so the branches stay as they were.
@@ -15,9 +20,13 @@ nearest ancestor kept, so the branches stay as they were.
 
 from __future__ import annotations
 
+import html
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+from engine.thinking import split_thinking
 
 ROLES = ("system", "user", "assistant")
 
@@ -29,6 +38,7 @@ class ImportedMessage:
     role: str
     content: str
     created_at: float
+    thinking: str = ""
 
 
 @dataclass
@@ -72,6 +82,7 @@ def _chatgpt_chat(item: dict[str, Any], title: str) -> ImportedChat:
         raise ValueError("'mapping' must map node ids to nodes")
     parents = {}
     kept: dict[str, tuple[str, str, float]] = {}  # id -> (role, text, time)
+    thoughts: dict[str, str] = {}  # id of a "thoughts" node -> its text
     for key, node in mapping.items():
         parent = node.get("parent")
         if parent is not None and parent not in mapping:
@@ -80,13 +91,26 @@ def _chatgpt_chat(item: dict[str, Any], title: str) -> ImportedChat:
         message = node.get("message")
         if isinstance(message, dict):
             role = (message.get("author") or {}).get("role")
-            text = _chatgpt_text(message.get("content") or {})
+            content = message.get("content") or {}
+            text = _chatgpt_text(content)
             if role in ROLES and text.strip():
                 kept[str(key)] = (role, text, _time(message.get("create_time")))
+            elif content.get("content_type") == "thoughts":
+                thoughts[str(key)] = "\n\n".join(
+                    str(t.get("content", ""))
+                    for t in content.get("thoughts") or []
+                    if isinstance(t, dict)
+                ).strip()
     order = _tree_order(parents, {k: [str(c) for c in n.get("children") or []]
                                   for k, n in mapping.items()})  # fmt: skip
     created = _time(item.get("create_time"))
     messages = _kept_messages(order, parents, kept, default_time=created)
+    for m in messages:  # thoughts between a question and its reply belong to the reply
+        key: str | None = parents[m.key]
+        while m.role == "assistant" and key is not None and key not in kept:
+            if key in thoughts:
+                m.thinking = "\n\n".join(t for t in (thoughts[key], m.thinking) if t)
+            key = parents[key]
     current = item.get("current_node")
     leaf = _nearest_kept(str(current), parents, kept) if current in mapping else None
     updated = _time(item.get("update_time")) or max(
@@ -152,6 +176,9 @@ def _open_webui_chat(item: dict[str, Any], chat: dict[str, Any], title: str) -> 
     children = {k: [str(c) for c in n.get("childrenIds") or []] for k, n in nodes.items()}
     created = _time(item.get("created_at") or chat.get("timestamp"))
     messages = _kept_messages(_tree_order(parents, children), parents, kept, created)
+    for m in messages:
+        if m.role == "assistant":
+            m.thinking, m.content = _open_webui_reasoning(m.content)
     current = history.get("currentId")
     leaf = _nearest_kept(str(current), parents, kept) if current in nodes else None
     updated = _time(item.get("updated_at")) or max(
@@ -161,6 +188,24 @@ def _open_webui_chat(item: dict[str, Any], chat: dict[str, Any], title: str) -> 
     system = params.get("system") or chat.get("system") or ""
     settings = {"system_prompt": system} if isinstance(system, str) and system.strip() else {}
     return ImportedChat(title, created or updated, updated, messages, leaf, settings)
+
+
+# Open WebUI >= 0.5 writes a reply's reasoning as a collapsed block before the answer:
+# <details type="reasoning" done="true" duration="3"><summary>Thought for 3 seconds</summary>
+# > quoted reasoning lines </details>
+_REASONING = re.compile(
+    r'\A\s*<details type="reasoning"[^>]*>\s*(?:<summary>.*?</summary>)?(.*?)</details>\s*',
+    re.DOTALL,
+)
+
+
+def _open_webui_reasoning(content: str) -> tuple[str, str]:
+    """(thinking, answer) of an Open WebUI reply."""
+    match = _REASONING.match(content)
+    if match is None:
+        return split_thinking(content)  # a raw <think> block, as older versions kept it
+    quoted = [line.removeprefix(">").removeprefix(" ") for line in match[1].strip().splitlines()]
+    return html.unescape("\n".join(quoted)).strip(), content[match.end() :]
 
 
 # -- the shared tree walk --------------------------------------------------------------------

@@ -90,9 +90,9 @@ def import_chats(store: ConversationStore, chats: list[ImportedChat]) -> list[Co
             for m in chat.messages:
                 db.execute(
                     "INSERT INTO messages (id, conversation_id, parent_id, role, content, "
-                    "created_at, selected_child) VALUES (?,?,?,?,?,?,?)",
+                    "created_at, selected_child, thinking) VALUES (?,?,?,?,?,?,?,?)",
                     (ids[m.key], conversation.id, ids.get(m.parent_key or ""), m.role,
-                     m.content, m.created_at, ids.get(selected.get(m.key, ""))),
+                     m.content, m.created_at, ids.get(selected.get(m.key, "")), m.thinking),
                 )  # fmt: skip
             added.append(conversation)
     return sorted(added, key=lambda c: c.updated_at, reverse=True)

@@ -190,3 +190,45 @@ def test_one_bad_chat_refuses_the_whole_file(store, tmp_path):
     with pytest.raises(ValueError, match="Broken"):
         read_imports(store, path)
     assert store.list_conversations() == []
+
+
+def test_reasoning_is_imported_as_the_replys_thinking(store, tmp_path):
+    mapping = {
+        "r": gpt_node("r", None, ["q"]),
+        "q": gpt_node("q", "r", ["th"], "user", "Is 91 prime?", 1.0),
+        "th": gpt_node("th", "q", ["recap"], "assistant", t=1.5, content={
+            "content_type": "thoughts",
+            "thoughts": [{"summary": "Factor", "content": "91 = 7 × 13."}],
+        }),
+        "recap": gpt_node("recap", "th", ["a"], "assistant", t=1.6, content={
+            "content_type": "reasoning_recap", "content": "Thought for 2 seconds",
+        }),
+        "a": gpt_node("a", "recap", [], "assistant", "No: 7 × 13.", 2.0),
+    }  # fmt: skip
+    gpt = tmp_path / "conversations.json"
+    gpt.write_text(json.dumps([{"title": "o3", "mapping": mapping, "current_node": "a"}]))
+    conversation = read_import(store, gpt)
+    path = store.load_tree(conversation.id).selected_path()
+    assert [(n.role, n.content, n.thinking) for n in path] == [
+        ("user", "Is 91 prime?", ""),
+        ("assistant", "No: 7 × 13.", "91 = 7 × 13."),
+    ]
+
+    export = open_webui_export()
+    nodes = export[0]["chat"]["history"]["messages"]
+    nodes["m2"]["content"] = (
+        '<details type="reasoning" done="true" duration="3">\n<summary>Thought for 3 seconds'
+        "</summary>\n> A haiku has 5-7-5 syllables.\n>\n> &quot;Old pond&quot; first.\n"
+        "</details>\nVieil étang…"
+    )
+    nodes["m2b"]["content"] = "<think>\nAutumn, then.\n</think>\n\nLe vent d'automne"
+    webui = tmp_path / "webui.json"
+    webui.write_text(json.dumps(export, ensure_ascii=False), encoding="utf-8")
+    conversation = read_import(store, webui)
+    replies = store.load_tree(conversation.id).children(
+        store.load_tree(conversation.id).selected_path()[0].id
+    )
+    assert [(n.content, n.thinking) for n in replies] == [
+        ("Vieil étang…", 'A haiku has 5-7-5 syllables.\n\n"Old pond" first.'),
+        ("Le vent d'automne", "Autumn, then."),
+    ]
