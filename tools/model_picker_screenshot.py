@@ -1,6 +1,8 @@
 """docs/model-picker.png: the model picker over the window, with the shipped model, two
 recent entries that exist (a tiny MLX folder written for it) and one that was moved, and
-a load in progress. Run under a display: xvfb-run -a .venv/bin/python -m tools.model_picker_screenshot
+a load in progress. Run under a display:
+
+    xvfb-run -a .venv/bin/python -m tools.model_picker_screenshot
 """
 
 from __future__ import annotations
