@@ -9,8 +9,9 @@ into a background tint and removed, so the tint lands on the rendered text.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from PySide6.QtCore import Qt, QUrl
 from PySide6.QtGui import (
     QColor,
     QFont,
@@ -19,9 +20,11 @@ from PySide6.QtGui import (
     QTextCursor,
     QTextDocument,
     QTextFormat,
+    QTextImageFormat,
 )
 
 from app.messages.highlight import code_spans
+from app.messages.math import Formula, find_formulas, typeset
 from app.theme import CODE_COLORS, Theme
 
 DRAFT_START, DRAFT_END = "\ue000", "\ue001"
@@ -29,6 +32,7 @@ CODE_HEADER = 30  # px above a code block's first line: the strip with language 
 CODE_PAD = 10
 CODE_INDENT = 14
 CODE_GAP = 10  # px between a code block and the prose around it
+QUOTE_INDENT = 16  # px a block quote is indented per level; its bar sits in that room
 # Block syntax at a line start that a marker placed before it would break.
 BLOCK_PREFIX = re.compile(r"[ \t]*(?:(?:[-*+]|\d+[.)]|#{1,6}|>)[ \t]+)*")
 FENCE = re.compile(r"[ \t]{0,3}(?:```|~~~)")
@@ -46,6 +50,27 @@ class CodeBlock:
 class RenderedMarkdown:
     doc: QTextDocument
     code_blocks: list[CodeBlock]
+    math_sources: dict[str, str] = field(default_factory=dict)  # image name -> its LaTeX
+    quote_blocks: list[tuple[int, int, int]] = field(default_factory=list)  # first, last, level
+
+    def plain_text(self, start: int, end: int) -> str:
+        """Characters [start, end) as plain text: line breaks as \\n, formulas as their source."""
+        cursor = QTextCursor(self.doc)
+        last = self.doc.characterCount() - 1
+        cursor.setPosition(min(start, last))
+        cursor.setPosition(min(end, last), QTextCursor.MoveMode.KeepAnchor)
+        text = cursor.selectedText()
+        if "\ufffc" in text and self.math_sources:
+            pieces, position = [], min(start, last)
+            for char in text:
+                position += 1
+                if char == "\ufffc":
+                    probe = QTextCursor(self.doc)
+                    probe.setPosition(position)  # the format of the character before
+                    char = self.math_sources.get(probe.charFormat().toImageFormat().name(), "")
+                pieces.append(char)
+            text = "".join(pieces)
+        return text.replace("\u2029", "\n").replace("\u2028", "\n")
 
 
 def render(
@@ -57,7 +82,15 @@ def render(
     doc = QTextDocument()
     doc.setDefaultFont(font)
     doc.setDocumentMargin(0)
+    formulas = find_formulas(text)
+    images: dict[str, object] = {}
+    if formulas:
+        size_px = font.pixelSize() if font.pixelSize() > 0 else font.pointSizeF() * 96 / 72
+        text, draft_spans, images = _with_formula_images(
+            text, draft_spans, formulas, size_px, theme.text
+        )
     doc.setMarkdown(with_draft_markers(text, draft_spans) if draft_spans else text)
+    sources = _place_formulas(doc, images) if images else {}
     if draft_spans:
         _tint_marked(doc, QColor(theme.drafted))
     code_blocks = _style_blocks(doc, theme, has_inline_code="`" in text)
@@ -67,7 +100,91 @@ def render(
         frame = doc.rootFrame().frameFormat()
         frame.setTopMargin(CODE_HEADER + CODE_PAD)
         doc.rootFrame().setFrameFormat(frame)
-    return RenderedMarkdown(doc, code_blocks)
+    return RenderedMarkdown(doc, code_blocks, sources, _mark_quotes(doc))
+
+
+def _with_formula_images(text, spans, formulas: list[Formula], size_px: float, color: str):
+    """`text` with each formula replaced by a Markdown image of it (a formula that does
+    not typeset becomes code showing its source), the drafted spans moved to match."""
+    out: list[str] = []
+    images: dict[str, tuple[object, Formula]] = {}
+    shift: list[tuple[int, int, int]] = []  # (source start, source end, offset) of kept text
+    at = 0
+    for formula in formulas:
+        shift.append((at, formula.start, len("".join(out)) - at))
+        out.append(text[at : formula.start])
+        image = typeset(formula.latex, formula.is_display, size_px, color)
+        name = f"math:{len(images)}"
+        if image is None:
+            tick = "```" if formula.is_display else "`"
+            piece = f"\n\n```latex\n{formula.latex}\n```\n\n" if formula.is_display else (
+                f"{tick}{formula.source}{tick}")  # fmt: skip
+        else:
+            images[name] = (image, formula)
+            piece = f"![math]({name})"
+            piece = f"\n\n{piece}\n\n" if formula.is_display else piece
+        out.append(piece)
+        at = formula.end
+    shift.append((at, len(text), len("".join(out)) - at))
+    out.append(text[at:])
+    moved = []
+    for a, b in spans:  # keep the parts of each span outside formulas, shifted
+        for start, end, offset in shift:
+            lo, hi = max(a, start), min(b, end)
+            if lo < hi:
+                moved.append((lo + offset, hi + offset))
+    return "".join(out), tuple(moved), images
+
+
+def _place_formulas(doc: QTextDocument, images: dict) -> dict[str, str]:
+    """Give the document its formula images, centre display formulas, and return each
+    image's LaTeX source (what copying gives back)."""
+    for name, (image, _formula) in images.items():
+        doc.addResource(QTextDocument.ResourceType.ImageResource, QUrl(name), image)
+    cursor = QTextCursor(doc)
+    block = doc.begin()
+    while block.isValid():
+        it = block.begin()
+        while not it.atEnd():
+            fragment = it.fragment()
+            fmt = fragment.charFormat()
+            name = fmt.toImageFormat().name() if fmt.isImageFormat() else ""
+            if name in images:
+                image_format = QTextImageFormat(fmt.toImageFormat())
+                image_format.setVerticalAlignment(QTextCharFormat.VerticalAlignment.AlignMiddle)
+                cursor.setPosition(fragment.position())
+                cursor.setPosition(fragment.position() + 1, QTextCursor.MoveMode.KeepAnchor)
+                cursor.setCharFormat(image_format)
+                if images[name][1].is_display:
+                    centred = block.blockFormat()
+                    centred.setAlignment(Qt.AlignmentFlag.AlignHCenter)
+                    cursor.setBlockFormat(centred)
+            it += 1
+        block = block.next()
+    return {name: formula.source for name, (_image, formula) in images.items()}
+
+
+def _mark_quotes(doc: QTextDocument) -> list[tuple[int, int, int]]:
+    """Indent block quotes by depth (room for a bar each) and return their runs (first,
+    last block number, depth), where the bars are painted."""
+    runs: list[tuple[int, int, int]] = []
+    cursor = QTextCursor(doc)
+    block = doc.begin()
+    while block.isValid():
+        level = int(block.blockFormat().intProperty(QTextFormat.Property.BlockQuoteLevel))
+        if level:
+            fmt = block.blockFormat()
+            fmt.setLeftMargin(QUOTE_INDENT * level)
+            fmt.setRightMargin(0)  # Qt's reader indents both sides by 40 px
+            cursor.setPosition(block.position())
+            cursor.setBlockFormat(fmt)
+            number = block.blockNumber()
+            if runs and runs[-1][1] == number - 1 and runs[-1][2] == level:
+                runs[-1] = (runs[-1][0], number, level)
+            else:
+                runs.append((number, number, level))
+        block = block.next()
+    return runs
 
 
 def render_plain(text: str, font: QFont) -> RenderedMarkdown:

@@ -227,11 +227,14 @@ class MessageDelegate(MessagePainting, QStyledItemDelegate):
                 return name, max(0, layout.hitTest(local, Qt.HitTestAccuracy.FuzzyHit))
         return None
 
-    def document(self, item: MessageItem, part: str):
+    def rendered_part(self, item: MessageItem, part: str) -> Rendered:
         width = self._layout_width()
         if part == "thinking":
-            return self.rendered_thinking(item, width).markdown.doc
-        return self.rendered(item, width).markdown.doc
+            return self.rendered_thinking(item, width)
+        return self.rendered(item, width)
+
+    def document(self, item: MessageItem, part: str):
+        return self.rendered_part(item, part).markdown.doc
 
     # -- tooltips ---------------------------------------------------------------------
 

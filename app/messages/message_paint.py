@@ -119,6 +119,10 @@ class MessagePainting:
             painter.drawText(
                 label_rect, align | Qt.AlignmentFlag.AlignRight, "Copied" if copied else "Copy"
             )
+        painter.setPen(Qt.PenStyle.NoPen)
+        painter.setBrush(QColor(t.border))
+        for bar in entry.quote_bars:  # a Markdown block quote's bar, one per level
+            painter.drawRoundedRect(bar, 1.5, 1.5)
         context = QAbstractTextDocumentLayout.PaintContext()
         palette = QPalette()
         palette.setColor(QPalette.ColorRole.Text, QColor(t.muted if not item.content else t.text))

@@ -284,12 +284,9 @@ class MessageListView(QListView):
         row = self.model().row_of(selection.message_id)
         if row < 0:
             return ""
-        doc = self.delegate.document(self.model().item(row), selection.part)
-        cursor = QTextCursor(doc)
-        last = doc.characterCount() - 1
-        cursor.setPosition(min(selection.start, last))
-        cursor.setPosition(min(selection.end, last), QTextCursor.MoveMode.KeepAnchor)
-        return cursor.selectedText().replace("\u2029", "\n").replace("\u2028", "\n")
+        item = self.model().item(row)
+        rendered = self.delegate.rendered_part(item, selection.part)
+        return rendered.markdown.plain_text(selection.start, selection.end)
 
     def _select_all(self) -> None:
         if 0 <= self._focus_row < self.model().rowCount():

@@ -10,7 +10,14 @@ from dataclasses import dataclass, field
 from PySide6.QtCore import QRectF
 from PySide6.QtGui import QFont
 
-from app.messages.markdown import CODE_HEADER, CODE_PAD, RenderedMarkdown, render, render_plain
+from app.messages.markdown import (
+    CODE_HEADER,
+    CODE_PAD,
+    QUOTE_INDENT,
+    RenderedMarkdown,
+    render,
+    render_plain,
+)
 from app.messages.message_model import MessageItem
 from app.theme import Theme
 
@@ -24,6 +31,7 @@ class Rendered:
     width: int = -1
     ideal_width: int = 0
     code_rects: list[QRectF] = field(default_factory=list)  # the painted code frames
+    quote_bars: list[QRectF] = field(default_factory=list)  # one bar per quote level
 
     @property
     def height(self) -> int:
@@ -50,6 +58,13 @@ class Rendered:
             bottom = layout.blockBoundingRect(doc.findBlockByNumber(block.last_block)).bottom()
             top -= CODE_HEADER + CODE_PAD
             self.code_rects.append(QRectF(0, top, doc.textWidth(), bottom + CODE_PAD + 4 - top))
+        self.quote_bars = []
+        for first, last, level in self.markdown.quote_blocks:
+            top = layout.blockBoundingRect(doc.findBlockByNumber(first)).top()
+            bottom = layout.blockBoundingRect(doc.findBlockByNumber(last)).bottom()
+            for depth in range(level):
+                x = depth * QUOTE_INDENT + 2
+                self.quote_bars.append(QRectF(x, top + 2, 3, bottom - top - 4))
 
 
 class RenderCache:

@@ -48,3 +48,18 @@ def test_thinking_streams_collapsed_is_stored_apart_and_opens_on_click(harness, 
     harness.window.controller.open_conversation(harness.store.list_conversations()[0].id)
     reopened = harness.window.controller.model.item(1)
     assert reopened.thinking == ThinkingEngine.thinking and reopened.thinking_tokens == 9
+
+
+def test_the_thinking_block_opens_from_the_keyboard(harness, qtbot):
+    window = open_thinking(harness)
+    harness.send("hi")
+    view = window.chat.list_view
+    window.activateWindow()
+    view.setFocus()
+    qtbot.waitUntil(view.hasFocus)
+    qtbot.keyClick(view, Qt.Key.Key_Tab)  # the reply's first control: its thinking
+    assert view.accessibleDescription().endswith("Thinking (9 tokens): show or hide, button")
+    qtbot.keyClick(view, Qt.Key.Key_Return)
+    assert geometry_of(window, 1).thinking_box is not None
+    qtbot.keyClick(view, Qt.Key.Key_Space)
+    assert geometry_of(window, 1).thinking_box is None
