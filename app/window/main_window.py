@@ -220,8 +220,9 @@ class MainWindow(QMainWindow):
     # -- the session as it was left ---------------------------------------------------
 
     def restore_session(self) -> None:
-        """The window's size, the sidebar's width and the chat left open."""
+        """The window's size, the sidebar's width, the chat left open and the drafts."""
         self.window_session.restore_layout()
+        self.drafts.restore(self.window_session.drafts())
         conversation_id = self.window_session.open_chat()
         if conversation_id is not None and self.store.get_conversation(conversation_id):
             self._open(conversation_id)
@@ -325,6 +326,7 @@ class MainWindow(QMainWindow):
     # -- shutdown ---------------------------------------------------------------------
 
     def closeEvent(self, event: QCloseEvent) -> None:
+        self.window_session.save_drafts(self.drafts.snapshot())
         self.window_session.save_layout()
         self.controller.shutdown()
         self.bridge.close()

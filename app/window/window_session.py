@@ -1,9 +1,11 @@
-"""The window as the person left it: its geometry, the sidebar's width and the open chat,
-kept in QSettings beside the settings; the last model is AppSettings.recent_models[0].
-A chat deleted since, or a model file gone, falls back to a new chat / the default
-model without a word: nothing the person did is lost by it."""
+"""The window as the person left it: its geometry, the sidebar's width, the open chat and
+every chat's unsent draft, kept in QSettings beside the settings; the last model is
+AppSettings.recent_models[0]. A chat deleted since, or a model file gone, falls back to
+a new chat / the default model without a word: nothing the person did is lost by it."""
 
 from __future__ import annotations
+
+import json
 
 from PySide6.QtCore import QByteArray, QSettings
 from PySide6.QtWidgets import QMainWindow, QSplitter
@@ -11,6 +13,7 @@ from PySide6.QtWidgets import QMainWindow, QSplitter
 GEOMETRY_KEY = "window/geometry"
 SPLITTER_KEY = "window/splitter"
 OPEN_CHAT_KEY = "window/open_conversation"
+DRAFTS_KEY = "window/drafts"  # JSON: conversation id ("" for a new chat) -> text
 
 
 class WindowSession:
@@ -23,6 +26,18 @@ class WindowSession:
     def open_chat(self) -> str | None:
         value = self.qsettings.value(OPEN_CHAT_KEY, "")
         return str(value) if value else None
+
+    def save_drafts(self, drafts: dict[str, str]) -> None:
+        self.qsettings.setValue(DRAFTS_KEY, json.dumps(drafts))
+
+    def drafts(self) -> dict[str, str]:
+        try:
+            saved = json.loads(str(self.qsettings.value(DRAFTS_KEY, "{}")))
+        except ValueError:
+            return {}
+        if not isinstance(saved, dict):
+            return {}
+        return {str(k): v for k, v in saved.items() if isinstance(v, str)}
 
     def save_layout(self) -> None:
         self.qsettings.setValue(GEOMETRY_KEY, self.window.saveGeometry())

@@ -141,3 +141,21 @@ def test_a_deleted_chat_or_a_missing_model_falls_back_quietly(harness, qtbot, mo
     monkeypatch.setattr(window.model_loader, "load_default_model", lambda: fell_back.append(1))
     window.load_startup_model(exists=lambda _path: False)
     assert fell_back == [1]
+
+
+def test_unsent_drafts_survive_a_restart(harness, qtbot):
+    window = harness.open()
+    harness.send("chat A")
+    chat_a = window.controller.conversation_id
+    edit = window.composer.edit
+    qtbot.keyClicks(edit, "to finish tomorrow")
+    qtbot.mouseClick(window.sidebar.new_button, Qt.MouseButton.LeftButton)
+    qtbot.keyClicks(window.composer.edit, "a new chat's start")
+    window.sidebar.conversation_selected.emit(chat_a)
+    harness.close()
+
+    window = open_restored(harness)
+    assert window.controller.conversation_id == chat_a
+    assert window.composer.edit.toPlainText() == "to finish tomorrow"
+    qtbot.mouseClick(window.sidebar.new_button, Qt.MouseButton.LeftButton)
+    assert window.composer.edit.toPlainText() == "a new chat's start"
