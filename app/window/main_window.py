@@ -84,7 +84,7 @@ class MainWindow(QMainWindow):
         self.sidebar.setMinimumWidth(200)
         self.setCentralWidget(splitter)
         self.window_session = WindowSession(qsettings, self, splitter)
-        self.hub_dialog: HubDownloadDialog | None = None  # the last one opened
+        self.hub_dialog: HubDownloadDialog | None = None  # made when first asked for
         self.model_loader = ModelLoader(bridge, self.header, lambda: self.settings, self)
         self.conversation_files = ConversationFiles(store, self.banner, self, qsettings)
         self.drafts = ComposerDrafts(self.composer)
@@ -211,7 +211,11 @@ class MainWindow(QMainWindow):
     def open_hub_download(self) -> None:
         """Model ▸ Download from Hugging Face…: the file lands in the models folder and
         loads once it is checked."""
-        self.hub_dialog = show_hub_download(self, self.model_loader.load)
+        if self.hub_dialog is None:  # one dialog, which keeps its list between visits
+            self.hub_dialog = show_hub_download(self, self.model_loader.load)
+        else:
+            self.hub_dialog.open()
+            self.hub_dialog.raise_()
 
     def export_open_chat(self, fmt: str) -> None:
         if self.controller.conversation_id is not None:

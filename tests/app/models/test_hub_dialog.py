@@ -110,3 +110,18 @@ def test_a_bad_repo_id_and_a_missing_repo_get_messages(harness, qtbot, hub, mode
     dialog.source.clear()
     find(dialog, qtbot, "someone/absent", rows=0)
     qtbot.waitUntil(lambda: "No model repo" in dialog.message.text(), timeout=5000)
+
+
+def test_the_model_pickers_download_button_opens_it(harness, qtbot, hub, models):  # noqa: F811
+    window = harness.open()
+    qtbot.mouseClick(window.header.picker, Qt.MouseButton.LeftButton)
+    picker = window.header.picker_dialog
+    qtbot.waitUntil(picker.isVisible)
+    qtbot.mouseClick(picker.download_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: window.hub_dialog is not None and window.hub_dialog.isVisible())
+    find(window.hub_dialog, qtbot, REPO, rows=2)
+    first = window.hub_dialog
+    window.hub_dialog.reject()
+    menu_action(window, "Model", "Download from Hugging Face").trigger()
+    assert window.hub_dialog is first and first.isVisible()  # the list is still there
+    assert first.files.topLevelItemCount() == 2
