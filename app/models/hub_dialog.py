@@ -10,11 +10,10 @@ Others open it with `show_hub_download(parent, on_downloaded)`.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtCore import QObject, Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QDialog,
@@ -42,7 +41,7 @@ from app.models.hub_download import (
 )
 from engine.default_model import models_dir
 
-PROGRESS_INTERVAL_S = 0.1  # the bar moves ~10 times a second, not once a network read
+PROGRESS_INTERVAL_MS = 100  # the bar moves ~10 times a second, not once a network read
 EXAMPLE = "e.g. bartowski/Qwen2.5-0.5B-Instruct-GGUF, or a .gguf file's URL"
 
 
@@ -59,7 +58,6 @@ class HubWorker(QObject):
 
     listed = Signal(object, object)  # HubSource, list[HubChoice]
     list_failed = Signal(str)
-    progress = Signal(int, int)  # bytes done, bytes in all
     downloaded = Signal(str)
     download_failed = Signal(str)
     cancelled = Signal()
@@ -68,6 +66,9 @@ class HubWorker(QObject):
         super().__init__(parent)
         self._cancel = threading.Event()
         self._thread: threading.Thread | None = None
+        # (bytes done, bytes in all) of the download under way, written by its thread
+        # and read by the dialog's timer (one tuple, swapped whole)
+        self.latest: tuple[int, int] = (0, 0)
 
     @property
     def is_running(self) -> bool:
@@ -96,15 +97,10 @@ class HubWorker(QObject):
             self.listed.emit(source, choices)
 
     def _download(self, source: HubSource, choice: HubChoice, folder: Path) -> None:
-        last = 0.0
-
         def progress(done: int, total: int) -> None:
-            nonlocal last
-            now = time.monotonic()
-            if now - last >= PROGRESS_INTERVAL_S or done >= total:
-                last = now
-                self.progress.emit(done, total)
+            self.latest = (done, total)
 
+        self.latest = (0, choice.size)
         try:
             path = HubClient().download(source, choice, folder, progress, self._cancel)
         except DownloadCancelled:
@@ -178,7 +174,8 @@ class HubDownloadDialog(QDialog):
         self.close_button.clicked.connect(self.reject)
         self.worker.listed.connect(self._on_listed)
         self.worker.list_failed.connect(self._on_list_failed)
-        self.worker.progress.connect(self._on_progress)
+        self._progress_timer = QTimer(self, interval=PROGRESS_INTERVAL_MS)
+        self._progress_timer.timeout.connect(lambda: self._on_progress(*self.worker.latest))
         self.worker.downloaded.connect(self._on_downloaded)
         self.worker.download_failed.connect(self._on_download_failed)
         self.worker.cancelled.connect(self._on_cancelled)
@@ -239,6 +236,7 @@ class HubDownloadDialog(QDialog):
         self.progress.show()
         self._set_busy(True, downloading=True)
         self.worker.download(self._source, choice, self.folder)
+        self._progress_timer.start()
 
     def _on_progress(self, done: int, total: int) -> None:
         self.progress.setValue(int(1000 * done / total) if total else 0)
@@ -255,6 +253,8 @@ class HubDownloadDialog(QDialog):
         self._set_busy(False)
         self._say(message, error=True)
         self._update_buttons()
+        if not self.isVisible():  # closed while it ran: the failure must still be seen
+            self.open()
 
     def _on_cancelled(self) -> None:
         self._set_busy(False)
@@ -263,7 +263,8 @@ class HubDownloadDialog(QDialog):
         self._update_buttons()
 
     def reject(self) -> None:
-        self.worker.cancel()  # a dialog closed mid-download stops it; the part is kept
+        """Close (or Esc) hides the dialog; a download under way goes on, loads when it is
+        done, and shows its progress when the dialog is opened again. Cancel stops it."""
         super().reject()
 
     # -- state ------------------------------------------------------------------------
@@ -282,6 +283,8 @@ class HubDownloadDialog(QDialog):
 
     def _set_busy(self, busy: bool, downloading: bool = False) -> None:
         self._busy = busy
+        if not busy:
+            self._progress_timer.stop()
         self.find_button.setEnabled(not busy)
         self.source.setEnabled(not busy)
         self.files.setEnabled(not busy)

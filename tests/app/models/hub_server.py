@@ -10,7 +10,8 @@
 - GET /cdn/{repo}/{file} with Range support (206, Content-Range).
 
 Faults a test can switch on: `corrupt` (serve bytes that differ from the sha256 it
-reports) and `drop_after` (send that many bytes of the body, then close the connection).
+reports), `drop_after` (send that many bytes of the body, then close the connection)
+and `hold_after` (send that many, then wait for an event: a download in progress).
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ class FakeHub:
     lfs_min_bytes: int = 64  # files this large are LFS files, as on the hub
     corrupt: set[str] = field(default_factory=set)  # file names served with a flipped byte
     drop_after: dict[str, int] = field(default_factory=dict)  # file -> bytes sent, then cut
+    # file -> (bytes sent, event): the rest of the body waits for the event
+    hold_after: dict[str, tuple[int, threading.Event]] = field(default_factory=dict)
     requests: list[tuple[str, str, str | None]] = field(default_factory=list)  # verb, path, Range
     port: int = 0
 
@@ -147,6 +150,12 @@ def serve(hub: FakeHub) -> tuple[ThreadingHTTPServer, threading.Thread]:
                 self.close_connection = True
                 self.connection.shutdown(2)  # the body ends short of Content-Length
                 return None
+            held = hub.hold_after.get(name)
+            if held is not None:
+                self.wfile.write(body[: held[0]])
+                self.wfile.flush()
+                held[1].wait(10)
+                body = body[held[0] :]
             self.wfile.write(body)
             return None
 

@@ -3,13 +3,20 @@ file from the list, download, and the checked file loads (against the loopback h
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from PySide6.QtCore import Qt
 
 import app.models.hub_dialog as hub_dialog
 from engine.events import LoadModel
-from tests.app.models.test_hub_download import Q4, REPO, hub  # noqa: F401 (the fixture)
+from tests.app.models.test_hub_download import BIG, Q4, REPO, serve_repos
 from tests.app.window.test_window_habits import menu_action
+
+
+@pytest.fixture
+def hub(monkeypatch):
+    yield from serve_repos(monkeypatch)
 
 
 @pytest.fixture
@@ -43,7 +50,7 @@ def loads(harness) -> list[str]:
     return [c.path for c in harness.engine.commands if isinstance(c, LoadModel)]
 
 
-def test_paste_pick_download_and_it_loads(harness, qtbot, hub, models):  # noqa: F811
+def test_paste_pick_download_and_it_loads(harness, qtbot, hub, models):
     window = harness.open()
     dialog = open_dialog(window, qtbot)
     find(dialog, qtbot, REPO, rows=2)
@@ -61,7 +68,7 @@ def test_paste_pick_download_and_it_loads(harness, qtbot, hub, models):  # noqa:
     qtbot.waitUntil(lambda: window.header.name.text() == "Fake-1M")
 
 
-def test_a_pasted_file_url_selects_that_file(harness, qtbot, hub, models):  # noqa: F811
+def test_a_pasted_file_url_selects_that_file(harness, qtbot, hub, models):
     window = harness.open()
     dialog = open_dialog(window, qtbot)
     find(dialog, qtbot, f"https://huggingface.co/{REPO}/blob/main/tiny.Q8_0.gguf", rows=2)
@@ -69,7 +76,7 @@ def test_a_pasted_file_url_selects_that_file(harness, qtbot, hub, models):  # no
     assert dialog.download_button.isEnabled()
 
 
-def test_a_dropped_download_says_so_and_resumes(harness, qtbot, hub, models):  # noqa: F811
+def test_a_dropped_download_says_so_and_resumes(harness, qtbot, hub, models):
     window = harness.open()
     dialog = open_dialog(window, qtbot)
     find(dialog, qtbot, REPO, rows=2)
@@ -88,7 +95,7 @@ def test_a_dropped_download_says_so_and_resumes(harness, qtbot, hub, models):  #
     assert target.read_bytes() == Q4
 
 
-def test_a_corrupt_download_is_refused_and_nothing_loads(harness, qtbot, hub, models):  # noqa: F811
+def test_a_corrupt_download_is_refused_and_nothing_loads(harness, qtbot, hub, models):
     window = harness.open()
     dialog = open_dialog(window, qtbot)
     find(dialog, qtbot, REPO, rows=2)
@@ -100,7 +107,7 @@ def test_a_corrupt_download_is_refused_and_nothing_loads(harness, qtbot, hub, mo
     assert dialog.download_button.text() == "Download"  # nothing kept to resume
 
 
-def test_a_bad_repo_id_and_a_missing_repo_get_messages(harness, qtbot, hub, models):  # noqa: F811
+def test_a_bad_repo_id_and_a_missing_repo_get_messages(harness, qtbot, hub, models):
     window = harness.open()
     dialog = open_dialog(window, qtbot)
     dialog.source.setFocus()
@@ -112,7 +119,7 @@ def test_a_bad_repo_id_and_a_missing_repo_get_messages(harness, qtbot, hub, mode
     qtbot.waitUntil(lambda: "No model repo" in dialog.message.text(), timeout=5000)
 
 
-def test_the_model_pickers_download_button_opens_it(harness, qtbot, hub, models):  # noqa: F811
+def test_the_model_pickers_download_button_opens_it(harness, qtbot, hub, models):
     window = harness.open()
     qtbot.mouseClick(window.header.picker, Qt.MouseButton.LeftButton)
     picker = window.header.picker_dialog
@@ -125,3 +132,38 @@ def test_the_model_pickers_download_button_opens_it(harness, qtbot, hub, models)
     menu_action(window, "Model", "Download from Hugging Face").trigger()
     assert window.hub_dialog is first and first.isVisible()  # the list is still there
     assert first.files.topLevelItemCount() == 2
+
+
+def test_closing_the_dialog_keeps_the_download_going_and_cancel_stops_it(
+    harness,
+    qtbot,
+    hub,
+    models,
+):
+    window = harness.open()
+    dialog = open_dialog(window, qtbot)
+    find(dialog, qtbot, "someone/Big-GGUF", rows=1)
+    click_row(dialog, qtbot, 0)
+    release = threading.Event()
+    hub.hold_after["big.Q2_K.gguf"] = (100_000, release)
+    qtbot.mouseClick(dialog.download_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: dialog.progress.value() > 0, timeout=5000)
+    qtbot.mouseClick(dialog.close_button, Qt.MouseButton.LeftButton)
+    assert not dialog.isVisible()
+    release.set()
+    target = models / "someone" / "Big-GGUF" / "big.Q2_K.gguf"
+    qtbot.waitUntil(lambda: loads(harness) == [str(target)], timeout=10000)
+    assert target.read_bytes() == BIG
+
+    target.unlink()
+    menu_action(window, "Model", "Download from Hugging Face").trigger()
+    release.clear()
+    click_row(dialog, qtbot, 0)
+    qtbot.mouseClick(dialog.download_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: dialog.progress.value() > 0, timeout=5000)
+    assert dialog.cancel_button.isVisible()
+    qtbot.mouseClick(dialog.cancel_button, Qt.MouseButton.LeftButton)
+    release.set()
+    qtbot.waitUntil(lambda: "Cancelled" in dialog.message.text(), timeout=5000)
+    assert dialog.download_button.text() == "Resume download"
+    assert len(loads(harness)) == 1

@@ -26,8 +26,8 @@ README = b"# Tiny\n"
 BIG = hashlib.sha256(b"big").digest() * (1 << 17)  # 4 MiB: it arrives in many reads
 
 
-@pytest.fixture
-def hub(monkeypatch):
+def serve_repos(monkeypatch):
+    """The loopback hub with this module's repos, HF_ENDPOINT pointed at it."""
     fake = FakeHub(
         {
             REPO: {"tiny.Q4_K_M.gguf": Q4, "tiny.Q8_0.gguf": Q8, "README.md": README},
@@ -47,6 +47,11 @@ def hub(monkeypatch):
     server.shutdown()
     server.server_close()
     thread.join(5)
+
+
+@pytest.fixture
+def hub(monkeypatch):
+    yield from serve_repos(monkeypatch)
 
 
 def q4_choice(client):
