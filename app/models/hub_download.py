@@ -204,7 +204,10 @@ class HubClient:
             with part.open("rb") as f:
                 for block in iter(lambda: f.read(CHUNK_BYTES), b""):
                     hasher.update(block)
-        location = meta.location or url
+        # an LFS file's bytes come from where the HEAD's redirect points (a CDN), as in
+        # hf_hub_download; a Xet-stored one from the resolve URL, whose redirect the
+        # GET follows
+        location = url if meta.xet_file_data is not None else (meta.location or url)
         have, hasher = self._transfer(location, part, have, size, hasher, progress, cancel)
         if have != size:
             raise HubError(
@@ -226,6 +229,8 @@ class HubClient:
         from huggingface_hub.utils import build_hf_headers, hf_raise_for_status, httpx
 
         headers = build_hf_headers(token=self.token)
+        if urlparse(url).netloc != urlparse(self.endpoint).netloc:
+            headers.pop("authorization", None)  # a signed CDN address: the token stays home
         headers["Accept-Encoding"] = "identity"  # byte offsets must be the file's
         if have:
             headers["Range"] = f"bytes={have}-"

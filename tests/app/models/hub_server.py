@@ -39,6 +39,7 @@ class FakeHub:
     # file -> (bytes sent, event): the rest of the body waits for the event
     hold_after: dict[str, tuple[int, threading.Event]] = field(default_factory=dict)
     requests: list[tuple[str, str, str | None]] = field(default_factory=list)  # verb, path, Range
+    auth: list[tuple[str, str, str | None]] = field(default_factory=list)  # verb, path, token
     port: int = 0
 
     @property
@@ -77,6 +78,7 @@ def serve(hub: FakeHub) -> tuple[ThreadingHTTPServer, threading.Thread]:
             url = urlparse(self.path)
             path = unquote(url.path)
             hub.requests.append(("HEAD" if head else "GET", path, self.headers.get("Range")))
+            hub.auth.append(("HEAD" if head else "GET", path, self.headers.get("Authorization")))
             parts = path.strip("/").split("/")
             if parts[:2] == ["api", "models"] and "revision" in parts:
                 at = parts.index("revision")

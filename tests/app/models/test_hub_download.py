@@ -120,6 +120,14 @@ def test_a_complete_download_lands_in_the_models_folder_checked(hub, tmp_path):
     assert resolves and resolves[0][0] == "HEAD"  # huggingface_hub's metadata call
 
 
+def test_the_token_goes_to_the_hub_and_never_to_the_cdn(hub, tmp_path):
+    client = HubClient(token="hf_secret")
+    client.download(HubSource(REPO), q4_choice(client), tmp_path)
+    auth = {path: header for _verb, path, header in hub.auth}
+    assert auth[f"/{REPO}/resolve/main/tiny.Q4_K_M.gguf"] == "Bearer hf_secret"
+    assert auth[f"/cdn/{REPO}/tiny.Q4_K_M.gguf"] is None
+
+
 def test_a_dropped_connection_keeps_the_part_and_the_next_try_resumes(hub, tmp_path):
     client = HubClient()
     choice = q4_choice(client)
