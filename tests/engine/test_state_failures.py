@@ -15,7 +15,7 @@ import pytest
 from engine.errors import StateError
 from engine.sequence import SequenceState, prefill, truncate
 from tests.conftest import TinyModels
-from tests.engine.state_faults import FORWARD_SITES, SimulatedOOM, forward_site, raise_oom
+from tests.engine.state_checks import FORWARD_SITES, SimulatedOOM, forward_site, raise_oom
 from tests.engine.test_state_property import (
     POLICIES,
     StateModels,

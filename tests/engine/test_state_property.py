@@ -1,20 +1,23 @@
 """Property test of the state contracts (docs/DESIGN.md, "State and rollback contracts").
 
 Random sequences of operations (append in random chunks; checkpoint and a later rollback;
-a recorded verify of m rows then commit or rollback_retaining; truncate to any earlier
-position; mark a snapshot; save + load) on tiny random-weight models of three kinds: Llama
-(full attention), Llama with a sliding window of 8 (ring slack 4, a snapshot every 8
-tokens, so deep rewinds need snapshots) and the Qwen3.5 hybrid (a snapshot every 8 tokens
-in a ring of 3, so eviction and the fallback to older snapshots or position 0 happen).
+a recorded verify of m rows, ending on or crossing stride positions, then commit or
+rollback_retaining; truncate to any earlier position; mark a snapshot; save + load; a
+forward or a tape replay that fails half-way) on tiny random-weight models of three
+kinds: Llama (full attention), Llama with a sliding window of 8 (ring slack 4, a snapshot
+every 8 tokens, so deep rewinds need snapshots) and the Qwen3.5 hybrid (a snapshot every
+8 tokens in a ring of 3, so eviction and the fallback to older snapshots or position 0
+happen).
 
-After EVERY operation the next-token logits equal a fresh prefill of the same tokens, and
-an operation the state refuses (StateError) leaves it exactly as it was. The helpers here
-are shared with test_state_refusals.py and test_state_io.py.
+After EVERY operation the next-token logits equal a fresh prefill of the same tokens, the
+stride snapshots are the ones the operations so far must have left (so a truncate replays
+at most `stride` tokens wherever the ring's capacity allows), and an operation that was
+refused (StateError) or failed (an injected error) leaves the state exactly as it was.
+The helpers here are shared with the other state tests and test_state_io.py.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +40,16 @@ from engine.sequence import SequenceState, prefill, truncate
 from engine.state import SnapshotPolicy
 from engine.state_io import load_state, save_state
 from tests.conftest import TinyModels
+from tests.engine.state_checks import (  # capture, assert_unchanged: shared from here too
+    FORWARD_SITES,
+    REPLAY_OPS,
+    ExpectedStrides,
+    SimulatedOOM,
+    assert_unchanged,
+    broken,
+    capture,
+    forward_site,
+)
 from tests.hybrid_models import make_hybrid_dir
 from tests.tiny_models import VOCAB_SIZE
 
@@ -121,46 +134,6 @@ def assert_next_logits_exact(model: Any, state: SequenceState, probe: int = 7) -
     assert_close(got, fresh_next_logits(model, state.policy, [*tokens, probe]), "next logits")
 
 
-def host(array: Any) -> np.ndarray:
-    return np.array(array)  # a copy, from NumPy or MLX
-
-
-@dataclass
-class StateImage:
-    """Everything observable about a state, copied, for before/after comparisons."""
-
-    tokens: list[int]
-    lengths: list[int]
-    epoch: int
-    is_recording: bool
-    snapshot_positions: list[int]
-    arrays: list[dict[str, np.ndarray]]
-
-
-def capture(state: SequenceState) -> StateImage:
-    return StateImage(
-        tokens=list(state.tokens),
-        lengths=[layer.length for layer in state.layers],
-        epoch=state.epoch,
-        is_recording=state.is_recording,
-        snapshot_positions=state.snapshot_positions(),
-        arrays=[{k: host(v) for k, v in layer.arrays().items()} for layer in state.layers],
-    )
-
-
-def assert_unchanged(before: StateImage, state: SequenceState) -> None:
-    after = capture(state)
-    assert after.tokens == before.tokens
-    assert after.lengths == before.lengths
-    assert after.epoch == before.epoch, "a refused call invalidated checkpoints"
-    assert after.is_recording == before.is_recording
-    assert after.snapshot_positions == before.snapshot_positions
-    for was, now in zip(before.arrays, after.arrays, strict=True):
-        assert was.keys() == now.keys()
-        for key in was:
-            assert np.array_equal(was[key], now[key]), f"layer array {key!r} changed"
-
-
 # -- the state machine -------------------------------------------------------------------
 
 
@@ -171,6 +144,7 @@ class StateOperations(RuleBasedStateMachine):
         super().__init__()
         self.loaded, self.model, self.policy = loaded, loaded.model, policy
         self.state = self.model.new_state(policy)
+        self.strides = ExpectedStrides(policy, self.state.needs_snapshots)
         self.has_sliding = any(t == "sliding_attention" for t in loaded.config.layer_types)
         self.file = tmp / "state.safetensors"
         self.cp: Any = None  # an open plain checkpoint, rolled back by a later rule
@@ -183,10 +157,34 @@ class StateOperations(RuleBasedStateMachine):
         self.cp_stale = self.cp is not None
         self.next_logits = None
 
+    def _fails_and_changes_nothing(self, call: Any, target: Any, *names: str) -> bool:
+        """Run `call` with `target.<names>` raising; whether it failed (else it needed none
+        of them). A failure leaves the state exactly as it was, and usable."""
+        before = capture(self.state)
+        try:
+            with broken(target, *names):
+                call()
+        except SimulatedOOM:
+            assert not self.state.is_poisoned, "a failure that could be undone poisoned"
+            assert_unchanged(before, self.state)
+            return True
+        return False
+
     @precondition(lambda self: self.state.offset <= MAX_TOKENS - 40)
-    @rule(k=st.integers(1, 40), seed=st.integers(0, 2**16), chunk=st.sampled_from([3, 16, 512]))
-    def append(self, k: int, seed: int, chunk: int) -> None:
-        logits = prefill(self.model, self.state, token_ids(seed, k), chunk_size=chunk)
+    @rule(
+        k=st.integers(1, 40),
+        seed=st.integers(0, 2**16),
+        chunk=st.sampled_from([3, 16, 512]),
+        fail_at=st.sampled_from([None, None, *FORWARD_SITES]),
+    )
+    def append(self, k: int, seed: int, chunk: int, fail_at: str | None) -> None:
+        start, ids = self.state.offset, token_ids(seed, k)
+        if fail_at is not None:  # a forward dies half-way: its chunk is undone
+            forward = lambda: self.model.forward(ids[:chunk], self.state, logits="none")  # noqa: E731
+            assert self._fails_and_changes_nothing(forward, *forward_site(self.model, fail_at))
+            event("forward failed and was undone")
+        logits = prefill(self.model, self.state, ids, chunk_size=chunk)
+        self.strides.passed(start, self.state.offset)
         self.next_logits = rows(logits)[-1]
 
     @precondition(lambda self: self.cp is None)
@@ -209,6 +207,7 @@ class StateOperations(RuleBasedStateMachine):
             event("rollback refused: " + ("stale" if self.cp_stale else "deeper than the ring"))
         else:
             assert self.state.tokens == self.cp_tokens
+            self.strides.rewound(self.cp.position)
             self._rewound()
             event("rollback exact")
         self.cp = None
@@ -219,37 +218,74 @@ class StateOperations(RuleBasedStateMachine):
         keep=st.integers(0, 8),
         seed=st.integers(0, 2**16),
         accept_all=st.booleans(),
-        to_stride=st.booleans(),
+        place=st.sampled_from(["anywhere", "ending on a stride", "across a stride"]),
+        fault=st.sampled_from([None, None, "in the forward", "in the replay"]),
+        site=st.sampled_from(FORWARD_SITES),
     )
-    def verify(self, m: int, keep: int, seed: int, accept_all: bool, to_stride: bool) -> None:
-        if to_stride:  # end on a snapshot position when that is within reach
-            m = min(8, self.policy.stride - self.state.offset % self.policy.stride)
+    def verify(
+        self, m: int, keep: int, seed: int, accept_all: bool, place: str, fault: Any, site: str
+    ) -> None:
+        start = self.state.offset
+        to_stride = self.policy.stride - start % self.policy.stride
+        if place == "ending on a stride":
+            m = min(8, to_stride)
+        elif place == "across a stride":  # the stride position lies inside the verify
+            m = min(8, to_stride + 1 + m % 3)
+        ids = token_ids(seed, m)
         cp = self.state.checkpoint(record=True)
-        verified = rows(self.model.forward(token_ids(seed, m), self.state, logits="all"))
-        if self.state.needs_snapshots and self.state.offset % self.policy.stride == 0:
-            event("verify ends on a stride position")  # must not snapshot unverified rows
+        if fault == "in the forward":
+            forward = lambda: self.model.forward(ids, self.state, logits="all")  # noqa: E731
+            assert self._fails_and_changes_nothing(forward, *forward_site(self.model, site))
+            assert self.state.recording is cp
+            event("verify: forward failed, the recording stays open")
+        verified = rows(self.model.forward(ids, self.state, logits="all"))
+        if (
+            self.state.needs_snapshots
+            and start < (start // self.policy.stride + 1) * (self.policy.stride) <= start + m
+        ):
+            event(f"verify {place}: its rows reach a stride position")
         if accept_all:
-            self.state.commit(cp)
+            self._close(lambda: self.state.commit(cp), fault == "in the replay")
+            self.strides.passed(start, start + m)
             self.next_logits = verified[-1]
             event("verify: commit")
             return
         keep = min(keep, m)
         before = capture(self.state)
         try:
-            self.state.rollback_retaining(cp, keep)
+            self._close(lambda: self.state.rollback_retaining(cp, keep), fault == "in the replay")
         except StateError:
             assert self.has_sliding and m - keep > SLACK, "retaining rollback refused needlessly"
             assert_unchanged(before, self.state)
             # what the decoder does then: accept the rows and truncate, exact from a snapshot
             self.state.commit(cp)
-            truncate(self.model, self.state, cp.position + keep)
+            self.strides.passed(start, start + m)
+            self._truncate(cp.position + keep, chunk=512)
             self._rewound()
             event("verify: retaining refused, commit + truncate")
         else:
+            self.strides.passed(start, start + keep)
             self._rewound()
             event("verify: retaining rollback")
             self.next_logits = verified[keep - 1] if keep else None
         assert self.state.offset == cp.position + keep
+
+    def _close(self, call: Any, replay_fails: bool) -> None:
+        """Commit or retain; with `replay_fails`, first with the tape replay failing."""
+        if replay_fails:
+            if not self._fails_and_changes_nothing(call, self.model.ops, *REPLAY_OPS):
+                event("verify: closed without a replay")
+                return
+            assert self.state.is_recording
+            event("verify: replay failed, the verify stays open")
+        call()
+
+    def _truncate(self, n: int, chunk: int) -> int:
+        start = self.state.plan_truncate(n)
+        truncate(self.model, self.state, n, chunk_size=chunk)
+        self.strides.rewound(start)
+        self.strides.passed(start, n)
+        return start
 
     @rule(data=st.data(), chunk=st.sampled_from([5, 512]))
     def truncate_to(self, data: st.DataObject, chunk: int) -> None:
@@ -263,14 +299,14 @@ class StateOperations(RuleBasedStateMachine):
             "truncate " + ("direct" if start == n else "from 0" if not start else "from a snapshot")
         )
         offset = self.state.offset
-        truncate(self.model, self.state, n, chunk_size=chunk)
+        self._truncate(n, chunk)
         assert self.state.offset == n
         if n < offset:
             self._rewound()
 
     @rule()
     def mark(self) -> None:
-        self.state.mark(self.state.offset)
+        assert self.state.mark(self.state.offset)
 
     @precondition(lambda self: self.state.offset > 0)
     @rule()
@@ -287,6 +323,13 @@ class StateOperations(RuleBasedStateMachine):
         self.cp = None  # checkpoints belong to the state object they were taken on
 
     @invariant()
+    def a_truncate_replays_at_most_a_stride(self) -> None:
+        held = [pos for store, pos, _ in self.state.snapshot_items() if store == "stride"]
+        assert held == self.strides.held, "stride snapshots missing or not asked for"
+        for n in range(self.state.offset + 1):
+            assert self.state.plan_truncate(n) >= self.strides.newest_at_or_before(n)
+
+    @invariant()
     def next_logits_equal_a_fresh_prefill(self) -> None:
         # first, before a probe's rollback would forget snapshots past the tokens
         assert all(pos <= self.state.offset for pos in self.state.snapshot_positions())
@@ -300,6 +343,7 @@ class StateOperations(RuleBasedStateMachine):
         probe = (len(tokens) * 31 + self.num_probes) % VOCAB_SIZE
         self.num_probes += 1
         got = probe_next_logits(self.model, self.state, probe)
+        self.strides.probed(len(tokens))
         self.cp_stale = self.cp is not None  # the probe rolled back to here: same logits
         assert self.state.tokens == tokens
         want = fresh_next_logits(self.model, self.policy, [*tokens, probe])

@@ -17,7 +17,8 @@ from engine.sequence import SequenceState, prefill, truncate
 from engine.state import UNBOUNDED_DEPTH, RecurrentState, SnapshotPolicy
 from tests.conftest import TinyModels
 from tests.engine.engine_runner import USERS, Runner, always_draft, build_models, greedy, user
-from tests.engine.test_state_property import SLACK, StateModels, host, token_ids
+from tests.engine.state_checks import host
+from tests.engine.test_state_property import SLACK, StateModels, token_ids
 from tests.engine.test_state_refusals import assert_exact
 
 STRIDE = 8

@@ -1,14 +1,59 @@
-"""What the state property test (test_state_property.py) needs beside the state itself:
-injected failures, and the stride snapshots a state must hold after what it went through.
+"""Checks the state tests share: an image of everything observable about a state (for
+"a refused or failed call changed nothing"), injected failures, and the stride
+snapshots a state must hold after what it went through (test_state_property.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
+from engine.sequence import SequenceState
 from engine.state import SnapshotPolicy
+
+
+def host(array: Any) -> np.ndarray:
+    return np.array(array)  # a copy, from NumPy or MLX
+
+
+@dataclass
+class StateImage:
+    """Everything observable about a state, copied, for before/after comparisons."""
+
+    tokens: list[int]
+    lengths: list[int]
+    epoch: int
+    is_recording: bool
+    snapshot_positions: list[int]
+    arrays: list[dict[str, np.ndarray]]
+
+
+def capture(state: SequenceState) -> StateImage:
+    return StateImage(
+        tokens=list(state.tokens),
+        lengths=[layer.length for layer in state.layers],
+        epoch=state.epoch,
+        is_recording=state.is_recording,
+        snapshot_positions=state.snapshot_positions(),
+        arrays=[{k: host(v) for k, v in layer.arrays().items()} for layer in state.layers],
+    )
+
+
+def assert_unchanged(before: StateImage, state: SequenceState) -> None:
+    after = capture(state)
+    assert after.tokens == before.tokens
+    assert after.lengths == before.lengths
+    assert after.epoch == before.epoch, "a refused call invalidated checkpoints"
+    assert after.is_recording == before.is_recording
+    assert after.snapshot_positions == before.snapshot_positions
+    for was, now in zip(before.arrays, after.arrays, strict=True):
+        assert was.keys() == now.keys()
+        for key in was:
+            assert np.array_equal(was[key], now[key]), f"layer array {key!r} changed"
 
 
 class SimulatedOOM(RuntimeError):
