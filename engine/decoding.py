@@ -196,7 +196,7 @@ def decode(
         if not reason and req.should_stop():
             reason = FinishReason.STOPPED
         if not reason and state.offset + 1 >= req.context_limit:
-            reason = FinishReason.LENGTH
+            reason = FinishReason.CONTEXT_FULL
         if reason:
             out.reason = reason
             break
@@ -219,7 +219,7 @@ def decode(
             continue
         cp = state.checkpoint(record=True)
         logits = _to_host(runner.ops, runner.forward(rows, state, logits="all"), argmax_only)
-        costs.observe(len(rows), time.perf_counter() - t0)
+        forward_s = time.perf_counter() - t0
         num_drafted = len(rows) - 1
         accepted, nxt = _verify(logits, draft, num_drafted, state.tokens, s, uniforms)
         if req.acceptance is not None:  # how good the drafter is, EOS or not
@@ -230,10 +230,14 @@ def decode(
             # kept in the state nor counted), and the EOS is the target's token there
             num_drafted = accepted = eos_at
             nxt = draft.tokens[eos_at]
+        t0 = time.perf_counter()
         if 1 + accepted == len(rows):
             state.commit(cp)
         else:
             state.rollback_retaining(cp, 1 + accepted)
+        # a verify costs its forward plus putting the state right after it (a hybrid's tape
+        # replay of the kept rows): that sum is what plain decoding is weighed against
+        costs.observe(len(rows), forward_s + time.perf_counter() - t0)
         out.drafted += num_drafted
         out.accepted += accepted
         if req.drafter is not None:
@@ -295,8 +299,14 @@ def _choose_k(
 ) -> int:
     if req.drafter is None or req.acceptance is None:
         return 0
-    # k drafts yield up to k + 1 tokens: a row past the token limit is verified for nothing
-    room = min(req.max_tokens - produced - 1, req.context_limit - state.offset - 2, row_limit - 1)
+    # k drafts yield up to k + 1 tokens: a row past the token limit is verified for nothing;
+    # and a verify may not forward more rows than the state can take back (a sliding ring)
+    room = min(
+        req.max_tokens - produced - 1,
+        req.context_limit - state.offset - 2,
+        row_limit - 1,
+        state.max_verify_rows() - 1,
+    )
     acc = req.acceptance
     return best_draft_length(acc.rate, costs, max(0, room), acc.token_seconds)
 

@@ -30,7 +30,8 @@ class FinishReason(StrEnum):
     """Why a request ended."""
 
     EOS = "eos"  # the model ended its reply
-    LENGTH = "length"  # max_tokens or the context length was reached
+    LENGTH = "length"  # max_tokens was reached
+    CONTEXT_FULL = "context_full"  # the reply filled the context length
     STOPPED = "stopped"  # a Stop command
 
 

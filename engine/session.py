@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 
 Emit = Callable[[ev.Event], None]
 PREFILL_CHUNK = 256
+REPLY_SHARE = 4  # fitting the context leaves a reply min(max_tokens, 1 / REPLY_SHARE of it)
 
 
 @dataclass
@@ -111,9 +112,15 @@ class Session:
         return Rendered(ids, boundaries, opens_thinking(text))
 
     def fit_context(self, cmd: ev.Generate) -> Rendered:
-        """Render, dropping the oldest turns when allowed; refuse when it cannot fit."""
+        """Render, leaving the reply room: min(max_tokens, a quarter of the context).
+
+        When that does not fit, the oldest turns are dropped if allowed; a prompt that
+        still fits runs with the room left (a reply that fills it finishes CONTEXT_FULL);
+        one that leaves no room at all is refused.
+        """
         messages = cmd.messages
         limit = cmd.settings.context_limit(self.loaded.config.context_length)
+        headroom = min(cmd.settings.max_tokens, max(1, limit // REPLY_SHARE))
         holder = (
             "the model holds"
             if limit == self.loaded.config.context_length
@@ -123,14 +130,17 @@ class Session:
             rendered = self.render(
                 messages, cmd.settings.continue_last, cmd.settings.enable_thinking
             )
-            if len(rendered.token_ids) < limit:
+            num_tokens = len(rendered.token_ids)
+            if num_tokens + headroom <= limit:
                 return rendered
             droppable = [i for i, m in enumerate(messages) if m.role != "system"]
             if not cmd.settings.drop_oldest_turns or len(droppable) <= 1:
+                if num_tokens < limit:
+                    return rendered
                 raise ContextOverflow(
-                    f"This conversation needs {len(rendered.token_ids)} tokens but {holder} "
-                    f"{limit}. Start a new chat, shorten or delete earlier messages, or "
-                    "turn on 'drop the oldest turns' in the settings."
+                    f"This conversation needs {num_tokens} tokens but {holder} {limit}, "
+                    "which leaves no room for a reply. Start a new chat, shorten or delete "
+                    "earlier messages, or turn on 'drop the oldest turns' in the settings."
                 )
             first = droppable[0]
             # drop the oldest user turn together with the reply that follows it

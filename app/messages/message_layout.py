@@ -29,6 +29,7 @@ STATUS_PILLS: dict[str, str] = {
     MessageStatus.STREAMING: "generating…",
     MessageStatus.STOPPED: "stopped",
     MessageStatus.LENGTH: "max tokens",
+    MessageStatus.CONTEXT_FULL: "context full",
     MessageStatus.EDITED: "edited",
     MessageStatus.FAILED: "failed",
 }

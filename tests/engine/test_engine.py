@@ -190,7 +190,7 @@ def test_context_overflow_fails_clearly_then_drop_oldest_turns_fits(models: dict
         num_near = len(prompt_ids(near))
         assert 512 - 24 < num_near < 512
         finished = runner.generate(near, greedy(max_tokens=24))
-        assert finished.reason == "length" and len(finished.token_ids) == 512 - num_near
+        assert finished.reason == "context_full" and len(finished.token_ids) == 512 - num_near
         assert_same_reply(finished, fresh_finished(models["llama"], near, greedy(max_tokens=24)))
 
         dropping = greedy(drop_oldest_turns=True)

@@ -133,7 +133,7 @@ def test_a_chats_context_length_is_honoured(model_dirs):
         finished = runner.generate(messages, greedy(max_tokens=100, context_length=limit))
         assert limit < loaded.context_length
         assert finished.stats.context_length == limit
-        assert len(finished.token_ids) <= limit - prompt and finished.reason == "length"
+        assert len(finished.token_ids) <= limit - prompt and finished.reason == "context_full"
 
 
 def test_a_context_length_below_two_is_refused():
