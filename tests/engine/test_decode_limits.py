@@ -6,6 +6,7 @@ is weighed by includes putting the state right after it.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -197,6 +198,17 @@ def test_fitting_the_context_leaves_the_reply_room(tiny_models: TinyModels) -> N
         finished = runner.generate(chat, settings(64))
         assert finished.reason == "context_full"
         assert len(finished.token_ids) == 512 - num_full
+        # Continue of the reply the context cut: no room without dropping turns (refused,
+        # saying what to do), and with dropping allowed it goes on after the oldest go
+        cut = (*chat, ev.Message("assistant", finished.text))
+        go_on = dataclasses.replace(settings(64), continue_last=True)
+        events = runner.request(ev.Generate("go-on", cut, go_on))
+        assert isinstance(events[-1], ev.Failed)
+        assert "drop the oldest turns" in events[-1].message
+        dropping = dataclasses.replace(go_on, drop_oldest_turns=True)
+        continued = runner.generate(cut, dropping)
+        assert continued.stats is not None
+        assert continued.stats.prompt_tokens < 512 - 64 and continued.token_ids
         # no room at all: refused, saying so
         crowded = (*chat[:2], user(SENTENCE * 13))
         assert len(prompt_ids(crowded)) >= 512
