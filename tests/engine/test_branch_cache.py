@@ -76,3 +76,33 @@ def test_eviction_forecast_is_what_saving_evicts(hybrid) -> None:
         assert set(cache.tails) == held  # forecasting changes nothing
         cache.save_tail(states[-1], 0)
         assert forecast == held - set(cache.tails)
+
+
+def test_a_longer_tail_replaces_the_one_it_contains_and_keeps_its_restore_points(hybrid) -> None:
+    """The same branch saved again after it grew (a reply went on) is one tail, not two,
+    and it can still be restored where the shorter one could (its end snapshot)."""
+    model = hybrid.model
+    tokens = [int(t) for t in np.random.default_rng(2).integers(3, 200, 90)]
+    fork = 20
+    state = model.new_state()
+    prefill(model, state, tokens[:60], chunk_size=16)
+    cache = BranchCache()
+    cache.save_tail(state, fork)
+    cache.save_tail(state, fork)  # the same tail again: nothing new is stored
+    assert len(cache.tails) == 1
+    (short,) = cache.tails.values()
+    assert 40 in short.recurrent  # its end, 60 - 20
+    prefill(model, state, tokens[60:], chunk_size=16)
+    cache.save_tail(state, fork)
+    (tail,) = cache.tails.values()
+    assert tail.tokens == tokens[fork:] and {40, 70} <= set(tail.recurrent)
+    truncate(model, state, fork)
+    prefill(model, state, [7, 8, 9], chunk_size=16)  # another branch
+    truncate(model, state, fork)
+    match = cache.best_match(state, tokens[:60] + [5], state.offset)
+    assert match is not None and match[1] == 40  # the shorter tail's end is restorable
+    cache.restore(state, *match)
+    assert state.tokens == tokens[:60]
+    got = np.array(model.forward([5], state))[-1]
+    want = np.array(prefill(model, model.new_state(), [*tokens[:60], 5], chunk_size=16))[-1]
+    np.testing.assert_allclose(got, want, atol=1e-4)
