@@ -4,6 +4,7 @@ heights are cached per message, so only a message whose text changed is laid out
 
 from __future__ import annotations
 
+import html
 import time
 from dataclasses import replace
 
@@ -250,7 +251,13 @@ class MessageDelegate(MessagePainting, QStyledItemDelegate):
         elif g.stats.contains(pos) and self.footer_line(item):
             text = message_tooltip(item.stats)
         if text:
-            QToolTip.showText(event.globalPos(), text, view.viewport(), g.footer)
+            # Rich text, so Qt wraps it to a readable width; one paragraph per figure.
+            paragraphs = "".join(
+                f"<p>{html.escape(line, quote=False)}</p>" for line in text.split("\n")
+            )
+            QToolTip.showText(
+                event.globalPos(), f"<qt>{paragraphs}</qt>", view.viewport(), g.footer
+            )
         else:
             QToolTip.hideText()
         return True
