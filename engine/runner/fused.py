@@ -178,6 +178,25 @@ class FusedDecode:
             raise ValueError("the fused path needs every layer to be full attention")
         rows = len(token_ids)
         offset = state.begin_forward(rows)
+        try:
+            return self._forward(token_ids, state, logits, kvs, offset)
+        except BaseException:
+            # The step kernels write new rows past the cursor, the eager step writes new
+            # arrays: the cursor undoes both. A traced step donated the old buffers: the
+            # state stays poisoned.
+            if not self.compiled or self.step_kernel is not None:
+                state.abort_forward()
+            raise
+
+    def _forward(
+        self,
+        token_ids: list[int],
+        state: SequenceState,
+        logits: str,
+        kvs: list[FullKV],
+        offset: int,
+    ) -> Any:
+        rows = len(token_ids)
         need = offset + rows
         # one capacity for every layer: the step kernel strides all buffers by layer 0's
         if any(kv.capacity() < need for kv in kvs) or len({kv.capacity() for kv in kvs}) > 1:
