@@ -17,10 +17,11 @@ def terminal_line(s: Stats) -> str:
     """ "[52 prompt tokens (0 reused) · TTFT 0.23 s · prefill 226.1 tok/s · decode 41.3 tok/s ·
     164 tokens · accepted 61/88 drafted]", printed after a reply in the terminal."""
     drafted = f" · accepted {s.accepted}/{s.drafted} drafted" if s.drafted else ""
+    memory = memory_line(asdict(s))
     return (
         f"[{s.prompt_tokens} prompt tokens ({s.reused_tokens} reused) · TTFT {s.ttft_s:.2f} s · "
         f"prefill {s.prefill_tok_s:.1f} tok/s · decode {s.decode_tok_s:.1f} tok/s · "
-        f"{s.generated_tokens} tokens{drafted}]"
+        f"{s.generated_tokens} tokens{drafted}{' · ' + memory if memory else ''}]"
     )
 
 

@@ -6,7 +6,14 @@ from __future__ import annotations
 import dataclasses
 
 from engine.events import Stats
-from engine.stats_format import byte_size, final_line, json_figures, memory_tooltip, stats_dict
+from engine.stats_format import (
+    byte_size,
+    final_line,
+    json_figures,
+    memory_tooltip,
+    stats_dict,
+    terminal_line,
+)
 
 BASE = Stats("r", 52, 10, 12, 40, 0.25, 160.0, 40.0, 0, 0, 62, 8192)
 MEASURED = dataclasses.replace(
@@ -35,6 +42,11 @@ def test_byte_sizes_read_in_binary_units() -> None:
 def test_the_status_line_ends_with_the_memory_held_of_the_budget() -> None:
     assert final_line(stats_dict(MEASURED)).endswith(" · prefilled 40 · mem 22.5 MiB/4 GiB")
     assert "mem" not in final_line(stats_dict(BASE))  # figures from before the budget
+
+
+def test_the_terminal_line_ends_with_it_too() -> None:
+    assert terminal_line(MEASURED).endswith(" · 10 tokens · mem 22.5 MiB/4 GiB]")
+    assert "mem" not in terminal_line(BASE)
 
 
 def test_the_tooltip_gives_each_part_in_the_order_eviction_spares_them() -> None:
