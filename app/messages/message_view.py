@@ -86,8 +86,10 @@ class MessageListView(QListView):
         model.rowsRemoved.connect(self._on_rows_removed)
 
     def _on_rows_removed(self, _parent, first: int, _last: int) -> None:
-        if first == 0:  # another conversation: the room kept for this one goes
+        if first == 0:  # another conversation: its room, selection and focus go
             self._extra_bottom = 0
+            self.delegate.selection = None
+            self._focus_row, self._focus_control = -1, None
 
     def updateGeometries(self) -> None:  # noqa: N802 - Qt's name
         super().updateGeometries()
