@@ -110,7 +110,8 @@ class Engine:
                 self._emit(
                     ev.Failed(
                         _request_id(command),
-                        "Out of memory. Try a smaller model or lower the memory budget in Settings.",
+                        "Out of memory. Try a smaller model or lower the memory budget "
+                        "in Settings.",
                         traceback.format_exc(),
                     )
                 )
@@ -152,8 +153,9 @@ class Engine:
             still = f"{active.name} is still loaded." if active else "No model is loaded."
             self._load_failed(command.path, f"{exc}. {still}", active)
             return
+        released = f" ({active.name} was released to make room)" if active else ""
         self._release()
-        del active
+        del active  # nothing may keep the old model alive while the new one loads
 
         def progress(stage: str, fraction: float) -> None:
             self._emit(ev.ModelLoading(command.path, stage, fraction))
@@ -170,8 +172,7 @@ class Engine:
             problem = "out of memory" if isinstance(exc, MemoryError) else str(exc)
             self._load_failed(
                 command.path,
-                f"{problem}. No model is loaded now (the previous one was released to make "
-                "room); pick one from the Model menu.",
+                f"{problem}. No model is loaded now{released}; pick one from the Model menu.",
                 None,
                 traceback.format_exc(),
             )
