@@ -6,6 +6,7 @@ said)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from PySide6.QtCore import QSettings, Qt, QTimer
@@ -15,6 +16,7 @@ from app.bridge import real_engine
 from app.settings.app_settings import load_settings
 from app.settings.settings_dialog import SettingsDialog
 from engine.config import EngineConfig
+from engine.events import Failed
 
 
 def fill_settings(qtbot, draft: Path) -> None:
@@ -64,3 +66,22 @@ def test_a_corrupt_draft_model_keeps_the_main_model_and_is_cleared(
         window.model_loader.load(str(path))
     assert loaded.args[0].draft_error == "" and loaded.args[0].draft_model is None
     assert not window.banner.isVisible()
+
+
+def test_the_header_shows_the_model_that_answers_after_a_failed_load(harness, qtbot) -> None:
+    """The engine says which model is active after a failed load: the header follows it
+    (the old model when the new file was refused before the release, none after)."""
+    window = harness.open()
+    with qtbot.waitSignal(window.bridge.model_loaded, timeout=5000):
+        window.model_loader.load("/models/good.gguf")
+    name = window.header.name.text()
+    assert name != "No model loaded"
+    refused = Failed("", "cut.gguf: truncated. Fake-1M is still loaded.", "", "/m/cut.gguf")
+    with qtbot.waitSignal(window.bridge.failed, timeout=5000):
+        window.bridge._listen(replace(refused, active_model="/models/good.gguf"))
+    qtbot.waitUntil(window.banner.isVisible)
+    assert window.banner.message.text() == refused.message
+    assert window.header.name.text() == name
+    with qtbot.waitSignal(window.bridge.failed, timeout=5000):
+        window.bridge._listen(replace(refused, message="bad. No model is loaded now."))
+    qtbot.waitUntil(lambda: window.header.name.text() == "No model loaded")
