@@ -71,6 +71,7 @@ class ChatController(QObject):
         self.tree = MessageTree()
         self.active: StreamingReply | None = None
         self.last_store_error: str | None = None  # the last write the store refused
+        self.last_refusal: str | None = None  # why the last attempt to generate was refused
         self.context_length: int | None = None
         self.model_name: str | None = None  # the loaded model's; None before any loads
         self._flush_timer = QTimer(self, singleShot=True, interval=REPAINT_INTERVAL_MS)
@@ -119,6 +120,7 @@ class ChatController(QObject):
         """Whether a new reply can start now; if not, `send_refused` says why, before
         anything is saved (no chat or message is created only to fail)."""
         refusal = BUSY if self.is_busy else NO_MODEL if self.model_name is None else None
+        self.last_refusal = refusal
         if refusal is not None:
             self.send_refused.emit(refusal)
         return refusal is None
@@ -148,21 +150,19 @@ class ChatController(QObject):
 
     def edit_message(self, message_id: str, text: str) -> bool:
         node = self.tree.node(message_id)
+        self.last_refusal = self.last_store_error = None
         if self.is_busy or not text.strip() or text == node.content:
             return False
-        if node.role == "user" and not self.can_generate():
+        if node.role == "user" and not self.can_generate():  # a reply would follow
             return False
         assert self.conversation_id is not None
-        self.last_store_error = None
         try:
             if node.role == "user":
                 user = self.store.add_message(self.conversation_id, node.parent_id, "user", text)
                 self._start_reply(user.id)
             else:
-                edited = MessageStatus.EDITED
-                self.store.add_message(
-                    self.conversation_id, node.parent_id, node.role, text, status=edited
-                )
+                edited, parent = MessageStatus.EDITED, node.parent_id
+                self.store.add_message(self.conversation_id, parent, node.role, text, status=edited)
                 self._reload()
         except sqlite3.Error as exc:
             self._report_store_error("the edit", exc, "The editor keeps your text.")

@@ -180,7 +180,8 @@ class MainWindow(QMainWindow):
             self.composer.clear()
 
     def _save_edit(self, message_id: str, text: str) -> None:
-        if self.controller.edit_message(message_id, text) or not self.controller.last_store_error:
+        c = self.controller
+        if c.edit_message(message_id, text) or not (c.last_store_error or c.last_refusal):
             return
         if self.chat.begin_edit(message_id):  # not saved: the text goes back in the editor
             editor = self.chat.editor()

@@ -53,3 +53,20 @@ def test_the_window_shows_why_a_send_was_refused(harness, qtbot):
     window.controller.send("hello?")
     assert window.banner.isVisible()
     assert "No model is loaded" in window.banner.message.text()
+
+
+def test_an_edit_refused_for_want_of_a_model_keeps_the_editor_and_its_text(harness, qtbot):
+    from tests.app.messages.ui import click_control
+
+    harness.open()
+    harness.send("the first question")
+    window = harness.open(with_model=False)  # the next start, before any model loads
+    window.controller.open_conversation(harness.store.list_conversations()[0].id)
+    click_control(window, qtbot, 0, "Edit")
+    editor = window.chat.editor()
+    editor.text_edit.setPlainText("the question, better put")
+    editor.save_button.click()
+    assert "No model is loaded" in window.banner.message.text()
+    editor = window.chat.editor()
+    assert editor is not None and editor.text == "the question, better put"
+    assert len(harness.store.load_tree(window.controller.conversation_id)) == 2  # nothing added
