@@ -136,3 +136,18 @@ def test_the_focused_control_has_a_visible_ring(harness, qtbot):
     accent = window.chat.delegate.theme.accent.lower()
     top_edge = {focused.pixelColor(x, 1).name() for x in range(6, focused.width() - 6)}
     assert accent in top_edge
+
+
+def test_tab_past_the_last_control_leaves_the_list(harness, qtbot):
+    window = open_with_reply(harness, REPLY)
+    harness.send("q")
+    view = window.chat.list_view
+    window.activateWindow()
+    view.setFocus()
+    qtbot.waitUntil(view.hasFocus)
+    for _ in range(4):  # Edit, Regenerate, Copy, Branch
+        qtbot.keyClick(view, Qt.Key.Key_Tab)
+        assert view.hasFocus()
+    assert view.focused_control() == (1, ("branch", None))
+    qtbot.keyClick(view, Qt.Key.Key_Tab)
+    assert not view.hasFocus() and QApplication.focusWidget() is not None
