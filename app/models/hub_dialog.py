@@ -38,19 +38,12 @@ from app.models.hub_download import (
     choices_for,
     destination,
     parse_source,
+    size_text,
 )
 from engine.default_model import models_dir
 
 PROGRESS_INTERVAL_MS = 100  # the bar moves ~10 times a second, not once a network read
 EXAMPLE = "e.g. bartowski/Qwen2.5-0.5B-Instruct-GGUF, or a .gguf file's URL"
-
-
-def size_text(num_bytes: int) -> str:
-    """Decimal units, as the hub shows sizes."""
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if num_bytes >= scale:
-            return f"{num_bytes / scale:.1f} {unit}"
-    return f"{num_bytes} B"
 
 
 class HubWorker(QObject):

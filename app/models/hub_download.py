@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -198,6 +199,12 @@ class HubClient:
         marker = dest.with_name(dest.name + ".part.json")
         have = _resumable_bytes(part, marker, etag, size)
         dest.parent.mkdir(parents=True, exist_ok=True)
+        free = shutil.disk_usage(dest.parent).free
+        if free < size - have:  # refused before a byte moves, not when the disk fills
+            raise HubError(
+                f"{hub_file.path} needs {size_text(size - have)} more and {dest.parent} has "
+                f"{size_text(free)} free. Free some space, then try again."
+            )
         marker.write_text(json.dumps({"etag": etag, "size": size, "url": url}))
         hasher = _new_hasher(expected, size)
         if have:
@@ -260,8 +267,8 @@ class HubClient:
                         progress(have, size)
         except httpx.HTTPError as error:
             raise HubError(
-                f"The connection to {urlparse(url).netloc} dropped after {_mb(have)} of "
-                f"{_mb(size)} ({type(error).__name__}: {error}). The part is kept: try again "
+                f"The connection to {urlparse(url).netloc} dropped after {size_text(have)} of "
+                f"{size_text(size)} ({type(error).__name__}: {error}). The part is kept: try again "
                 "to resume from there."
             ) from error
         return have, hasher
@@ -326,8 +333,12 @@ def _resumable_bytes(part: Path, marker: Path, etag: str, size: int) -> int:
     return have
 
 
-def _mb(num_bytes: int) -> str:
-    return f"{num_bytes / 1e6:,.1f} MB"
+def size_text(num_bytes: int) -> str:
+    """Decimal units, as the hub shows sizes."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if num_bytes >= scale:
+            return f"{num_bytes / scale:.1f} {unit}"
+    return f"{num_bytes} B"
 
 
 class _hub_errors:

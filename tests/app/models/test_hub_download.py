@@ -198,3 +198,17 @@ def test_a_model_folder_downloads_every_file(hub, tmp_path):
     assert (folder / "model.safetensors").read_bytes() == Q4
     assert (folder / "config.json").read_bytes() == b'{"model_type": "llama"}'
     assert not (folder / "README.md").exists()
+
+
+def test_a_download_that_cannot_fit_is_refused_before_it_starts(hub, tmp_path, monkeypatch):
+    import app.models.hub_download as hub_download
+
+    client = HubClient()
+    choice = q4_choice(client)
+    usage = hub_download.shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(
+        hub_download.shutil, "disk_usage", lambda _path: usage._replace(free=len(Q4) - 1)
+    )
+    with pytest.raises(HubError, match="needs 10.2 kB more and .* has 10.2 kB free"):
+        client.download(HubSource(REPO), choice, tmp_path)
+    assert not [r for r in hub.requests if r[1].startswith("/cdn/")]  # nothing was fetched
