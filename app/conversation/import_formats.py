@@ -14,8 +14,9 @@ at the start (how Open WebUI stored it before 0.5) or Open WebUI's
 that follows them.
 
 Nodes that hold no text a person wrote or read (ChatGPT's empty root and hidden system
-nodes, tool calls and their outputs) are left out and their children hang from the
-nearest ancestor kept, so the branches stay as they were.
+nodes, browsing displays) are left out and their children hang from the
+nearest ancestor kept, so the branches stay as they were. Code an assistant ran and what
+it printed are kept, as the code blocks ChatGPT shows.
 """
 
 from __future__ import annotations
@@ -93,6 +94,8 @@ def _chatgpt_chat(item: dict[str, Any], title: str) -> ImportedChat:
             role = (message.get("author") or {}).get("role")
             content = message.get("content") or {}
             text = _chatgpt_text(content)
+            if role == "tool" and content.get("content_type") == "execution_output":
+                role = "assistant"  # what the code printed, as ChatGPT shows it under the code
             if role in ROLES and text.strip():
                 kept[str(key)] = (role, text, _time(message.get("create_time")))
             elif content.get("content_type") == "thoughts":
@@ -131,7 +134,9 @@ def _chatgpt_text(content: dict[str, Any]) -> str:
         return "\n".join(p for p in pieces if p)
     if kind == "code":  # the code an assistant ran: shown as a code block
         return f"```\n{content.get('text', '')}\n```" if content.get("text") else ""
-    return ""  # tool output, browsing displays, ...: not a message a person wrote or read
+    if kind == "execution_output":
+        return f"Output:\n```\n{content.get('text', '')}\n```" if content.get("text") else ""
+    return ""  # browsing displays, tool calls' plumbing: not a message a person read
 
 
 # -- Open WebUI ----------------------------------------------------------------------------

@@ -37,7 +37,7 @@ def gpt_node(key, parent, children, role=None, text=None, t=None, content=None, 
 def chatgpt_export() -> list[dict]:
     """Two chats. The first: an empty root, a hidden empty system node, a system prompt,
     a question edited once (two user branches), the second answered twice (regenerated),
-    a tool call and its output between a question and its answer; on screen: the edited
+    code the assistant ran and its output between a question and its answer; on screen: the edited
     question's second answer."""
     mapping = {
         "root": gpt_node("root", None, ["sys0"]),
@@ -95,7 +95,9 @@ def test_a_chatgpt_export_keeps_every_branch_and_the_branch_on_screen(store, tmp
                 ("assistant", "Midi.", []),
                 ("assistant", "Il est 12 h.", [
                     ("user", "Calcule 2**10", [
-                        ("assistant", "```\n2**10\n```", [("assistant", "1024", [])]),
+                        ("assistant", "```\n2**10\n```", [
+                            ("assistant", "Output:\n```\n1024\n```", [("assistant", "1024", [])]),
+                        ]),
                     ]),
                 ]),
             ]),
@@ -103,12 +105,12 @@ def test_a_chatgpt_export_keeps_every_branch_and_the_branch_on_screen(store, tmp
     ]  # fmt: skip
     assert selected == [
         "Tu es concis. 🧭", "Et à Paris ?", "Il est 12 h.", "Calcule 2**10", "```\n2**10\n```",
-        "1024",
+        "Output:\n```\n1024\n```", "1024",
     ]  # fmt: skip
     conversation = store.get_conversation(first.id)
     assert (conversation.created_at, conversation.updated_at) == (1.0, 9.5)
     times = [n.created_at for n in store.load_tree(first.id).selected_path()]
-    assert times == [1.5, 4.0, 6.0, 7.0, 8.0, 9.0]
+    assert times == [1.5, 4.0, 6.0, 7.0, 8.0, 8.5, 9.0]
     assert read_import(store, path).title == "Heure — 時間"  # imports again, fresh ids
 
 

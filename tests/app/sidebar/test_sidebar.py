@@ -40,7 +40,7 @@ def test_imported_chatgpt_chats_are_listed_under_their_dates_and_the_newest_open
     ]
     current = window.sidebar.list.currentIndex().row()
     assert rows(window)[current] == ("conversation", "Heure — 時間")
-    assert harness.texts()[-2:] == ["```\n2**10\n```", "1024"]
+    assert harness.texts()[-2:] == ["Output:\n```\n1024\n```", "1024"]
     assert window.banner.isHidden()
 
 
