@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import html
 import re
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -227,23 +228,27 @@ def _time(value: Any) -> float:
 
 def _tree_order(parents: dict[str, str | None], children: dict[str, list[str]]) -> list[str]:
     """Every node, parents first, siblings in the order the source lists them."""
-    order, seen = [], set()
-    queue = [k for k, p in parents.items() if p is None]
+    under: dict[str | None, list[str]] = {}  # from the parent links, which are the truth
+    for key, parent in parents.items():
+        under.setdefault(parent, []).append(key)
+    order: list[str] = []
+    seen: set[str] = set()
+    queue = deque(under.get(None, []))
     if not queue and parents:
         raise ValueError("the messages form a loop: none is a root")
     while queue:
-        key = queue.pop(0)
+        key = queue.popleft()
         if key in seen:
             raise ValueError(f"message {key} is reached twice: the tree has a loop")
         seen.add(key)
         order.append(key)
-        listed = [c for c in children.get(key, []) if parents.get(c) == key]
-        # children the parent forgot to list still belong under it
-        listed += [c for c, p in parents.items() if p == key and c not in listed]
-        queue.extend(listed)
-    missing = set(parents) - seen
-    if missing:
-        raise ValueError(f"{len(missing)} messages hang in a loop, off every root")
+        mine = under.get(key, [])
+        listed = [c for c in dict.fromkeys(children.get(key, [])) if parents.get(c) == key]
+        # children the parent forgot to list still belong under it, after the listed ones
+        is_listed = set(listed)
+        queue.extend(listed + [c for c in mine if c not in is_listed])
+    if len(seen) != len(parents):
+        raise ValueError(f"{len(parents) - len(seen)} messages hang in a loop, off every root")
     return order
 
 
