@@ -10,8 +10,8 @@ Three kinds of per-layer state with opposite rollback needs (docs/DESIGN.md):
   taken beforehand (kernels never mutate states, so the reference IS the copy) plus
   replay: of the verify tape (`rollback_retaining`) or of tokens (`truncate`).
 
-Each kind answers its own rollback questions through `LayerState` (the two attention
-kinds live in engine/kv_state.py, the recurrent one in engine/recurrent_state.py);
+Each kind answers its own rollback questions through `LayerState` (in engine/kv_state.py,
+engine/sliding_kv.py and engine/recurrent_state.py);
 `SequenceState` (engine/sequence.py) orchestrates them, and nothing outside this module
 asks which kind a layer is. Every operation validates before mutating, so a refused call
 leaves the state exactly as it was.
@@ -23,8 +23,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from engine.kv_state import UNBOUNDED_DEPTH, FullKV, SlidingKV, causal_mask
+from engine.kv_state import UNBOUNDED_DEPTH, FullKV, causal_mask
 from engine.recurrent_state import RecurrentState, Tape
+from engine.sliding_kv import SlidingKV
 from kernels.ops import Array
 
 __all__ = [
