@@ -66,6 +66,7 @@ class MessageListView(QListView):
         self._focus_row = -1  # the message the keyboard is on
         self._focus_control: Control | None = None  # None: the message itself
         self._is_selecting = False  # a drag that started in a message's text
+        self._shows_ring = False  # the focus ring shows for keyboard use, not after a click
         self.verticalScrollBar().valueChanged.connect(self._remember_position)
         self.verticalScrollBar().rangeChanged.connect(self._keep_following)
 
@@ -222,6 +223,7 @@ class MessageListView(QListView):
         pos = event.position().toPoint()
         index, hit = self._hit(pos)
         if index.isValid():
+            self._shows_ring = False
             self.setFocus(Qt.FocusReason.MouseFocusReason)
             self._set_focus(index.row(), hit)
         if hit is not None or event.button() != Qt.MouseButton.LeftButton:
@@ -281,13 +283,10 @@ class MessageListView(QListView):
     def selected_text(self) -> str:
         """The selected characters as plain text (line breaks as \\n)."""
         selection = self.delegate.selection
-        if selection is None or selection.is_empty:
+        row = self.model().row_of(selection.message_id) if selection is not None else -1
+        if selection is None or selection.is_empty or row < 0:
             return ""
-        row = self.model().row_of(selection.message_id)
-        if row < 0:
-            return ""
-        item = self.model().item(row)
-        rendered = self.delegate.rendered_part(item, selection.part)
+        rendered = self.delegate.rendered_part(self.model().item(row), selection.part)
         return rendered.markdown.plain_text(selection.start, selection.end)
 
     def _select_all(self) -> None:
@@ -313,7 +312,8 @@ class MessageListView(QListView):
     def _set_focus(self, row: int, control: Control | None) -> None:
         model = self.model()
         self._focus_row, self._focus_control = row, control
-        self.delegate.focus = (row, control) if self.hasFocus() and row >= 0 else None
+        is_shown = self.hasFocus() and row >= 0 and self._shows_ring
+        self.delegate.focus = (row, control) if is_shown else None
         if 0 <= row < model.rowCount():
             item = model.item(row)
             description = message_name(item, row, model.rowCount())
@@ -351,6 +351,7 @@ class MessageListView(QListView):
         return True
 
     def focusNextPrevChild(self, next: bool) -> bool:  # noqa: N802, A002 - Qt's names
+        self._shows_ring = True
         if self.hasFocus() and self._move_control(1 if next else -1):
             return True
         return super().focusNextPrevChild(next)
@@ -359,6 +360,8 @@ class MessageListView(QListView):
         rows = self.model().rowCount() if self.model() else 0
         if rows and not 0 <= self._focus_row < rows:
             self._focus_row = rows - 1  # the newest message, where a reader left off
+        if event.reason() != Qt.FocusReason.MouseFocusReason:
+            self._shows_ring = True
         super().focusInEvent(event)
         self._set_focus(self._focus_row, self._focus_control)
 
@@ -369,6 +372,9 @@ class MessageListView(QListView):
 
     def keyPressEvent(self, event: QKeyEvent) -> None:
         key, rows = event.key(), self.model().rowCount()
+        if not self._shows_ring:
+            self._shows_ring = True
+            self._set_focus(self._focus_row, self._focus_control)
         if event.matches(QKeySequence.StandardKey.Copy):
             return self._copy()
         if event.matches(QKeySequence.StandardKey.SelectAll):

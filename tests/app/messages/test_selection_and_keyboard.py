@@ -151,3 +151,14 @@ def test_tab_past_the_last_control_leaves_the_list(harness, qtbot):
     assert view.focused_control() == (1, ("branch", None))
     qtbot.keyClick(view, Qt.Key.Key_Tab)
     assert not view.hasFocus() and QApplication.focusWidget() is not None
+
+
+def test_the_ring_shows_for_the_keyboard_not_after_a_click(harness, qtbot):
+    window = open_with_reply(harness, REPLY)
+    harness.send("q")
+    view = window.chat.list_view
+    window.activateWindow()
+    qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=char_point(window, 1, 3))
+    assert view.hasFocus() and view.delegate.focus is None
+    qtbot.keyClick(view, Qt.Key.Key_Tab)
+    assert view.delegate.focus == (1, ("edit", None))
