@@ -145,3 +145,20 @@ def test_settings_saved_by_another_version_load_what_they_can():
         {"temperature": "hot", "top_k": 12, "seed": None, "unknown": 1, "top_p": 7.0}, base
     )
     assert (loaded.temperature, loaded.top_k, loaded.top_p) == (0.5, 12, 0.95)
+
+
+def test_settings_that_make_no_sense_are_refused_in_the_dialog_and_nothing_is_saved(harness, qtbot):
+    window = harness.open()
+    harness.send("a chat")
+    seen: list[str] = []
+
+    def too_small(dialog) -> None:
+        type_into(qtbot, dialog.context_length, "1")
+        qtbot.mouseClick(dialog.buttons.button(QDialogButtonBox.StandardButton.Ok),
+                         Qt.MouseButton.LeftButton)  # fmt: skip
+        seen.append(dialog.error.text())
+        assert dialog.isVisible()  # still open, the typed value there to correct
+
+    in_dialog(window, qtbot, too_small, ok=False)
+    assert seen == ["context length must be >= 2 tokens (or the model's)"]
+    assert window.store.get_conversation_settings(window.controller.conversation_id) == {}
