@@ -14,6 +14,10 @@ edit depth (tokens from the edit to the end). The same for a random-weight Qwen3
 hybrid (recurrent layers: the edit restores the turn-boundary snapshot and replays), and
 with --peers for llama.cpp (same GGUF, same token ids, every edit) and mlx-lm (the last
 edit only, --mlx-lm-runs runs: it prefills ~20x slower than llama.cpp on this CPU).
+
+"First message after restart": an Engine with the prompt cache answers the conversation
+(a short reply) and closes; a new Engine over the same cache folder takes the next user
+message, timed against a fresh Engine without the cache, which prefills the whole chat.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import sys
 import tempfile
 import time
 import uuid
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +41,7 @@ NUM_TURNS = 7
 WORDS_PER_MESSAGE = 165
 Messages = tuple[tuple[str, str], ...]
 WARM_UP: Messages = (("user", "Say hello."),)
+REPLY_TOKENS = 16  # the reply the first engine gives before it closes
 
 
 class EngineClient:
@@ -57,16 +63,23 @@ class EngineClient:
             if isinstance(event, ev.Failed):
                 raise RuntimeError(f"could not load {model}: {event.message}")
 
-    def first_token(self, messages: Messages) -> Any:
+    def first_token(self, messages: Messages, conversation: str = "bench") -> Any:
         """Send the conversation, generate one token; return the request's Stats."""
+        return self.reply(messages, 1, conversation).stats
+
+    def reply(self, messages: Messages, max_tokens: int, conversation: str = "bench") -> Any:
+        """Send the conversation (greedy, no drafter); return the Finished event."""
+        from engine.sampling import SamplingSettings
+
         ev = self.ev
-        settings = ev.GenerationSettings(max_tokens=1, drafter=ev.DrafterKind.OFF)
+        sampling = SamplingSettings(temperature=0.0)
+        settings = ev.GenerationSettings(sampling, max_tokens=max_tokens, drafter="off")
         msgs = tuple(ev.Message(role, content) for role, content in messages)
-        self.engine.submit(ev.Generate(uuid.uuid4().hex, msgs, settings, "bench"))
+        self.engine.submit(ev.Generate(uuid.uuid4().hex, msgs, settings, conversation))
         while True:
             event = self.events.get()
             if isinstance(event, ev.Finished):
-                return event.stats
+                return event
             if isinstance(event, ev.Failed):
                 raise RuntimeError(event.message)
 
@@ -132,6 +145,49 @@ def bench_ours(
         finally:
             client.close()
     return samples
+
+
+def bench_restart(
+    model: Path, config: EngineConfig, messages: Messages, runs: int
+) -> list[dict[str, Any]]:
+    """The next message's TTFT after a restart with the prompt cache, and in a fresh engine
+    without it (a full re-prefill). Each engine warms up on a chat of its own first."""
+    samples = []
+    for run in range(runs):
+        with tempfile.TemporaryDirectory() as cache:
+            cached = replace(config, prompt_cache_dir=cache)
+            client = EngineClient(model, cached)
+            try:
+                answer = client.reply(messages, REPLY_TOKENS)  # then the window closes
+            finally:
+                client.close()  # saves the chat's state
+            follow_up = "Thank you. " + common.prose(24, seed=500 + run)
+            following = (*messages, ("assistant", answer.text), ("user", follow_up))
+            sample = {}
+            for label, engine_config in (("restart", cached), ("no_cache", config)):
+                client = EngineClient(model, engine_config)
+                try:
+                    client.first_token(WARM_UP, conversation="")
+                    stats = client.first_token(following)
+                    sample[label] = (stats.ttft_s, stats.reused_tokens, stats.prompt_tokens)
+                finally:
+                    client.close()
+            samples.append(sample)
+    return samples
+
+
+def summarize_restart(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    restart = common.spread([s["restart"][0] for s in samples])
+    full = common.spread([s["no_cache"][0] for s in samples])
+    _, reused, prompt = samples[0]["restart"]
+    return {
+        "restart_ttft_s": restart["median"],
+        "restart_full_reprefill_ttft_s": full["median"],
+        "speedup_restart": full["median"] / restart["median"],
+        "restart_prompt_tokens": prompt,
+        "restart_reused_tokens": reused,
+        "restart_spread": {"restart_ttft_s": restart, "full_reprefill_ttft_s": full},
+    }
 
 
 def bench_peer(
@@ -218,6 +274,8 @@ def run(args: argparse.Namespace, config: EngineConfig) -> dict[str, Any]:
         named = {"last": last, "middle": middle}
         ours = bench_ours(gguf, config, messages, targets, args.runs)
         result.update(summarize(ours, targets, len(ids), named))
+        _say(args, "ours (default model), first message after a restart...")
+        result.update(summarize_restart(bench_restart(gguf, config, messages, args.runs)))
         _say(args, "ours (hybrid)...")
         hybrid_dir = common.write_hybrid_model(Path(tmp) / "hybrid", mlx_dir)
         hybrid = bench_ours(hybrid_dir, config, messages, targets, args.runs)
@@ -226,6 +284,9 @@ def run(args: argparse.Namespace, config: EngineConfig) -> dict[str, Any]:
             "config": {k: v for k, v in common.HYBRID_CONFIG.items() if k != "architectures"},
             **summarize(hybrid, targets, len(ids), named),
         }
+        _say(args, "ours (hybrid), first message after a restart...")
+        restart = bench_restart(hybrid_dir, config, messages, args.runs)
+        result["hybrid"].update(summarize_restart(restart))
         if args.peers:
             runners, missing = make_peers(["llama_cpp", "mlx_lm"], gguf, mlx_dir)
             for name, why in missing.items():
@@ -277,7 +338,7 @@ def print_summary(result: dict[str, Any]) -> None:
     rows += [(n, result[n]) for n in ("llama_cpp", "mlx_lm") if n in result]
     print(f"conversation: {result['conversation_tokens']} tokens")
     header = ("full (s)", 10), ("edit last", 11), ("edit mid", 10), ("x last", 8), ("x mid", 8)
-    header += (("back mid", 10),)
+    header += (("back mid", 10), ("restart", 9), ("x restart", 11))
     print(f"{'engine':<16}" + "".join(f"{h:>{w}}" for h, w in header))
     for name, r in rows:
         if "missing" in r:
@@ -292,6 +353,8 @@ def print_summary(result: dict[str, Any]) -> None:
             f"{r['back_after_edit_middle_ttft_s']:>10.3f}"
             if "back_after_edit_middle_ttft_s" in r
             else f"{'-':>10}",
+            f"{r['restart_ttft_s']:>9.3f}" if "restart_ttft_s" in r else f"{'-':>9}",
+            f"{r['speedup_restart']:>11.1f}" if "speedup_restart" in r else f"{'-':>11}",
         ]
         print(f"{name:<16}" + "".join(cells))
 
