@@ -29,7 +29,7 @@ from tests.engine.engine_runner import (
     prompt_ids,
     user,
 )
-from tests.engine.test_state_property import rows
+from tests.engine.test_state_property import assert_next_logits_exact, rows
 from tests.tiny_models import make_llama_gguf
 
 MIB = 1 << 20
@@ -93,6 +93,11 @@ def test_a_twin_refuses_the_saved_state_and_prefills_afresh(
     assert any("another model" in r.getMessage() for r in caplog.records)
     assert finished.stats is not None and finished.stats.reused_tokens == 0
     assert_same_reply(finished, fresh_finished(tuned, messages, greedy()))
+    # what the tuned engine computed and saved on close is its own prefill's numbers
+    loaded = load_model(tuned, EngineConfig(backend="numpy"))
+    state = PromptCache(tmp_path, loaded.fingerprint).load("c1", loaded.runner)
+    assert state is not None and state.offset >= len(prompt_ids(messages))
+    assert_next_logits_exact(loaded.model, state)
 
 
 def test_the_digest_is_remembered_until_the_file_changes(

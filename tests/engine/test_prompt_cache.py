@@ -1,8 +1,8 @@
 """The prompt cache switched on: a ~2k-token chat survives an engine restart (the next
 message reuses the saved state, and its reply equals a fresh engine's), the state is on
 disk soon after a reply without waiting for a close, written once while unchanged, and
-saved when the engine switches conversation; a truncated file is refused and re-prefilled
-through the engine, never loaded."""
+saved when the engine switches conversation; a truncated or corrupt file, or another
+model's, is refused and re-prefilled through the engine, never loaded."""
 
 from __future__ import annotations
 
@@ -171,27 +171,59 @@ def test_switching_conversation_saves_the_one_left(
         assert state is not None and state.tokens == left
 
 
-def truncated(data: bytes, case: str) -> bytes:
+def spoiled(data: bytes, case: str, other_model_file: bytes) -> bytes:
+    """A saved file as a crash mid-copy, a full disk, bit rot or a folder mix-up leave it."""
     header = 8 + int.from_bytes(data[:8], "little")
-    return {"cut in half": data[: len(data) // 2], "cut in the header": data[: header // 2]}[case]
+    flipped = bytearray(data)
+    flipped[header + (len(data) - header) // 2] ^= 0x10  # inside the arrays
+    return {
+        "cut in half": data[: len(data) // 2],
+        "cut in the header": data[: header // 2],
+        "a flipped byte": bytes(flipped),
+        "another model's": other_model_file,
+    }[case]
 
 
-@pytest.mark.parametrize("case", ["cut in half", "cut in the header"])
+CASES = ["cut in half", "cut in the header", "a flipped byte", "another model's"]
+
+
+@pytest.fixture(scope="module")
+def other_models(tiny_models: TinyModels, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """Each kind's sibling with other random weights (same shapes, same tokenizer)."""
+    hybrid = tmp_path_factory.mktemp("other_hybrid") / "hybrid"
+    make_hybrid_dir(hybrid, "hf", max_position_embeddings=4096, seed=7)
+    llama = tiny_models.gguf(qtype="F32", max_position_embeddings=4096, seed=7)[0]
+    return {"llama": llama, "hybrid": hybrid}
+
+
+def saved_file(path: Path, cache_dir: Path, messages: tuple[ev.Message, ...]) -> Path:
+    with Runner(cache_dir=cache_dir) as runner:
+        runner.load(path)
+        runner.generate(messages, conversation_id="c1")
+        file = cache_file(runner, "c1")
+    return file
+
+
+@pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("kind", KINDS)
-def test_a_truncated_file_is_refused_and_prefilled_afresh(
-    kind: str, case: str, long_models: dict, tmp_path: Path, caplog: pytest.LogCaptureFixture
+def test_a_spoiled_file_is_refused_and_prefilled_afresh(
+    kind: str,
+    case: str,
+    long_models: dict,
+    other_models: dict,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     path = long_models[kind]
     messages: tuple[ev.Message, ...] = (user(USERS[0]),)
-    with Runner(cache_dir=tmp_path) as runner:
-        runner.load(path)
-        messages += (assistant(runner.generate(messages, conversation_id="c1").text),)
-        saved = cache_file(runner, "c1")
-    saved.write_bytes(truncated(saved.read_bytes(), case))  # a crash mid-copy, a full disk
-    messages += (user(USERS[1]),)
+    other = saved_file(other_models[kind], tmp_path / "other", messages).read_bytes()
+    saved = saved_file(path, tmp_path, messages)
+    saved.write_bytes(spoiled(saved.read_bytes(), case, other))
+    messages += (assistant("Fine."), user(USERS[1]))
     with Runner(cache_dir=tmp_path) as runner, caplog.at_level(logging.WARNING):
         runner.load(path)
         finished = runner.generate(messages, conversation_id="c1")
+        assert not saved.exists() or saved.read_bytes() != other  # removed, never trusted
     assert any("ignoring prompt cache file" in r.getMessage() for r in caplog.records)
     assert finished.stats is not None and finished.stats.reused_tokens == 0
     assert finished.stats.prefilled_tokens == len(prompt_ids(messages))
