@@ -189,6 +189,9 @@ def decode(
     out.first_token_time = time.perf_counter()
     if req.drafter is not None:
         req.drafter.begin(list(state.tokens))
+        couple = getattr(req.drafter, "couple", None)  # see engine/drafters.py
+        if couple is not None and not argmax_only:
+            couple(lambda row, history: sampling.sample(row, history, s, uniforms))
     if req.acceptance is not None:
         req.acceptance.forget()
     while True:

@@ -10,6 +10,13 @@ loop keeps a *pending* token (sampled, not yet forwarded) and each step calls
   history, every request and every branch, via a suffix automaton.
 - `DraftModelDrafter`: a small model sharing the target's tokenizer.
 
+A drafter may define `couple(sample)`: the decode loop then hands it, at `begin`, the
+request's own sampler (a logits row and its history -> the token plain decoding draws
+there, from the request's per-position uniforms), so a drafting model draws its tokens
+from the very uniforms the target will: where q is close to p, the two draws agree and
+the draft stands far more often than a greedy draft would at temperature > 0. The draft
+stays a function of the context, so the output is still exactly plain decoding's.
+
 Trained block drafters (DFlash-style, conditioned on the target's hidden states) and a
 model's own MTP head plug into the same Protocol with one extension: the drafter sets
 `wants_hidden = True` and defines `observe_hidden(rows)`. After each verify the decode
@@ -22,13 +29,18 @@ implements one: the decode loop only needs to check `getattr(d, "wants_hidden", 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
+
+import numpy as np
 
 from engine.errors import StateError
 from engine.models.protocol import Model
 from engine.sequence import prefill, truncate
 from engine.state import Checkpoint
+
+Sampler = Callable[[np.ndarray, list[int]], int]  # logits row, its history -> the token
 
 
 @dataclass(frozen=True)
@@ -62,18 +74,24 @@ class DraftModelDrafter:
     Between requests its state holds exactly the committed context: `propose`
     checkpoints, drafts, and rolls back; `commit` only queues the committed tokens, which
     the next `propose` (or `end`) forwards in one batched call, so plain steps between
-    drafts cost the draft model nothing until it drafts again. It drafts greedily, whatever
-    the request's temperature: a deterministic draft is what coupled sampling needs (the
-    target still samples every token; a draft only decides how many are verified at once).
+    drafts cost the draft model nothing until it drafts again. Each draft is a function of
+    the context (what coupled sampling needs): greedy on its own, and under `couple` drawn
+    with the request's sampler from the draft model's logits.
     """
 
     def __init__(self, model: Model) -> None:
         self.model = model
         self.state = model.new_state()
+        self._sample: Sampler | None = None  # the request's, while one is coupled
         self._queued: list[int] = []  # committed, not yet forwarded
+
+    def couple(self, sample: Sampler | None) -> None:
+        """Draw drafts with the request's sampler (None: greedy) until the request ends."""
+        self._sample = sample
 
     def begin(self, context: list[int]) -> None:
         self._queued = []
+        self._sample = None  # a request couples after `begin`, if it samples
         tokens = self.state.tokens
         lcp = 0
         for a, b in zip(tokens, context, strict=False):
@@ -95,7 +113,11 @@ class DraftModelDrafter:
         try:
             logits = model.forward([pending], state, logits="last")
             for i in range(k):
-                token = int(model.ops.argmax_rows(logits)[-1])
+                if self._sample is None:
+                    token = int(model.ops.argmax_rows(logits)[-1])
+                else:  # the state holds context + [pending] + drafted: this row's history
+                    row = np.asarray(model.ops.to_numpy(logits), dtype=np.float64)[-1]
+                    token = self._sample(row, state.tokens)
                 drafted.append(token)
                 if i + 1 < k:
                     logits = model.forward([token], state, logits="last")
@@ -107,6 +129,7 @@ class DraftModelDrafter:
         self._queued.extend(tokens)
 
     def end(self) -> None:
+        self._sample = None
         self.sync()  # keep the state: the next request usually shares a long prefix
 
     def sync(self) -> None:

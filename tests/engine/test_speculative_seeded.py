@@ -79,6 +79,37 @@ def test_seeded_speculative_decoding_equals_plain(
         assert 0 < num_accepted < num_drafted
 
 
+class UncoupledDraftModel(DraftModelDrafter):
+    """The draft model without `couple`: greedy drafts whatever the temperature."""
+
+    couple = None  # type: ignore[assignment]
+
+
+@pytest.mark.parametrize("name", ["hot", "min_p_penalty"])
+def test_a_coupled_draft_model_draws_what_the_target_draws(
+    pair: Pair, cases: list[Case], random_k: RandomK, name: str
+) -> None:
+    """The target drafting for itself: coupled to the request's sampler, its drafts are the
+    target's own draws, so every one stands; drafting greedily, those that are not the
+    argmax fall. The reply is plain seeded decoding's either way."""
+    settings = SAMPLED[name]
+    num = {"coupled": [0, 0], "greedy": [0, 0]}  # accepted, drafted
+    for i, case in enumerate(cases[:4]):
+        seeded = dataclasses.replace(settings, seed=settings.seed + i)
+        plain, _ = run(pair.target, case.prompt, case.max_tokens, settings=seeded)
+        for kind, drafter in [
+            ("coupled", DraftModelDrafter(pair.target)),
+            ("greedy", UncoupledDraftModel(pair.target)),
+        ]:
+            random_k.restart()
+            result, _ = run(pair.target, case.prompt, case.max_tokens, drafter, seeded)
+            assert result.token_ids == plain.token_ids, (i, kind)
+            num[kind][0] += result.accepted
+            num[kind][1] += result.drafted
+    assert num["coupled"][0] == num["coupled"][1] > 0
+    assert num["greedy"][0] < num["greedy"][1]
+
+
 def test_an_unseeded_request_samples_afresh(pair: Pair, cases: list[Case]) -> None:
     settings = SamplingSettings(temperature=1.5)
     case = cases[0]
