@@ -69,6 +69,7 @@ class ModelHeader(QFrame):
         self.picker.setCursor(Qt.CursorShape.PointingHandCursor)
         self.picker.clicked.connect(self.open_picker)
         self.picker_dialog: ModelPicker | None = None  # while open
+        self.loaded_path: str | None = None  # the model the engine has loaded
         self.chat_button = QToolButton(self)
         self.chat_button.setObjectName("headerButton")
         self.chat_button.setText("Chat settings")
@@ -96,7 +97,7 @@ class ModelHeader(QFrame):
     def open_picker(self) -> ModelPicker:
         """Show the picker (a second click brings the open one forward)."""
         if self.picker_dialog is None:
-            picker = ModelPicker(self._recent_models, self.window())
+            picker = ModelPicker(self._recent_models, lambda: self.loaded_path, self.window())
             picker.shipped_requested.connect(self._on_shipped)
             picker.model_path_requested.connect(self.model_path_requested)
             picker.open_file_requested.connect(self.open_file_requested)
@@ -130,6 +131,7 @@ class ModelHeader(QFrame):
         self.progress.show()
 
     def show_loaded(self, event: ModelLoaded) -> None:
+        self.loaded_path = event.path
         if self.picker_dialog is not None:
             self.picker_dialog.show_loaded(event)
         self.progress.hide()

@@ -33,12 +33,18 @@ class ModelPicker(QDialog):
     open_folder_requested = Signal()
     download_requested = Signal()
 
-    def __init__(self, recent_models: Callable[[], tuple[str, ...]], parent=None) -> None:
+    def __init__(
+        self,
+        recent_models: Callable[[], tuple[str, ...]],
+        loaded_path: Callable[[], str | None] = lambda: None,
+        parent=None,
+    ) -> None:
         super().__init__(parent)
         self.setObjectName("modelPicker")
         self.setWindowTitle("Choose a model")
         self.setMinimumSize(560, 420)
         self._recent_models = recent_models
+        self._loaded_path = loaded_path  # the model in use: marked, and selected at first
         self.infos: dict[str, ModelInfo] = {}  # path -> what the list shows of it
         self.list = QListWidget(self)
         self.list.setObjectName("modelList")
@@ -85,21 +91,29 @@ class ModelPicker(QDialog):
     def refresh(self) -> None:
         """Fill the list again (the recent models change with every load)."""
         self.list.clear()
+        loaded = self._loaded_path()
+        current = -1
         self._heading("Shipped with branchchat")
         for shipped in SHIPPED_MODELS:
             info = shipped.current_info()
             where = (
                 "on disk" if shipped.is_present() else f"fetched on first use ({shipped.source})"
             )
+            if loaded == str(shipped.path()):
+                where, current = "loaded", self.list.count()
             self._entry(f"{SHIPPED_PREFIX}{shipped.key}", info, f"{info.summary()} · {where}")
         recent = [p for p in self._recent_models() if p not in self._shipped_paths()]
         if recent:
             self._heading("Recent")
         for path in recent:
             info = read_model_info(path)
-            self._entry(path, info, info.summary(), enabled=not info.problem, tooltip=path)
-        first = next((i for i in range(self.list.count()) if self._is_entry(i)), -1)
-        self.list.setCurrentRow(first)
+            detail = info.summary()
+            if path == loaded:
+                detail, current = f"{detail} · loaded", self.list.count()
+            self._entry(path, info, detail, enabled=not info.problem, tooltip=path)
+        if current < 0:
+            current = next((i for i in range(self.list.count()) if self._is_entry(i)), -1)
+        self.list.setCurrentRow(current)
 
     def entry_rows(self) -> list[tuple[str, str]]:
         """(title, detail) of each entry, in order: what a person reads."""

@@ -17,6 +17,14 @@ from app.models.model_info import read_model_info
 from engine.events import LoadModel, ModelLoading
 
 
+@pytest.fixture(autouse=True)
+def close_pickers(harness):
+    """A picker left open would keep the keyboard focus from the next test's window."""
+    yield
+    if harness.window is not None and harness.window.header.picker_dialog is not None:
+        harness.window.header.picker_dialog.reject()
+
+
 def open_picker(window, qtbot):
     qtbot.mouseClick(window.header.picker, Qt.MouseButton.LeftButton)
     picker = window.header.picker_dialog
@@ -65,6 +73,9 @@ def test_a_recent_model_loads_with_its_progress_and_the_picker_closes(harness, q
     assert loaded_paths(harness) == [str(gguf)]
     assert seen == [f"Loading {gguf.name}: reading weights"]  # the fake engine's one stage
     assert window.header.picker_dialog is None  # closed once loaded
+    picker = open_picker(window, qtbot)  # opened again: the model in use is marked and picked
+    assert picker.list.currentItem().text() == f"{gguf.name}\n{picker.entry_rows()[1][1]}"
+    assert picker.entry_rows()[1][1].endswith(" · loaded")
 
 
 def test_ctrl_l_opens_the_picker_and_the_keyboard_picks(harness, qtbot, tiny_models):
