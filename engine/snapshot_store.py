@@ -55,12 +55,21 @@ class SnapshotStores:
     def _evict_to_budget(self) -> None:
         if self.max_bytes is None:
             return
-        while self.nbytes() > self.max_bytes:
-            held = [(pos, i) for i, n in enumerate(STORES) for pos in self._stores[n]]
-            if not held:
+        # how many entries hold each array: evicting an entry frees the arrays only it held
+        holders: dict[int, int] = {}
+        sizes: dict[int, int] = {}
+        for array in self.arrays():
+            holders[id(array)] = holders.get(id(array), 0) + 1
+            sizes[id(array)] = int(array.nbytes)
+        total = sum(sizes.values())
+        for pos, i in sorted((pos, i) for i, n in enumerate(STORES) for pos in self._stores[n]):
+            if total <= self.max_bytes:
                 return
-            pos, i = min(held)
-            del self._stores[STORES[i]][pos]
+            for snap in self._stores[STORES[i]].pop(pos):
+                for array in arrays_in(snap):
+                    holders[id(array)] -= 1
+                    if not holders[id(array)]:
+                        total -= sizes[id(array)]
 
     def is_due(self, position: int) -> bool:
         """Whether a forward ending at `position` should leave a snapshot there."""
