@@ -11,11 +11,12 @@ exactly as plain decoding draws it there (engine/sampling.py: one uniform per po
 from the seed and the position alone), and a drafted token is accepted iff it equals
 that token; after k accepts the last row gives the bonus token. So every token is the
 one plain seeded decoding emits, for any draft length and any drafter, and the output
-distribution is the target's. For a deterministic drafter (all of ours: a one-hot q)
-this accepts d with probability p(d) and, on rejection, emits a token distributed as
-normalize(max(0, p - q)), as speculative rejection sampling does (Leviathan et al.
-2023; Chen et al. 2023), so the acceptance is the same too. Greedy: "accept while d ==
-argmax".
+distribution is the target's. A draft that is a function of the context alone (prompt
+lookup) is accepted with probability p(d) and a rejection emits a token distributed as
+normalize(max(0, p - q)) for its one-hot q, as speculative rejection sampling does
+(Leviathan et al. 2023; Chen et al. 2023): the same acceptance. A draft model drawing
+with the request's own uniforms (`couple`, engine/drafters.py) agrees with the target
+wherever their inverse CDFs do. Greedy: "accept while d == argmax".
 """
 
 from __future__ import annotations
