@@ -104,9 +104,11 @@ class SequenceState:
         self._check_usable()
         if position < 0:
             raise StateError(f"cannot mark position {position}")
-        if not self.needs_snapshots or self._snapshots.holds(position):
-            if self.needs_snapshots and position == self.offset and not self._recording:
-                self._snapshots.put("marked", position, self._snapshots.merged()[position])
+        if not self.needs_snapshots:
+            return True
+        held = self._snapshots.merged().get(position)
+        if held is not None:  # shared, not copied: a turn boundary outlives the stride ring
+            self._snapshots.put("marked", position, held)
             return True
         rows_unverified = self._recording is not None and self._recording.position < position
         if position > self.offset or (position == self.offset and rows_unverified):

@@ -112,9 +112,6 @@ class SnapshotStores:
             entries.clear()
         self.pending_marks.clear()
 
-    def holds(self, position: int) -> bool:
-        return any(position in entries for entries in self._stores.values())
-
     def positions(self) -> list[int]:
         return sorted({pos for entries in self._stores.values() for pos in entries})
 

@@ -39,6 +39,22 @@ def test_mark_says_whether_a_truncate_there_is_served(models: StateModels, kind:
         state.mark(-1)
 
 
+def test_a_mark_on_a_held_stride_snapshot_outlives_the_stride_ring(models: StateModels) -> None:
+    """The session marks turn boundaries after resuming, often behind the cursor: one that
+    a stride snapshot holds joins the marked store, sharing its arrays."""
+    model = models.get("hybrid").model
+    state = model.new_state(SnapshotPolicy(stride=8, stride_capacity=2, marked_capacity=2))
+    prefill(model, state, token_ids(0, 20))
+    bytes_before = state.snapshot_nbytes()
+    assert state.mark(8)
+    assert state.snapshot_nbytes() == bytes_before  # no copy
+    prefill(model, state, token_ids(1, 20))  # the stride ring moves on to 32, 40
+    assert state.snapshot_positions() == [8, 32, 40]
+    assert state.plan_truncate(10) == 8
+    truncate(model, state, 10)
+    assert_exact(model, state)
+
+
 def test_full_attention_serves_every_mark(models: StateModels) -> None:
     model = models.get("llama").model
     state = model.new_state(POLICY)
