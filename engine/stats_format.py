@@ -92,6 +92,8 @@ def message_tooltip(stats: dict[str, Any] | None) -> str:
     lines = [f"{generated} tokens generated" + (
         f" over {parts} requests: the reply and its continuation, both parts counted."
         if parts > 1 else ".")]  # fmt: skip
+    if stats.get("thinking_tokens"):
+        lines.append(f"{stats['thinking_tokens']} of them in the thinking block, above the answer.")
     if stats.get("decode_tok_s"):
         lines.append(
             f"{stats['decode_tok_s']:.1f} tok/s: decode speed, tokens per second after the first."
@@ -105,7 +107,13 @@ def message_tooltip(stats: dict[str, Any] | None) -> str:
         lines.append(
             f"{stats.get('reused_tokens', 0):,} prompt tokens reused from the computed state "
             f"(no work); {stats['prefilled_tokens']:,} prompt tokens computed (prefilled)"
-            + (" over all requests." if parts > 1 else ".")
+            + (" over all requests" if parts > 1 else "")
+            + (
+                f", {stats['replayed_tokens']:,} of them replayed to bring the state back to the "
+                "edit point."
+                if stats.get("replayed_tokens")
+                else "."
+            )
         )
     accepted, drafted = int(stats.get("accepted", 0)), stats.get("drafted")
     if drafted:

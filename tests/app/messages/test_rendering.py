@@ -55,3 +55,14 @@ def test_stats_lines():
                      context_length=8192)  # fmt: skip
     assert line == "36.9 tok/s · TTFT 0.19 s · 71% of drafts accepted · ctx 4.1k/8k"
     assert compact(512) == "512" and compact(131072) == "128k"
+
+
+def test_the_figures_tooltip_names_thinking_and_replay():
+    from engine.stats_format import message_tooltip
+
+    tip = message_tooltip(dict(generated_tokens=9, thinking_tokens=4, reused_tokens=10,
+                               prefilled_tokens=20, replayed_tokens=6, drafted=4, accepted=2))  # fmt: skip
+    assert "4 of them in the thinking block" in tip
+    assert "20 prompt tokens computed (prefilled), 6 of them replayed" in tip
+    assert "2 of 4 drafted tokens accepted (50%)" in tip
+    assert "2 of this reply's 9 tokens (22%) came from accepted drafts" in tip
