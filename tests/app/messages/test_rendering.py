@@ -60,8 +60,9 @@ def test_stats_lines():
 def test_the_figures_tooltip_names_thinking_and_replay():
     from engine.stats_format import message_tooltip
 
-    tip = message_tooltip(dict(generated_tokens=9, thinking_tokens=4, reused_tokens=10,
-                               prefilled_tokens=20, replayed_tokens=6, drafted=4, accepted=2))  # fmt: skip
+    figures = dict(generated_tokens=9, thinking_tokens=4, reused_tokens=10, prefilled_tokens=20,
+                   replayed_tokens=6, drafted=4, accepted=2)  # fmt: skip
+    tip = message_tooltip(figures)
     assert "4 of them in the thinking block" in tip
     assert "20 prompt tokens computed (prefilled), 6 of them replayed" in tip
     assert "2 of 4 drafted tokens accepted (50%)" in tip
