@@ -86,6 +86,7 @@ def render(
     images: dict[str, object] = {}
     if formulas:
         size_px = font.pixelSize() if font.pixelSize() > 0 else font.pointSizeF() * 96 / 72
+        size_px *= 1.15  # STIX Two Math's x-height is smaller than the UI font's
         text, draft_spans, images = _with_formula_images(
             text, draft_spans, formulas, size_px, theme.text
         )

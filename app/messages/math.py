@@ -68,6 +68,9 @@ def typeset(latex: str, is_display: bool, size_px: float, color: str) -> QImage 
     """The formula as an image (device pixel ratio SCALE), or None when it does not parse."""
     import ziamath  # imported on first use: most replies hold no math
 
+    # SVG 1.1 output: QtSvg renders SVG Tiny 1.2, which has no <symbol>, and ziamath's
+    # default SVG 2 draws every glyph through one (the image came out blank but for rules).
+    ziamath.config.svg2 = False
     try:
         svg = ziamath.Latex(latex, size=size_px * SCALE, color=color, inline=not is_display).svg()
     except Exception:  # latex2mathml raises its own kinds (and KeyError, IndexError)

@@ -120,7 +120,7 @@ class MessagePainting:
                 label_rect, align | Qt.AlignmentFlag.AlignRight, "Copied" if copied else "Copy"
             )
         painter.setPen(Qt.PenStyle.NoPen)
-        painter.setBrush(QColor(t.border))
+        painter.setBrush(QColor(t.muted))
         for bar in entry.quote_bars:  # a Markdown block quote's bar, one per level
             painter.drawRoundedRect(bar, 1.5, 1.5)
         context = QAbstractTextDocumentLayout.PaintContext()

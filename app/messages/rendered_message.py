@@ -64,7 +64,7 @@ class Rendered:
             bottom = layout.blockBoundingRect(doc.findBlockByNumber(last)).bottom()
             for depth in range(level):
                 x = depth * QUOTE_INDENT + 2
-                self.quote_bars.append(QRectF(x, top + 2, 3, bottom - top - 4))
+                self.quote_bars.append(QRectF(x, top, 3, bottom - top))
 
 
 class RenderCache:
