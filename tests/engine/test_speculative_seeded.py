@@ -42,6 +42,7 @@ SAMPLED = {
     "cool": SamplingSettings(temperature=0.3, top_p=0.95, seed=14),
 }
 DRAFTERS = ["suffix", "draft_model", "noisy_oracle"]
+NUM_CASES = {"numpy": 6, "mlx": 4}  # prompts per test; MLX on the CPU is several times slower
 
 
 @pytest.mark.parametrize("which", DRAFTERS)
@@ -54,7 +55,7 @@ def test_seeded_speculative_decoding_equals_plain(
     settings = SAMPLED[name]
     draft_model = DraftModelDrafter(pair.draft)
     num_drafted = num_accepted = 0
-    for i, case in enumerate(cases[:6]):
+    for i, case in enumerate(cases[: NUM_CASES[pair.backend]]):
         seeded = dataclasses.replace(settings, seed=settings.seed + i)
         plain, _ = run(pair.target, case.prompt, case.max_tokens, settings=seeded)
         drafter: Drafter
@@ -94,7 +95,7 @@ def test_a_coupled_draft_model_draws_what_the_target_draws(
     argmax fall. The reply is plain seeded decoding's either way."""
     settings = SAMPLED[name]
     num = {"coupled": [0, 0], "greedy": [0, 0]}  # accepted, drafted
-    for i, case in enumerate(cases[:4]):
+    for i, case in enumerate(cases[: NUM_CASES[pair.backend] - 2]):
         seeded = dataclasses.replace(settings, seed=settings.seed + i)
         plain, _ = run(pair.target, case.prompt, case.max_tokens, settings=seeded)
         for kind, drafter in [
