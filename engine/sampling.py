@@ -71,11 +71,32 @@ def probabilities(logits: np.ndarray, history: Sequence[int], s: SamplingSetting
     if s.min_p > 0:
         p[p < s.min_p * p.max()] = 0.0
     if s.top_p < 1.0:
-        order = np.argsort(-p)
-        cum = np.cumsum(p[order]) / p.sum()
-        cut = int(np.searchsorted(cum, s.top_p)) + 1  # keep the smallest prefix reaching top_p
-        p[order[cut:]] = 0.0
+        p = _nucleus(p, s.top_p)
     return p / p.sum()
+
+
+NUCLEUS_TRIES = (64, 1024)  # likeliest tokens sorted before sorting the whole vocabulary
+
+
+def _nucleus(p: np.ndarray, top_p: float) -> np.ndarray:
+    """p with all but the smallest set of likeliest tokens reaching `top_p` of its mass
+    zeroed. The set is usually a few dozen tokens of a vocabulary of tens of thousands,
+    so the likeliest m are partitioned out and sorted, for larger m until they hold
+    enough mass: the same set a sort of the whole vocabulary gives, for a fraction of it."""
+    total, neg = p.sum(), -p
+    for m in (*NUCLEUS_TRIES, p.size):
+        if m < p.size:
+            top = np.argpartition(neg, m)[:m]
+            order = top[np.argsort(neg[top])]
+        else:
+            order = np.argsort(neg)
+        cum = np.cumsum(p[order]) / total
+        if cum[-1] >= top_p:
+            break
+    cut = int(np.searchsorted(cum, top_p)) + 1  # keep the smallest prefix reaching top_p
+    out = np.zeros_like(p)
+    out[order[:cut]] = p[order[:cut]]
+    return out
 
 
 def greedy(logits: np.ndarray, history: Sequence[int], s: SamplingSettings) -> int:
