@@ -18,6 +18,7 @@ import dataclasses
 import hashlib
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import IO, Any, Protocol
 
@@ -97,8 +98,6 @@ def load_state(model: StatefulModel, path: str | Path, fingerprint: str) -> Sequ
     header = metadata.get(_HEADER_KEY)
     if header is None:
         raise StateError(f"{path}: not a saved sequence state (no {_HEADER_KEY!r} metadata)")
-    if metadata.get(_DIGEST_KEY) != _digest(header, tensors):
-        raise StateError(f"{path}: corrupt state file (checksum mismatch)")
     try:
         meta = json.loads(header)
         version = int(meta["version"])
@@ -106,15 +105,26 @@ def load_state(model: StatefulModel, path: str | Path, fingerprint: str) -> Sequ
         raise StateError(f"{path}: corrupt state file header ({exc})") from None
     if meta.get("format") != FORMAT or version != VERSION:
         raise StateError(f"{path}: unsupported state format {meta.get('format')!r} v{version}")
-    if meta.get("fingerprint") != fingerprint:
+    if meta.get("fingerprint") != fingerprint:  # before reading any array
         raise StateError(
             f"{path}: saved for another model (fingerprint {meta.get('fingerprint')}); "
             f"this model's is {fingerprint}"
         )
-    try:
-        return _rebuild(model, meta, tensors)
-    except (StateError, KeyError, TypeError, ValueError, IndexError) as exc:
-        raise StateError(f"{path}: inconsistent state file ({exc})") from None
+    # The checksum runs beside the rebuild (hashlib releases the GIL; it is most of a
+    # restart's load: ~90 ms of ~140 ms for a 92 MB state). The rebuilt state is a new
+    # object, returned only once the checksum matches.
+    views = _array_views(tensors)  # reads the arrays from the file, on this thread
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        digest = pool.submit(_hash, header, views)
+        try:
+            state, error = _rebuild(model, meta, tensors), None
+        except (StateError, KeyError, TypeError, ValueError, IndexError) as exc:
+            state, error = None, exc
+        if digest.result() != metadata.get(_DIGEST_KEY):
+            raise StateError(f"{path}: corrupt state file (checksum mismatch)")
+    if state is None:
+        raise StateError(f"{path}: inconsistent state file ({error})")
+    return state
 
 
 def _rebuild(model: StatefulModel, meta: dict, tensors: dict[str, Any]) -> SequenceState:
@@ -161,11 +171,23 @@ def _fsync_dir(directory: Path) -> None:
 
 
 def _digest(header: str, tensors: dict[str, Any]) -> str:
+    return _hash(header, _array_views(tensors))
+
+
+def _array_views(tensors: dict[str, Any]) -> list[tuple[bytes, memoryview]]:
+    """Each array's name, dtype and shape, and its bytes, in name order: plain buffers
+    that another thread may hash (no MLX call leaves the thread that owns the arrays)."""
+    return [
+        (f"{name}:{a.dtype}:{tuple(a.shape)}".encode(), memoryview(a))
+        for name, a in sorted(tensors.items())
+    ]
+
+
+def _hash(header: str, views: list[tuple[bytes, memoryview]]) -> str:
     h = hashlib.sha256(header.encode())
-    for name in sorted(tensors):
-        a = tensors[name]
-        h.update(f"{name}:{a.dtype}:{tuple(a.shape)}".encode())
-        h.update(memoryview(a))
+    for label, data in views:
+        h.update(label)
+        h.update(data)
     return h.hexdigest()
 
 
