@@ -20,7 +20,7 @@ import numpy as np
 
 from engine import events as ev
 from engine.branch_cache import BranchCache
-from engine.chat_template import DEFAULT_CHATML_TEMPLATE, render_chat
+from engine.chat_template import DEFAULT_CHATML_TEMPLATE, ChatTemplateError, render_chat
 from engine.config import EngineConfig
 from engine.decoding import AcceptanceModel, CostModel, DecodeRequest, decode
 from engine.drafters import Drafter, DraftModelDrafter
@@ -103,8 +103,14 @@ class Session:
         # Turn boundaries: where each prefix of the messages ends, the whole list included,
         # so the next turn (or a regenerate) can roll a recurrent state back to a snapshot.
         # One tokenization: a boundary is the number of tokens ending within the prefix.
+        # A boundary only saves replay: a prefix the template refuses (Qwen3's [system]
+        # alone has no user query) or renders differently has none; only the whole
+        # conversation, rendered above, may fail the request.
         for i in range(1, len(dicts) + 1):
-            prefix = render_chat(self.template, dicts[:i], add_generation_prompt=False, **kw)
+            try:
+                prefix = render_chat(self.template, dicts[:i], add_generation_prompt=False, **kw)
+            except ChatTemplateError:
+                continue
             if prefix and text.startswith(prefix):
                 n = bisect.bisect_right(ends, len(prefix))
                 if 0 < n < len(ids):
