@@ -52,12 +52,6 @@ class ResumePlan:
         return self.replay_from + self.num_tail_rows
 
     @property
-    def replays_in_prefill(self) -> bool:
-        """No branch tail goes after the fork, so the replay to it is left to the
-        request's prefill (one pass over replay and new tokens instead of two)."""
-        return self.tail_id is None
-
-    @property
     def num_replayed(self) -> int:
         """Tokens recomputed to get from the restored snapshot to the fork."""
         return self.fork - self.replay_from
@@ -109,11 +103,10 @@ def resume(
     should_stop: Callable[[], bool] | None = None,
 ) -> SequenceState:
     """Carry out `plan` (made for `live` and `branches` as they are); returns the state the
-    request continues on: at `plan.replay_from` tokens when the plan replays in the
-    prefill, else at `plan.fork + plan.num_tail_rows`. A replay done here reports each
-    chunk (`on_chunk(tokens replayed)`) and stops between chunks when `should_stop` says
-    so: the state then holds exactly the tokens replayed, short of the fork, and no tail
-    is appended."""
+    request continues on, at `plan.fork + plan.num_tail_rows` tokens. The replay to the
+    fork reports each chunk (`on_chunk(tokens replayed)`) and stops between chunks when
+    `should_stop` says so: the state then holds exactly the tokens replayed, short of the
+    fork, and no tail is appended."""
     state = live
     if plan.saved is not None:
         if plan.keeps_live_whole:
@@ -121,12 +114,6 @@ def resume(
         state = plan.saved
     if plan.keeps_tail_past_fork:
         branches.save_tail(state, plan.fork, keep=plan.tail_id)
-    if plan.replays_in_prefill:
-        # the tokens from the snapshot to the fork are the prompt's own: the request's
-        # prefill computes them with the rest, in the same forwards
-        state.restore_to(state.plan_truncate(plan.fork))
-        state.mark(plan.fork)
-        return state
     truncate(
         model, state, plan.fork, chunk_size=chunk_size, on_chunk=on_chunk, should_stop=should_stop
     )

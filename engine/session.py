@@ -186,21 +186,17 @@ class Session:
             should_stop=should_stop,
         )
         logits = None
-        if not plan.replays_in_prefill and self.state.offset < plan.fork:
-            reused = plan.replay_from  # stopped during the replay: no tail was appended
+        if self.state.offset < plan.fork:  # stopped during the replay: no tail was appended
+            reused = plan.replay_from
         else:
-            # and before the prompt's last token, where a regenerate forks (that token is
-            # forwarded again for its logits): a hybrid then replays nothing
-            for pos in (*rendered.boundaries, len(ids) - 1):
+            for pos in rendered.boundaries:
                 self.state.mark(pos)
             logits = prefill(
                 self.runner,
                 self.state,
                 ids[self.state.offset :],
                 chunk_size=PREFILL_CHUNK,
-                on_chunk=lambda done: on_chunk(
-                    done if plan.replays_in_prefill else replayed + done
-                ),
+                on_chunk=lambda done: on_chunk(replayed + done),
                 should_stop=should_stop,
             )
         prefilled = self.state.offset - reused  # computed here: replayed, then prompt tokens
