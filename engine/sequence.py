@@ -345,6 +345,9 @@ class Forward(Protocol):
     ) -> Array: ...
 
 
+INNER_SNAPSHOT_ROWS = 64  # the most rows a recurrent layer folds again for an inner snapshot
+
+
 def prefill(
     model: Forward,
     state: SequenceState,
@@ -354,22 +357,33 @@ def prefill(
     on_chunk: Callable[[int], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
 ) -> Array | None:
-    """Append `token_ids` in chunks, stopping at snapshot positions; last-row logits.
-
-    Returns None when `should_stop` asked to stop between chunks (the state then holds
-    exactly the chunks already appended).
-    """
+    """Append `token_ids` in chunks, stopping at far snapshot positions; last-row logits,
+    or None when `should_stop` asked to stop between chunks (the state then holds
+    exactly the chunks already appended)."""
     logits = None
     done = 0
     while done < len(token_ids):
         if should_stop is not None and should_stop():
             return None
         end = min(len(token_ids), done + chunk_size)
-        boundary = state.next_snapshot_position()
-        if boundary is not None:
-            end = min(end, done + boundary - state.offset)
-        last = end == len(token_ids)
-        logits = model.forward(token_ids[done:end], state, logits="last" if last else "none")
+        # a snapshot due near the chunk's start comes from a recorded forward's tape (as a
+        # verify's do), a farther one ends the chunk: every chunk reads all the weights
+        due = state._due_inside(state.offset, state.offset + end - done)
+        far = [p for p in due if p - state.offset > INNER_SNAPSHOT_ROWS]
+        end = done + far[0] - state.offset if far else end
+        cp = None
+        if due and due[0] < state.offset + end - done:  # the tape stays short: a capped chunk
+            end, cp = min(end, done + 2 * INNER_SNAPSHOT_ROWS), state.checkpoint(record=True)
+        try:
+            logits = model.forward(
+                token_ids[done:end], state, logits="last" if end == len(token_ids) else "none"
+            )
+        except BaseException:
+            if cp is not None:  # the failed forward was undone; close its recording
+                state.rollback(cp)
+            raise
+        if cp is not None:
+            state.commit(cp)
         done = end
         if on_chunk is not None:
             on_chunk(done)
