@@ -10,7 +10,6 @@ from PySide6.QtWidgets import (
     QComboBox,
     QDialog,
     QDialogButtonBox,
-    QDoubleSpinBox,
     QFormLayout,
     QHBoxLayout,
     QInputDialog,
@@ -18,12 +17,12 @@ from PySide6.QtWidgets import (
     QMessageBox,
     QPlainTextEdit,
     QPushButton,
-    QSpinBox,
     QVBoxLayout,
     QWidget,
 )
 
 from app.conversation.chat_settings import ChatSettings, Preset, PresetLibrary
+from app.settings.spin_boxes import double_box, int_box
 
 CUSTOM = "Custom"  # the preset box's entry while the sampling matches no preset
 MAX_CONTEXT = 1 << 20
@@ -50,17 +49,17 @@ class ChatSettingsDialog(QDialog):
         self.system_prompt = QPlainTextEdit(settings.system_prompt, self)
         self.system_prompt.setPlaceholderText("Optional: how the assistant should behave here")
         self.system_prompt.setFixedHeight(90)
-        self.temperature = _double(0.0, 2.0, 0.05, settings.temperature)
+        self.temperature = double_box(0.0, 2.0, 0.05, settings.temperature)
         self.temperature.setToolTip("0 is greedy: the most likely token each time")
-        self.top_p = _double(0.01, 1.0, 0.01, settings.top_p)
-        self.top_k = _int(0, 1000, settings.top_k, "off")
-        self.min_p = _double(0.0, 0.99, 0.01, settings.min_p)
-        self.repetition_penalty = _double(0.5, 2.0, 0.01, settings.repetition_penalty)
-        self.seed = _int(-1, 2**31 - 1, -1 if settings.seed is None else settings.seed, "random")
+        self.top_p = double_box(0.01, 1.0, 0.01, settings.top_p)
+        self.top_k = int_box(0, 1000, settings.top_k, "off")
+        self.min_p = double_box(0.0, 0.99, 0.01, settings.min_p)
+        self.repetition_penalty = double_box(0.5, 2.0, 0.01, settings.repetition_penalty)
+        self.seed = int_box(-1, 2**31 - 1, -1 if settings.seed is None else settings.seed, "random")
         self.seed.setToolTip("The same seed and settings give the same reply")
-        self.max_tokens = _int(1, 131072, settings.max_tokens)
+        self.max_tokens = int_box(1, 131072, settings.max_tokens)
         model_text = f"model's ({model_context:,})" if model_context else "model's"
-        self.context_length = _int(0, MAX_CONTEXT, settings.context_length or 0, model_text)
+        self.context_length = int_box(0, MAX_CONTEXT, settings.context_length or 0, model_text)
         self.context_length.setSuffix(" tokens")
         self.context_length.setToolTip("At most the model's context; less keeps memory down")
         self.thinking = QCheckBox("Let reasoning models think first (enable_thinking)", self)
@@ -193,21 +192,3 @@ class ChatSettingsDialog(QDialog):
             QMessageBox.warning(self, "Delete preset", f"Could not delete the preset: {error}")
             return
         self._fill_presets(CUSTOM)
-
-
-def _double(low: float, high: float, step: float, value: float) -> QDoubleSpinBox:
-    box = QDoubleSpinBox()
-    box.setRange(low, high)
-    box.setSingleStep(step)
-    box.setDecimals(2)
-    box.setValue(value)
-    return box
-
-
-def _int(low: int, high: int, value: int, special: str = "") -> QSpinBox:
-    box = QSpinBox()
-    box.setRange(low, high)
-    box.setValue(value)
-    if special:
-        box.setSpecialValueText(special)  # shown at the minimum
-    return box

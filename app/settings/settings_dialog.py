@@ -10,20 +10,19 @@ from PySide6.QtWidgets import (
     QComboBox,
     QDialog,
     QDialogButtonBox,
-    QDoubleSpinBox,
     QFileDialog,
     QFormLayout,
     QHBoxLayout,
     QLineEdit,
     QPlainTextEdit,
     QPushButton,
-    QSpinBox,
     QVBoxLayout,
     QWidget,
 )
 
 from app.settings.app_settings import AppSettings
 from app.settings.send_key import SEND_KEY_LABELS, SEND_KEYS
+from app.settings.spin_boxes import double_box, int_box
 from engine.events import DRAFTER_KINDS, DrafterKind
 from engine.memory import default_budget_bytes
 
@@ -44,10 +43,10 @@ class SettingsDialog(QDialog):
         self.system_prompt = QPlainTextEdit(settings.system_prompt, self)
         self.system_prompt.setPlaceholderText("Optional: how the assistant should behave")
         self.system_prompt.setFixedHeight(90)
-        self.temperature = _double(0.0, 2.0, 0.05, settings.temperature)
-        self.top_p = _double(0.01, 1.0, 0.01, settings.top_p)
-        self.top_k = _int(0, 1000, settings.top_k, "off")
-        self.max_tokens = _int(1, 32768, settings.max_tokens)
+        self.temperature = double_box(0.0, 2.0, 0.05, settings.temperature)
+        self.top_p = double_box(0.01, 1.0, 0.01, settings.top_p)
+        self.top_k = int_box(0, 1000, settings.top_k, "off")
+        self.max_tokens = int_box(1, 32768, settings.max_tokens)
         self.drafter = QComboBox(self)
         for kind in DRAFTER_KINDS:
             self.drafter.addItem(DRAFTER_LABELS[kind], kind)
@@ -62,7 +61,7 @@ class SettingsDialog(QDialog):
         row.addWidget(self.draft_model_path, 1)
         row.addWidget(browse)
         self._draft_row = draft_row
-        self.memory_budget = _int(0, 1 << 24, settings.memory_budget_mb)
+        self.memory_budget = int_box(0, 1 << 24, settings.memory_budget_mb)
         self.memory_budget.setSuffix(" MB")
         self.memory_budget.setSingleStep(256)
         automatic = default_budget_bytes() >> 20
@@ -125,21 +124,3 @@ class SettingsDialog(QDialog):
             tint_drafted=self.tint_drafted.isChecked(),
             send_key=self.send_key.currentData(),
         )
-
-
-def _double(low: float, high: float, step: float, value: float) -> QDoubleSpinBox:
-    box = QDoubleSpinBox()
-    box.setRange(low, high)
-    box.setSingleStep(step)
-    box.setDecimals(2)
-    box.setValue(value)
-    return box
-
-
-def _int(low: int, high: int, value: int, special: str = "") -> QSpinBox:
-    box = QSpinBox()
-    box.setRange(low, high)
-    box.setValue(value)
-    if special:
-        box.setSpecialValueText(special)
-    return box

@@ -8,22 +8,15 @@ from __future__ import annotations
 import pytest
 
 from engine import events as ev
-from tests.conftest import TinyModels
 from tests.engine.engine_runner import (
     USERS,
     Runner,
     assert_same_reply,
     assistant,
-    build_models,
     fresh_finished,
     greedy,
     user,
 )
-
-
-@pytest.fixture(scope="session")
-def models(tiny_models: TinyModels, tmp_path_factory: pytest.TempPathFactory) -> dict:
-    return build_models(tiny_models, tmp_path_factory)
 
 
 @pytest.mark.parametrize("kind", ["llama", "hybrid"])

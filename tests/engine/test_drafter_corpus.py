@@ -13,17 +13,11 @@ import pytest
 from engine import events as ev
 from engine.sampling import SamplingSettings
 from engine.suffix_drafter import SuffixDrafter
-from tests.conftest import TinyModels
-from tests.engine.engine_runner import Runner, build_models, prompt_ids, user
+from tests.engine.engine_runner import Runner, prompt_ids, user
 
 LONG_QUESTION = " ".join(
     f"Point {i}: the sea is blue, the sky is wide, and the sand is warm." for i in range(6)
 )
-
-
-@pytest.fixture(scope="module")
-def models(tiny_models: TinyModels, tmp_path_factory: pytest.TempPathFactory) -> dict:
-    return build_models(tiny_models, tmp_path_factory)
 
 
 def prefixes(tokens: list[int]) -> set[tuple[int, ...]]:

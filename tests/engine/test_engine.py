@@ -21,7 +21,6 @@ from engine import session as session_module
 from engine.branch_cache import common_prefix
 from engine.config import EngineConfig
 from engine.engine import Engine
-from tests.conftest import TinyModels
 from tests.engine.engine_runner import (
     TIMEOUT,
     USERS,
@@ -29,18 +28,11 @@ from tests.engine.engine_runner import (
     always_draft,
     assert_same_reply,
     assistant,
-    build_models,
     fresh_finished,
     greedy,
     prompt_ids,
     user,
 )
-
-
-@pytest.fixture(scope="session")
-def models(tiny_models: TinyModels, tmp_path_factory: pytest.TempPathFactory) -> dict:
-    return build_models(tiny_models, tmp_path_factory)
-
 
 KINDS = ["llama", "hybrid"]
 

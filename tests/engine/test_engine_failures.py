@@ -9,13 +9,11 @@ import pytest
 
 from engine import events as ev
 from engine.sequence import truncate
-from tests.conftest import TinyModels
 from tests.engine.engine_runner import (
     USERS,
     Runner,
     always_draft,
     assert_same_reply,
-    build_models,
     fresh_finished,
     greedy,
     prompt_ids,
@@ -23,11 +21,6 @@ from tests.engine.engine_runner import (
 )
 
 SYSTEM = ev.Message("system", "You answer in one short sentence.")
-
-
-@pytest.fixture(scope="module")
-def models(tiny_models: TinyModels, tmp_path_factory: pytest.TempPathFactory) -> dict:
-    return build_models(tiny_models, tmp_path_factory)
 
 
 @pytest.mark.parametrize("kind", ["llama", "hybrid"])

@@ -21,12 +21,10 @@ import pytest
 from engine import engine as engine_module
 from engine import events as ev
 from engine.session import Session
-from tests.conftest import TinyModels
 from tests.engine.engine_runner import (
     USERS,
     Runner,
     assert_same_reply,
-    build_models,
     fresh_finished,
     greedy,
     user,
@@ -34,11 +32,6 @@ from tests.engine.engine_runner import (
 from tests.tiny_models import make_llama_gguf
 
 HELLO = (user(USERS[0]),)
-
-
-@pytest.fixture(scope="session")
-def models(tiny_models: TinyModels, tmp_path_factory: pytest.TempPathFactory) -> dict:
-    return build_models(tiny_models, tmp_path_factory)
 
 
 @pytest.fixture

@@ -19,18 +19,11 @@ from tests.engine.engine_runner import (
     Runner,
     assert_same_reply,
     assistant,
-    build_models,
     fresh_finished,
     greedy,
     prompt_ids,
     user,
 )
-
-
-@pytest.fixture(scope="session")
-def models(tiny_models: TinyModels, tmp_path_factory: pytest.TempPathFactory) -> dict:
-    return build_models(tiny_models, tmp_path_factory)
-
 
 KINDS = ["llama", "hybrid"]
 

@@ -12,13 +12,11 @@ from engine import events as ev
 from engine import session as session_module
 from engine.sequence import prefill
 from engine.state import SnapshotPolicy
-from tests.conftest import TinyModels
 from tests.engine.engine_runner import (
     USERS,
     Runner,
     assert_same_reply,
     assistant,
-    build_models,
     fresh_finished,
     greedy,
     prompt_ids,
@@ -26,11 +24,6 @@ from tests.engine.engine_runner import (
 )
 
 NO_SNAPSHOTS = SnapshotPolicy(stride_capacity=0, marked_capacity=0)
-
-
-@pytest.fixture(scope="session")
-def models(tiny_models: TinyModels, tmp_path_factory: pytest.TempPathFactory) -> dict:
-    return build_models(tiny_models, tmp_path_factory)
 
 
 @pytest.mark.parametrize("kind", ["llama", "hybrid"])

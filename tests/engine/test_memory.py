@@ -13,24 +13,17 @@ from engine import events as ev
 from engine.config import EngineConfig
 from engine.memory import MIN_DEFAULT_BUDGET_BYTES, default_budget_bytes, physical_memory_bytes
 from engine.suffix_drafter import SuffixDrafter
-from tests.conftest import TinyModels
 from tests.engine.engine_runner import (
     USERS,
     Runner,
     assert_same_reply,
     assistant,
-    build_models,
     fresh_finished,
     greedy,
     user,
 )
 
 SETTINGS = greedy("lookup", max_tokens=16)
-
-
-@pytest.fixture(scope="session")
-def models(tiny_models: TinyModels, tmp_path_factory: pytest.TempPathFactory) -> dict:
-    return build_models(tiny_models, tmp_path_factory)
 
 
 def test_the_default_is_a_quarter_of_physical_memory() -> None:

@@ -18,14 +18,12 @@ from engine import events as ev
 from engine.branch_cache import common_prefix
 from engine.chat_template import render_chat
 from engine.default_model import default_model_path, is_default_model_present
-from tests.conftest import TinyModels
 from tests.engine.engine_runner import (
     USERS,
     Runner,
     always_draft,
     assert_same_reply,
     assistant,
-    build_models,
     fresh_finished,
     greedy,
     prompt_ids,
@@ -34,11 +32,6 @@ from tests.engine.engine_runner import (
 
 SYSTEM = ev.Message("system", "You answer in one short sentence.")
 EDITS = ("Hi! Who made you?", "What about the mountains?", "How come it looks blue?")
-
-
-@pytest.fixture(scope="session")
-def models(tiny_models: TinyModels, tmp_path_factory: pytest.TempPathFactory) -> dict:
-    return build_models(tiny_models, tmp_path_factory)
 
 
 class Chat:

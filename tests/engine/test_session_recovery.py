@@ -12,13 +12,11 @@ import pytest
 
 from engine import events as ev
 from engine.branch_cache import common_prefix
-from tests.conftest import TinyModels
 from tests.engine.engine_runner import (
     USERS,
     Runner,
     always_draft,
     assert_same_reply,
-    build_models,
     fresh_finished,
     greedy,
     prompt_ids,
@@ -26,11 +24,6 @@ from tests.engine.engine_runner import (
 )
 
 MESSAGES = (user(" ".join(USERS)),)
-
-
-@pytest.fixture(scope="session")
-def models(tiny_models: TinyModels, tmp_path_factory: pytest.TempPathFactory) -> dict:
-    return build_models(tiny_models, tmp_path_factory)
 
 
 def fail_once(model: Any, when: Any) -> None:
