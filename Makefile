@@ -17,6 +17,7 @@ $(STAMP): pyproject.toml setup.py $(wildcard kernels/csrc/*.c kernels/csrc/*.h)
 
 model: $(STAMP)
 	$(PY) -m engine fetch
+	$(PY) -m engine fetch gemma3-270m
 
 # Qt's X11 plugin needs system libraries a stock Debian/Ubuntu lacks: checked before Qt
 # loads; as root with apt-get they are installed, otherwise the one command is printed.

