@@ -2,7 +2,8 @@
 
 The BPE itself is the Hugging Face `tokenizers` library; this module only assembles it the
 way llama.cpp does for a GGUF file (which pre-tokenizer regex goes with which
-`tokenizer.ggml.pre` name, which tokens are special, whether to add BOS), and adds a
+`tokenizer.ggml.pre` name, a SentencePiece vocabulary's merges from its scores, which
+tokens are special, whether to add BOS), and adds a
 streaming detokenizer that never shows half a character.
 """
 
@@ -19,6 +20,7 @@ import tokenizers
 from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
 
 from engine.errors import ModelLoadError
+from engine.tokenizer_spm import build_spm
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +119,8 @@ class Tokenizer:
 
     @classmethod
     def from_gguf_metadata(cls, meta: Mapping[str, Any], path: object) -> Tokenizer:
-        """Build from `mx.load(path, return_metadata=True)[1]`; only byte-level BPE is served."""
+        """Build from a GGUF file's key/value metadata: byte-level BPE ("gpt2") or
+        SentencePiece ("llama", engine/tokenizer_spm.py), as llama.cpp tokenizes them."""
 
         def need(key: str) -> Any:
             if key not in meta:
@@ -125,32 +128,21 @@ class Tokenizer:
             return meta[key]
 
         model_kind = str(need("tokenizer.ggml.model"))
-        if model_kind != "gpt2":
+        if model_kind not in ("gpt2", "llama"):
             raise ModelLoadError(
                 path,
-                f"tokenizer model {model_kind!r} is not supported (only 'gpt2' byte-level BPE)",
+                f"tokenizer model {model_kind!r} is not supported (only 'gpt2' byte-level BPE "
+                "and 'llama' SentencePiece)",
             )
-        tokens = list(need("tokenizer.ggml.tokens"))
+        tokens = [str(t) for t in need("tokenizer.ggml.tokens")]
         types = np.asarray(meta.get("tokenizer.ggml.token_type", np.ones(len(tokens)))).tolist()
         if len(types) != len(tokens):
             raise ModelLoadError(path, f"{len(types)} token types for {len(tokens)} tokens")
-        # Each merge is "left right"; byte-level tokens never hold a space, so the first splits.
-        merges = [tuple(m.split(" ", 1)) for m in need("tokenizer.ggml.merges")]
         pre = str(meta.get("tokenizer.ggml.pre", "default"))
-        pre_tokenizer, ignore_merges = _pre_tokenizer(pre)
-
-        vocab = {text: i for i, text in enumerate(tokens)}
-        hf = tokenizers.Tokenizer(models.BPE(vocab, merges, ignore_merges=ignore_merges))
-        hf.pre_tokenizer = pre_tokenizer
-        hf.decoder = decoders.ByteLevel()
-        # Control tokens are special; user-defined ones are matched in text but shown as text.
-        hf.add_tokens(
-            [
-                AddedToken(text, special=token_type == TOKEN_TYPE_CONTROL, normalized=False)
-                for text, token_type in zip(tokens, types, strict=True)
-                if token_type in (TOKEN_TYPE_CONTROL, TOKEN_TYPE_USER_DEFINED)
-            ]
-        )
+        if model_kind == "llama":
+            hf = _sentencepiece(meta, tokens, types, path)
+        else:
+            hf = _byte_level_bpe(need("tokenizer.ggml.merges"), tokens, types, pre)
 
         bos = meta.get("tokenizer.ggml.bos_token_id")
         eos = meta.get("tokenizer.ggml.eos_token_id")
@@ -160,8 +152,11 @@ class Tokenizer:
             hf,
             bos_id=None if bos is None else int(_scalar(bos)),
             eos_id=None if eos is None else int(_scalar(eos)),
-            # llama.cpp adds BOS for the llama 3 family unless the file says otherwise.
-            add_bos=pre in _LLAMA3_NAMES if add_bos is None else bool(_scalar(add_bos)),
+            # llama.cpp adds BOS for SentencePiece and the llama 3 family unless the file
+            # says otherwise.
+            add_bos=(model_kind == "llama" or pre in _LLAMA3_NAMES)
+            if add_bos is None
+            else bool(_scalar(add_bos)),
             chat_template=template if isinstance(template, str) else None,
         )
 
@@ -252,6 +247,47 @@ class Tokenizer:
     def is_special(self, token_id: int) -> bool:
         """Whether the id is a control token (chat tags, BOS/EOS), not ordinary text."""
         return token_id in self._special_ids
+
+
+def _byte_level_bpe(
+    merge_lines: Iterable[str], tokens: list[str], types: list[int], pre: str
+) -> tokenizers.Tokenizer:
+    # Each merge is "left right"; byte-level tokens never hold a space, so the first splits.
+    merges = [tuple(m.split(" ", 1)) for m in merge_lines]
+    pre_tokenizer, ignore_merges = _pre_tokenizer(pre)
+    vocab = {text: i for i, text in enumerate(tokens)}
+    hf = tokenizers.Tokenizer(models.BPE(vocab, merges, ignore_merges=ignore_merges))
+    hf.pre_tokenizer = pre_tokenizer
+    hf.decoder = decoders.ByteLevel()
+    # Control tokens are special; user-defined ones are matched in text but shown as text.
+    hf.add_tokens(
+        [
+            AddedToken(text, special=token_type == TOKEN_TYPE_CONTROL, normalized=False)
+            for text, token_type in zip(tokens, types, strict=True)
+            if token_type in (TOKEN_TYPE_CONTROL, TOKEN_TYPE_USER_DEFINED)
+        ]
+    )
+    return hf
+
+
+def _sentencepiece(
+    meta: Mapping[str, Any], tokens: list[str], types: list[int], path: object
+) -> tokenizers.Tokenizer:
+    if "tokenizer.ggml.scores" not in meta:
+        raise ModelLoadError(path, "GGUF metadata lacks tokenizer.ggml.scores (SentencePiece)")
+    scores = np.asarray(meta["tokenizer.ggml.scores"], dtype=np.float64)
+    if len(scores) != len(tokens):
+        raise ModelLoadError(path, f"{len(scores)} token scores for {len(tokens)} tokens")
+    unk = meta.get("tokenizer.ggml.unknown_token_id")
+    space_prefix = meta.get("tokenizer.ggml.add_space_prefix")
+    return build_spm(
+        tokens,
+        scores,
+        types,
+        unk_id=None if unk is None else int(_scalar(unk)),
+        # llama.cpp's default for SentencePiece vocabularies is to prepend a space
+        add_space_prefix=True if space_prefix is None else bool(_scalar(space_prefix)),
+    )
 
 
 def _read_json(path: Path) -> dict[str, Any]:

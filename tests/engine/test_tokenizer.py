@@ -207,9 +207,10 @@ def test_gguf_unknown_pre_tokenizer_warns_and_uses_gpt2(caplog: pytest.LogCaptur
     assert pieces(tok, "12345") == ["12", "34", "5"]
 
 
-def test_gguf_sentencepiece_model_is_refused():
+def test_gguf_sentencepiece_model_without_scores_is_refused():
+    # SentencePiece is served (tests/engine/test_tokenizer_spm.py), but not without scores
     meta = tiny_gguf_metadata("default", **{"tokenizer.ggml.model": "llama"})
-    with pytest.raises(ModelLoadError, match="'llama'") as info:
+    with pytest.raises(ModelLoadError, match="lacks tokenizer.ggml.scores") as info:
         Tokenizer.from_gguf_metadata(meta, "spm.gguf")
     assert info.value.path == "spm.gguf"
 
