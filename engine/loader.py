@@ -7,7 +7,6 @@ missing or truncated file, an unknown architecture, a missing or mis-shaped tens
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -17,7 +16,7 @@ from typing import Any
 
 import mlx.core as mx
 
-from engine import models
+from engine import gguf_names, models
 from engine.config import EngineConfig
 from engine.errors import ModelLoadError, UnsupportedArchitecture
 from engine.fingerprint import DIGEST_CACHE_NAME, DigestCache, compute_key, fingerprint, weights_key
@@ -28,24 +27,6 @@ from kernels.ops import Ops, QuantizedWeight, make_ops
 
 Progress = Callable[[str, float], None]
 
-_GGUF_LAYER_NAMES = {
-    "attn_q": "self_attn.q_proj",
-    "attn_k": "self_attn.k_proj",
-    "attn_v": "self_attn.v_proj",
-    "attn_output": "self_attn.o_proj",
-    "attn_q_norm": "self_attn.q_norm",
-    "attn_k_norm": "self_attn.k_norm",
-    "attn_norm": "input_layernorm",
-    "ffn_norm": "post_attention_layernorm",
-    "ffn_gate": "mlp.gate_proj",
-    "ffn_up": "mlp.up_proj",
-    "ffn_down": "mlp.down_proj",
-}
-_GGUF_GLOBAL_NAMES = {
-    "token_embd": "model.embed_tokens",
-    "output_norm": "model.norm",
-    "output": "lm_head",
-}
 _GGUF_FILE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 32: "BF16"}
 _MOE_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
 
@@ -105,6 +86,7 @@ def load_model(
     files = _read_hf_dir(path) if path.is_dir() else read_gguf(path)
     report("preparing layers", 0.5)
     model: DecoderModel = files.family.build(ops, files.config, files.weights)
+    gguf_names.check_consumed(files.weights, path)
     runner = ModelRunner.for_device(model, config)
     # build() may refine the config (e.g. an MLX conversion's norms already hold 1 + w)
     loaded = LoadedModel(
@@ -140,13 +122,16 @@ def read_gguf(path: Path) -> ModelFiles:
     arch = str(meta.get("general.architecture", ""))
     family = models.family_for_gguf(arch)
     if family is None:
-        raise UnsupportedArchitecture(path, f"unsupported GGUF architecture {arch!r}")
+        reason = models.unmapped_gguf_reason(arch) or f"unsupported GGUF architecture {arch!r}"
+        raise UnsupportedArchitecture(path, reason)
     try:
         cfg = family.config_from_gguf(meta, arch)
     except (KeyError, TypeError, ValueError) as exc:
         raise ModelLoadError(path, f"incomplete {arch} metadata ({exc})") from None
-    tensors, name_of = _group_quantized(raw, group_size=32, rename=_gguf_to_hf, source=path)
-    name_of.update({hf: gg for gg, hf in _gguf_expected_names(cfg.num_layers).items()})
+    rename = gguf_names.renamer(family)
+    tensors, name_of = _group_quantized(raw, group_size=32, rename=rename, source=path)
+    expected = gguf_names.expected_names(family, cfg.num_layers)
+    name_of.update({hf: gg for gg, hf in expected.items()})
     file_type = meta.get("general.file_type")
     quant = _GGUF_FILE_TYPES.get(int(file_type.item()) if file_type is not None else -1, "mixed")
     cfg = _finish_config(cfg, tensors, quant, tie=not _has(tensors, "lm_head.weight"))
@@ -173,24 +158,6 @@ def _diagnose_gguf(path: Path, exc: Exception) -> str:
             "(K-quants such as Q4_K_M are not)"
         )
     return f"corrupt GGUF file ({exc})"
-
-
-def _gguf_expected_names(num_layers: int) -> dict[str, str]:
-    names = {f"{g}.weight": f"{hf}.weight" for g, hf in _GGUF_GLOBAL_NAMES.items()}
-    for i in range(num_layers):
-        for g, hf in _GGUF_LAYER_NAMES.items():
-            names[f"blk.{i}.{g}.weight"] = f"model.layers.{i}.{hf}.weight"
-    return names
-
-
-def _gguf_to_hf(name: str) -> str:
-    m = re.fullmatch(r"blk\.(\d+)\.(\w+)\.(weight|bias|scales|biases)", name)
-    if m and m.group(2) in _GGUF_LAYER_NAMES:
-        return f"model.layers.{m.group(1)}.{_GGUF_LAYER_NAMES[m.group(2)]}.{m.group(3)}"
-    m = re.fullmatch(r"(\w+)\.(weight|bias|scales|biases)", name)
-    if m and m.group(1) in _GGUF_GLOBAL_NAMES:
-        return f"{_GGUF_GLOBAL_NAMES[m.group(1)]}.{m.group(2)}"
-    return name
 
 
 # -- Hugging Face / MLX directories -------------------------------------------------------

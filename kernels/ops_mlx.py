@@ -6,6 +6,7 @@ float16/bfloat16 on a GPU and float32 on the CPU (float16 is ~40x slower there).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import mlx.core as mx
@@ -15,6 +16,12 @@ from kernels import gated_delta_cuda, gated_delta_mlx
 from kernels.quantized import QuantizedWeight
 
 _DTYPES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
+
+
+def _gelu_tanh(x: mx.array) -> mx.array:
+    """GELU's tanh approximation (Hendrycks & Gimpel 2016), PyTorch's approximate="tanh"."""
+    inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)
+    return 0.5 * x * (1.0 + mx.tanh(inner))
 
 
 def default_dtype() -> Any:
@@ -29,6 +36,7 @@ class MlxOps:
             raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, not {dtype!r}")
         self.dtype = _DTYPES[dtype] if dtype else default_dtype()
         self._cuda_recurrent = gated_delta_cuda.is_available()
+        self._freqs_cache: dict[bytes, mx.array] = {}
 
     # -- weights -------------------------------------------------------------------
     def weight(self, w: Any) -> Any:
@@ -105,8 +113,41 @@ class MlxOps:
     def rms_norm(self, x: mx.array, w: mx.array | None, eps: float) -> mx.array:
         return mx.fast.rms_norm(x, w, eps)
 
-    def rope(self, x: mx.array, offset: int, dims: int, base: float, traditional: bool) -> Any:
-        return mx.fast.rope(x, dims, traditional=traditional, base=base, scale=1.0, offset=offset)
+    def rope(
+        self,
+        x: mx.array,
+        offset: int,
+        dims: int,
+        base: float,
+        traditional: bool,
+        inv_freq: np.ndarray | None = None,
+        mscale: float = 1.0,
+    ) -> Any:
+        if mscale != 1.0:  # HF multiplies cos and sin: the rotated features only (rope is linear)
+            scaled = x[..., :dims] * mscale
+            x = scaled if dims == x.shape[-1] else mx.concatenate([scaled, x[..., dims:]], -1)
+        if inv_freq is None:
+            return mx.fast.rope(
+                x, dims, traditional=traditional, base=base, scale=1.0, offset=offset
+            )
+        return mx.fast.rope(
+            x,
+            dims,
+            traditional=traditional,
+            base=None,
+            scale=1.0,
+            offset=offset,
+            freqs=self._wavelengths(inv_freq),
+        )
+
+    def _wavelengths(self, inv_freq: np.ndarray) -> mx.array:
+        """mx.fast.rope's `freqs` are 1 / inv_freq (angle = position / freq); cached per table."""
+        key = inv_freq.tobytes()
+        cached = self._freqs_cache.get(key)
+        if cached is None:
+            cached = mx.array((1.0 / np.asarray(inv_freq, np.float64)).astype(np.float32))
+            self._freqs_cache[key] = cached
+        return cached
 
     def attention(self, q: mx.array, k: mx.array, v: mx.array, scale: float, mask: Any) -> Any:
         m = mask if mask is None or isinstance(mask, mx.array) else mx.array(mask)
@@ -115,6 +156,9 @@ class MlxOps:
 
     def silu(self, x: mx.array) -> mx.array:
         return x * mx.sigmoid(x)
+
+    def gelu_tanh(self, x: mx.array) -> mx.array:
+        return _gelu_tanh(x)
 
     def sigmoid(self, x: mx.array) -> mx.array:
         return mx.sigmoid(x)

@@ -53,7 +53,7 @@ class NumpyOps:
     dtype = F32
 
     def __init__(self, packed: bool | None = None) -> None:
-        self._rope_cache: dict[tuple[int, float], tuple[np.ndarray, np.ndarray]] = {}
+        self._rope_cache: dict[tuple[int, float | bytes], tuple[np.ndarray, np.ndarray]] = {}
         self.packed = qmatmul.enabled(packed)
 
     # -- weights -------------------------------------------------------------------
@@ -103,24 +103,37 @@ class NumpyOps:
         y = x * (1.0 / np.sqrt(ms + eps)).astype(F32)
         return y * w if w is not None else y
 
-    def _rope_table(self, dims: int, base: float, end: int) -> tuple[np.ndarray, np.ndarray]:
-        key = (dims, base)
+    def _rope_table(
+        self, dims: int, base: float, end: int, inv_freq: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        key = (dims, base) if inv_freq is None else (dims, inv_freq.tobytes())
         cached = self._rope_cache.get(key)
         if cached is None or cached[0].shape[0] < end:
             size = max(end, 2 * (cached[0].shape[0] if cached else 1024))
-            inv_freq = base ** (-np.arange(0, dims, 2, dtype=np.float64) / dims)
-            angles = np.arange(size, dtype=np.float64)[:, None] * inv_freq[None, :]
+            if inv_freq is None:
+                inv_freq = base ** (-np.arange(0, dims, 2, dtype=np.float64) / dims)
+            freqs = np.asarray(inv_freq, dtype=np.float64)
+            angles = np.arange(size, dtype=np.float64)[:, None] * freqs[None, :]
             cached = (np.cos(angles).astype(F32), np.sin(angles).astype(F32))
             self._rope_cache[key] = cached
         return cached
 
     def rope(
-        self, x: np.ndarray, offset: int, dims: int, base: float, traditional: bool
+        self,
+        x: np.ndarray,
+        offset: int,
+        dims: int,
+        base: float,
+        traditional: bool,
+        inv_freq: np.ndarray | None = None,
+        mscale: float = 1.0,
     ) -> np.ndarray:
         # x: [H, L, D]; rotate the first `dims` features of each head
         L = x.shape[1]
-        cos, sin = self._rope_table(dims, base, offset + L)
+        cos, sin = self._rope_table(dims, base, offset + L, inv_freq)
         cos, sin = cos[offset : offset + L], sin[offset : offset + L]  # [L, dims/2]
+        if mscale != 1.0:  # HF multiplies cos and sin: the rotated features only
+            cos, sin = cos * F32(mscale), sin * F32(mscale)
         rot = x[..., :dims]
         if traditional:  # interleaved pairs (x0, x1), (x2, x3), ...
             a, b = rot[..., 0::2], rot[..., 1::2]
@@ -163,6 +176,11 @@ class NumpyOps:
 
     def silu(self, x: np.ndarray) -> np.ndarray:
         return x / (F32(1.0) + np.exp(-x))
+
+    def gelu_tanh(self, x: np.ndarray) -> np.ndarray:
+        # GELU's tanh approximation (Hendrycks & Gimpel 2016), PyTorch's approximate="tanh"
+        inner = F32(np.sqrt(2.0 / np.pi)) * (x + F32(0.044715) * x * x * x)
+        return F32(0.5) * x * (F32(1.0) + np.tanh(inner))
 
     def sigmoid(self, x: np.ndarray) -> np.ndarray:
         return F32(1.0) / (F32(1.0) + np.exp(-x))

@@ -54,7 +54,10 @@ def tiny_config(family: str, tie: bool, **overrides: object) -> dict:
         "rope_scaling": None,
         "torch_dtype": "float32",
     }
-    if family == "llama":
+    if family == "llama" and overrides.get("sliding_window"):
+        # a Llama layout with a sliding window is Mistral to transformers (LlamaConfig has none)
+        config |= {"model_type": "mistral", "architectures": ["MistralForCausalLM"]}
+    elif family == "llama":
         config |= {"architectures": ["LlamaForCausalLM"], "mlp_bias": False, "pretraining_tp": 1}
     elif family == "qwen3":
         config |= {

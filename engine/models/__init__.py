@@ -4,9 +4,20 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from engine.models import llama, qwen3, qwen3_5
+from engine.models import gemma3, llama, qwen2, qwen3, qwen3_5
 
-FAMILIES: tuple[ModuleType, ...] = (llama, qwen3, qwen3_5)
+FAMILIES: tuple[ModuleType, ...] = (llama, qwen2, qwen3, qwen3_5, gemma3)
+
+# GGUF architectures of a family implemented here whose GGUF layout is not mapped onto it
+_UNMAPPED_GGUF = {
+    arch: (
+        f"GGUF architecture {arch!r} (Qwen3.5 / Qwen3-Next) is not mapped yet: llama.cpp's "
+        "converter splits and reorders the Gated DeltaNet projections (ssm_*, attn_qkv, "
+        "attn_gate) and stores A as -exp(A_log), which the qwen3_5 family does not read; "
+        "load the Hugging Face or MLX directory of this model instead"
+    )
+    for arch in ("qwen35", "qwen3next")
+}
 
 
 def family_for_hf(model_type: str) -> ModuleType | None:
@@ -15,3 +26,8 @@ def family_for_hf(model_type: str) -> ModuleType | None:
 
 def family_for_gguf(arch: str) -> ModuleType | None:
     return next((m for m in FAMILIES if arch in m.GGUF_ARCHITECTURES), None)
+
+
+def unmapped_gguf_reason(arch: str) -> str | None:
+    """Why a GGUF architecture of an implemented family is refused, or None."""
+    return _UNMAPPED_GGUF.get(arch)

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from engine.errors import ModelLoadError
+from engine.models.rope import Rope, RopeScaling
 from engine.sequence import SequenceState
 from engine.state import FullKV, LayerState, RecurrentState, SlidingKV, SnapshotPolicy
 from kernels.ops import Array, Ops
@@ -34,7 +35,13 @@ class ModelConfig:
     rms_norm_eps: float = 1e-5
     rope_theta: float = 10000.0
     rope_traditional: bool = False
+    rope_scaling: RopeScaling | None = None
+    rope_local_theta: float = 0.0  # Gemma 3: sliding layers' base (0: rope_theta, unscaled)
     rotary_dim: int = 0  # 0: the whole head
+    attention_bias: bool = False  # q/k/v projections carry biases (Qwen2)
+    query_pre_attn_scalar: float = 0.0  # attention scale is its ** -0.5 (0: head_dim)
+    hidden_act: str = "silu"  # the gated MLP's activation: "silu" or "gelu_tanh"
+    embed_scale: float = 1.0  # Gemma scales embeddings by sqrt(hidden_size)
     context_length: int = 4096
     tie_word_embeddings: bool = False
     qk_norm: bool = False
@@ -66,6 +73,8 @@ class ModelConfig:
             raise ValueError("num_heads must be a multiple of num_kv_heads")
         if self.layer_types and len(self.layer_types) != self.num_layers:
             raise ValueError("layer_types must name one type per layer")
+        if self.hidden_act not in ("silu", "gelu_tanh"):
+            raise ValueError(f"hidden activation {self.hidden_act!r} is not supported")
 
     def layer_type(self, i: int) -> str:
         if self.layer_types:
@@ -78,19 +87,30 @@ class ModelConfig:
 
 
 class Weights:
-    """Tensors by canonical (Hugging Face) name, with errors that name file and tensor."""
+    """Tensors by canonical (Hugging Face) name, with errors that name file and tensor.
+    Remembers which tensors a build read, so a load can refuse the ones nothing read."""
 
     def __init__(self, tensors: dict[str, Any], source: str, name_of: dict[str, str] | None = None):
         self.tensors = tensors
         self.source = source
         self.name_of = name_of or {}  # canonical name -> name in the file, for messages
+        self.used: set[str] = set()
 
     def has(self, name: str) -> bool:
         return name in self.tensors
 
+    def skip(self, name: str) -> None:
+        """A tensor the reference implementation ignores too (a tied lm_head copy)."""
+        self.used.add(name)
+
+    def unused(self) -> list[str]:
+        """Names in the file of the tensors no build step read."""
+        return sorted(self.name_of.get(n, n) for n in self.tensors if n not in self.used)
+
     def get(self, name: str, shape: tuple[int, ...] | None = None) -> Any:
         if name not in self.tensors:
             raise ModelLoadError(self.source, f"missing tensor {self.name_of.get(name, name)!r}")
+        self.used.add(name)
         t = self.tensors[name]
         if shape is not None:
             actual = tuple(t.shape)
@@ -122,11 +142,21 @@ def load_linear(ops: Ops, weights: Weights, name: str, out_dim: int, in_dim: int
     return weights.get(name, (out_dim, in_dim))
 
 
-class AttentionBlock:
-    """Multi-head attention with GQA; optional q/k RMSNorm, output gate, partial rope."""
+def default_rope(cfg: ModelConfig, freq_factors: Any = None) -> Rope:
+    """The rope of a full-attention layer: rope_theta with the config's scaling."""
+    factors = None if freq_factors is None else np.asarray(freq_factors, dtype=np.float64)
+    return Rope(cfg.rope_dims, cfg.rope_theta, cfg.rope_traditional, cfg.rope_scaling, factors)
 
-    def __init__(self, ops: Ops, cfg: ModelConfig, weights: Weights, prefix: str) -> None:
+
+class AttentionBlock:
+    """Multi-head attention with GQA; optional q/k/v biases, q/k RMSNorm, output gate,
+    partial or scaled rope."""
+
+    def __init__(
+        self, ops: Ops, cfg: ModelConfig, weights: Weights, prefix: str, rope: Rope | None = None
+    ) -> None:
         self.ops, self.cfg = ops, cfg
+        self.rope = rope or default_rope(cfg)
         D, H, Hkv, Dh = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         q_out = H * Dh * (2 if cfg.attn_output_gate else 1)
         parts = [
@@ -135,19 +165,30 @@ class AttentionBlock:
             load_linear(ops, weights, f"{prefix}.v_proj.weight", Hkv * Dh, D),
         ]
         self.qkv = Linear.concatenated(ops, parts)
+        self.qkv_bias = None
+        if cfg.attention_bias:  # one bias vector over the fused q|k|v rows
+            sizes = (q_out, Hkv * Dh, Hkv * Dh)
+            biases = [
+                ops.norm_weight(weights.get(f"{prefix}.{name}.bias", (size,)))
+                for name, size in zip(("q_proj", "k_proj", "v_proj"), sizes, strict=True)
+            ]
+            self.qkv_bias = ops.concat(biases, axis=0)
         self.o = Linear(ops, load_linear(ops, weights, f"{prefix}.o_proj.weight", D, H * Dh))
         self.q_norm = self.k_norm = None
         if cfg.qk_norm:
-            self.q_norm = _norm(ops, cfg, weights.get(f"{prefix}.q_norm.weight", (Dh,)))
-            self.k_norm = _norm(ops, cfg, weights.get(f"{prefix}.k_norm.weight", (Dh,)))
+            self.q_norm = norm_weight(ops, cfg, weights.get(f"{prefix}.q_norm.weight", (Dh,)))
+            self.k_norm = norm_weight(ops, cfg, weights.get(f"{prefix}.k_norm.weight", (Dh,)))
         self.splits = [q_out, Hkv * Dh, Hkv * Dh]
-        self.scale = Dh**-0.5
+        self.scale = (cfg.query_pre_attn_scalar or Dh) ** -0.5
 
     def __call__(self, x: Array, kv: FullKV | SlidingKV, offset: int) -> Array:
         ops, cfg = self.ops, self.cfg
         L = int(x.shape[0])
         H, Hkv, Dh = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-        q, k, v = ops.split(ops.linear(x, self.qkv.w), self.splits, axis=-1)
+        qkv = ops.linear(x, self.qkv.w)
+        if self.qkv_bias is not None:
+            qkv = qkv + self.qkv_bias
+        q, k, v = ops.split(qkv, self.splits, axis=-1)
         gate = None
         if cfg.attn_output_gate:  # Qwen3.5: q_proj emits [query | gate] per head
             qg = q.reshape(L, H, 2 * Dh)
@@ -158,8 +199,7 @@ class AttentionBlock:
         if self.q_norm is not None:
             q = ops.rms_norm(q, self.q_norm, cfg.rms_norm_eps)
             k = ops.rms_norm(k, self.k_norm, cfg.rms_norm_eps)
-        q = ops.rope(q, offset, cfg.rope_dims, cfg.rope_theta, cfg.rope_traditional)
-        k = ops.rope(k, offset, cfg.rope_dims, cfg.rope_theta, cfg.rope_traditional)
+        q, k = self.rope(ops, q, offset), self.rope(ops, k, offset)
         keys, values, mask = kv.append(k, v)
         o = ops.attention(q, keys, values, self.scale, mask)  # [H, L, Dh]
         o = o.transpose(1, 0, 2).reshape(L, H * Dh)
@@ -177,14 +217,16 @@ class MLP:
         self.gate_up = Linear.concatenated(ops, [gate, up])
         self.down = Linear(ops, load_linear(ops, weights, f"{prefix}.down_proj.weight", D, F))
         self.F = F
+        self.act = ops.gelu_tanh if cfg.hidden_act == "gelu_tanh" else ops.silu
 
     def __call__(self, x: Array) -> Array:
         ops = self.ops
         gate, up = ops.split(ops.linear(x, self.gate_up.w), [self.F, self.F], axis=-1)
-        return ops.linear(ops.silu(gate) * up, self.down.w)
+        return ops.linear(self.act(gate) * up, self.down.w)
 
 
-def _norm(ops: Ops, cfg: ModelConfig, w: Any) -> Array:
+def norm_weight(ops: Ops, cfg: ModelConfig, w: Any) -> Array:
+    """A norm weight in the backend, with the family's stored offset added."""
     dense = ops.norm_weight(w)
     return dense + cfg.norm_offset if cfg.norm_offset else dense
 
@@ -196,8 +238,10 @@ class DecoderLayer:
         p = f"model.layers.{i}"
         D = cfg.hidden_size
         self.ops, self.cfg, self.mixer = ops, cfg, mixer
-        self.input_norm = _norm(ops, cfg, weights.get(f"{p}.input_layernorm.weight", (D,)))
-        self.post_norm = _norm(ops, cfg, weights.get(f"{p}.post_attention_layernorm.weight", (D,)))
+        self.input_norm = norm_weight(ops, cfg, weights.get(f"{p}.input_layernorm.weight", (D,)))
+        self.post_norm = norm_weight(
+            ops, cfg, weights.get(f"{p}.post_attention_layernorm.weight", (D,))
+        )
         self.mlp = MLP(ops, cfg, weights, f"{p}.mlp")
 
     def __call__(self, x: Array, layer_state: LayerState, offset: int) -> Array:
@@ -206,19 +250,41 @@ class DecoderLayer:
         return h + self.mlp(self.ops.rms_norm(h, self.post_norm, eps))
 
 
+def _rope_of(mixer: Any) -> Rope:
+    rope = getattr(mixer, "rope", None)  # recurrent mixers have none: nothing to rotate
+    return rope if rope is not None else Rope(2, 10000.0, False)
+
+
 class DecoderModel:
     """Embedding, a stack of decoder layers, final norm and the LM head."""
+
+    layer_class: type = DecoderLayer  # a family with other norms around its blocks swaps it
 
     def __init__(self, ops: Ops, cfg: ModelConfig, weights: Weights, mixers: list[Any]):
         self.ops, self.config = ops, cfg
         V, D = cfg.vocab_size, cfg.hidden_size
         self.embed = ops.weight(weights.get("model.embed_tokens.weight", (V, D)))
-        self.layers = [DecoderLayer(ops, cfg, weights, i, m) for i, m in enumerate(mixers)]
-        self.norm = _norm(ops, cfg, weights.get("model.norm.weight", (D,)))
+        self.layers = [self.layer_class(ops, cfg, weights, i, m) for i, m in enumerate(mixers)]
+        self.norm = norm_weight(ops, cfg, weights.get("model.norm.weight", (D,)))
         if cfg.tie_word_embeddings or not weights.has("lm_head.weight"):
             self.lm_head = self.embed
+            weights.skip("lm_head.weight")  # tied: HF overwrites it with the embedding too
         else:
             self.lm_head = ops.weight(weights.get("lm_head.weight", (V, D)))
+
+    def unfused_features(self) -> list[str]:
+        """What this model computes that the fused decode kernels do not."""
+        cfg = self.config
+        named = {
+            "attention biases": cfg.attention_bias,
+            "scaled rope": any(not _rope_of(layer.mixer).is_plain for layer in self.layers),
+            "norm offsets": bool(cfg.norm_offset),
+            "an attention scale other than head_dim ** -0.5": bool(cfg.query_pre_attn_scalar),
+            f"the {cfg.hidden_act} activation": cfg.hidden_act != "silu",
+            "embedding scale": cfg.embed_scale != 1.0,
+            "extra norms around the blocks": self.layer_class is not DecoderLayer,
+        }
+        return [name for name, present in named.items() if present]
 
     def new_layer_state(self, i: int, policy: SnapshotPolicy) -> LayerState:
         cfg, ops = self.config, self.ops
@@ -262,6 +328,8 @@ class DecoderModel:
     def hidden(self, ids: Any, layer_states: list[Any], offset: Any) -> Array:
         """The last hidden states [L, D] for token ids appended at `offset`."""
         x = self.ops.embed(self.embed, ids)
+        if self.config.embed_scale != 1.0:
+            x = x * self.config.embed_scale
         for layer, layer_state in zip(self.layers, layer_states, strict=True):
             x = layer(x, layer_state, offset)
         return x

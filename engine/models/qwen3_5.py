@@ -86,6 +86,7 @@ def config_from_hf(cfg: dict[str, Any]) -> ModelConfig:
         head_dim=head_dim,
         rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
         rope_theta=theta,
+        rope_scaling=None,  # checked above: mrope on text positions is the default rope
         rotary_dim=int(head_dim * factor),
         sliding_window=0,
         layer_types=layer_types,

@@ -43,6 +43,8 @@ def unsupported_reason(model: DecoderModel) -> str | None:
         return "q/k norm and gated attention are not fused"
     if cfg.rope_dims != cfg.head_dim:
         return "partial rotary embeddings are not fused"
+    if model.unfused_features():
+        return f"{', '.join(model.unfused_features())} not fused"
     if not all(isinstance(layer.mixer, AttentionBlock) for layer in model.layers):
         return "unknown mixer"
     return _shapes(cfg).check()
