@@ -43,7 +43,7 @@ setup(
     ext_modules=[
         Extension(
             "kernels._qmatmul",
-            [f"kernels/csrc/{name}.c" for name in ("matmul", "attention", "pool", "module")],
+            [f"kernels/csrc/{name}.c" for name in ("matmul", "matmul_any", "attention", "pool", "module")],
             depends=["kernels/csrc/qmatmul.h"],
             optional=True,
         )

@@ -20,6 +20,7 @@ from engine import gguf_names, models
 from engine.config import EngineConfig
 from engine.errors import ModelLoadError, UnsupportedArchitecture
 from engine.fingerprint import DIGEST_CACHE_NAME, DigestCache, compute_key, fingerprint, weights_key
+from engine.gguf_file import read_gguf_file
 from engine.models.base import DecoderModel, ModelConfig, Weights
 from engine.runner import ModelRunner
 from engine.tokenizer import Tokenizer
@@ -27,7 +28,27 @@ from kernels.ops import Ops, QuantizedWeight, make_ops
 
 Progress = Callable[[str, float], None]
 
-_GGUF_FILE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 32: "BF16"}
+# general.file_type -> the quantization label (llama.cpp's enum llama_ftype)
+_GGUF_FILE_TYPES = {
+    0: "F32",
+    1: "F16",
+    2: "Q4_0",
+    3: "Q4_1",
+    7: "Q8_0",
+    8: "Q5_0",
+    9: "Q5_1",
+    10: "Q2_K",
+    11: "Q3_K_S",
+    12: "Q3_K_M",
+    13: "Q3_K_L",
+    14: "Q4_K_S",
+    15: "Q4_K_M",
+    16: "Q5_K_S",
+    17: "Q5_K_M",
+    18: "Q6_K",
+    21: "Q2_K_S",
+    32: "BF16",
+}
 _MOE_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
 
 
@@ -114,11 +135,7 @@ def read_gguf(path: Path) -> ModelFiles:
     with open(path, "rb") as f:
         if f.read(4) != b"GGUF":
             raise ModelLoadError(path, "not a GGUF file (bad magic bytes)")
-    try:
-        loaded: Any = mx.load(str(path), return_metadata=True)
-        raw, meta = loaded
-    except Exception as exc:  # MLX reports truncation and corruption as plain errors
-        raise ModelLoadError(path, _diagnose_gguf(path, exc)) from None
+    meta, raw = read_gguf_file(path)
     arch = str(meta.get("general.architecture", ""))
     family = models.family_for_gguf(arch)
     if family is None:
@@ -138,26 +155,6 @@ def read_gguf(path: Path) -> ModelFiles:
     tokenizer = Tokenizer.from_gguf_metadata(meta, path)
     weights = Weights(tensors, str(path), name_of)
     return ModelFiles(family, cfg, weights, tokenizer, (path,))
-
-
-def _diagnose_gguf(path: Path, exc: Exception) -> str:
-    """Name the unsupported tensor type when that is why MLX could not load the file."""
-    try:
-        from gguf import GGUFReader
-
-        reader = GGUFReader(str(path))
-        unsupported = sorted(
-            {t.tensor_type.name for t in reader.tensors} - set(_GGUF_FILE_TYPES.values())
-        )
-    except Exception:
-        return f"corrupt or truncated GGUF file ({exc})"
-    if unsupported:
-        return (
-            f"uses tensor type(s) {', '.join(unsupported)}, which this app cannot load; "
-            f"supported: {', '.join(sorted(set(_GGUF_FILE_TYPES.values())))} "
-            "(K-quants such as Q4_K_M are not)"
-        )
-    return f"corrupt GGUF file ({exc})"
 
 
 # -- Hugging Face / MLX directories -------------------------------------------------------
@@ -237,7 +234,9 @@ def _group_quantized(
         if not canonical:
             continue  # a tensor the family does not use (vision tower, MTP head, ...)
         base = name[: -len(".weight")] if name.endswith(".weight") else None
-        if base is not None and f"{base}.scales" in raw:
+        if isinstance(value, QuantizedWeight):  # a GGUF reader's, already grouped
+            pass
+        elif base is not None and f"{base}.scales" in raw:
             scales, biases = raw[f"{base}.scales"], raw.get(f"{base}.biases")
             if biases is None:
                 raise ModelLoadError(source, f"quantized tensor {name!r} has no biases")

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-ABI_VERSION = 1  # kernels/csrc/module.c's; a stale build from older sources is not used
+ABI_VERSION = 2  # kernels/csrc/module.c's; a stale build from older sources is not used
 
 
 def _load_extension() -> Any:
@@ -36,7 +36,7 @@ _ext = _load_extension()
 
 F32 = np.float32
 F16 = np.float16
-SUPPORTED_BITS = (4, 8)
+SUPPORTED_BITS = (2, 3, 4, 5, 6, 8)
 # Up to this many rows the kernel beats dequantize + BLAS; measured on the 2-core dev
 # machine (default model prefill, tok/s kernel vs BLAS): 37 rows 596 vs 418, 64 rows 664
 # vs 637, 96 rows 761 vs 774, 128 rows 631 vs 761, 512 rows 554 vs 615.
@@ -84,7 +84,8 @@ if _ext is not None:
 class QMatrix:
     """A quantized [n, k] weight as the kernel takes it: W[j] = scales * q + biases per group.
 
-    packed: uint32 [n, k * bits / 32] (MLX's layout); scales/biases: [n, k / group], both
+    packed: uint32 [n, k * bits / 32] (MLX's layout: bits 2, 3, 4, 5, 6 or 8, groups of 16
+    or a multiple of 32, k a multiple of 32); scales/biases: [n, k / group], both
     float16 (what GGUF and most MLX models store: 2 bytes a group fewer to read) or both
     float32 (when float16 cannot hold them exactly).
     """
@@ -100,8 +101,11 @@ class QMatrix:
         k = words * 32 // self.bits
         if self.bits not in SUPPORTED_BITS:
             raise ValueError(f"bits must be one of {SUPPORTED_BITS}, not {self.bits}")
-        if self.group_size % 32 or k % self.group_size:
-            raise ValueError(f"group_size {self.group_size} must be a multiple of 32 dividing {k}")
+        if not supports(self.bits, self.group_size) or k % self.group_size or k % 32:
+            raise ValueError(
+                f"group_size {self.group_size} must be 16 or a multiple of 32 dividing k={k} "
+                "(a multiple of 32)"
+            )
         if self.scales.shape != (n, k // self.group_size) or self.biases.shape != self.scales.shape:
             raise ValueError("scales and biases must be [n, k / group_size]")
         if self.scales.dtype != self.biases.dtype or self.scales.dtype not in (F16, F32):
@@ -151,7 +155,7 @@ class QMatrix:
 
 
 def supports(bits: int, group_size: int) -> bool:
-    return bits in SUPPORTED_BITS and group_size % 32 == 0
+    return bits in SUPPORTED_BITS and (group_size == 16 or (group_size > 0 and group_size % 32 == 0))
 
 
 def _to_numpy(a: Any) -> np.ndarray:

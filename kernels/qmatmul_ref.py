@@ -7,17 +7,17 @@ from __future__ import annotations
 
 import numpy as np
 
+from kernels.gguf_quants import unpack_bits
 from kernels.qmatmul import QMatrix
 
 
 def dequantize_reference(qm: QMatrix) -> np.ndarray:
-    """float64 [n, k]: element j of a row at bits (j % (32/bits)) * bits of word j // (32/bits)."""
+    """float64 [n, k]: element j of a row at bits [j * bits, (j + 1) * bits) of the row's
+    little-endian bit stream (MLX's layout, any width), w = s * q + b per group."""
     n, k = qm.shape
-    per_word = 32 // qm.bits
-    shifts = (np.arange(per_word, dtype=np.uint32) * qm.bits)[None, None, :]
-    q = (qm.packed[:, :, None] >> shifts) & np.uint32((1 << qm.bits) - 1)  # [n, words, per_word]
-    q = q.reshape(n, k // qm.group_size, qm.group_size).astype(np.float64)
-    w = q * qm.scales[:, :, None].astype(np.float64) + qm.biases[:, :, None].astype(np.float64)
+    q = unpack_bits(qm.packed, qm.bits).reshape(n, k // qm.group_size, qm.group_size)
+    s, b = qm.scales.astype(np.float64), qm.biases.astype(np.float64)
+    w = q.astype(np.float64) * s[:, :, None] + b[:, :, None]
     return w.reshape(n, k)
 
 

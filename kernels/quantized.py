@@ -19,6 +19,10 @@ class QuantizedWeight:
     biases: Any  # [out, in / group_size]
     group_size: int
     bits: int
+    source: str = ""  # the GGUF block type it was converted from ("Q4_K"), for messages
+    # s * q is not exact in float32, so w needs s * q + b rounded once (fma): an unfused
+    # dequantization (MLX's) would round twice (GGUF's Q8_K, whose d is float32)
+    fma_only: bool = False
 
     @property
     def shape(self) -> tuple[int, int]:

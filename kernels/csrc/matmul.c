@@ -20,64 +20,19 @@
  * for many rows, cache-sized panels of x) by a small thread pool built for decode's
  * ~120 short calls per token on cores other processes may share (pool.c).
  *
+ * Other widths (2, 3, 5, 6 bits) and groups of 16 (GGUF's K-quants) take matmul_any.c's
+ * tiles, which unpack each chunk from the bit stream; the drivers here serve both.
+ *
  * Sections: x preparation, portable C, AVX-512, AVX2, drivers.
  */
 #include "qmatmul.h"
 
 #include <math.h>
-#include <string.h>
-#if defined(__AVX2__) || defined(__F16C__)
-#include <immintrin.h>
-#endif
 
 int isa = HAVE_AVX512 ? ISA_AVX512 : HAVE_AVX2 ? ISA_AVX2 : ISA_GENERIC;
 
 #define COL_TILE 4     /* output columns a tile set covers (a multiple of every tile's) */
-#define MAX_MB 8       /* rows of x per register tile */
 #define GROUP_BLOCK 64 /* groups whose scales and biases a tile converts at a time */
-
-static inline float half_to_float(uint16_t h) {
-#if defined(__F16C__)
-    return _cvtsh_ss(h);
-#else
-    const uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
-    if (exp == 0) { /* zero or subnormal: man * 2^-24 */
-        const float f = (float)man * (1.0f / 16777216.0f);
-        return sign ? -f : f;
-    }
-    const uint32_t bits =
-        exp == 31 ? sign | 0x7f800000u | (man << 13) : sign | ((exp + 112) << 23) | (man << 13);
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-#endif
-}
-
-/* Elements [start, start + count) of a scales/biases array into dst as float32. Tiles
- * convert a block at a time: one conversion per group would cost a third of a 4-bit
- * tile's instructions, and copying even float32 keeps them at fixed stack offsets. */
-static inline void params_f32(const QMat *w, const void *a, Py_ssize_t start, int count,
-                              float *dst) {
-    int i = 0;
-    if (!w->half) {
-        memcpy(dst, (const float *)a + start, (size_t)count * sizeof(float));
-        return;
-    }
-    const uint16_t *h = (const uint16_t *)a + start;
-#if defined(__AVX512F__)
-    for (; i + 16 <= count; i += 16)
-        _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(h + i))));
-#endif
-#if defined(__F16C__)
-    for (; i + 8 <= count; i += 8)
-        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))));
-#endif
-    for (; i < count; i++) dst[i] = half_to_float(h[i]);
-}
-
-static inline const uint8_t *row_bytes(const QMat *w, Py_ssize_t j) {
-    return w->packed + j * (w->k * w->bits / 8);
-}
 
 /* -- x preparation --------------------------------------------------------------------- */
 
@@ -102,8 +57,8 @@ void free_aligned(void *p) {
 /* x [m, k] as the kernels read it: in blocks of MAX_MB rows (the last may be shorter),
  * each block chunk-major, [chunk][row][32], so a register tile finds its rows' chunks at
  * fixed offsets from one pointer; for 4 bits each chunk is [even 16 | odd 16] to match
- * the nibble order. Block b starts at xp + b * MAX_MB * k. */
-static void pack_x(const float *x, float *xp, Py_ssize_t m, Py_ssize_t k, int bits) {
+ * the nibble order (the 4-bit tiles only). Block b starts at xp + b * MAX_MB * k. */
+static void pack_x(const float *x, float *xp, Py_ssize_t m, Py_ssize_t k, int nibbles) {
     for (Py_ssize_t r0 = 0; r0 < m; r0 += MAX_MB) {
         const Py_ssize_t mb = m - r0 < MAX_MB ? m - r0 : MAX_MB;
         for (Py_ssize_t c = 0; c < k / CHUNK; c++) {
@@ -111,8 +66,8 @@ static void pack_x(const float *x, float *xp, Py_ssize_t m, Py_ssize_t k, int bi
                 const float *src = x + (r0 + r) * k + c * CHUNK;
                 float *dst = xp + r0 * k + (c * mb + r) * CHUNK;
                 for (int i = 0; i < CHUNK / 2; i++) {
-                    dst[i] = bits == 4 ? src[2 * i] : src[i];
-                    dst[CHUNK / 2 + i] = bits == 4 ? src[2 * i + 1] : src[CHUNK / 2 + i];
+                    dst[i] = nibbles ? src[2 * i] : src[i];
+                    dst[CHUNK / 2 + i] = nibbles ? src[2 * i + 1] : src[CHUNK / 2 + i];
                 }
             }
         }
@@ -174,12 +129,12 @@ static void dequant_row_generic(const QMat *w, Py_ssize_t j, float *dst) {
         if (w->bits == 4) {
             const uint8_t *q = p + g * (w->group_size / 2);
             for (int i = 0; i < w->group_size / 2; i++) {
-                d[2 * i] = s * (float)(q[i] & 15) + b;
-                d[2 * i + 1] = s * (float)(q[i] >> 4) + b;
+                d[2 * i] = fmaf(s, (float)(q[i] & 15), b);
+                d[2 * i + 1] = fmaf(s, (float)(q[i] >> 4), b);
             }
         } else {
             const uint8_t *q = p + g * w->group_size;
-            for (int i = 0; i < w->group_size; i++) d[i] = s * (float)q[i] + b;
+            for (int i = 0; i < w->group_size; i++) d[i] = fmaf(s, (float)q[i], b);
         }
     }
 }
@@ -510,7 +465,9 @@ static void matmul_chunk(const void *ctx, Py_ssize_t chunk) {
     const Py_ssize_t j0 = chunk % job->chunks_per_panel * job->cols_per_chunk;
     const Py_ssize_t r1 = r0 + job->panel_rows < m ? r0 + job->panel_rows : m;
     const Py_ssize_t j1 = j0 + job->cols_per_chunk < n ? j0 + job->cols_per_chunk : n;
-    if (job->tiles)
+    if (!is_nibble_or_byte(job->w))
+        columns_any(job->w, job->xp, job->out, m, r0, r1, j0, j1);
+    else if (job->tiles)
         columns_tiled(job->w, job->xp, job->out, m, r0, r1, j0, j1, job->tiles);
     else
         columns_generic(job->w, job->xp, job->out, m, r0, r1, j0, j1);
@@ -528,7 +485,7 @@ static const TileSet *tiles_for(int bits) {
 }
 
 void run_matmul(const QMat *w, const float *x, float *out, Py_ssize_t m, float *scratch) {
-    pack_x(x, scratch, m, w->k, w->bits);
+    pack_x(x, scratch, m, w->k, w->bits == 4 && is_nibble_or_byte(w));
     Py_ssize_t panel = PANEL_BYTES / (w->k * (Py_ssize_t)sizeof(float)) / MAX_MB * MAX_MB;
     panel = panel < MAX_MB ? MAX_MB : panel > m ? m : panel;
     Py_ssize_t cols = (CHUNK_WORK + panel * w->k - 1) / (panel * w->k);
@@ -555,6 +512,10 @@ static void dequant_chunk(const void *ctx, Py_ssize_t chunk) {
     for (Py_ssize_t i = i0; i < i1; i++) {
         const Py_ssize_t j = job->rows ? job->rows[i] : i;
         float *dst = job->out + i * job->w->k;
+        if (!is_nibble_or_byte(job->w)) {
+            dequant_row_any(job->w, j, dst);
+            continue;
+        }
 #if HAVE_AVX2
         if (isa != ISA_GENERIC) {
             dequant_row_avx2(job->w, j, dst);

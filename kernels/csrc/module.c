@@ -46,14 +46,16 @@ static Py_buffer *get_view(Views *v, PyObject *obj, const char *name, char kind,
 static int get_qmat(Views *v, PyObject *const *args, Py_ssize_t n, Py_ssize_t k, QMat *w) {
     const long group_size = PyLong_AsLong(args[3]), bits = PyLong_AsLong(args[4]);
     if (PyErr_Occurred()) return -1;
-    if (bits != 4 && bits != 8) {
-        PyErr_Format(PyExc_ValueError, "bits must be 4 or 8, not %ld", bits);
+    if (bits < 2 || bits > 8 || bits == 7) {
+        PyErr_Format(PyExc_ValueError, "bits must be 2, 3, 4, 5, 6 or 8, not %ld", bits);
         return -1;
     }
-    if (group_size <= 0 || group_size % CHUNK || k % group_size) {
+    if (!(group_size == 16 || (group_size > 0 && group_size % CHUNK == 0)) || k % group_size ||
+        k % CHUNK) {
         PyErr_Format(PyExc_ValueError,
-                     "group_size must be a positive multiple of 32 dividing k=%zd, not %ld", k,
-                     group_size);
+                     "group_size must be 16 or a positive multiple of 32 dividing k=%zd (a "
+                     "multiple of 32), not %ld",
+                     k, group_size);
         return -1;
     }
     Py_buffer *packed = get_view(v, args[0], "packed", 'u', 2, 0);
@@ -332,7 +334,7 @@ static struct PyModuleDef module = {
     -1, methods, NULL, NULL, NULL, NULL};
 
 /* Bumped whenever an entry point's arguments change; kernels/qmatmul.py checks it. */
-#define ABI_VERSION 1
+#define ABI_VERSION 2
 
 PyMODINIT_FUNC PyInit__qmatmul(void) {
     if (pool_register_fork_handlers())

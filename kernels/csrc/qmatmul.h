@@ -16,6 +16,10 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <string.h>
+#if defined(__AVX2__) || defined(__F16C__)
+#include <immintrin.h>
+#endif
 
 #ifndef _WIN32
 #define HAVE_THREADS 1
@@ -37,6 +41,7 @@ enum { ISA_GENERIC, ISA_AVX2, ISA_AVX512 };
 extern int isa; /* the code path in use, one of those built (matmul.c) */
 
 #define CHUNK 32 /* elements per unit of work: 16 bytes at 4 bits, 32 at 8 */
+#define MAX_MB 8 /* rows of x per register tile */
 
 typedef struct {
     const uint8_t *packed; /* [n, k * bits / 8] */
@@ -46,6 +51,55 @@ typedef struct {
     int group_size, bits, half;
 } QMat;
 
+/* Whether W takes the 4/8-bit tiles of matmul.c (else matmul_any.c's: any bits, and
+ * groups of 16, which unpack each chunk from the bit stream first). */
+static inline int is_nibble_or_byte(const QMat *w) {
+    return (w->bits == 4 || w->bits == 8) && w->group_size % CHUNK == 0;
+}
+
+static inline float half_to_float(uint16_t h) {
+#if defined(__F16C__)
+    return _cvtsh_ss(h);
+#else
+    const uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+    if (exp == 0) { /* zero or subnormal: man * 2^-24 */
+        const float f = (float)man * (1.0f / 16777216.0f);
+        return sign ? -f : f;
+    }
+    const uint32_t bits =
+        exp == 31 ? sign | 0x7f800000u | (man << 13) : sign | ((exp + 112) << 23) | (man << 13);
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+#endif
+}
+
+/* Elements [start, start + count) of a scales/biases array into dst as float32. Tiles
+ * convert a block at a time: one conversion per group would cost a third of a 4-bit
+ * tile's instructions, and copying even float32 keeps them at fixed stack offsets. */
+static inline void params_f32(const QMat *w, const void *a, Py_ssize_t start, int count,
+                              float *dst) {
+    int i = 0;
+    if (!w->half) {
+        memcpy(dst, (const float *)a + start, (size_t)count * sizeof(float));
+        return;
+    }
+    const uint16_t *h = (const uint16_t *)a + start;
+#if defined(__AVX512F__)
+    for (; i + 16 <= count; i += 16)
+        _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(h + i))));
+#endif
+#if defined(__F16C__)
+    for (; i + 8 <= count; i += 8)
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))));
+#endif
+    for (; i < count; i++) dst[i] = half_to_float(h[i]);
+}
+
+static inline const uint8_t *row_bytes(const QMat *w, Py_ssize_t j) {
+    return w->packed + j * (w->k * w->bits / 8);
+}
+
 /* -- matmul.c -------------------------------------------------------------------------- */
 
 /* out[m, n] = x[m, k] @ W^T; scratch: m * k floats from alloc_aligned */
@@ -53,6 +107,15 @@ void run_matmul(const QMat *w, const float *x, float *out, Py_ssize_t m, float *
 /* rows[i] of W (all of W when rows is NULL) into out[i, :] */
 void run_dequantize(const QMat *w, const int64_t *rows, Py_ssize_t count, float *out);
 void *alloc_aligned(size_t size);
+/* -- matmul_any.c ----------------------------------------------------------------------- */
+
+/* out[r, j] for rows [r0, r1) and columns [j0, j1) of x in pack_x's layout (element
+ * order), W of any bits and group size, on the code path `isa` names */
+void columns_any(const QMat *w, const float *xp, float *out, Py_ssize_t m, Py_ssize_t r0,
+                 Py_ssize_t r1, Py_ssize_t j0, Py_ssize_t j1);
+/* W row j into dst in element order */
+void dequant_row_any(const QMat *w, Py_ssize_t j, float *dst);
+
 void free_aligned(void *p);
 
 /* -- attention.c ----------------------------------------------------------------------- */
