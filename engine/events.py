@@ -191,6 +191,11 @@ class Stats:
     drafter_bytes: int = 0
     memory_bytes: int = 0
     memory_budget_bytes: int = 0
+    # a remote server's request (engine/remote): which server answered ("": this
+    # machine's engine) and which ServerFigures it reported (prompt_tokens, cached_tokens,
+    # completion_tokens, prefill_tok_s); every other figure was measured by the client
+    server: str = ""
+    server_reported: tuple[str, ...] = ()
 
     @property
     def acceptance_rate(self) -> float:

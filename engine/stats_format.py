@@ -16,6 +16,11 @@ from engine.events import Stats
 def terminal_line(s: Stats) -> str:
     """ "[52 prompt tokens (0 reused) · TTFT 0.23 s · prefill 226.1 tok/s · decode 41.3 tok/s ·
     164 tokens · accepted 61/88 drafted]", printed after a reply in the terminal."""
+    if s.server:
+        return (
+            f"[server {s.server} · TTFT {s.ttft_s:.2f} s · decode {s.decode_tok_s:.1f} tok/s "
+            f"(measured here) · {s.generated_tokens} tokens · {server_prompt(asdict(s))}]"
+        )
     drafted = f" · accepted {s.accepted}/{s.drafted} drafted" if s.drafted else ""
     memory = memory_line(asdict(s))
     return (
@@ -37,6 +42,13 @@ def json_figures(s: Stats) -> dict[str, Any]:
         "drafted": s.drafted,
         "accepted": s.accepted,
     }
+    if s.server:  # which figures are the server's; unreported ones are null, not 0
+        figures["server"] = s.server
+        figures["server_reported"] = list(s.server_reported)
+        if "prompt_tokens" not in s.server_reported:
+            figures["prompt_tokens"] = None
+        cached = "cached_tokens" in s.server_reported
+        figures["cached_tokens"] = s.reused_tokens if cached else None
     if s.memory_budget_bytes:
         figures["memory_bytes"] = {
             "kv": s.kv_bytes,
@@ -53,6 +65,9 @@ def stats_dict(stats: Stats, *, reason: str = "") -> dict[str, Any]:
     """What a message keeps of a request's Stats (stored as JSON)."""
     out: dict[str, Any] = asdict(stats)
     out.pop("request_id", None)
+    if not stats.server:  # a local request's dict stays as it always was
+        out.pop("server", None)
+        out.pop("server_reported", None)
     if reason:
         out["reason"] = reason
     return out
@@ -69,7 +84,9 @@ def message_line(stats: dict[str, Any] | None) -> str:
         parts.append(f"{stats['decode_tok_s']:.1f} tok/s")
     if stats.get("ttft_s") is not None:
         parts.append(f"TTFT {stats['ttft_s']:.2f} s")
-    if "prefilled_tokens" in stats:
+    if stats.get("server"):
+        parts.append(server_prompt(stats))
+    elif "prefilled_tokens" in stats:
         parts.append(
             f"reused {stats.get('reused_tokens', 0):,} / prefilled {stats['prefilled_tokens']:,}"
         )
@@ -103,7 +120,9 @@ def message_tooltip(stats: dict[str, Any] | None) -> str:
             f"TTFT {stats['ttft_s']:.2f} s: time to first token, from sending to the first "
             "word (computing the prompt included)."
         )
-    if "prefilled_tokens" in stats:
+    if stats.get("server"):
+        lines.append(server_tooltip(stats))
+    elif "prefilled_tokens" in stats:
         lines.append(
             f"{stats.get('reused_tokens', 0):,} prompt tokens reused from the computed state "
             f"(no work); {stats['prefilled_tokens']:,} prompt tokens computed (prefilled)"
@@ -133,6 +152,39 @@ def message_tooltip(stats: dict[str, Any] | None) -> str:
             "Measured in the window: the app closed before the engine reported its figures."
         )
     return "\n".join(lines)
+
+
+def server_prompt(stats: dict[str, Any]) -> str:
+    """A remote reply's prompt figures, as the server reported them: "server: 1,204 of
+    1,260 prompt tokens cached", "server: 52 prompt tokens", "server: no prompt figures"."""
+    reported = stats.get("server_reported") or ()
+    prompt = int(stats.get("prompt_tokens", 0))
+    if "cached_tokens" in reported:
+        return f"server: {int(stats.get('reused_tokens', 0)):,} of {prompt:,} prompt tokens cached"
+    if "prompt_tokens" in reported:
+        return f"server: {prompt:,} prompt tokens"
+    return "server: no prompt figures"
+
+
+def server_tooltip(stats: dict[str, Any]) -> str:
+    """Where a remote reply's figures come from, for the message's tooltip."""
+    reported = stats.get("server_reported") or ()
+    line = (
+        f"Answered by the server at {stats['server']}. Tokens, TTFT and decode speed were "
+        "measured here, from sending the request to the last word"
+    )
+    if "completion_tokens" not in reported:
+        line += " (one token a streamed chunk)"
+    prompt = int(stats.get("prompt_tokens", 0))
+    if "cached_tokens" in reported:
+        cached = int(stats.get("reused_tokens", 0))
+        return (
+            f"{line}. The server reported {prompt:,} prompt tokens, {cached:,} of them from "
+            "its prefix cache (computed before: no work)."
+        )
+    if "prompt_tokens" in reported:
+        return f"{line}. The server reported {prompt:,} prompt tokens, but not how many it cached."
+    return f"{line}. The server reported no prompt figures (how many tokens, how many cached)."
 
 
 def _percent(part: int, whole: int) -> str:
@@ -178,6 +230,8 @@ def final_line(stats: dict[str, Any]) -> str:
     reuse = (
         f"reused {stats.get('reused_tokens', 0):,} · prefilled {stats.get('prefilled_tokens', 0):,}"
     )
+    if stats.get("server"):
+        reuse = server_prompt(stats)
     line = f"{line} · {reuse}" if line else reuse
     memory = memory_line(stats)
     return f"{line} · {memory}" if memory else line
