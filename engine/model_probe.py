@@ -4,7 +4,8 @@ Switching models releases the old model before loading the new one (both never s
 memory together), so a file that cannot be a loadable model must be refused while the
 old one still answers. `probe_model` reads headers only: a GGUF file's header, metadata
 and tensor table (to check the file holds every tensor's bytes: a truncated download is
-refused here), a model directory's config.json and each safetensors header. What it
+refused here, and so is a tensor type the loader does not convert, such as IQ4_XS), a
+model directory's config.json and each safetensors header. What it
 cannot see (a tensor of the wrong shape, an unsupported family) the full load finds.
 
 GGUF layout (github.com/ggml-org/ggml/blob/master/docs/gguf.md): magic, version,
@@ -19,7 +20,10 @@ import struct
 from pathlib import Path
 from typing import BinaryIO
 
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
 from engine.errors import ModelLoadError
+from kernels.gguf_quants import SUPPORTED_TYPES
 
 # GGUF metadata value types -> struct format of a scalar (8: string, 9: array)
 _SCALARS = {
@@ -36,8 +40,6 @@ _SCALARS = {
     12: "d",
 }
 _STRING, _ARRAY = 8, 9
-# ggml tensor types -> (elements per block, bytes per block), for the types we read
-_BLOCKS = {0: (1, 4), 1: (1, 2), 2: (32, 18), 3: (32, 20), 8: (32, 34), 30: (1, 2)}
 _MAX_COUNT = 1 << 24  # more tensors or keys than this is a corrupt header, not a model
 
 
@@ -71,16 +73,15 @@ def _probe_gguf(path: Path) -> None:
                     alignment = value
             data_end = 0
             for _ in range(num_tensors):
-                _string(f)
+                name = _string(f)
                 (num_dims,) = struct.unpack("<I", _read(f, 4))
                 dims = struct.unpack(f"<{num_dims}Q", _read(f, 8 * num_dims))
                 kind, offset = struct.unpack("<IQ", _read(f, 12))
-                per_block, block_bytes = _BLOCKS.get(kind, (0, 0))
-                if per_block:  # other types: the full load names them
-                    elements = 1
-                    for d in dims:
-                        elements *= d
-                    data_end = max(data_end, offset + elements // per_block * block_bytes)
+                per_block, block_bytes = GGML_QUANT_SIZES[_tensor_type(path, name, kind)]
+                elements = 1
+                for d in dims:
+                    elements *= d
+                data_end = max(data_end, offset + elements // per_block * block_bytes)
             data_start = -(-f.tell() // alignment) * alignment
     except (struct.error, EOFError, UnicodeDecodeError, ValueError):
         raise ModelLoadError(path, "truncated or corrupt GGUF header") from None
@@ -90,6 +91,21 @@ def _probe_gguf(path: Path) -> None:
             f"truncated: the tensors need {data_start + data_end:,} bytes, the file has "
             f"{size:,} (an incomplete download?)",
         )
+
+
+def _tensor_type(path: Path, name: str, kind: int) -> GGMLQuantizationType:
+    """The tensor's ggml type, refused by name unless the loader converts it."""
+    try:
+        tensor_type = GGMLQuantizationType(kind)
+    except ValueError:
+        raise ModelLoadError(path, f"tensor {name} has an unknown type (id {kind})") from None
+    if tensor_type.name not in SUPPORTED_TYPES:
+        raise ModelLoadError(
+            path,
+            f"tensor {name} is {tensor_type.name}, which is not supported; supported: "
+            f"{', '.join(SUPPORTED_TYPES)}",
+        )
+    return tensor_type
 
 
 def _read(f: BinaryIO, n: int) -> bytes:

@@ -166,7 +166,7 @@ def _q3_k(blocks: np.ndarray) -> tuple[np.ndarray, ...]:
     high = _bits_of(blocks[:, :32], 32, 1)  # the set bit means "no -4 offset"
     low = _bits_of(blocks[:, 32:96], 32, 2)
     raw = blocks[:, 96:108]
-    lo = (raw[:, :8].reshape(nb, 1, 8) >> np.array([0, 4], dtype=np.uint8).reshape(1, 2, 1))
+    lo = raw[:, :8].reshape(nb, 1, 8) >> np.array([0, 4], dtype=np.uint8).reshape(1, 2, 1)
     hi = raw[:, 8:].reshape(nb, 1, 4) >> np.array([0, 2, 4, 6], dtype=np.uint8).reshape(1, 4, 1)
     sc = (lo.reshape(nb, 16) & 0x0F) | ((hi.reshape(nb, 16) & 0x03) << 4)
     s = _half(blocks, 108) * (sc.astype(np.int8) - np.int8(32)).astype(F32)
@@ -270,9 +270,14 @@ def dequantize_affine(
 ) -> np.ndarray:
     """The reference: float32 [rows, k] with w = s * q + b rounded once (in float64 the
     product and sum are exact for every type above, then one rounding to float32)."""
-    q = unpack_bits(np.asarray(packed), bits)
-    rows, k = q.shape
-    s = np.asarray(scales).astype(np.float64)[:, :, None]
-    b = np.asarray(biases).astype(np.float64)[:, :, None]
-    w = q.reshape(rows, k // group_size, group_size).astype(np.float64) * s + b
-    return w.astype(F32).reshape(rows, k)
+    rows = packed.shape[0]
+    k = packed.shape[1] * 32 // bits
+    out = np.empty((rows, k), dtype=F32)
+    step = max(1, ROW_CHUNK_ELEMENTS // k)
+    for r0 in range(0, rows, step):
+        r1 = min(rows, r0 + step)
+        q = unpack_bits(packed[r0:r1], bits).reshape(r1 - r0, k // group_size, group_size)
+        s = scales[r0:r1].astype(np.float64)[:, :, None]
+        b = biases[r0:r1].astype(np.float64)[:, :, None]
+        out[r0:r1] = (q.astype(np.float64) * s + b).reshape(r1 - r0, k)
+    return out

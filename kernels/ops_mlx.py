@@ -7,12 +7,13 @@ float16/bfloat16 on a GPU and float32 on the CPU (float16 is ~40x slower there).
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 import mlx.core as mx
 import numpy as np
 
-from kernels import gated_delta_cuda, gated_delta_mlx
+from kernels import gated_delta_cuda, gated_delta_mlx, quantized
 from kernels.quantized import QuantizedWeight
 
 _DTYPES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
@@ -40,14 +41,12 @@ class MlxOps:
 
     # -- weights -------------------------------------------------------------------
     def weight(self, w: Any) -> Any:
+        if isinstance(w, QuantizedWeight) and not w.is_mlx_exact:
+            # MLX has no groups of 16 (GGUF's Q2_K, Q3_K, Q6_K): a dense matrix instead
+            return mx.array(quantized.dequantize(w)).astype(self.dtype)
         if isinstance(w, QuantizedWeight):
-            return QuantizedWeight(
-                w.packed,
-                w.scales.astype(self.dtype),
-                w.biases.astype(self.dtype),
-                w.group_size,
-                w.bits,
-            )
+            scales, biases = w.scales.astype(self.dtype), w.biases.astype(self.dtype)
+            return replace(w, scales=scales, biases=biases)
         return self.asarray(w)
 
     def norm_weight(self, w: Any) -> mx.array:

@@ -155,7 +155,8 @@ class QMatrix:
 
 
 def supports(bits: int, group_size: int) -> bool:
-    return bits in SUPPORTED_BITS and (group_size == 16 or (group_size > 0 and group_size % 32 == 0))
+    groups_ok = group_size == 16 or (group_size > 0 and group_size % 32 == 0)
+    return bits in SUPPORTED_BITS and groups_ok
 
 
 def _to_numpy(a: Any) -> np.ndarray:

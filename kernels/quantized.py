@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 
 @dataclass(frozen=True)
 class QuantizedWeight:
@@ -31,3 +33,35 @@ class QuantizedWeight:
     @property
     def nbytes(self) -> int:
         return int(self.packed.nbytes + self.scales.nbytes + self.biases.nbytes)
+
+    @property
+    def is_mlx_exact(self) -> bool:
+        """Whether mx.quantized_matmul / mx.dequantize take it and give its exact values:
+        MLX's widths and group sizes, and s * q exact in float32 (MLX does not fuse)."""
+        return (
+            self.bits in (2, 3, 4, 5, 6, 8)
+            and self.group_size in (32, 64, 128)
+            and not (self.fma_only)
+        )
+
+
+def dequantize(w: QuantizedWeight) -> np.ndarray:
+    """The float32 [out, in] matrix, each weight s * q + b rounded once: by the C kernel
+    where it is built, else by the NumPy reference a block of rows at a time."""
+    from kernels import gguf_quants, qmatmul
+
+    if qmatmul.available() and qmatmul.supports(w.bits, w.group_size):
+        return qmatmul.dequantize(
+            qmatmul.QMatrix.from_arrays(w.packed, w.scales, w.biases, w.group_size, w.bits)
+        )
+    return gguf_quants.dequantize_affine(
+        _numpy(w.packed), _numpy(w.scales), _numpy(w.biases), w.group_size, w.bits
+    )
+
+
+def _numpy(a: Any) -> np.ndarray:
+    if isinstance(a, np.ndarray):
+        return a
+    import mlx.core as mx
+
+    return np.array(a.astype(mx.float32) if a.dtype == mx.bfloat16 else a)

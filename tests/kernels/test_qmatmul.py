@@ -171,7 +171,9 @@ def test_bad_arguments_raise() -> None:
     with pytest.raises(IndexError):
         qmatmul.embed_rows(qm, np.array([8]))
     with pytest.raises(ValueError, match="bits"):
-        QMatrix(qm.packed, qm.scales, qm.biases, 32, 3)
+        QMatrix(qm.packed, qm.scales, qm.biases, 32, 7)
+    with pytest.raises(ValueError, match="group_size"):
+        QMatrix(qm.packed, qm.scales[:, :1], qm.biases[:, :1], 48, 4)
 
 
 def test_numpy_ops_keep_quantized_weights_packed() -> None:
@@ -257,3 +259,45 @@ def test_attention_bad_arguments_raise() -> None:
         qmatmul.attention(
             q, kv.transpose(0, 2, 1)[:, :8, :8].copy().transpose(0, 2, 1), kv, 0.25, None
         )
+
+
+# -- any width and groups of 16 (GGUF's K-quants, Q5_0/Q5_1): kernels/csrc/matmul_any.c --
+
+
+@pytest.mark.parametrize(
+    "bits,group_size",
+    [(b, g) for b in (2, 3, 5, 6) for g in (16, 32, 64)] + [(4, 16), (8, 16)],
+)
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_any_width_dequantize_is_exact(
+    code_path: str, bits: int, group_size: int, dtype: type
+) -> None:
+    """Each weight is s * q + b rounded once (an FMA), as the float64 reference rounded to
+    float32 is: equal bit for bit, for whole matrices and for embedding rows."""
+    qm = random_qmatrix(37, 256, bits, group_size, seed=bits * 100 + group_size, dtype=dtype)
+    want = qmatmul_ref.dequantize_reference(qm).astype(np.float32)
+    assert np.array_equal(qmatmul.dequantize(qm).view(np.uint32), want.view(np.uint32))
+    rows = np.array([36, 0, 17, 36])
+    assert np.array_equal(qmatmul.embed_rows(qm, rows), want[rows])
+
+
+@pytest.mark.parametrize(
+    "bits,group_size", [(2, 16), (3, 16), (5, 32), (6, 16), (6, 64), (4, 16), (8, 16)]
+)
+@pytest.mark.parametrize("m", [1, 2, 5, 8, 9, 17, 70])
+def test_any_width_matmul_matches_reference(
+    code_path: str, bits: int, group_size: int, m: int
+) -> None:
+    """m <= 8: one register tile; 9, 17: several row blocks; 70: the dequantize + BLAS path.
+    n = 37 leaves a ragged last column run; the last row's last chunk ends the buffer."""
+    qm = random_qmatrix(37, 512, bits, group_size, seed=m, dtype=np.float16)
+    x = np.random.default_rng(m).standard_normal((m, 512)).astype(np.float32)
+    assert_close(qmatmul.matmul(x, qm), qmatmul_ref.matmul_reference(x, qm))
+
+
+def test_any_width_concat_keeps_rows() -> None:
+    a = random_qmatrix(5, 64, 6, 16, seed=1)
+    b = random_qmatrix(3, 64, 6, 16, seed=2)
+    both = a.concat([b])
+    want = np.concatenate([qmatmul.dequantize(a), qmatmul.dequantize(b)])
+    assert both.shape == (8, 64) and np.array_equal(qmatmul.dequantize(both), want)
