@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from engine.config import EngineConfig, configure_process, default_prompt_cache_dir
+from engine.remote import cli_args as remote_cli  # imports no NumPy
 
 MODEL_HELP = (
     "a .gguf file, a model directory or a shipped model's name (fetch --list; "
@@ -51,15 +53,47 @@ def _parser() -> argparse.ArgumentParser:
             "or the user cache dir)",
         )
         p.add_argument("--no-prompt-cache", action="store_true", help="keep state in memory only")
+        remote_cli.add_arguments(p)  # --remote URL: a server instead of the local engine
         if name == "chat":
             p.add_argument("--resume", action="store_true", help="continue the last chat")
         if name == "generate":
             p.add_argument("--prompt", required=True)
             p.add_argument("--json", action="store_true", help="print one JSON object")
+    _add_scoring_parsers(sub)
     conv = sub.add_parser("convert", help="write an MLX model directory from a GGUF file")
     conv.add_argument("gguf")
     conv.add_argument("out_dir")
     return parser
+
+
+PERPLEXITY_HELP = (
+    "Perplexity as llama.cpp's llama-perplexity defines it: the text (with BOS when the model "
+    "adds one) is cut into chunks of --ctx tokens, each run on a fresh state with BOS as its "
+    "first token, and only the second half of each chunk is scored (every scored token sees at "
+    "least ctx/2 tokens). --save-logits keeps the scored positions' 256 likeliest tokens "
+    "(all of a smaller vocabulary); --kl-base compares with such a file: mean KL(base || this) "
+    "over those tokens plus one bucket for the rest (exact for a whole vocabulary, never above "
+    "the full KL), and how often both models' likeliest token is the same."
+)
+
+
+def _add_scoring_parsers(sub: Any) -> None:
+    score = sub.add_parser("score", help="the logits of every position of some token ids")
+    score.add_argument("--model", help=MODEL_HELP)
+    score.add_argument("--ids-file", required=True, help="a .npy of int token ids, one row")
+    score.add_argument("--out", required=True, help="where the float32 [n, vocab] .npy goes")
+    score.add_argument("--backend", choices=("numpy", "mlx"), help="default: by device")
+    score.add_argument("--threads", type=int, help="BLAS threads on the CPU path")
+    score.add_argument("--json", action="store_true", help="print one JSON object")
+    ppl = sub.add_parser("perplexity", help="perplexity of a text", description=PERPLEXITY_HELP)
+    ppl.add_argument("--model", help=MODEL_HELP)
+    ppl.add_argument("--file", required=True, help="a UTF-8 text file")
+    ppl.add_argument("--ctx", type=int, default=512, help="tokens per chunk (default 512)")
+    ppl.add_argument("--kl-base", metavar="BASE.npz", help="logits saved by --save-logits")
+    ppl.add_argument("--save-logits", metavar="OUT.npz", help="keep this model's logits")
+    ppl.add_argument("--backend", choices=("numpy", "mlx"), help="default: by device")
+    ppl.add_argument("--threads", type=int, help="BLAS threads on the CPU path")
+    ppl.add_argument("--json", action="store_true", help="print one JSON object")
 
 
 def _prompt_cache_dir(args: argparse.Namespace) -> str | None:

@@ -23,12 +23,20 @@ def run(args: argparse.Namespace, config: EngineConfig) -> int:
     """One command of `python -m engine`; `config` is built by engine/__main__.py."""
     if args.command == "fetch":
         return _fetch(args)
+    if args.command in ("score", "perplexity"):
+        from engine.cli_score import run_perplexity, run_score
+
+        return run_score(args, config) if args.command == "score" else run_perplexity(args, config)
     if args.command == "convert":
         from engine.convert import convert_gguf
 
         out = convert_gguf(args.gguf, args.out_dir)
         print(f"wrote {out}")
         return 0
+    if getattr(args, "remote", None):  # a server answers: engine/remote/cli.py
+        from engine.remote import cli as remote_cli
+
+        return remote_cli.run(args)
     model = str(_model_path(args.model))
     client = _Client(config)
     try:
