@@ -4,7 +4,8 @@ independent float64 NumPy forward to check the product's models against.
 Every builder returns a `TinySpec` whose `weights` hold, in Hugging Face naming and
 layout, exactly the float32 values the written file decodes to (after GGUF or MLX
 dequantization and after undoing GGUF's rope permutation). `reference_forward(spec, ids)`
-is the plain Llama / Qwen3 forward of Hugging Face transformers over those weights. Their
+(tests/tiny_reference.py) is Hugging Face transformers' forward over those weights.
+tests/tiny_families.py writes the other families (Qwen2, Gemma 3) and rope variants. Their
 tokenizer is tests/tiny_tokenizer.py's.
 """
 
@@ -19,7 +20,11 @@ import mlx.core as mx
 import numpy as np
 from gguf import GGMLQuantizationType
 
+from tests.kquant_blocks import encode
+from tests.tiny_reference import reference_forward
 from tests.tiny_tokenizer import BOS_ID, EOS_ID, VOCAB_SIZE, add_gguf_tokenizer, write_hf_tokenizer
+
+__all__ = ["BOS_ID", "EOS_ID", "VOCAB_SIZE", "TinySpec", "reference_forward"]
 
 # --- weights ---
 
@@ -120,6 +125,8 @@ GGUF_NAMES = {
     "mlp.down_proj": "ffn_down",
 }
 FILE_TYPES = {"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 7, "Q5_0": 8, "Q5_1": 9}
+# the K-quants as llama.cpp labels a file of mostly that type (enum llama_ftype)
+FILE_TYPES |= {"Q2_K": 10, "Q3_K": 12, "Q4_K": 15, "Q5_K": 17, "Q6_K": 18}
 
 
 def gguf_name(hf_name: str) -> str:
@@ -201,7 +208,7 @@ def make_llama_gguf(
         if hf_name == "model.embed_tokens.weight" and embed_qtype is not None:
             kind = embed_qtype
         raw_type = GGMLQuantizationType[kind]
-        stored = gguf.quants.quantize(w, raw_type)
+        stored = encode(w, kind, seed + len(decoded))
         value = gguf.quants.dequantize(stored, raw_type).reshape(w.shape).astype(np.float32)
         decoded[hf_name] = unpermute_for_rope(value, n_head) if n_head else value
         if name in omit:
@@ -242,14 +249,28 @@ def make_hf_dir(
     `dtype` ("float32" | "float16" | "bfloat16") is the stored dtype of float tensors
     and of the quantization scales and biases, as in real downloads.
     """
+    config = tiny_config(family, tie, **overrides)
+    weights = random_weights(family, config, seed)
+    return write_hf_dir(path, family, config, weights, bits, group_size, shards, dtype)
+
+
+def write_hf_dir(
+    path: str | Path,
+    family: str,
+    config: dict,
+    weights: dict[str, np.ndarray],
+    bits: int | None = None,
+    group_size: int = 32,
+    shards: int = 1,
+    dtype: str = "float32",
+) -> TinySpec:
+    """`weights` (HF names) and `config` written as a model directory; see make_hf_dir."""
     directory = Path(path)
     directory.mkdir(parents=True, exist_ok=True)
-    config = tiny_config(family, tie, **overrides)
     config["torch_dtype"] = dtype
     if bits is not None:
         config["quantization"] = {"group_size": group_size, "bits": bits}
         config["quantization_config"] = dict(config["quantization"])
-    weights = random_weights(family, config, seed)
     store_dtype = getattr(mx, dtype)
 
     arrays: dict[str, mx.array] = {}
@@ -289,61 +310,3 @@ def make_hf_dir(
     (directory / "config.json").write_text(json.dumps(config, indent=2))
     write_hf_tokenizer(directory)
     return TinySpec(family, config, decoded)
-
-
-# --- the reference forward ---
-
-
-def rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
-    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
-
-
-def rope_rotate_half(x: np.ndarray, theta: float) -> np.ndarray:
-    """HF's apply_rotary_pos_emb (RoFormer, arXiv:2104.09864) at positions 0..L-1.
-    x: [heads, L, hd]."""
-    _, L, hd = x.shape
-    inv_freq = theta ** (-np.arange(0, hd, 2, dtype=np.float64) / hd)  # [hd/2]
-    angles = np.arange(L, dtype=np.float64)[:, None] * inv_freq[None, :]  # [L, hd/2]
-    cos = np.cos(np.concatenate([angles, angles], axis=-1))  # [L, hd]
-    sin = np.sin(np.concatenate([angles, angles], axis=-1))
-    x1, x2 = x[..., : hd // 2], x[..., hd // 2 :]
-    return x * cos + np.concatenate([-x2, x1], axis=-1) * sin
-
-
-def reference_forward(spec: TinySpec, token_ids: list[int]) -> np.ndarray:
-    """Logits [L, vocab] in float64 for `token_ids` at positions 0..L-1."""
-    c = spec.config
-    w = {k: v.astype(np.float64) for k, v in spec.weights.items()}
-    H, KV, hd = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
-    eps, theta = c["rms_norm_eps"], c["rope_theta"]
-    L = len(token_ids)
-    causal = np.tril(np.ones((L, L), dtype=bool))
-
-    x = w["model.embed_tokens.weight"][np.asarray(token_ids)]  # [L, D]
-    for i in range(c["num_hidden_layers"]):
-        p = f"model.layers.{i}."
-        h = rms_norm(x, w[p + "input_layernorm.weight"], eps)
-        q = (h @ w[p + "self_attn.q_proj.weight"].T).reshape(L, H, hd).transpose(1, 0, 2)
-        k = (h @ w[p + "self_attn.k_proj.weight"].T).reshape(L, KV, hd).transpose(1, 0, 2)
-        v = (h @ w[p + "self_attn.v_proj.weight"].T).reshape(L, KV, hd).transpose(1, 0, 2)
-        if spec.family == "qwen3":  # per-head RMSNorm of q and k, before rope
-            q = rms_norm(q, w[p + "self_attn.q_norm.weight"], eps)
-            k = rms_norm(k, w[p + "self_attn.k_norm.weight"], eps)
-        q, k = rope_rotate_half(q, theta), rope_rotate_half(k, theta)
-        heads = []
-        for head in range(H):
-            kv = head // (H // KV)
-            scores = q[head] @ k[kv].T * hd**-0.5  # [L, L]
-            scores = np.where(causal, scores, -np.inf)
-            probs = np.exp(scores - scores.max(axis=-1, keepdims=True))
-            probs /= probs.sum(axis=-1, keepdims=True)
-            heads.append(probs @ v[kv])  # [L, hd]
-        attn = np.concatenate(heads, axis=-1)  # [L, H * hd]
-        x = x + attn @ w[p + "self_attn.o_proj.weight"].T
-        h = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps)
-        gate = h @ w[p + "mlp.gate_proj.weight"].T
-        up = h @ w[p + "mlp.up_proj.weight"].T
-        x = x + (gate / (1.0 + np.exp(-gate)) * up) @ w[p + "mlp.down_proj.weight"].T
-    x = rms_norm(x, w["model.norm.weight"], eps)
-    head_w = w.get("lm_head.weight", w["model.embed_tokens.weight"])
-    return x @ head_w.T

@@ -145,7 +145,7 @@ def config_from_gguf(meta: dict[str, Any], arch: str) -> ModelConfig:
             raise ValueError(f"gemma3 {key} is not supported")
     base = llama.config_from_gguf(meta, arch, family="gemma3", rope_traditional=False)
     window = int(get("attention.sliding_window", 0) or 0)
-    layer_types = pattern_layer_types(base.num_layers, SLIDING_WINDOW_PATTERN)
+    layer_types = _gguf_layer_types(get("attention.sliding_window_pattern"), base.num_layers)
     scalar = base.head_dim
     if base.num_layers == 62:  # llama.cpp: Gemma 3 27B scales by hidden_size / heads
         scalar = base.hidden_size // base.num_heads
@@ -163,6 +163,21 @@ def config_from_gguf(meta: dict[str, Any], arch: str) -> ModelConfig:
             "tie_word_embeddings": True,
         }
     )
+
+
+def _gguf_layer_types(pattern: Any, num_layers: int) -> tuple[str, ...]:
+    """Newer converters state the pattern: an int, or a bool per layer (True: sliding);
+    older files (the 270M one) state none, and llama.cpp uses 6."""
+    if pattern is None:
+        return pattern_layer_types(num_layers, SLIDING_WINDOW_PATTERN)
+    if isinstance(pattern, int | float):
+        return pattern_layer_types(num_layers, int(pattern))
+    flags = [bool(f) for f in pattern]
+    if len(flags) != num_layers:
+        raise ValueError(
+            f"attention.sliding_window_pattern names {len(flags)} of {num_layers} layers"
+        )
+    return tuple(SLIDING if f else FULL for f in flags)
 
 
 class Gemma3DecoderLayer(DecoderLayer):

@@ -110,7 +110,8 @@ def config_from_hf(cfg: dict[str, Any], family: str = "llama", **overrides: Any)
 def gguf_getter(meta: dict[str, Any], arch: str) -> Any:
     def get(key: str, default: Any = None) -> Any:
         value = meta.get(f"{arch}.{key}", default)
-        return value.item() if hasattr(value, "item") else value
+        is_scalar = hasattr(value, "item") and getattr(value, "size", 1) == 1
+        return value.item() if is_scalar else value  # arrays (a per-layer pattern) as they are
 
     return get
 
