@@ -58,6 +58,12 @@ def _parser() -> argparse.ArgumentParser:
             p.add_argument("--resume", action="store_true", help="continue the last chat")
         if name == "generate":
             p.add_argument("--prompt", required=True)
+            p.add_argument(
+                "--raw",
+                action="store_true",
+                help="plain text completion: continue the prompt as it is, without a chat "
+                "template (BOS as the tokenizer says); what a base model without one needs",
+            )
             p.add_argument("--json", action="store_true", help="print one JSON object")
     _add_scoring_parsers(sub)
     conv = sub.add_parser("convert", help="write an MLX model directory from a GGUF file")

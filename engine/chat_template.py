@@ -21,7 +21,8 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from engine.errors import EngineError
 
-# Used when a model ships no template; ChatML is what most small instruct models speak.
+# ChatML, as most small instruct models speak it. A model that ships no template is not
+# given this one: it is served as plain text completion (GenerationSettings.raw).
 DEFAULT_CHATML_TEMPLATE = (
     "{% for message in messages %}"
     "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"

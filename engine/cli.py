@@ -127,7 +127,7 @@ class _Client:
                 return event
 
 
-def _settings(args: argparse.Namespace) -> ev.GenerationSettings:
+def _settings(args: argparse.Namespace, raw: bool = False) -> ev.GenerationSettings:
     sampling = SamplingSettings(
         temperature=args.temperature,
         top_p=args.top_p,
@@ -136,16 +136,23 @@ def _settings(args: argparse.Namespace) -> ev.GenerationSettings:
         repetition_penalty=args.repetition_penalty,
         seed=args.seed,
     )
-    return ev.GenerationSettings(sampling, max_tokens=args.max_tokens, drafter=args.drafter)
+    return ev.GenerationSettings(
+        sampling, max_tokens=args.max_tokens, drafter=args.drafter, raw=raw
+    )
 
 
 def _generate(client: _Client, args: argparse.Namespace) -> int:
+    if args.raw and args.system:
+        print("error: --raw continues the prompt as it is; it takes no --system", file=sys.stderr)
+        return 2
     messages = [ev.Message("system", args.system)] if args.system else []
     messages.append(ev.Message("user", args.prompt))
     # One saved state per system prompt: the next run with it (any question) resumes from
     # the longest prefix it shares with this one instead of prefilling it again.
     key = "generate:" + hashlib.sha256((args.system or "").encode()).hexdigest()[:16]
-    cmd = ev.Generate(uuid.uuid4().hex, tuple(messages), _settings(args), key)
+    if args.raw:
+        key = "generate:raw"
+    cmd = ev.Generate(uuid.uuid4().hex, tuple(messages), _settings(args, args.raw), key)
     result = client.stream(cmd, echo=not args.json)
     if isinstance(result, ev.Failed):
         print(f"error: {result.message}", file=sys.stderr)

@@ -62,6 +62,9 @@ class GenerationSettings:
     drop_oldest_turns: bool = False  # opt-in policy when the branch exceeds the context
     context_length: int | None = None  # a chat's own limit; the model's when None or larger
     enable_thinking: bool | None = None  # for the chat template (Qwen3); None: its default
+    # plain text completion: the messages' texts joined as they are, no chat template (a
+    # base model ships none); the reply continues the text
+    raw: bool = False
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
@@ -141,6 +144,7 @@ class ModelLoaded:
     backend: str
     draft_model: str | None = None
     draft_error: str = ""  # why the draft model asked for is not loaded ("": it is, or none)
+    has_chat_template: bool = True  # False: only plain text completion (GenerationSettings.raw)
 
 
 @dataclass(frozen=True)

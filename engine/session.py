@@ -20,7 +20,7 @@ import numpy as np
 
 from engine import events as ev
 from engine.branch_cache import BranchCache
-from engine.chat_template import DEFAULT_CHATML_TEMPLATE, ChatTemplateError, render_chat
+from engine.chat_template import ChatTemplateError, render_chat
 from engine.config import EngineConfig
 from engine.decoding import AcceptanceModel, CostModel, DecodeRequest, decode
 from engine.drafters import Drafter, DraftModelDrafter
@@ -77,7 +77,7 @@ class Session:
             ev.DrafterKind.LOOKUP: AcceptanceModel(),
             ev.DrafterKind.DRAFT_MODEL: AcceptanceModel(),
         }
-        self.template = self.tokenizer.chat_template or DEFAULT_CHATML_TEMPLATE
+        self.template = self.tokenizer.chat_template  # None: plain text completion only
         self._warned_inexact = False
 
     # -- rendering --------------------------------------------------------------------
@@ -86,7 +86,15 @@ class Session:
         messages: tuple[ev.Message, ...],
         continue_last: bool,
         enable_thinking: bool | None = None,
+        raw: bool = False,
     ) -> Rendered:
+        if raw:
+            return self.render_raw(messages)
+        if self.template is None:
+            raise EngineError(
+                "This model has no chat template, so it only continues plain text: send it "
+                "as a plain text completion (python -m engine generate --raw)."
+            )
         dicts = [{"role": m.role, "content": m.content} for m in messages]
         kw: dict = {"bos_token": self.tokenizer.bos_token, "eos_token": self.tokenizer.eos_token}
         if enable_thinking is not None:  # unset, a template keeps its own default
@@ -117,6 +125,19 @@ class Session:
                     boundaries.append(n)
         return Rendered(ids, boundaries, opens_thinking(text))
 
+    def render_raw(self, messages: tuple[ev.Message, ...]) -> Rendered:
+        """Plain text completion: the messages' texts joined as they are, BOS as the
+        tokenizer says; each message's end is a turn boundary, as in a chat."""
+        text = "".join(m.content for m in messages)
+        ids, ends = self.tokenizer.encode_with_ends(text, add_special=self.tokenizer.add_bos)
+        boundaries, length = [], 0
+        for m in messages[:-1]:
+            length += len(m.content)
+            n = bisect.bisect_right(ends, length)
+            if 0 < n < len(ids) and (not boundaries or n > boundaries[-1]):
+                boundaries.append(n)
+        return Rendered(ids, boundaries)
+
     def fit_context(self, cmd: ev.Generate) -> Rendered:
         """Render, leaving the reply room: min(max_tokens, a quarter of the context).
 
@@ -134,7 +155,10 @@ class Session:
         )
         while True:
             rendered = self.render(
-                messages, cmd.settings.continue_last, cmd.settings.enable_thinking
+                messages,
+                cmd.settings.continue_last,
+                cmd.settings.enable_thinking,
+                cmd.settings.raw,
             )
             num_tokens = len(rendered.token_ids)
             if num_tokens + headroom <= limit:
@@ -211,7 +235,7 @@ class Session:
             cmd.request_id,
             self.tokenizer,
             emit,
-            detect=not cmd.settings.continue_last,
+            detect=not (cmd.settings.continue_last or cmd.settings.raw),
             opened=rendered.opens_thinking,
         )
         drafter, acceptance = self._drafter(cmd.settings.drafter)
