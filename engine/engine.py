@@ -190,6 +190,7 @@ class Engine:
                 backend=loaded.ops.name,
                 draft_model=draft.name if draft else None,
                 draft_error=draft_error,
+                has_chat_template=loaded.tokenizer.chat_template is not None,
             )
         )
         if draft_error:  # shown like every failure; the main model answers meanwhile
