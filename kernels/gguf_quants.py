@@ -71,6 +71,8 @@ SUPPORTED_TYPES = (*DENSE_TYPES, *BLOCK_TYPES)
 
 def block_type(name: str) -> BlockType:
     """The block type called `name`; ValueError naming it (and what is supported) if none."""
+    if name in DENSE_TYPES:
+        raise ValueError(f"{name} is a dense type, not a block quantization")
     if name not in BLOCK_TYPES:
         raise ValueError(f"{name} is not supported; supported: {', '.join(SUPPORTED_TYPES)}")
     return BLOCK_TYPES[name]
