@@ -9,7 +9,6 @@ streaming detokenizer that never shows half a character.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -19,7 +18,14 @@ import numpy as np
 import tokenizers
 from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
 
-from engine.errors import ModelLoadError
+from engine.errors import EngineError, ModelLoadError
+from engine.tokenizer_dir import (
+    chat_template,
+    generation_eos_ids,
+    missing_tokenizer_problem,
+    read_json,
+    token_text,
+)
 from engine.tokenizer_spm import build_spm
 
 log = logging.getLogger(__name__)
@@ -79,13 +85,6 @@ def _scalar(value: Any) -> Any:
     return value.item() if hasattr(value, "item") else value
 
 
-def _token_text(entry: Any) -> str | None:
-    """A special token from tokenizer_config.json: a string or {"content": ...}."""
-    if isinstance(entry, dict):
-        entry = entry.get("content")
-    return entry if isinstance(entry, str) else None
-
-
 class Tokenizer:
     """A model's tokenizer: encode, decode, and which ids are BOS, end-of-turn or special.
 
@@ -102,8 +101,12 @@ class Tokenizer:
         add_bos: bool,
         chat_template: str | None,
         extra_eos_ids: Iterable[int] = (),
+        text_problem: str = "",
     ) -> None:
+        """text_problem: why this tokenizer cannot turn text into ids or back (a folder
+        without tokenizer.json: token ids only); "" when it can."""
         self.hf = hf
+        self.text_problem = text_problem
         self.bos_id = bos_id
         self.eos_id = eos_id
         self.add_bos = add_bos
@@ -164,25 +167,37 @@ class Tokenizer:
     def from_dir(cls, path: str | Path) -> Tokenizer:
         """Build from a Hugging Face model directory (tokenizer.json and its config files)."""
         directory = Path(path)
-        if not (directory / "tokenizer.json").is_file():
-            raise ModelLoadError(directory, "no tokenizer.json in this directory")
+        config = read_json(directory / "tokenizer_config.json")
+        text_problem = missing_tokenizer_problem(directory)
+        if text_problem and (directory / "tokenizer.model").is_file():
+            # converting a SentencePiece model takes transformers and cannot be checked here
+            raise ModelLoadError(
+                directory,
+                "only a SentencePiece tokenizer.model here, no tokenizer.json; write one with "
+                "transformers (AutoTokenizer.from_pretrained(folder).save_pretrained(folder)) "
+                "or load the model's GGUF",
+            )
+        if text_problem:
+            ids_only = tokenizers.Tokenizer(models.BPE())
+            eos = config.get("eos_token_id")
+            return cls(
+                ids_only,
+                bos_id=None,
+                eos_id=eos if isinstance(eos, int) else None,
+                add_bos=False,
+                chat_template=None,
+                extra_eos_ids=generation_eos_ids(directory),
+                text_problem=text_problem,
+            )
         try:
             hf = tokenizers.Tokenizer.from_file(str(directory / "tokenizer.json"))
         except Exception as e:  # the library raises a bare Exception on malformed JSON
             raise ModelLoadError(directory / "tokenizer.json", f"unreadable: {e}") from e
-        config = _read_json(directory / "tokenizer_config.json")
-        generation = _read_json(directory / "generation_config.json")
 
-        bos_text = _token_text(config.get("bos_token"))
+        bos_text = token_text(config.get("bos_token"))
         bos_id = hf.token_to_id(bos_text) if bos_text else None
-        eos_text = _token_text(config.get("eos_token"))
+        eos_text = token_text(config.get("eos_token"))
         eos_id = hf.token_to_id(eos_text) if eos_text else None
-        # generation_config.json may list several (llama 3.1: <|end_of_text|>, <|eot_id|>...).
-        generation_eos = generation.get("eos_token_id", [])
-        if not isinstance(generation_eos, list):
-            generation_eos = [generation_eos]
-        extra_eos_ids = [int(i) for i in generation_eos if i is not None]
-
         add_bos = config.get("add_bos_token")
         if add_bos is None:
             # No flag: trust tokenizer.json's post-processor (llama 3 adds BOS there).
@@ -193,8 +208,8 @@ class Tokenizer:
             bos_id=bos_id,
             eos_id=eos_id,
             add_bos=bool(add_bos),
-            chat_template=_chat_template(directory, config),
-            extra_eos_ids=extra_eos_ids,
+            chat_template=chat_template(directory, config),
+            extra_eos_ids=generation_eos_ids(directory),
         )
 
     @property
@@ -217,6 +232,7 @@ class Tokenizer:
         add_special prepends BOS when the model wants one (`add_bos`). A byte with no token in
         the vocabulary (SmolLM2 lacks a few control bytes) is dropped, as llama.cpp does.
         """
+        self._check_text()
         ids: list[int] = self.hf.encode(text, add_special_tokens=False).ids
         if add_special and self.add_bos and self.bos_id is not None:
             ids.insert(0, self.bos_id)
@@ -224,6 +240,7 @@ class Tokenizer:
 
     def encode_with_ends(self, text: str, add_special: bool = False) -> tuple[list[int], list[int]]:
         """Token ids for text plus, per token, the character offset where it ends."""
+        self._check_text()
         enc = self.hf.encode(text, add_special_tokens=False)
         ids, ends = list(enc.ids), [end for _, end in enc.offsets]
         if add_special and self.add_bos and self.bos_id is not None:
@@ -233,7 +250,24 @@ class Tokenizer:
 
     def decode(self, ids: Sequence[int], *, skip_special: bool = False) -> str:
         """Text for ids; bytes that are not valid UTF-8 come out as U+FFFD."""
+        self._check_text()
         return str(self.hf.decode(list(ids), skip_special_tokens=skip_special))
+
+    def _check_text(self) -> None:
+        if self.text_problem:
+            raise EngineError(self.text_problem)
+
+    def check_fits(self, num_embedding_rows: int, path: object) -> None:
+        """Refuse, at load, a vocabulary with ids past the embedding's rows: they would
+        fail at the first prompt that uses them ("index out of bounds")."""
+        ids = self.hf.get_vocab(with_added_tokens=True).values()
+        num_ids = max(ids, default=-1) + 1
+        if num_ids > num_embedding_rows:
+            raise ModelLoadError(
+                path,
+                f"the tokenizer has {num_ids} token ids but the model's embedding has "
+                f"{num_embedding_rows} rows: they do not belong together",
+            )
 
     def id_to_token(self, token_id: int) -> str | None:
         """The vocabulary entry (byte-level form, e.g. "Ġworld") or None if out of range."""
@@ -288,28 +322,6 @@ def _sentencepiece(
         # llama.cpp's default for SentencePiece vocabularies is to prepend a space
         add_space_prefix=True if space_prefix is None else bool(_scalar(space_prefix)),
     )
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise ModelLoadError(path, f"unreadable JSON: {e}") from e
-    return data if isinstance(data, dict) else {}
-
-
-def _chat_template(directory: Path, config: Mapping[str, Any]) -> str | None:
-    """chat_template.jinja wins (newer repos); else the config's string or named "default"."""
-    jinja_file = directory / "chat_template.jinja"
-    if jinja_file.is_file():
-        return jinja_file.read_text(encoding="utf-8")
-    template = config.get("chat_template")
-    if isinstance(template, list):
-        named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
-        template = named.get("default")
-    return template if isinstance(template, str) else None
 
 
 class StreamingDetokenizer:

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from tokenizers import AddedToken, decoders, models, pre_tokenizers, trainers
 
 from engine.default_model import default_model_path
-from engine.errors import ModelLoadError
+from engine.errors import EngineError, ModelLoadError
 from engine.tokenizer import StreamingDetokenizer, Tokenizer
 
 BYTE_ALPHABET = sorted(pre_tokenizers.ByteLevel.alphabet())
@@ -264,10 +264,15 @@ def test_from_dir_prefers_chat_template_jinja(tmp_path: Path):
     assert Tokenizer.from_dir(tmp_path).chat_template == "{{ messages[0].content }}"
 
 
-def test_from_dir_without_tokenizer_json_is_refused(tmp_path: Path):
-    with pytest.raises(ModelLoadError, match="tokenizer.json") as info:
-        Tokenizer.from_dir(tmp_path)
-    assert info.value.path == str(tmp_path)
+def test_from_dir_without_tokenizer_json_takes_ids_only(tmp_path: Path):
+    # the model still scores token ids (tests/engine/test_tokenizer_load_checks.py)
+    (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": 7}))
+    tok = Tokenizer.from_dir(tmp_path)
+    assert tok.eos_ids == frozenset({7}) and tok.chat_template is None
+    with pytest.raises(EngineError, match="has no tokenizer.json, so this model takes token ids"):
+        tok.encode("hello")
+    with pytest.raises(EngineError, match="has no tokenizer.json"):
+        tok.decode([1, 2])
 
 
 # --- streaming: one token per byte makes every multi-byte character arrive in pieces ---
