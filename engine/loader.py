@@ -144,8 +144,10 @@ def read_gguf(path: Path) -> ModelFiles:
         raise UnsupportedArchitecture(path, reason)
     try:
         cfg = family.config_from_gguf(meta, arch)
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError) as exc:
         raise ModelLoadError(path, f"incomplete {arch} metadata ({exc})") from None
+    except ValueError as exc:  # a switch or rope type the family refuses, named in exc
+        raise ModelLoadError(path, str(exc)) from None
     rename = gguf_names.renamer(family)
     tensors, name_of = _group_quantized(raw, group_size=32, rename=rename, source=path)
     expected = gguf_names.expected_names(family, cfg.num_layers)
@@ -180,8 +182,10 @@ def _read_hf_dir(path: Path) -> ModelFiles:
         raise UnsupportedArchitecture(config_file, f"unsupported model_type {model_type!r}")
     try:
         cfg = family.config_from_hf(text_cfg)
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError) as exc:
         raise ModelLoadError(config_file, f"incomplete config for {model_type} ({exc})") from None
+    except ValueError as exc:  # a switch or rope type the family refuses, named in exc
+        raise ModelLoadError(config_file, str(exc)) from None
     raw, weight_files = _read_safetensors(path)
     quant = raw_cfg.get("quantization") or raw_cfg.get("quantization_config") or {}
     group_size = int(quant.get("group_size", 64))
