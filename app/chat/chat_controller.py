@@ -74,6 +74,7 @@ class ChatController(QObject):
         self.last_refusal: str | None = None  # why the last attempt to generate was refused
         self.context_length: int | None = None
         self.model_name: str | None = None  # the loaded model's; None before any loads
+        self.plain_completion = False  # the model has no chat template: text is continued
         self._flush_timer = QTimer(self, singleShot=True, interval=REPAINT_INTERVAL_MS)
         self._flush_timer.timeout.connect(self._flush)
         self._save_timer = QTimer(self, interval=PARTIAL_SAVE_INTERVAL_MS)
@@ -271,7 +272,11 @@ class ChatController(QObject):
         chat = chat_settings_for(self.store, self.conversation_id, settings)  # this chat's own
         continuing = bool(base)
         messages = [Message(n.role, n.content) for n in path if continuing or n.id != message_id]
-        messages = chat.with_system_prompt(messages)
+        raw = self.plain_completion  # the texts joined as they are: no template, no system
+        messages = messages if raw else chat.with_system_prompt(messages)
+        generation = chat.generation_settings(
+            drafter=settings.drafter, continue_last=continuing, raw=raw
+        )
         request_id = uuid.uuid4().hex
         self.active = StreamingReply.start(
             request_id, self.conversation_id, message_id, base, spans,
@@ -283,14 +288,7 @@ class ChatController(QObject):
         self.busy_changed.emit(True)
         self.status_line.emit("Waiting for the model…")
         self._save_timer.start()
-        self.bridge.submit(
-            Generate(
-                request_id,
-                tuple(messages),
-                chat.generation_settings(drafter=settings.drafter, continue_last=continuing),
-                conversation_id=self.conversation_id,
-            )
-        )
+        self.bridge.submit(Generate(request_id, tuple(messages), generation, self.conversation_id))
         self.reveal_message.emit(message_id)
 
     def _reload(self) -> None:
@@ -343,6 +341,7 @@ class ChatController(QObject):
 
     def _on_model_loaded(self, event: ModelLoaded) -> None:
         self.model_name = event.name
+        self.plain_completion = not event.has_chat_template
 
     def _on_prefill(self, event: PrefillProgress) -> None:
         if self._is_mine(event.request_id):

@@ -15,6 +15,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.chat.composer_edit import ComposerEdit
+from engine.events import ModelLoaded
 
 MIN_PREFILL_FOR_BAR = 256  # tokens: shorter prompts are done before a bar could help
 
@@ -92,6 +93,10 @@ class Composer(QFrame):
 
     def set_send_key(self, key: str) -> None:
         self.edit.set_send_key(key)
+
+    def show_model(self, event: ModelLoaded) -> None:
+        """A model without a chat template continues text: the box says so."""
+        self.edit.set_plain_completion(not event.has_chat_template)
 
     def set_status(self, text: str) -> None:
         self.status.setText(text)

@@ -15,6 +15,8 @@ PLACEHOLDERS = {
     SendKey.ENTER: "Message…  (Enter to send, Shift+Enter for a new line)",
     SendKey.CTRL_ENTER: "Message…  (Ctrl+Enter to send, Enter for a new line)",
 }
+# a model without a chat template (a base model) continues the text it is sent
+PLAIN_COMPLETION = "This model has no chat template: plain text completion. Start a text"
 
 
 class ComposerEdit(QPlainTextEdit):
@@ -28,11 +30,23 @@ class ComposerEdit(QPlainTextEdit):
         self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
         self.document().contentsChanged.connect(self.updateGeometry)
         self.send_key = SendKey.ENTER
+        self.is_plain_completion = False
         self.set_send_key(SendKey.ENTER)
 
     def set_send_key(self, key: str) -> None:
         self.send_key = SendKey(key)
-        self.setPlaceholderText(PLACEHOLDERS[self.send_key])
+        self._show_placeholder()
+
+    def set_plain_completion(self, on: bool) -> None:
+        """Say that the text sent is continued as it is (the model has no chat template)."""
+        self.is_plain_completion = on
+        self._show_placeholder()
+
+    def _show_placeholder(self) -> None:
+        text = PLACEHOLDERS[self.send_key]
+        if self.is_plain_completion:
+            text = f"{PLAIN_COMPLETION} for it to continue…{text.removeprefix('Message…')}"
+        self.setPlaceholderText(text)
 
     def is_send(self, event: QKeyEvent) -> bool:
         if event.key() not in (Qt.Key.Key_Return, Qt.Key.Key_Enter):

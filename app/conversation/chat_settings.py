@@ -78,7 +78,10 @@ class ChatSettings:
             seed=self.seed,
         )
 
-    def generation_settings(self, *, drafter: str, continue_last: bool) -> GenerationSettings:
+    def generation_settings(
+        self, *, drafter: str, continue_last: bool, raw: bool = False
+    ) -> GenerationSettings:
+        """raw: plain text completion, for a model without a chat template."""
         return GenerationSettings(
             sampling=self.sampling(),
             max_tokens=self.max_tokens,
@@ -86,6 +89,7 @@ class ChatSettings:
             continue_last=continue_last,
             context_length=self.context_length,
             enable_thinking=self.thinking,
+            raw=raw,
         )
 
     def with_system_prompt(self, messages: Sequence[Message]) -> list[Message]:

@@ -111,6 +111,7 @@ class MainWindow(QMainWindow):
         c.busy_changed.connect(lambda busy: busy or self.banner.resolve("send"))
         c.status_line.connect(self.composer.set_status)
         c.prefill_progress.connect(self.composer.set_prefill)
+        c.bridge.model_loaded.connect(self.composer.show_model)
         c.conversations_changed.connect(self.refresh_sidebar)
         c.conversation_changed.connect(self.sidebar.set_current)
         c.conversation_changed.connect(self._on_conversation_changed)

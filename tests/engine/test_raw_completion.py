@@ -21,20 +21,25 @@ from tests.tiny_models import reference_forward
 PROMPT = "Once upon a time, the sea"
 
 
-@pytest.fixture(scope="module")
-def base_model(tiny_models, tmp_path_factory) -> tuple[Path, object]:
-    """The tiny HF Llama with its chat template taken out, as a base model ships."""
-    source, spec = tiny_models.hf("llama")
-    target = tmp_path_factory.mktemp("base") / "tiny-base"
+def without_template(source: Path, target: Path) -> Path:
+    """A copy of a tiny HF model folder with its chat template taken out, as a base
+    model ships."""
     shutil.copytree(source, target)
     config_file = target / "tokenizer_config.json"
     config = json.loads(config_file.read_text())
     del config["chat_template"]
     config_file.write_text(json.dumps(config))
-    return target, spec
+    return target
 
 
-def _greedy_reference(spec: object, ids: list[int], num: int) -> list[int]:
+@pytest.fixture(scope="module")
+def base_model(tiny_models, tmp_path_factory) -> tuple[Path, object]:
+    source, spec = tiny_models.hf("llama")
+    return without_template(source, tmp_path_factory.mktemp("base") / "tiny-base"), spec
+
+
+def greedy_reference(spec: object, ids: list[int], num: int) -> list[int]:
+    """The reference forward's greedy continuation of ids, `num` tokens."""
     out = []
     for _ in range(num):
         out.append(int(np.argmax(reference_forward(spec, ids + out)[-1])))
@@ -49,7 +54,7 @@ def test_generate_raw_continues_the_prompt_as_it_is(base_model, capsys) -> None:
     out = json.loads(capsys.readouterr().out)
     tokenizer = load_model(model, EngineConfig(backend="numpy")).tokenizer
     prompt_ids = tokenizer.encode(PROMPT, add_special=True)
-    expected = _greedy_reference(spec, prompt_ids, 6)
+    expected = greedy_reference(spec, prompt_ids, 6)
     stop = next((i + 1 for i, t in enumerate(expected) if t in tokenizer.eos_ids), 6)
     assert out["token_ids"] == expected[:stop]
 
