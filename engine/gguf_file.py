@@ -45,6 +45,7 @@ _SCALARS = {
 }
 _STRING, _ARRAY = 8, 9
 _MAX_COUNT = 1 << 24  # more tensors, keys or items than this is a corrupt header
+_U64 = struct.Struct("<Q")
 _DENSE = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16}
 
 
@@ -67,6 +68,19 @@ class _Cursor:
         self.pos += n
         return text
 
+    def strings(self, n: int) -> list[str]:
+        """n strings in a row (a vocabulary: 262k for Gemma 3), without per-item calls."""
+        buf, pos, unpack = self.buf, self.pos, _U64.unpack_from
+        out = []
+        for _ in range(n):
+            (size,) = unpack(buf, pos)
+            out.append(buf[pos + 8 : pos + 8 + size].decode("utf-8"))
+            pos += 8 + size
+        if pos > len(buf):
+            raise ValueError("string array past the end of the header")
+        self.pos = pos
+        return out
+
     def value(self, kind: int) -> Any:
         if kind == _STRING:
             return self.string()
@@ -75,7 +89,7 @@ class _Cursor:
             if n > _MAX_COUNT:
                 raise ValueError("array too long")
             if item_kind == _STRING:
-                return [self.string() for _ in range(n)]
+                return self.strings(n)
             if item_kind not in _SCALARS:
                 raise ValueError(f"unsupported metadata array of type {item_kind}")
             dtype = np.dtype(_SCALARS[item_kind]).newbyteorder("<")
@@ -148,7 +162,7 @@ def _read_header(
     except (struct.error, UnicodeDecodeError, ValueError) as exc:
         raise ModelLoadError(path, f"truncated or corrupt GGUF header ({exc})") from None
     alignment = meta.get("general.alignment")
-    align = int(alignment.item()) if isinstance(alignment, mx.array) else 32
+    align = int(np.array(alignment)) if isinstance(alignment, mx.array) else 32
     if align <= 0:
         raise ModelLoadError(path, f"corrupt GGUF header (alignment {align})")
     return meta, infos, -(-cur.pos // align) * align

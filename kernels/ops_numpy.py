@@ -4,7 +4,7 @@ MLX's CPU backend multiplies at ~7 GFLOP/s and pays ~60 us per evaluated graph o
 Linux wheel, where OpenBLAS reaches ~180 GFLOP/s on the same cores (measured on the
 2-core dev machine), so on a CPU the whole forward runs here.
 
-Quantized weights (4/8 bits, groups of a multiple of 32) stay packed as
+Quantized weights (2 to 8 bits, groups of 16 or a multiple of 32) stay packed as
 `kernels.qmatmul.QMatrix` when the C kernel is built: decode reads ~5x fewer bytes per
 token than from a float32 copy. Other weights (and every weight when the kernel is not
 built or is switched off, `make_ops(qmatmul=False)`) are dequantized once at load into

@@ -137,18 +137,20 @@ class QMatrix:
         return int(self.packed.nbytes + self.scales.nbytes + self.biases.nbytes)
 
     def can_concat(self, others: list[QMatrix]) -> bool:
-        key = (self.bits, self.group_size, self.shape[1], self.scales.dtype)
-        return all((q.bits, q.group_size, q.shape[1], q.scales.dtype) == key for q in others)
+        key = (self.bits, self.group_size, self.shape[1])
+        return all((q.bits, q.group_size, q.shape[1]) == key for q in others)
 
     def concat(self, others: list[QMatrix]) -> QMatrix:
         """The rows of self then of each of `others` (a fused QKV or gate/up projection)."""
         if not self.can_concat(others):
-            raise ValueError("only matrices with equal bits, group size, k and scale dtype concat")
+            raise ValueError("only matrices with equal bits, group size and k concat")
         parts = [self, *others]
+        # float16 factors where every part has them, else all float32 (exact either way)
+        dtype = np.result_type(*(q.scales.dtype for q in parts))
         return QMatrix(
             np.concatenate([q.packed for q in parts]),
-            np.concatenate([q.scales for q in parts]),
-            np.concatenate([q.biases for q in parts]),
+            np.concatenate([q.scales for q in parts]).astype(dtype, copy=False),
+            np.concatenate([q.biases for q in parts]).astype(dtype, copy=False),
             self.group_size,
             self.bits,
         )

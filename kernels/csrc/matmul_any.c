@@ -23,7 +23,10 @@
  * the matrix). */
 static inline uint64_t load8(const uint8_t *q, const uint8_t *end) {
     uint64_t v = 0;
-    memcpy(&v, q, q + 8 <= end ? 8 : (size_t)(end - q));
+    if (__builtin_expect(q + 8 <= end, 1))
+        memcpy(&v, q, 8); /* one load: a constant size */
+    else
+        memcpy(&v, q, (size_t)(end - q));
     return v;
 }
 
@@ -31,15 +34,25 @@ static inline const uint8_t *matrix_end(const QMat *w) {
     return w->packed + w->n * (w->k * w->bits / 8);
 }
 
-/* The scale and bias of each half of chunk c of row j: s[0], b[0] for elements 0-15. */
+static inline float param(const QMat *w, const void *a, Py_ssize_t i) {
+    return w->half ? half_to_float(((const uint16_t *)a)[i]) : ((const float *)a)[i];
+}
+
+/* The scale and bias of each half of chunk c of row j: s[0], b[0] for elements 0-15.
+ * Groups of 16: groups 2c and 2c + 1; else both halves in group c / (group_size / 32),
+ * a shift (group sizes of 32 * 2^n, all GGUF and MLX have) or a division. */
 static inline void chunk_params(const QMat *w, Py_ssize_t j, Py_ssize_t c, float s[2],
                                 float b[2]) {
     const Py_ssize_t groups = w->k / w->group_size, row = j * groups;
-    const Py_ssize_t g0 = c * CHUNK / w->group_size, g1 = (c * CHUNK + 16) / w->group_size;
-    params_f32(w, w->scales, row + g0, 1, &s[0]);
-    params_f32(w, w->biases, row + g0, 1, &b[0]);
-    params_f32(w, w->scales, row + g1, 1, &s[1]);
-    params_f32(w, w->biases, row + g1, 1, &b[1]);
+    Py_ssize_t g0, g1;
+    if (w->group_size == 16) {
+        g0 = 2 * c, g1 = 2 * c + 1;
+    } else {
+        const int per = w->group_size / CHUNK;
+        g0 = g1 = (per & (per - 1)) == 0 ? c >> __builtin_ctz((unsigned)per) : c / per;
+    }
+    s[0] = param(w, w->scales, row + g0), b[0] = param(w, w->biases, row + g0);
+    s[1] = param(w, w->scales, row + g1), b[1] = param(w, w->biases, row + g1);
 }
 
 /* -- portable C ------------------------------------------------------------------------ */
@@ -142,9 +155,9 @@ column512(const QMat *w, const Unpack8 *u, const float *xr, float *out, Py_ssize
     const __m256i shuffle = _mm256_broadcastsi128_si256(u->shuffle);
     const __m512i shifts = _mm512_broadcast_i64x4(u->shifts);
     const __m512i mask = _mm512_set1_epi32((1 << w->bits) - 1);
-    __m512 acc[MAX_MB];
+    __m512 acc[MAX_MB][2]; /* the halves apart: two FMA chains hide the latency */
 #pragma GCC unroll 8
-    for (int r = 0; r < MB; r++) acc[r] = _mm512_setzero_ps();
+    for (int r = 0; r < MB; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
     for (Py_ssize_t c = 0; c < chunks; c++) {
         const uint8_t *q = p + c * (CHUNK * w->bits / 8);
         float s[2], b[2];
@@ -163,12 +176,14 @@ column512(const QMat *w, const Unpack8 *u, const float *xr, float *out, Py_ssize
         const float *xc = xr + c * (MB * CHUNK);
 #pragma GCC unroll 8
         for (int r = 0; r < MB; r++) {
-            acc[r] = _mm512_fmadd_ps(half[0], _mm512_loadu_ps(xc + r * CHUNK), acc[r]);
-            acc[r] = _mm512_fmadd_ps(half[1], _mm512_loadu_ps(xc + r * CHUNK + 16), acc[r]);
+            acc[r][0] = _mm512_fmadd_ps(half[0], _mm512_loadu_ps(xc + r * CHUNK), acc[r][0]);
+            acc[r][1] =
+                _mm512_fmadd_ps(half[1], _mm512_loadu_ps(xc + r * CHUNK + 16), acc[r][1]);
         }
     }
 #pragma GCC unroll 8
-    for (int r = 0; r < MB; r++) out[r * w->n + j] = _mm512_reduce_add_ps(acc[r]);
+    for (int r = 0; r < MB; r++)
+        out[r * w->n + j] = _mm512_reduce_add_ps(_mm512_add_ps(acc[r][0], acc[r][1]));
 }
 #endif /* HAVE_AVX512 */
 

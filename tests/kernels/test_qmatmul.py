@@ -297,7 +297,8 @@ def test_any_width_matmul_matches_reference(
 
 def test_any_width_concat_keeps_rows() -> None:
     a = random_qmatrix(5, 64, 6, 16, seed=1)
-    b = random_qmatrix(3, 64, 6, 16, seed=2)
+    b = random_qmatrix(3, 64, 6, 16, seed=2, dtype=np.float16)  # float32 + float16 factors
     both = a.concat([b])
     want = np.concatenate([qmatmul.dequantize(a), qmatmul.dequantize(b)])
-    assert both.shape == (8, 64) and np.array_equal(qmatmul.dequantize(both), want)
+    assert both.shape == (8, 64) and both.scales.dtype == np.float32
+    assert np.array_equal(qmatmul.dequantize(both), want)
