@@ -162,8 +162,19 @@ class RecurrentState:
 
     def load_arrays(self, arrays: dict[str, Array], length: int) -> None:
         self.conv = self.ops.asarray(arrays["conv"])
-        self.ssm = self.ops.asarray(arrays["ssm"]).astype(_f32(self.ops))
+        self.ssm = _as_f32(self.ops, arrays["ssm"])
         self.length = length
+
+
+def _as_f32(ops: Ops, array: Any) -> Any:
+    """A saved recurrent state as float32, as the recurrence keeps it: `ops.asarray` would
+    round it through the compute dtype (bfloat16 on a GPU) first, and a reloaded state
+    would no longer continue as the saved one did."""
+    if ops.name == "numpy":
+        return ops.asarray(array)
+    import mlx.core as mx
+
+    return (mx.array(array) if isinstance(array, np.ndarray) else array).astype(mx.float32)
 
 
 def _f32(ops: Ops) -> Any:

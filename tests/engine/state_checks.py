@@ -10,19 +10,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-import mlx.core as mx
 import numpy as np
 
 from engine.sequence import SequenceState
 from engine.state import SnapshotPolicy
-
-
-def host(array: Any) -> np.ndarray:
-    """A copy on the host, from NumPy or MLX; bfloat16 (a GPU's default dtype, which
-    NumPy cannot read) widened to float32, which holds every bfloat16 value exactly."""
-    if type(array).__module__.startswith("mlx") and "bfloat16" in str(array.dtype):
-        array = array.astype(mx.float32)
-    return np.array(array)
+from tests.tolerances import host
 
 
 @dataclass

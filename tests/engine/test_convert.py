@@ -17,6 +17,7 @@ from engine.convert import convert_gguf
 from engine.default_model import default_model_path, is_default_model_present
 from engine.loader import load_model
 from tests.tiny_models import reference_forward
+from tests.tolerances import BACKENDS, as_f64, assert_logits_close, compute_dtype, engine_config
 
 PROMPT_IDS = [1, 40, 71, 72, 3, 88, 150, 200, 17, 2, 5, 99, 250, 31]
 PROMPT_TEXT = (
@@ -26,12 +27,16 @@ PROMPT_TEXT = (
 
 
 def _logits(path: Path, backend: str, ids: list[int]) -> np.ndarray:
-    lm = load_model(path, EngineConfig(backend=backend))
+    return _logits_and_dtype(path, backend, ids)[0]
+
+
+def _logits_and_dtype(path: Path, backend: str, ids: list[int]) -> tuple[np.ndarray, str]:
+    lm = load_model(path, engine_config(backend))
     out = lm.runner.forward(ids, lm.runner.new_state(), logits="all")
-    return np.asarray(lm.ops.to_numpy(out), dtype=np.float64)
+    return as_f64(out), compute_dtype(lm.ops)
 
 
-@pytest.mark.parametrize("backend", ["numpy", "mlx"])
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize(
     ("qtype", "embed_qtype"),
     [("Q4_0", None), ("Q8_0", None), ("F32", None), ("Q4_1", "Q8_0")],
@@ -41,11 +46,16 @@ def test_converted_directory_has_the_gguf_logits(
 ):
     gguf_path, spec = tiny_models.gguf(qtype=qtype, embed_qtype=embed_qtype, tie=False)
     out = convert_gguf(gguf_path, tmp_path / "mlx")
-    from_gguf = _logits(gguf_path, backend, PROMPT_IDS)
+    from_gguf, dtype = _logits_and_dtype(gguf_path, backend, PROMPT_IDS)
     from_dir = _logits(out, backend, PROMPT_IDS)
-    assert np.abs(from_dir - from_gguf).max() <= 1e-4
+    reduction = spec.config["hidden_size"]
+    assert_logits_close(from_dir, from_gguf, dtype, reduction, "directory against GGUF:")
     # and both are the HF-layout model the file decodes to (rows un-permuted correctly)
-    assert np.abs(from_dir - reference_forward(spec, PROMPT_IDS)).max() <= 1e-3
+    want = reference_forward(spec, PROMPT_IDS)
+    if dtype == "float32":
+        assert np.abs(from_dir - want).max() <= 1e-3
+    else:
+        assert_logits_close(from_dir, want, dtype, reduction, "directory against reference:")
 
 
 def test_config_and_quantized_tensors(tiny_models, tmp_path: Path):

@@ -25,6 +25,7 @@ from tests.engine.test_state_property import (
     probe_next_logits,
     token_ids,
 )
+from tests.tolerances import host
 
 KINDS = ["llama", "sliding", "hybrid"]
 
@@ -47,14 +48,6 @@ def busy_state(loaded: LoadedModel, kind: str) -> SequenceState:
     return state
 
 
-def host(array: Any) -> np.ndarray:
-    """A copy on the host, from NumPy or MLX; bfloat16 (a GPU's default dtype, which
-    NumPy cannot read) widened to float32, which holds every bfloat16 value exactly."""
-    if type(array).__module__.startswith("mlx") and "bfloat16" in str(array.dtype):
-        array = array.astype(mx.float32)
-    return np.array(array)
-
-
 def snapshot_contents(state: SequenceState) -> list[tuple[str, int, list[Any]]]:
     """Every stored snapshot as host arrays, in store order."""
     out = []
@@ -72,7 +65,7 @@ def assert_bit_exact(a: SequenceState, b: SequenceState) -> None:
         xa, xb = la.arrays(), lb.arrays()
         assert xa.keys() == xb.keys()
         for key in xa:
-            assert host(xa[key]).dtype == host(xb[key]).dtype
+            assert xa[key].dtype == xb[key].dtype
             assert np.array_equal(host(xa[key]), host(xb[key])), f"live array {key!r}"
     sa, sb = snapshot_contents(a), snapshot_contents(b)
     assert [(store, pos) for store, pos, _ in sa] == [(store, pos) for store, pos, _ in sb]
@@ -86,7 +79,8 @@ def assert_bit_exact(a: SequenceState, b: SequenceState) -> None:
 
 @pytest.mark.parametrize(
     ("kind", "backend"),
-    [(k, "numpy") for k in KINDS] + [("sliding", "mlx"), ("hybrid", "mlx")],
+    [(k, "numpy") for k in KINDS]
+    + [(k, b) for b in ("mlx", "mlx-bfloat16") for k in ("sliding", "hybrid")],
 )
 def test_round_trip_is_bit_exact(
     models: StateModels, tmp_path: Path, kind: str, backend: str
@@ -101,7 +95,8 @@ def test_round_trip_is_bit_exact(
     before = probe_next_logits(loaded.model, state, 7)
     after = probe_next_logits(loaded.model, reloaded, 7)
     assert np.array_equal(before, after)
-    assert_next_logits_exact(loaded.model, reloaded)
+    if backend != "mlx-bfloat16":  # a fresh prefill rounds otherwise (StateModels.get)
+        assert_next_logits_exact(loaded.model, reloaded)
 
 
 def test_an_empty_state_round_trips(models: StateModels, tmp_path: Path) -> None:

@@ -1,0 +1,101 @@
+"""How close the engine's numbers must be to a reference, from the dtype it computes in.
+
+float32 (the NumPy backend, MLX on a CPU, MLX with dtype="float32") keeps the suite's bound:
+a max abs difference of FLOAT32_ATOL on logits of magnitude ~10, float32 accumulation only.
+
+bfloat16 (MLX's default on a GPU) and float16 round every stored activation and weight to
+the dtype's unit roundoff u (2^-8 and 2^-11). Those errors add up as a random walk: a
+reduction over K terms contributes ~sqrt(K) u relative error, and a tiny model's path from
+the embedding to the logits (norm, attention, MLP per layer, the head) passes about
+ROUNDINGS of them. So a low-precision result is held to a relative RMS error of
+ROUNDINGS * sqrt(K) * u over the whole array (logits), or over each row (a state's rows,
+one per position, where an error in one row must not hide in the average). Measured with
+MLX on a CPU on the tiny models (K = hidden size 64): 7-34 u in bfloat16, 8-43 u in
+float16, against a bound of 64 u; a row from another token or position is ~1.4 (~360 u in
+bfloat16), which tests/engine/test_tolerances.py proves the row check catches.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import mlx.core as mx
+import numpy as np
+
+from engine.config import EngineConfig
+
+FLOAT32_ATOL = 1e-4
+UNIT_ROUNDOFF = {"float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
+ROUNDINGS = 8
+# The reference tests' backends: NumPy (float32), MLX in float32 (held to FLOAT32_ATOL
+# everywhere) and MLX in bfloat16, a GPU's default, on whatever device MLX runs on
+BACKENDS = ["numpy", "mlx-float32", "mlx-bfloat16"]
+
+
+def engine_config(backend: str, **fields: Any) -> EngineConfig:
+    """'numpy', 'mlx' (the device's default dtype) or 'mlx-<dtype>', as an EngineConfig."""
+    name, _, dtype = backend.partition("-")
+    return EngineConfig(backend=name, dtype=dtype or None, **fields)
+
+
+def compute_dtype(ops: Any) -> str:
+    """The dtype an op set computes in: 'float32', 'bfloat16' or 'float16'."""
+    if ops.name == "numpy":
+        return "float32"
+    return str(ops.dtype).rsplit(".", 1)[-1]
+
+
+def host(array: Any) -> np.ndarray:
+    """A copy on the host, from NumPy or MLX; bfloat16, which NumPy cannot read, widened to
+    float32, which holds every bfloat16 value exactly."""
+    if isinstance(array, mx.array) and array.dtype == mx.bfloat16:
+        array = array.astype(mx.float32)
+    return np.array(array)
+
+
+def as_f64(array: Any) -> np.ndarray:
+    return host(array).astype(np.float64)
+
+
+def relative_bound(dtype: str, reduction: int) -> float:
+    """The relative RMS error a `dtype` result may carry after reductions of `reduction`."""
+    return ROUNDINGS * math.sqrt(reduction) * UNIT_ROUNDOFF[dtype]
+
+
+def assert_logits_close(got: Any, want: Any, dtype: str, reduction: int, what: str = "") -> None:
+    """float32: max abs diff <= FLOAT32_ATOL; coarser: relative RMS <= relative_bound."""
+    got, want = as_f64(got), as_f64(want)
+    assert got.shape == want.shape, f"{what} shape {got.shape} != {want.shape}"
+    diff = np.abs(got - want)
+    if dtype == "float32":
+        worst = np.unravel_index(diff.argmax(), diff.shape)
+        assert diff.max() <= FLOAT32_ATOL, f"{what} max abs diff {diff.max():.3g} at {worst}"
+        return
+    error = _rms(diff) / _rms(want)
+    bound = relative_bound(dtype, reduction)
+    assert error <= bound, f"{what} relative RMS error {error:.3g} > {bound:.3g} ({dtype})"
+
+
+def assert_rows_close(
+    got: Any, want: Any, dtype: str, reduction: int, axis: int, what: str = ""
+) -> None:
+    """Each row along `axis` (a position) within relative_bound of the same row of `want`;
+    float32 as assert_logits_close."""
+    got, want = as_f64(got), as_f64(want)
+    assert got.shape == want.shape, f"{what} shape {got.shape} != {want.shape}"
+    if dtype == "float32":
+        assert_logits_close(got, want, dtype, reduction, what)
+        return
+    diff = np.moveaxis(got - want, axis, 0).reshape(got.shape[axis], -1)
+    scale = np.moveaxis(want, axis, 0).reshape(want.shape[axis], -1)
+    errors = _rms(diff, axis=1) / np.maximum(_rms(scale, axis=1), np.finfo(np.float32).tiny)
+    bound = relative_bound(dtype, reduction)
+    worst = int(errors.argmax())
+    assert errors[worst] <= bound, (
+        f"{what} row {worst}: relative RMS error {errors[worst]:.3g} > {bound:.3g} ({dtype})"
+    )
+
+
+def _rms(x: np.ndarray, axis: int | None = None) -> Any:
+    return np.sqrt(np.mean(np.square(x), axis=axis))
