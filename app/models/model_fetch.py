@@ -1,5 +1,6 @@
-"""Fetches the default model on a worker thread; progress and the outcome come back to
-the GUI thread as signals (queued, because they are emitted from the worker)."""
+"""Fetches a shipped model (engine/model_catalog.py) on a worker thread; progress and the
+outcome come back to the GUI thread as signals (queued, because they are emitted from the
+worker)."""
 
 from __future__ import annotations
 
@@ -7,14 +8,14 @@ import threading
 
 from PySide6.QtCore import QObject, Signal
 
-from engine.default_model import ensure_default_model
 from engine.errors import EngineError
+from engine.model_catalog import DEFAULT, CatalogModel, ensure_model
 
 
-class DefaultModelFetcher(QObject):
-    progress = Signal(str)
+class ModelFetcher(QObject):
+    progress = Signal(str, str, float)  # the model's title, what is happening, fraction done
     ready = Signal(str)  # the model's path
-    failed = Signal(str)
+    failed = Signal(str, str)  # the model's title, why
 
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
@@ -24,16 +25,21 @@ class DefaultModelFetcher(QObject):
     def is_running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
-    def start(self) -> None:
+    def start(self, model: CatalogModel = DEFAULT) -> None:
+        """Fetch `model` unless a fetch is under way (one at a time: they share the disk)."""
         if self.is_running:
             return
-        self._thread = threading.Thread(target=self._run, name="fetch-default-model", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, args=(model,), name=f"fetch-{model.name}", daemon=True
+        )
         self._thread.start()
 
-    def _run(self) -> None:
+    def _run(self, model: CatalogModel) -> None:
         try:
-            path = ensure_default_model(progress=self.progress.emit)
+            path = ensure_model(
+                model, lambda text, done: self.progress.emit(model.title, text, done)
+            )
         except (EngineError, OSError) as error:
-            self.failed.emit(str(error))
+            self.failed.emit(model.title, str(error))
         else:
             self.ready.emit(str(path))

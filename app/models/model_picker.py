@@ -101,7 +101,11 @@ class ModelPicker(QDialog):
             )
             if loaded == str(shipped.path()):
                 where, current = "loaded", self.list.count()
-            self._entry(f"{SHIPPED_PREFIX}{shipped.key}", info, f"{info.summary()} · {where}")
+            detail = f"{info.summary()} · {where}"
+            if shipped.license_name:
+                detail += f" · {shipped.license_name}"
+            target = f"{SHIPPED_PREFIX}{shipped.key}"
+            self._entry(target, info, detail, tooltip=shipped.license_notice)
         recent = [p for p in self._recent_models() if p not in self._shipped_paths()]
         if recent:
             self._heading("Recent")

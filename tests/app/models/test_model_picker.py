@@ -13,7 +13,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication, QFileDialog
 
 import app.models.model_loader as model_loader
-from app.models.model_info import read_model_info
+from app.models.model_info import SHIPPED_MODELS, read_model_info
 from engine.events import LoadModel, ModelLoading
 
 
@@ -52,10 +52,12 @@ def test_each_model_shows_its_size_family_quantization_and_context(
     rows = picker.entry_rows()
     assert rows[0][0] == "SmolLM2-135M-Instruct"
     assert rows[0][1].startswith("llama · Q4_1 · 98 MB · 8k ctx")
+    assert rows[1][0] == "Gemma 3 270M (base)"  # the second shipped model
+    assert rows[1][1].startswith("gemma3 · Q4_K_M · 253 MB · 32k ctx")
     size = read_model_info(gguf).num_bytes
-    assert rows[1] == (gguf.name, f"llama · Q4_1 · {size / 1e3:.0f} kB · 512 ctx")
-    assert rows[2][0] == folder.name and rows[2][1].startswith("qwen3 · 4-bit · ")
-    assert rows[3] == ("gone.gguf", "not found (moved or deleted?)")
+    assert rows[2] == (gguf.name, f"llama · Q4_1 · {size / 1e3:.0f} kB · 512 ctx")
+    assert rows[3][0] == folder.name and rows[3][1].startswith("qwen3 · 4-bit · ")
+    assert rows[4] == ("gone.gguf", "not found (moved or deleted?)")
     picker.select("gone.gguf")
     assert not picker.load_button.isEnabled()  # a missing file cannot be picked
 
@@ -74,8 +76,9 @@ def test_a_recent_model_loads_with_its_progress_and_the_picker_closes(harness, q
     assert seen == [f"Loading {gguf.name}: reading weights"]  # the fake engine's one stage
     assert window.header.picker_dialog is None  # closed once loaded
     picker = open_picker(window, qtbot)  # opened again: the model in use is marked and picked
-    assert picker.list.currentItem().text() == f"{gguf.name}\n{picker.entry_rows()[1][1]}"
-    assert picker.entry_rows()[1][1].endswith(" · loaded")
+    recent = len(SHIPPED_MODELS)  # the first row past the shipped models
+    assert picker.list.currentItem().text() == f"{gguf.name}\n{picker.entry_rows()[recent][1]}"
+    assert picker.entry_rows()[recent][1].endswith(" · loaded")
 
 
 def test_ctrl_l_opens_the_picker_and_the_keyboard_picks(harness, qtbot, tiny_models):
@@ -88,7 +91,8 @@ def test_ctrl_l_opens_the_picker_and_the_keyboard_picks(harness, qtbot, tiny_mod
     qtbot.waitUntil(lambda: window.header.picker_dialog is not None)
     picker = window.header.picker_dialog
     picker.list.setFocus()
-    qtbot.keyClick(picker.list, Qt.Key.Key_Down)  # from the shipped model to the recent file
+    for _ in SHIPPED_MODELS:  # from the first shipped model down to the recent file
+        qtbot.keyClick(picker.list, Qt.Key.Key_Down)
     assert picker.list.currentItem().text().startswith(gguf.name)
     qtbot.keyClick(picker.list, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: loaded_paths(harness) == [str(gguf)])
