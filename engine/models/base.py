@@ -250,11 +250,6 @@ class DecoderLayer:
         return h + self.mlp(self.ops.rms_norm(h, self.post_norm, eps))
 
 
-def _rope_of(mixer: Any) -> Rope:
-    rope = getattr(mixer, "rope", None)  # recurrent mixers have none: nothing to rotate
-    return rope if rope is not None else Rope(2, 10000.0, False)
-
-
 class DecoderModel:
     """Embedding, a stack of decoder layers, final norm and the LM head."""
 
@@ -277,7 +272,7 @@ class DecoderModel:
         cfg = self.config
         named = {
             "attention biases": cfg.attention_bias,
-            "scaled rope": any(not _rope_of(layer.mixer).is_plain for layer in self.layers),
+            "scaled rope": any(not rope.is_plain for rope in self._ropes()),
             "norm offsets": bool(cfg.norm_offset),
             "an attention scale other than head_dim ** -0.5": bool(cfg.query_pre_attn_scalar),
             f"the {cfg.hidden_act} activation": cfg.hidden_act != "silu",
@@ -285,6 +280,10 @@ class DecoderModel:
             "extra norms around the blocks": self.layer_class is not DecoderLayer,
         }
         return [name for name, present in named.items() if present]
+
+    def _ropes(self) -> list[Rope]:
+        """The attention layers' ropes (recurrent mixers rotate nothing)."""
+        return [r for layer in self.layers if (r := getattr(layer.mixer, "rope", None))]
 
     def new_layer_state(self, i: int, policy: SnapshotPolicy) -> LayerState:
         cfg, ops = self.config, self.ops

@@ -18,6 +18,7 @@ model (62 layers), whose query_pre_attn_scalar is hidden_size / heads.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 from engine.models import llama, rope
@@ -47,8 +48,12 @@ GGUF_LAYER_NAMES = {
 SLIDING_WINDOW_PATTERN = 6  # transformers' and llama.cpp's default: every 6th layer global
 LOCAL_ROPE_THETA = 10000.0
 
-_DROPPED = ("vision_tower.", "multi_modal_projector.", "model.vision_tower.")
-_DROPPED += ("model.multi_modal_projector.",)
+_DROPPED = (
+    "vision_tower.",
+    "multi_modal_projector.",
+    "model.vision_tower.",
+    "model.multi_modal_projector.",
+)
 _RENAMED = (
     ("model.language_model.", "model."),  # Gemma3ForConditionalGeneration, transformers v5
     ("language_model.model.", "model."),  # ... transformers v4
@@ -104,6 +109,7 @@ def config_from_hf(cfg: dict[str, Any]) -> ModelConfig:
             "attention_bias": False,
         },
     )
+    llama.refuse_partial_rotary(cfg, model_type)
     num_layers = int(cfg.get("num_hidden_layers", 26))
     pattern = int(cfg.get("sliding_window_pattern") or cfg.get("_sliding_window_pattern") or 6)
     layer_types = tuple(cfg.get("layer_types") or pattern_layer_types(num_layers, pattern))
@@ -149,19 +155,17 @@ def config_from_gguf(meta: dict[str, Any], arch: str) -> ModelConfig:
     scalar = base.head_dim
     if base.num_layers == 62:  # llama.cpp: Gemma 3 27B scales by hidden_size / heads
         scalar = base.hidden_size // base.num_heads
-    return ModelConfig(
-        **{
-            **base.__dict__,
-            "rms_norm_eps": float(get("attention.layer_norm_rms_epsilon", 1e-6)),
-            "rope_local_theta": LOCAL_ROPE_THETA,
-            "qk_norm": True,
-            "sliding_window": window,
-            "layer_types": layer_types if window else (),
-            "query_pre_attn_scalar": float(scalar),
-            "hidden_act": "gelu_tanh",
-            "embed_scale": math.sqrt(base.hidden_size),
-            "tie_word_embeddings": True,
-        }
+    return replace(
+        base,
+        rms_norm_eps=float(get("attention.layer_norm_rms_epsilon", 1e-6)),
+        rope_local_theta=float(get("rope.freq_base_swa", LOCAL_ROPE_THETA)),
+        qk_norm=True,
+        sliding_window=window,
+        layer_types=layer_types if window else (),
+        query_pre_attn_scalar=float(scalar),
+        hidden_act="gelu_tanh",
+        embed_scale=math.sqrt(base.hidden_size),
+        tie_word_embeddings=True,
     )
 
 

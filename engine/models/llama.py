@@ -39,6 +39,13 @@ def refuse_switches(cfg: dict[str, Any], model_type: str, switches: dict[str, An
             raise ValueError(f"{model_type} config {key}={value!r} is not supported")
 
 
+def refuse_partial_rotary(cfg: dict[str, Any], model_type: str) -> None:
+    params = cfg.get("rope_parameters") or {}
+    factor = cfg.get("partial_rotary_factor") or params.get("partial_rotary_factor") or 1.0
+    if float(factor) != 1.0:
+        raise ValueError(f"{model_type} config partial_rotary_factor={factor} is not supported")
+
+
 def hf_rope(cfg: dict[str, Any]) -> tuple[float, rope.RopeScaling | None]:
     """(rope_theta, scaling) from `rope_parameters` (newer configs) or `rope_scaling`."""
     params = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
@@ -78,8 +85,7 @@ def config_from_hf(cfg: dict[str, Any], family: str = "llama", **overrides: Any)
             model_type,
             {"attention_bias": False, "mlp_bias": False, "hidden_act": "silu"},
         )
-        if float(cfg.get("partial_rotary_factor") or 1.0) != 1.0:
-            raise ValueError(f"{model_type} config partial_rotary_factor is not supported")
+        refuse_partial_rotary(cfg, model_type)
         layer_types, window = _llama_layer_types(cfg, model_type)
         overrides = {"layer_types": layer_types, "sliding_window": window, **overrides}
     H = int(cfg["num_attention_heads"])

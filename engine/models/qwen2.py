@@ -17,6 +17,7 @@ GGUF_ARCHITECTURES = ("qwen2",)
 
 def config_from_hf(cfg: dict[str, Any]) -> ModelConfig:
     llama.refuse_switches(cfg, "qwen2", {"hidden_act": "silu"})
+    llama.refuse_partial_rotary(cfg, "qwen2")
     layer_types, window = llama.qwen_layer_types(cfg)
     return llama.config_from_hf(
         cfg,

@@ -17,6 +17,7 @@ GGUF_ARCHITECTURES = ("qwen3",)
 def config_from_hf(cfg: dict[str, Any]) -> ModelConfig:
     # Qwen3's attention_bias also puts a bias on o_proj, which the attention block lacks
     llama.refuse_switches(cfg, "qwen3", {"attention_bias": False, "hidden_act": "silu"})
+    llama.refuse_partial_rotary(cfg, "qwen3")
     layer_types, window = llama.qwen_layer_types(cfg)
     return llama.config_from_hf(
         cfg, family="qwen3", qk_norm=True, layer_types=layer_types, sliding_window=window

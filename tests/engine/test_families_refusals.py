@@ -32,6 +32,7 @@ HF_REFUSALS = [
     ),
     ("llama", {"rope_scaling": {"rope_type": "linear"}}, "needs a factor"),
     ("qwen3", {"attention_bias": True}, "attention_bias=True"),
+    ("qwen2", {"partial_rotary_factor": 0.5}, "partial_rotary_factor=0.5"),
     ("qwen2", {"hidden_act": "relu"}, "hidden_act='relu'"),
     ("gemma3", {"final_logit_softcapping": 30.0}, "final_logit_softcapping=30.0"),
     ("gemma3", {"attn_logit_softcapping": 50.0}, "attn_logit_softcapping=50.0"),
