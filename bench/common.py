@@ -194,17 +194,28 @@ def default_model() -> Path:
     return ensure_default_model(lambda msg: print(msg, file=sys.stderr, flush=True))
 
 
+def model_file(name_or_path: str | None) -> Path:
+    """--model's file: a path, a shipped model's name (fetched when missing), or the default."""
+    if not name_or_path:
+        return default_model()
+    from engine.model_catalog import resolve_model
+
+    return resolve_model(name_or_path, lambda msg, _done: print(msg, file=sys.stderr, flush=True))
+
+
 def model_info(path: Path) -> dict[str, Any]:
     return {"path": str(path), "name": path.name, "bytes": path.stat().st_size}
 
 
-def converted_default_model(directory: Path) -> Path:
-    """The default model converted to an MLX directory (mlx-lm's input) under directory.
+def converted_default_model(directory: Path, gguf: Path | None = None) -> Path:
+    """The default model (or `gguf`) converted to an MLX directory (mlx-lm's input) under
+    directory.
 
     Converted afresh on every run (~2 s), so a figure never comes from a stale conversion."""
     from engine.convert import convert_gguf
 
-    return convert_gguf(default_model(), directory / "smollm2-mlx")
+    source = gguf or default_model()
+    return convert_gguf(source, directory / f"{source.stem}-mlx")
 
 
 _VOCABULARY = (

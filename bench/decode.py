@@ -123,14 +123,14 @@ def run(args: argparse.Namespace, config: EngineConfig) -> dict[str, Any]:
     # the load average and the checkout as the run starts
     common.warn_if_busy()
     machine, versions, date = common.machine(), common.versions(), common.now_iso()
-    gguf = common.default_model()
+    gguf = common.model_file(args.model)
     ours = OursRunner(gguf, config)
     ids = common.prompt_ids(ours.lm.tokenizer, max(CONTEXTS))
     runners: list[Any] = [ours]
     missing: dict[str, str] = {}
     with tempfile.TemporaryDirectory() as tmp:
         if args.peers:
-            mlx_dir = common.converted_default_model(Path(tmp))
+            mlx_dir = _converted(gguf, Path(tmp))
             peers, missing = make_peers(list(PEERS), gguf, mlx_dir)
             runners += peers
             for name, why in missing.items():
@@ -204,8 +204,23 @@ def print_table(result: dict[str, Any]) -> None:
             print(f"{name}: {result[name]['missing']}")
 
 
+def _converted(gguf: Path, directory: Path) -> Path | None:
+    """mlx-lm's copy of the model; None (mlx-lm is left out, saying so) when the GGUF's
+    tensor types have no MLX directory form."""
+    from engine.errors import EngineError
+
+    try:
+        return common.converted_default_model(directory, gguf)
+    except EngineError as exc:
+        print(f"mlx_lm: cannot convert {gguf.name} ({exc})", file=sys.stderr)
+        return None
+
+
 def main(argv: list[str] | None = None, config: EngineConfig | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench decode", description=__doc__)
+    parser.add_argument(
+        "--model", help="a .gguf file or a shipped model's name (default: the default model)"
+    )
     parser.add_argument("--peers", action="store_true", help="also run llama.cpp and mlx-lm")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--runs", type=int, default=3, help="runs to take the median of")
