@@ -97,6 +97,19 @@ def test_unsupported_tensor_type_is_refused_by_name(tmp_path: Path, kind: str) -
         probe_model(path)
 
 
+def test_unknown_tensor_type_id_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "unknown.gguf"
+    write_with_raw_tensor(path, gguf.GGMLQuantizationType.Q6_K)
+    data = bytearray(path.read_bytes())
+    name = b"blk.0.ffn_down.weight"
+    at = data.index(name) + len(name) + 4 + 2 * 8  # past n_dims and both dims: the type
+    data[at : at + 4] = (99).to_bytes(4, "little")
+    path.write_bytes(bytes(data))
+    assert "tensor blk.0.ffn_down.weight has an unknown type (id 99)" in refusal(path)
+    with pytest.raises(ModelLoadError, match="unknown type"):
+        probe_model(path)
+
+
 def test_probe_accepts_k_quants_and_checks_their_bytes(tmp_path: Path) -> None:
     path = tmp_path / "q6k.gguf"
     write_with_raw_tensor(path, gguf.GGMLQuantizationType.Q6_K)
