@@ -14,7 +14,14 @@ from pathlib import Path
 from engine import events as ev
 from engine.config import EngineConfig
 from engine.errors import EngineError
-from engine.model_catalog import CATALOG, DEFAULT, catalog_entry, ensure_model, resolve_model
+from engine.model_catalog import (
+    CATALOG,
+    DEFAULT,
+    CatalogModel,
+    catalog_entry,
+    ensure_model,
+    resolve_model,
+)
 from engine.sampling import SamplingSettings
 from engine.stats_format import json_figures, terminal_line
 
@@ -52,15 +59,15 @@ def run(args: argparse.Namespace, config: EngineConfig) -> int:
 
 def _fetch(args: argparse.Namespace) -> int:
     if args.list:
-        for entry in CATALOG:
-            where = str(entry.path()) if entry.is_present() else "not fetched"
-            template = "chat" if entry.has_chat_template else "no chat template: --raw"
+        for shipped in CATALOG:
+            where = str(shipped.path()) if shipped.is_present() else "not fetched"
+            template = "chat" if shipped.has_chat_template else "no chat template: --raw"
             print(
-                f"{entry.name:14} {entry.title} ({entry.family}, {entry.quantization}, "
-                f"{entry.file_size / 1e6:.0f} MB, {template}) {entry.source}; {where}"
+                f"{shipped.name:14} {shipped.title} ({shipped.family}, {shipped.quantization}, "
+                f"{shipped.file_size / 1e6:.0f} MB, {template}) {shipped.source}; {where}"
             )
         return 0
-    entry = catalog_entry(args.name) if args.name else DEFAULT
+    entry: CatalogModel | None = catalog_entry(args.name) if args.name else DEFAULT
     if entry is None:
         names = ", ".join(m.name for m in CATALOG)
         print(

@@ -130,7 +130,8 @@ class Session:
         tokenizer says; each message's end is a turn boundary, as in a chat."""
         text = "".join(m.content for m in messages)
         ids, ends = self.tokenizer.encode_with_ends(text, add_special=self.tokenizer.add_bos)
-        boundaries, length = [], 0
+        boundaries: list[int] = []
+        length = 0
         for m in messages[:-1]:
             length += len(m.content)
             n = bisect.bisect_right(ends, length)

@@ -287,7 +287,8 @@ def _byte_level_bpe(
     merge_lines: Iterable[str], tokens: list[str], types: list[int], pre: str
 ) -> tokenizers.Tokenizer:
     # Each merge is "left right"; byte-level tokens never hold a space, so the first splits.
-    merges = [tuple(m.split(" ", 1)) for m in merge_lines]
+    pairs = (m.split(" ", 1) for m in merge_lines)
+    merges = [(left, right) for left, right in pairs]
     pre_tokenizer, ignore_merges = _pre_tokenizer(pre)
     vocab = {text: i for i, text in enumerate(tokens)}
     hf = tokenizers.Tokenizer(models.BPE(vocab, merges, ignore_merges=ignore_merges))
