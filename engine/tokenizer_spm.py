@@ -37,15 +37,16 @@ def spm_merges(
     """Every split of every normal piece into two pieces, the highest-scoring piece's first.
 
     Ties keep the piece's id order, then the split point (left shorter first)."""
-    vocab = {t: i for i, t in enumerate(tokens) if types[i] in (TYPE_NORMAL, TYPE_BYTE)}
+    kinds, piece_scores = types.tolist(), scores.tolist()  # plain lists: 10x faster to index
+    vocab = {t: i for i, t in enumerate(tokens) if kinds[i] in (TYPE_NORMAL, TYPE_BYTE)}
     ranked: list[tuple[float, int, int, str, str]] = []
     for piece, i in vocab.items():
-        if types[i] != TYPE_NORMAL or len(piece) < 2:
+        if kinds[i] != TYPE_NORMAL or len(piece) < 2:
             continue
         for cut in range(1, len(piece)):
-            left, right = piece[:cut], piece[cut:]
-            if left in vocab and right in vocab:
-                ranked.append((-float(scores[i]), i, cut, left, right))
+            left = piece[:cut]
+            if left in vocab and piece[cut:] in vocab:
+                ranked.append((-piece_scores[i], i, cut, left, piece[cut:]))
     ranked.sort()
     return [(left, right) for _, _, _, left, right in ranked]
 
