@@ -18,6 +18,7 @@ from engine.model_catalog import (
     CATALOG,
     DEFAULT,
     CatalogModel,
+    StagePrinter,
     catalog_entry,
     ensure_model,
     resolve_model,
@@ -76,7 +77,7 @@ def _fetch(args: argparse.Namespace) -> int:
         return 2
     find_links = Path(args.find_links) if args.find_links else None
     try:
-        ensure_model(entry, _print_progress, find_links)
+        ensure_model(entry, StagePrinter(), find_links)
     except EngineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -85,14 +86,10 @@ def _fetch(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_progress(text: str, _fraction: float) -> None:
-    print(text, file=sys.stderr)
-
-
 def _model_path(name_or_path: str | None) -> Path:
     """--model's file: a path, a catalog name (fetched when missing), or the default."""
     try:
-        return resolve_model(name_or_path or DEFAULT.name, _print_progress)
+        return resolve_model(name_or_path or DEFAULT.name, StagePrinter())
     except EngineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(1) from None

@@ -14,7 +14,7 @@ import numpy as np
 from engine.config import EngineConfig
 from engine.errors import EngineError
 from engine.loader import LoadedModel, load_model
-from engine.model_catalog import DEFAULT, resolve_model
+from engine.model_catalog import DEFAULT, StagePrinter, resolve_model
 from engine.scoring import CompactLogits, iter_logits, perplexity
 
 
@@ -24,7 +24,7 @@ def _fail(message: str, code: int = 2) -> int:
 
 
 def _load(args: argparse.Namespace, config: EngineConfig) -> LoadedModel:
-    path = resolve_model(args.model or DEFAULT.name, lambda text, _f: print(text, file=sys.stderr))
+    path = resolve_model(args.model or DEFAULT.name, StagePrinter())
     return load_model(path, config)
 
 

