@@ -94,7 +94,10 @@ def run_perplexity(args: argparse.Namespace, config: EngineConfig) -> int:
             f"--ctx {args.ctx} is past the model's {loaded.config.context_length} positions"
         )
     tokenizer = loaded.tokenizer
-    ids = tokenizer.encode(text, add_special=True)
+    try:
+        ids = tokenizer.encode(text, add_special=True)
+    except EngineError as exc:  # a folder without tokenizer.json takes ids only
+        return _fail(str(exc))
     bos = tokenizer.bos_id if tokenizer.add_bos else None
     try:
         result = perplexity(loaded.runner, ids, args.ctx, bos, base)

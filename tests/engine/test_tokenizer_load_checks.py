@@ -61,6 +61,13 @@ def test_a_folder_without_tokenizer_json_refuses_text_clearly(ids_only, capsys) 
     assert "has no tokenizer.json, so this model takes token ids only" in err
 
 
+def test_perplexity_of_text_needs_the_tokenizer(ids_only, tmp_path: Path, capsys) -> None:
+    (tmp_path / "text.txt").write_text("some text", encoding="utf-8")
+    argv = ["perplexity", "--model", str(ids_only[0]), "--file", str(tmp_path / "text.txt")]
+    assert entry.main([*argv, "--backend", "numpy"]) == 2
+    assert "has no tokenizer.json, so this model takes token ids only" in capsys.readouterr().err
+
+
 def test_a_folder_with_only_a_sentencepiece_model_is_refused(ids_only) -> None:
     (ids_only[0] / "tokenizer.model").write_bytes(b"\x0a\x04<unk>")
     with pytest.raises(ModelLoadError, match="only a SentencePiece tokenizer.model here"):
