@@ -54,6 +54,25 @@ def test_tiny_file_reads_its_metadata_and_tensors(tmp_path: Path) -> None:
     assert isinstance(norm, mx.array) and norm.dtype == mx.float32 and norm.shape == (64,)
 
 
+def test_bf16_and_f16_tensors_stay_dense_as_stored(tmp_path: Path) -> None:
+    path = tmp_path / "dense.gguf"
+    w = np.random.default_rng(0).standard_normal((3, 32)).astype(np.float32)
+    bf16 = gguf.quants.quantize(w, gguf.GGMLQuantizationType.BF16)
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_tensor("a.weight", bf16, raw_dtype=gguf.GGMLQuantizationType.BF16)
+    writer.add_tensor("b.weight", w.astype(np.float16))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    _, tensors = read_gguf_file(path)
+    a, b = tensors["a.weight"], tensors["b.weight"]
+    assert a.dtype == mx.bfloat16 and a.shape == (3, 32) and b.dtype == mx.float16
+    want = gguf.quants.dequantize(bf16, gguf.GGMLQuantizationType.BF16).reshape(3, 32)
+    assert np.array_equal(np.array(a.astype(mx.float32)), want)
+    assert np.array_equal(np.array(b), w.astype(np.float16))
+
+
 def test_truncated_file_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "cut.gguf"
     make_llama_gguf(path, qtype="Q4_0")
