@@ -43,7 +43,10 @@ setup(
     ext_modules=[
         Extension(
             "kernels._qmatmul",
-            [f"kernels/csrc/{name}.c" for name in ("matmul", "matmul_any", "attention", "pool", "module")],
+            [
+                f"kernels/csrc/{name}.c"
+                for name in ("matmul", "matmul_any", "attention", "pool", "module")
+            ],
             depends=["kernels/csrc/qmatmul.h"],
             optional=True,
         )
