@@ -166,6 +166,10 @@ def configure_process(config: EngineConfig) -> None:
     # a short spin lets its threads sleep (on 2 cores beside another busy process, decode
     # and prefill ran faster and steadier with it). Read when NumPy loads OpenBLAS.
     os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
+    # MLX multiplies float32 matrices in TF32 (a 10-bit mantissa) on GPUs that have it
+    # unless told not to: the engine's float32 (the recurrent states, the chunked gated
+    # delta kernel, BRANCHCHAT_DTYPE=float32) is to be float32. Read before MLX's first product.
+    os.environ.setdefault("MLX_ENABLE_TF32", "0")
     if config.blas_threads is not None:
         os.environ["OPENBLAS_NUM_THREADS"] = os.environ["OMP_NUM_THREADS"] = str(
             config.blas_threads
