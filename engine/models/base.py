@@ -273,6 +273,8 @@ class DecoderModel:
         named = {
             "attention biases": cfg.attention_bias,
             "scaled rope": any(not rope.is_plain for rope in self._ropes()),
+            # plain up to max_position_embeddings, refused past it: the kernels do not check
+            "dynamic rope": any(rope.max_positions for rope in self._ropes()),
             "norm offsets": bool(cfg.norm_offset),
             "an attention scale other than head_dim ** -0.5": bool(cfg.query_pre_attn_scalar),
             f"the {cfg.hidden_act} activation": cfg.hidden_act != "silu",

@@ -69,6 +69,9 @@ def test_dynamic_equals_plain_within_max_positions_and_refuses_past(tmp_path, ba
     with pytest.raises(ValueError, match="rope_type 'dynamic' past 48 positions"):
         model.forward([5], state)
     assert state.offset == 48 and not state.is_poisoned  # refused, and undone
+    # the fused decode kernels (a GPU's path for 1-16 rows) do not check positions: the
+    # model must not take them, or it would decode past 48 with plain rope
+    assert "dynamic rope" in model.model.unfused_features()
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
