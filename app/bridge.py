@@ -41,12 +41,18 @@ EngineFactory = Callable[[Listener], EngineLike]
 
 
 def real_engine(config: EngineConfig) -> EngineFactory:
-    """A factory of the real engine, run with `config` (built once, at the entry point)."""
+    """A factory of the real engine, run with `config` (built once, at the entry point):
+    the local engine and a remote server behind one router (engine/remote/router.py)."""
 
-    def make(listener: Listener) -> EngineLike:
+    def make_local(listener: Listener) -> EngineLike:
         from engine.engine import Engine
 
         return Engine(listener, config=config)
+
+    def make(listener: Listener) -> EngineLike:
+        from engine.remote.router import EngineRouter
+
+        return EngineRouter(listener, local=make_local)
 
     return make
 

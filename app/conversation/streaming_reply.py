@@ -85,16 +85,18 @@ class StreamingReply:
     def add(self, event: Tokens) -> None:
         if self.first_token_at is None:
             self.first_token_at = time.monotonic()
+        # a remote server sends text without ids: each of its pieces is one token's worth
+        num_tokens = len(event.token_ids) or len(event.pieces)
         if event.part == ReplyPart.THINKING:
             self.thinking += event.text
-            self.num_thinking_tokens += len(event.token_ids)
-            self.num_tokens += len(event.token_ids)
+            self.num_thinking_tokens += num_tokens
+            self.num_tokens += num_tokens
             self.num_drafted += sum(event.from_draft)
             return
         start = len(self.text)
         self.text += event.text
         drafted = sum(event.from_draft)
-        self.num_tokens += len(event.token_ids)
+        self.num_tokens += num_tokens
         self.num_drafted += drafted
         if not drafted:
             return

@@ -31,7 +31,8 @@ def model_info_line(event: ModelLoaded) -> str:
         parts.append(parameters(event.num_parameters))
     if event.quantization:
         parts.append(event.quantization)
-    parts.append(f"{compact(event.context_length)} ctx")
+    if event.context_length:  # a remote server may not say
+        parts.append(f"{compact(event.context_length)} ctx")
     if event.backend:
         parts.append(event.backend)
     if event.draft_model:

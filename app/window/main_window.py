@@ -28,6 +28,7 @@ from app.conversation.store import ConversationStore
 from app.models.hub_dialog import HubDownloadDialog, show_hub_download
 from app.models.model_header import ModelHeader
 from app.models.model_loader import ModelLoader
+from app.remote.connector import RemoteConnector
 from app.settings.app_settings import AppSettings, load_settings, save_settings
 from app.settings.settings_dialog import SettingsDialog
 from app.sidebar.sidebar import Sidebar
@@ -38,6 +39,7 @@ from app.window.conversation_files import ConversationFiles
 from app.window.menus import build_menu_bar
 from app.window.window_session import WindowSession
 from engine.events import Failed, ModelLoaded
+from engine.remote.connection import REMOTE_FAMILY
 
 APP_TITLE = "branchchat"
 
@@ -86,6 +88,8 @@ class MainWindow(QMainWindow):
         self.window_session = WindowSession(qsettings, self, splitter)
         self.hub_dialog: HubDownloadDialog | None = None  # made when first asked for
         self.model_loader = ModelLoader(bridge, self.header, lambda: self.settings, self)
+        self.remote = RemoteConnector(bridge, self.header, qsettings, self)
+        self.remote.notice.connect(lambda text: self.banner.show_notice(text, timeout_ms=15000))
         self.conversation_files = ConversationFiles(store, self.banner, self, qsettings)
         self.drafts = ComposerDrafts(self.composer)
         self._is_sending = False  # a send may create the chat its draft was typed in
@@ -292,7 +296,8 @@ class MainWindow(QMainWindow):
         self.controller.context_length = event.context_length
         self.banner.resolve("model")
         self.banner.resolve("send")
-        self._save_settings(self.settings.with_recent_model(event.path))
+        if event.family != REMOTE_FAMILY:  # a server's URL is the connection's, not a file
+            self._save_settings(self.settings.with_recent_model(event.path))
 
     def _on_failed(self, event: Failed) -> None:
         # a request's failure clears with the next reply, a load's with the next load

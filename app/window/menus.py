@@ -1,5 +1,6 @@
 """The window's menu bar: File (new chat, import, export, settings, Quit with Ctrl+Q)
-and Model (download from Hugging Face, open a file or folder, the default model). Each
+and Model (download from Hugging Face, connect to a server, open a file or folder, the
+default model). Each
 entry calls what the window already does; nothing here holds state."""
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ def build_menu_bar(window: MainWindow) -> None:
     model_menu = bar.addMenu("&Model")
     _add(model_menu, "Choose a model…", window.header.open_picker)  # Ctrl+L: the header's
     _add(model_menu, "Download from Hugging Face…", window.open_hub_download)
+    _add(model_menu, "Connect to server…", window.remote.open_dialog)  # app/remote/
     model_menu.addSeparator()
     _add(model_menu, "Open GGUF file…", loader.open_file, "Ctrl+O")
     _add(model_menu, "Open model folder…", loader.open_folder)
