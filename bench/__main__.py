@@ -14,9 +14,11 @@ from engine.config import EngineConfig, configure_process
 
 # subcommand name -> module (imported only when chosen) whose main(argv) runs it
 COMMANDS = {
+    "agreement": "bench.agreement",
     "decode": "bench.decode",
     "edit": "bench.edit",
     "plots": "bench.plots",
+    "remote": "bench.remote",
     "rollback": "bench.rollback",
     "speculative": "bench.speculative",
     "verify": "bench.verify",
