@@ -9,10 +9,19 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run chat test lint model system-libs clean
 
+# The [server] extra is llama-cpp-python's OpenAI-compatible server, which the remote
+# engine's tests run on loopback, built from source (~LLAMA_BUILD minutes on 2 cores):
+# GGML_NATIVE=off, since a native build may emit instructions this VM advertises but
+# refuses, plus the x86 extensions /proc/cpuinfo lists (never AMX; the machines differ).
+LLAMA_CPU_FLAGS := $(shell for f in avx:AVX avx2:AVX2 fma:FMA f16c:F16C avx512f:AVX512 \
+	avx512_vnni:AVX512_VNNI avx512_bf16:AVX512_BF16; do grep -qw $${f%%:*} /proc/cpuinfo \
+	2>/dev/null && printf -- '-DGGML_%s=on ' $${f##*:}; done)
+
 $(STAMP): pyproject.toml setup.py $(wildcard kernels/csrc/*.c kernels/csrc/*.h)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,dev]'
+	CMAKE_ARGS="-DGGML_NATIVE=off $(LLAMA_CPU_FLAGS)" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) \
+		$(PY) -m pip install --quiet -e '.[test,dev,server]'
 	touch $(STAMP)
 
 model: $(STAMP)
