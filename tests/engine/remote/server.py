@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -36,15 +37,17 @@ class LlamaServer:
     """One server process; `stop()` kills it (a server gone mid-reply), `start()` brings
     it back on the same port."""
 
-    def __init__(self, log_dir: Path, *, api_key: str = "") -> None:
+    def __init__(self, log_dir: Path, *, api_key: str = "", tls: tuple[Path, Path] | None = None):
+        """`tls`: (key file, certificate file) to serve https."""
         self.port = free_port()
         self.api_key = api_key
+        self.tls = tls
         self.log_path = log_dir / f"llama-server-{self.port}.log"
         self.process: subprocess.Popen | None = None
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}/v1"
 
     def start(self) -> None:
         command = [
@@ -54,6 +57,8 @@ class LlamaServer:
         ]  # fmt: skip
         if self.api_key:
             command += ["--api_key", self.api_key]
+        if self.tls:
+            command += ["--ssl_keyfile", str(self.tls[0]), "--ssl_certfile", str(self.tls[1])]
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
         log.close()
@@ -66,7 +71,8 @@ class LlamaServer:
             if self.process.poll() is not None:
                 raise RuntimeError(f"llama_cpp.server exited: {self.log_tail()}")
             try:
-                urllib.request.urlopen(f"{self.url}/models", timeout=2).close()
+                context = ssl._create_unverified_context() if self.tls else None
+                urllib.request.urlopen(f"{self.url}/models", timeout=2, context=context).close()
                 return
             except urllib.error.HTTPError:  # 401 with an API key: it is up
                 return
@@ -117,11 +123,11 @@ class SilentServer:
             conn.close()
 
 
-def start_server(tmp_path_factory, *, api_key: str = "") -> LlamaServer:
+def start_server(tmp_path_factory, *, api_key: str = "", tls=None) -> LlamaServer:
     if not HAS_SERVER:
         pytest.skip(SKIP_REASON)
     if not default_model_path().exists():
         pytest.skip("the default model is missing: python -m engine fetch")
-    server = LlamaServer(tmp_path_factory.mktemp("llama-server"), api_key=api_key)
+    server = LlamaServer(tmp_path_factory.mktemp("llama-server"), api_key=api_key, tls=tls)
     server.start()
     return server

@@ -67,8 +67,8 @@ def test_seed_top_k_and_max_tokens_reach_the_server(runner):
     settings = ev.GenerationSettings(sampling, max_tokens=12)
     first, _ = runner.generate(STORY, settings)
     again, _ = runner.generate(STORY, settings)
-    other, _ = runner.generate(STORY, ev.GenerationSettings(
-        SamplingSettings(temperature=1.0, top_k=40, min_p=0.05, seed=8), max_tokens=12))  # fmt: skip
+    other_seed = SamplingSettings(temperature=1.0, top_k=40, min_p=0.05, seed=8)
+    other, _ = runner.generate(STORY, ev.GenerationSettings(other_seed, max_tokens=12))
     assert first.text == again.text  # the seed reached the sampler
     assert other.text != first.text
     assert first.stats.generated_tokens == 12

@@ -47,7 +47,11 @@ def test_vllm_usage_details_give_the_cached_tokens():
     usage = {"prompt_tokens": 1260, "completion_tokens": 41,
              "prompt_tokens_details": {"cached_tokens": 1204}}  # fmt: skip
     figures = read_figures(usage, None)
-    assert (figures.prompt_tokens, figures.cached_tokens, figures.prefill_tok_s) == (1260, 1204, None)
+    assert (figures.prompt_tokens, figures.cached_tokens, figures.prefill_tok_s) == (
+        1260,
+        1204,
+        None,
+    )
     assert figures.reported() == ("prompt_tokens", "cached_tokens", "completion_tokens")
 
 
