@@ -9,6 +9,7 @@ import pytest
 
 from engine.config import EngineConfig
 from engine.loader import load_model
+from kernels.ops import make_ops
 from tests.engine.families_util import BACKENDS, assert_matches, forward_all, token_ids
 from tests.tiny_families import LLAMA3_ROPE, make_family_gguf, make_family_hf
 
@@ -100,3 +101,27 @@ def test_scaled_rope_model_does_not_take_the_fused_path(tmp_path) -> None:
     make_family_hf(tmp_path / "m", "llama", **HF_SCALINGS["llama3"])
     model = load_model(tmp_path / "m", EngineConfig(backend="mlx")).model
     assert "scaled rope" in model.unfused_features()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("traditional", [False, True])
+@pytest.mark.parametrize("dims", [16, 8])  # the whole head, and a partial rotary
+def test_ops_rope_with_explicit_frequencies(backend: str, traditional: bool, dims: int) -> None:
+    """ops.rope's inv_freq and mscale against the rotation written out in float64."""
+    ops = make_ops(backend, "float32")
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 5, 16)).astype(np.float32)  # [H, L, Dh]
+    inv_freq = rng.uniform(0.01, 1.0, dims // 2)
+    offset, mscale = 7, 1.25
+    got = ops.to_numpy(ops.rope(ops.asarray(x), offset, dims, 1e4, traditional, inv_freq, mscale))
+    angles = (offset + np.arange(5))[:, None] * inv_freq[None, :]  # [L, dims/2]
+    cos, sin = np.cos(angles) * mscale, np.sin(angles) * mscale
+    rot = x[..., :dims].astype(np.float64)
+    a, b = (rot[..., 0::2], rot[..., 1::2]) if traditional else np.split(rot, 2, axis=-1)
+    ra, rb = a * cos - b * sin, a * sin + b * cos
+    want = x.astype(np.float64).copy()
+    if traditional:
+        want[..., 0:dims:2], want[..., 1:dims:2] = ra, rb
+    else:
+        want[..., :dims] = np.concatenate([ra, rb], axis=-1)
+    assert np.abs(got - want).max() <= 1e-5
