@@ -1,22 +1,14 @@
 #!/usr/bin/env bash
-# On the H200 after steps 1-3 (stash, install MLX, the wheels of .device/c), carry
-# .device/d (or after tools/gpu/restage.sh's g1-g5, carry .device/g6): join the default model, build the C kernel for the device's Python, check
-# what float32 means to MLX there, then the test suite in six processes (16 cores, one
-# GPU). Logs go into $OUT/suite.tar.gz (one file: $OUT returns at most 8).
+# On the H200 after steps 1-3 of stage.sh's parcels (carry .device/d) or restage.sh's
+# g1-g5 (carry .device/g6): join the default model, build the C kernel for the device's
+# Python (join_model.sh), check what float32 means to MLX there, then the test suite in
+# six processes (16 cores, one GPU). Logs go into $OUT/suite.tar.gz ($OUT returns <= 8 files).
 # Usage: bash tools/gpu/device_suite.sh [pytest args...]
 set -u
 export PYTHONPATH=/root/site:$PWD
-dest=$HOME/.cache/branchchat/models
-model=$dest/SmolLM2-135M-Instruct.Q4_1.gguf
-if [ ! -f "$model" ]; then
-  mkdir -p "$dest"
-  parcel=$(ls -d .device/g6 .device/d 2>/dev/null | head -1)  # restage.sh's or stage.sh's
-  cat /root/stash/model.00 /root/stash/model.01 /root/stash/model.02 $parcel/model.03 > "$model"
-  echo "$(cat $parcel/model.sha256)  $model" | sha256sum -c
-fi
+source tools/gpu/join_model.sh
 logs=/tmp/suite-logs
 mkdir -p $logs
-python3 setup.py -q build_ext --inplace > $logs/build.log 2>&1 || tail -5 $logs/build.log
 python3 -c 'import kernels._qmatmul, mlx.core as mx; print("qmatmul, mlx", mx.__version__, mx.default_device())'
 python3 tools/gpu/tf32_probe.py
 MLX_ENABLE_TF32=0 python3 tools/gpu/tf32_probe.py
