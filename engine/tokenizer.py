@@ -265,7 +265,7 @@ class Tokenizer:
         if num_ids > num_embedding_rows:
             raise ModelLoadError(
                 path,
-                f"the tokenizer has {num_ids} token ids but the model's embedding has "
+                f"the tokenizer's vocabulary has {num_ids} token ids but the model's embedding has "
                 f"{num_embedding_rows} rows: they do not belong together",
             )
 

@@ -25,7 +25,7 @@ def test_a_vocabulary_past_the_embedding_is_refused_at_load_with_both_sizes(tmp_
     make_hf_dir(tmp_path / "small", vocab_size=VOCAB_SIZE - 8)  # the tokenizer keeps its ids
     with pytest.raises(ModelLoadError) as info:
         load_model(tmp_path / "small", NUMPY)
-    assert f"the tokenizer has {VOCAB_SIZE} token ids" in str(info.value)
+    assert f"the tokenizer's vocabulary has {VOCAB_SIZE} token ids" in str(info.value)
     assert f"embedding has {VOCAB_SIZE - 8} rows" in str(info.value)
 
 
