@@ -25,7 +25,9 @@ cannot open. Options:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m app", description="BranchChat desktop app")
-    parser.add_argument("--model", help="a GGUF file or a model folder (default: SmolLM2-135M)")
+    parser.add_argument(
+        "--model", help="a GGUF file, a model folder or a shipped model's name (default: SmolLM2)"
+    )
     parser.add_argument("--db", help="the conversation database (default: user data dir)")
     parser.add_argument("--screenshot", metavar="PNG", help="render the demo to PNG and exit")
     parser.add_argument("--dark", action="store_true", help="with --screenshot: dark theme")
