@@ -93,8 +93,10 @@ def figures(ref: dict, argmax: np.ndarray, lse: np.ndarray, at_ref_top: np.ndarr
     }
 
 
-def measure(name: str, path: Path, paths: list[str], modes: list[str], base: EngineConfig) -> dict:
-    ref = real_reference(name)
+def measure(name: str, path: Path, args: argparse.Namespace, base: EngineConfig) -> dict:
+    # every fixture array is per position: the first --positions of each, for a quick look
+    ref = {key: value[: args.positions or None] for key, value in real_reference(name).items()}
+    paths, modes = args.paths, args.modes
     ids = [int(t) for t in ref["ids"]]
     llama_cpp = figures(
         ref, ref["llama_cpp_argmax"], ref["llama_cpp_lse"], ref["llama_cpp_at_f64_top"]
@@ -108,6 +110,8 @@ def measure(name: str, path: Path, paths: list[str], modes: list[str], base: Eng
             began = time.perf_counter()
             got = figures(ref, **summary(runner, ids, ref["f64_top_ids"], MODES[mode]))
             ours[mode] = {**got, "seconds": round(time.perf_counter() - began, 2)}
+            # as each path ends: a run cut short by a time limit still says what it measured
+            print(f"{name} {label} {mode}: {json.dumps(ours[mode])}", file=sys.stderr, flush=True)
         out["ours"][label] = ours
     return out
 
@@ -134,7 +138,7 @@ def run(args: argparse.Namespace, config: EngineConfig) -> dict[str, Any]:
             result["models"][name] = {"left_out": reason}
             continue
         assert path is not None  # checked() said it is a file
-        result["models"][name] = measure(name, path, args.paths, args.modes, config)
+        result["models"][name] = measure(name, path, args, config)
     return result
 
 
@@ -166,6 +170,7 @@ def main(argv: list[str] | None = None, config: EngineConfig | None = None) -> i
     parser.add_argument("--names", nargs="+", default=sorted(MANIFEST["real_models"]))
     parser.add_argument("--paths", nargs="+", choices=sorted(PATHS), default=sorted(PATHS))
     parser.add_argument("--modes", nargs="+", choices=sorted(MODES), default=sorted(MODES))
+    parser.add_argument("--positions", type=int, default=0, help="the first N (0: all)")
     parser.add_argument("--model", action="append", default=[], help="NAME=PATH of a GGUF")
     parser.add_argument("--out", type=Path, default=None, help="results folder (results/)")
     args = parser.parse_args(argv)
