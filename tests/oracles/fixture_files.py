@@ -1,11 +1,14 @@
-"""Reading the committed oracle fixtures (written by make_fixtures.py): numpy only."""
+"""Reading the committed oracle fixtures (written by make_fixtures.py), and running on MLX's CPU."""
 
 from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+import mlx.core as mx
 import numpy as np
 
 from tests.tiny_tokenizer import write_hf_tokenizer
@@ -57,3 +60,13 @@ def max_abs_diff(got: np.ndarray, want: np.ndarray) -> float:
 
 def real_reference(name: str) -> dict[str, np.ndarray]:
     return dict(np.load(FIXTURES / "real" / f"{name}.npz"))
+
+
+@contextmanager
+def on_cpu(backend: str) -> Iterator[None]:
+    """MLX runs on its CPU device here, so float32 is float32 whatever the host has."""
+    if backend != "mlx":
+        yield
+        return
+    with mx.stream(mx.cpu):
+        yield

@@ -19,8 +19,7 @@ from engine.config import EngineConfig
 from engine.default_model import default_model_path
 from engine.loader import load_model
 from tests.oracles import topk_stats
-from tests.oracles.fixture_files import MANIFEST, real_reference
-from tests.oracles.test_tiny_oracles import on_cpu
+from tests.oracles.fixture_files import MANIFEST, on_cpu, real_reference
 
 CHUNK = 256  # positions per forward: the whole text in four, the state carried between
 GREEDY_AGREEMENT = {"smollm2": 0.95, "gemma3_270m": 0.92}

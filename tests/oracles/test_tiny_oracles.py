@@ -11,11 +11,8 @@ for quantized matmuls) is reported beside ours, as context.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
-import mlx.core as mx
 import numpy as np
 import pytest
 
@@ -30,20 +27,11 @@ from tests.oracles.fixture_files import (
     gguf_params,
     gguf_reference,
     max_abs_diff,
+    on_cpu,
     reference,
 )
 
 BACKENDS = ["numpy", "mlx"]
-
-
-@contextmanager
-def on_cpu(backend: str) -> Iterator[None]:
-    """MLX runs on its CPU device here, so float32 is float32 whatever the host has."""
-    if backend != "mlx":
-        yield
-        return
-    with mx.stream(mx.cpu):
-        yield
 
 
 def all_logits(path: Path, backend: str, sequences: list[list[int]]) -> list[np.ndarray]:
