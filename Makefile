@@ -10,7 +10,8 @@ STAMP := $(VENV)/.installed
 .PHONY: run chat test lint model system-libs clean
 
 # The [server] extra is llama-cpp-python's OpenAI-compatible server, which the remote
-# engine's tests run on loopback, built from source (~LLAMA_BUILD minutes on 2 cores):
+# engine's tests run on loopback, built from source: 462 s of CPU, so ~4-5 minutes on two
+# idle cores (29 minutes measured on the 2-core machine under a load average of 6-9),
 # GGML_NATIVE=off, since a native build may emit instructions this VM advertises but
 # refuses, plus the x86 extensions /proc/cpuinfo lists (never AMX; the machines differ).
 LLAMA_CPU_FLAGS := $(shell for f in avx:AVX avx2:AVX2 fma:FMA f16c:F16C avx512f:AVX512 \
