@@ -80,7 +80,7 @@ def describe_error(exc: BaseException, connection: RemoteConnection) -> str:
         )
     if isinstance(exc, openai.APIStatusError):
         return f"{where} refused the request ({exc.status_code}): {_server_message(exc)}"
-    if isinstance(exc, openai.APITimeoutError) or isinstance(exc, httpx2.TimeoutException):
+    if isinstance(exc, openai.APITimeoutError | httpx2.TimeoutException):
         cause = exc if isinstance(exc, httpx2.TimeoutException) else exc.__cause__
         if isinstance(cause, httpx2.ConnectTimeout):
             return (

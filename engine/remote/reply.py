@@ -57,6 +57,8 @@ class RemoteReply:
             self._usage = chunk.usage.model_dump()
         if isinstance(extra.get("timings"), dict):  # llama-server, on the last chunk
             self._timings = extra["timings"]
+        if isinstance(extra.get("prompt_progress"), dict):  # llama-server's return_progress
+            self._progress(extra["prompt_progress"])
         if not chunk.choices:
             return
         choice = chunk.choices[0]
@@ -113,6 +115,17 @@ class RemoteReply:
             server=server,
             server_reported=figures.reported(),
         )
+
+    def _progress(self, progress: dict[str, Any]) -> None:
+        """llama-server counts the cached tokens in `total` and `processed`; the event
+        counts the tokens to compute apart from those reused (as the local engine's)."""
+        try:
+            total, cached, processed = (int(progress[k]) for k in ("total", "cache", "processed"))
+        except (KeyError, TypeError, ValueError):  # another server's shape: no progress shown
+            return
+        to_compute = max(total - cached, 0)
+        done = min(max(processed - cached, 0), to_compute)
+        self._emit(ev.PrefillProgress(self.request_id, done, to_compute, cached))
 
     def _count(self, *, is_thinking: bool) -> None:
         now = time.perf_counter()

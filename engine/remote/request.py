@@ -5,9 +5,10 @@ The extra fields (`extra_body`) are those llama-server, vLLM and SGLang read: to
 min_p, the repetition penalty under both names (llama-server's `repeat_penalty`, vLLM's
 and SGLang's `repetition_penalty`; each server ignores the name it does not know),
 `cache_prompt` (llama-server reuses its KV cache for the longest common prefix, so an
-edit or a branch switch recomputes only what changed), and `chat_template_kwargs` for a
-reasoning model's thinking switch. A setting at its neutral value is not sent, so a
-server that rejects unknown fields only sees them when they matter.
+edit or a branch switch recomputes only what changed), `return_progress` (llama-server
+streams the prompt's progress, shown as the local engine's prefill progress), and
+`chat_template_kwargs` for a reasoning model's thinking switch. A sampling setting at its
+neutral value is not sent, so a strict server only sees those fields when they matter.
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ def chat_request(
         body["seed"] = s.seed
     if stop:
         body["stop"] = list(stop)
-    extra: dict[str, Any] = {"cache_prompt": True}
+    # llama-server: reuse the cached prefix, and stream the prompt's progress before text
+    extra: dict[str, Any] = {"cache_prompt": True, "return_progress": True}
     if s.top_k:
         extra["top_k"] = s.top_k
     if s.min_p:

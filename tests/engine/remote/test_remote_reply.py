@@ -65,3 +65,15 @@ def test_llama_server_timings_and_usage_make_the_stats():
 def test_a_stopped_reply_says_so():
     reply, _ = run([chunk({"content": "Once"})])
     assert reply.reason(stopped=True) == ev.FinishReason.STOPPED
+
+
+def test_llama_servers_prompt_progress_is_prefill_progress():
+    events: list = []
+    reply = RemoteReply("r", events.append)
+    for processed in (1000, 1512):
+        progress = {"total": 1512, "cache": 1000, "processed": processed, "time_ms": 5.0}
+        reply.add(chunk({"role": "assistant"}, prompt_progress=progress))
+    assert events == [
+        ev.PrefillProgress("r", 0, 512, 1000),
+        ev.PrefillProgress("r", 512, 512, 1000),
+    ]

@@ -23,15 +23,15 @@ def test_sampling_settings_map_to_the_fields_servers_read():
         "max_tokens": 64, "seed": 3, "stop": ["\n\n"],
     }  # fmt: skip
     assert extra == {
-        "cache_prompt": True, "top_k": 40, "min_p": 0.05, "repeat_penalty": 1.1,
-        "repetition_penalty": 1.1, "repeat_last_n": 64,
+        "cache_prompt": True, "return_progress": True, "top_k": 40, "min_p": 0.05,
+        "repeat_penalty": 1.1, "repetition_penalty": 1.1, "repeat_last_n": 64,
         "chat_template_kwargs": {"enable_thinking": False},
     }  # fmt: skip
 
 
-def test_neutral_settings_send_no_extra_fields_but_the_cache():
+def test_neutral_settings_send_no_extra_fields_but_llama_servers_cache_and_progress():
     _, extra = chat_request("m", (), ev.GenerationSettings())
-    assert extra == {"cache_prompt": True}
+    assert extra == {"cache_prompt": True, "return_progress": True}
 
 
 def test_llama_server_timings_give_the_prompt_and_its_cached_part():
