@@ -75,19 +75,19 @@ def test_seed_top_k_and_max_tokens_reach_the_server(runner):
 
 
 def test_stop_sequences_end_the_reply_before_them(llama_server):
-    plain = RemoteRunner()
-    plain.connect(RemoteConnection(llama_server.url))
-    full, _ = plain.generate(STORY)
-    plain.close()
-    word = full.text.split()[3]
-    stopping = RemoteRunner()
-    stopping.engine.close()
-    stopping.engine = RemoteEngine(stopping.events.put, stop_sequences=(word,))
-    stopping.connect(RemoteConnection(llama_server.url))
-    cut, _ = stopping.generate(STORY)
-    stopping.close()
-    assert cut.text == full.text[: full.text.index(word)]
-    assert cut.reason == ev.FinishReason.EOS
+    """A space as the stop sequence: the reply is its first word (llama.cpp's greedy text
+    may differ between a cached and a fresh prompt, so no second reply is compared)."""
+    r = RemoteRunner()
+    r.engine.close()
+    r.engine = RemoteEngine(r.events.put, stop_sequences=(" ",))
+    try:
+        r.connect(RemoteConnection(llama_server.url))
+        cut, tokens = r.generate(STORY)
+    finally:
+        r.close()
+    assert cut.text and " " not in cut.text
+    assert cut.reason == ev.FinishReason.EOS  # the server's "stop", before max_tokens
+    assert cut.stats.generated_tokens < 24
 
 
 def test_stop_closes_the_stream_within_a_second(llama_server, runner):
