@@ -6,9 +6,10 @@ depth, of going back to the branch, decode speed, and the cached tokens each rep
 Without --url it starts llama-cpp-python's OpenAI-compatible server on loopback serving
 the default model (the [server] extra; 2 threads, the machine's cores). The conversation
 is bench/edit.py's (~2k tokens, 7 turns). Each run, on each side: a warm-up on other text,
-the whole conversation (a full prefill: the server's cache then holds other text), an
-edit of the middle user message (the rest of the chat after it is recomputed), the
-original branch again, and a 128-token greedy reply for the decode speed. The local side
+the whole conversation (a full prefill: a fresh Engine, and the server's cache holds the
+warm-up's text), an edit of the middle user message (the rest of the chat after it is
+recomputed), the original branch again, and a 128-token greedy reply for the decode
+speed. The local side
 is the Engine (prefix reuse, branch cache); the remote side the RemoteEngine over the
 server's own prefix cache (llama-cpp-python keeps one sequence and reuses its longest
 common prefix). The server's reports say how much it reused where it reports it; this
@@ -28,6 +29,7 @@ import tempfile
 import time
 import urllib.request
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -114,13 +116,18 @@ class LoopbackServer:
         self.process.wait(10)
 
 
-def run_side(client: Any, messages, runs: int, server: LoopbackServer | None) -> dict[str, Any]:
-    """TTFT of the full conversation, the middle edit, the way back; decode tok/s."""
+def run_side(
+    make_client: Callable[[], Any], messages, runs: int, server: LoopbackServer | None
+) -> dict[str, Any]:
+    """TTFT of the full conversation, the middle edit, the way back; decode tok/s. Each
+    run has a fresh client (the local engine's caches start empty), and the warm-up
+    leaves the server's cache holding other text."""
     middle = 2 * (NUM_TURNS // 2) + 1  # a user message near the middle
     samples: dict[str, list[float]] = {"full": [], "edit_middle": [], "back": [], "decode": []}
     reused: dict[str, Any] = {}
     for run in range(runs):
-        client.reply(WARM_UP, 1)  # the cache now holds other text
+        client = make_client()
+        client.reply(WARM_UP, 1)
         for name, convo in (("full", messages), ("edit_middle", edited(messages, middle, run)),
                             ("back", messages)):  # fmt: skip
             since = server.log_size() if server else 0
@@ -135,6 +142,7 @@ def run_side(client: Any, messages, runs: int, server: LoopbackServer | None) ->
             if server is not None:
                 reused[name]["server_log_prefix_hit"] = server.last_prefix_hit(since)
         samples["decode"].append(client.reply(messages, DECODE_TOKENS).stats.decode_tok_s)
+        client.close()
     return {
         "ttft_s": {k: common.spread(v) for k, v in samples.items() if k != "decode"},
         "decode_tok_s": common.spread(samples["decode"]),
@@ -165,17 +173,13 @@ def main(argv: list[str] | None = None, config: EngineConfig | None = None) -> i
     load = common.warn_if_busy()
     model = common.default_model()
     messages = tuple(common.conversation(NUM_TURNS, WORDS_PER_MESSAGE))
-    local = EngineClient(model, common.engine_config(config, args.backend))
-    try:
-        local_result = run_side(local, messages, args.runs, None)
-    finally:
-        local.close()
+    engine_config = common.engine_config(config, args.backend)
+    local_result = run_side(lambda: EngineClient(model, engine_config), messages, args.runs, None)
     server = None if args.url else LoopbackServer(model, args.threads)
-    remote = RemoteClient(args.url or server.url)  # type: ignore[union-attr]
+    url = args.url or server.url  # type: ignore[union-attr]
     try:
-        remote_result = run_side(remote, messages, args.runs, server)
+        remote_result = run_side(lambda: RemoteClient(url), messages, args.runs, server)
     finally:
-        remote.close()
         if server is not None:
             server.close()
     result = {
