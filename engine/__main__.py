@@ -123,6 +123,10 @@ def main(argv: list[str] | None = None) -> int:
     from engine import cli
 
     try:
+        if getattr(args, "remote", None):  # a server answers: engine/remote/cli.py
+            from engine.remote import cli as remote
+
+            return int(remote.run(args))
         return int(cli.run(args, config))
     except KeyboardInterrupt:
         return 130

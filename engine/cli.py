@@ -41,10 +41,6 @@ def run(args: argparse.Namespace, config: EngineConfig) -> int:
         out = convert_gguf(args.gguf, args.out_dir)
         print(f"wrote {out}")
         return 0
-    if getattr(args, "remote", None):  # a server answers: engine/remote/cli.py
-        from engine.remote import cli as remote_cli
-
-        return remote_cli.run(args)
     model = str(_model_path(args.model))
     client = _Client(config)
     try:
