@@ -43,12 +43,21 @@ def layer_names(family: ModuleType) -> dict[str, str]:
     return {**LAYER_NAMES, **getattr(family, "GGUF_LAYER_NAMES", {})}
 
 
+def layer_tensors(family: ModuleType) -> dict[str, str]:
+    """A family's whole per-layer tensor names (`ssm_a`, `ssm_dt.bias`), for the tensors whose
+    GGUF suffix is not the canonical one or that have none."""
+    return dict(getattr(family, "GGUF_LAYER_TENSORS", {}))
+
+
 def renamer(family: ModuleType) -> Callable[[str], str]:
     """The canonical name of a GGUF tensor name for `family` (unknown names kept as they are,
     so a tensor nothing reads is still reported by name)."""
-    names = layer_names(family)
+    names, whole = layer_names(family), layer_tensors(family)
 
     def rename(name: str) -> str:
+        m = re.fullmatch(r"blk\.(\d+)\.(.+)", name)
+        if m and m.group(2) in whole:
+            return f"model.layers.{m.group(1)}.{whole[m.group(2)]}"
         m = re.fullmatch(rf"blk\.(\d+)\.(\w+)\.({_SUFFIXES})", name)
         if m and m.group(2) in names:
             return f"model.layers.{m.group(1)}.{names[m.group(2)]}.{m.group(3)}"
@@ -68,6 +77,8 @@ def expected_names(family: ModuleType, num_layers: int) -> dict[str, str]:
         for g, hf in layer_names(family).items():
             for suffix in ("weight", "bias"):
                 names[f"blk.{i}.{g}.{suffix}"] = f"model.layers.{i}.{hf}.{suffix}"
+        for g, hf in layer_tensors(family).items():
+            names[f"blk.{i}.{g}"] = f"model.layers.{i}.{hf}"
     return names
 
 

@@ -11,12 +11,12 @@ FAMILIES: tuple[ModuleType, ...] = (llama, qwen2, qwen3, qwen3_5, gemma3)
 # GGUF architectures of a family implemented here whose GGUF layout is not mapped onto it
 _UNMAPPED_GGUF = {
     arch: (
-        f"GGUF architecture {arch!r} (Qwen3.5 / Qwen3-Next) is not mapped yet: llama.cpp's "
-        "converter splits and reorders the Gated DeltaNet projections (ssm_*, attn_qkv, "
-        "attn_gate) and stores A as -exp(A_log), which the qwen3_5 family does not read; "
-        "load the Hugging Face or MLX directory of this model instead"
+        f"GGUF architecture {arch!r} ({name}) is not mapped: beside its Gated DeltaNet layers "
+        "it has mixture-of-experts MLPs (llama.cpp's ffn_*_exps), which the engine does not "
+        "implement; a dense Qwen3.5 GGUF ('qwen35') or the Hugging Face or MLX directory of a "
+        "dense model loads instead"
     )
-    for arch in ("qwen35", "qwen3next")
+    for arch, name in (("qwen3next", "Qwen3-Next"), ("qwen35moe", "Qwen3.5-MoE"))
 }
 
 

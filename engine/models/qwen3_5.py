@@ -16,6 +16,10 @@ On-disk layouts this file accepts, all mapped onto one forward:
   head; re-ordered here at load into the plain q|k|v, z, b, a order.
 - MLX conversions (mlx-lm / mlx-vlm): `language_model.model.*`, conv1d (C, K, 1), and their
   sanitize() has already added 1 to the zero-centred norms, so no offset is applied again.
+- GGUF `qwen35` (llama.cpp's convert_hf_to_gguf.py, engine/models/qwen3_5_gguf.py): norms
+  stored as 1 + w, A as -exp(A_log), conv1d (C, K), and the value heads in tiled order
+  (value head r * nk + g belongs to key head g; HF groups them, g * R + r), so key heads are
+  tiled, not repeated in place, and no weight is permuted back.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from dataclasses import replace
 from typing import Any
 
 from engine.errors import ModelLoadError
-from engine.models import llama
+from engine.models import llama, qwen3_5_gguf
 from engine.models.base import (
     FULL,
     LINEAR,
@@ -39,7 +43,10 @@ from engine.state import RecurrentState
 from kernels.ops import Array, Ops, QuantizedWeight
 
 HF_MODEL_TYPES = ("qwen3_5", "qwen3_5_text", "qwen3_next")
-GGUF_ARCHITECTURES = ()
+GGUF_ARCHITECTURES = ("qwen35",)
+GGUF_LAYER_NAMES = qwen3_5_gguf.LAYER_NAMES
+GGUF_LAYER_TENSORS = qwen3_5_gguf.LAYER_TENSORS
+config_from_gguf = qwen3_5_gguf.config_from_gguf
 
 CHUNKED_ABOVE = 16  # rows; shorter runs (decode, verify) take the token-by-token kernel
 L2_NORM_EPS = 1e-6  # HF's l2norm(x) = x * rsqrt(sum(x^2) + 1e-6), as in flash-linear-attention
@@ -136,6 +143,7 @@ class GatedDeltaNet:
                 weights.source, f"bad linear-attention config: {nk} key heads, {nv} value heads"
             )
         self.nk, self.nv, self.dk, self.dv, self.K = nk, nv, dk, dv, K
+        self.tiled = cfg.extra.get(qwen3_5_gguf.VALUE_HEAD_ORDER) == "tiled"
         self.key_dim, self.value_dim = nk * dk, nv * dv
         self.conv_dim = 2 * self.key_dim + self.value_dim  # conv channels: q | k | v
 
@@ -153,14 +161,18 @@ class GatedDeltaNet:
 
         conv_name = f"{prefix}.conv1d.weight"
         conv = weights.get(conv_name)
-        if tuple(conv.shape) not in ((self.conv_dim, 1, K), (self.conv_dim, K, 1)):
+        shapes = [(self.conv_dim, 1, K), (self.conv_dim, K, 1), (self.conv_dim, K)]
+        if tuple(conv.shape) not in shapes:
             raise ModelLoadError(
                 weights.source,
                 f"tensor {weights.name_of.get(conv_name, conv_name)!r} has shape "
-                f"{tuple(conv.shape)}, expected {(self.conv_dim, 1, K)} or {(self.conv_dim, K, 1)}",
+                f"{tuple(conv.shape)}, expected one of {shapes}",
             )
         self.conv_weight = ops.norm_weight(conv.reshape(self.conv_dim, K))  # [C, K]
-        self.neg_A = -ops.exp(ops.norm_weight(weights.get(f"{prefix}.A_log", (nv,))))
+        if weights.has(f"{prefix}.A"):  # a GGUF's ssm_a: A = -exp(A_log) already
+            self.neg_A = ops.norm_weight(weights.get(f"{prefix}.A", (nv,)))
+        else:
+            self.neg_A = -ops.exp(ops.norm_weight(weights.get(f"{prefix}.A_log", (nv,))))
         self.dt_bias = ops.norm_weight(weights.get(f"{prefix}.dt_bias", (nv,)))
         # RMSNormGated's weight is ones-initialised, not zero-centred: no norm_offset here.
         self.norm = ops.norm_weight(weights.get(f"{prefix}.norm.weight", (dv,)))
@@ -185,9 +197,12 @@ class GatedDeltaNet:
         return (self.conv_dim, self.K, self.nv, self.dk, self.dv)
 
     def _repeat_heads(self, x: Array) -> Array:
-        """[L, nk, d] -> [L, nv, d], each key head repeated nv/nk times in a row."""
+        """[L, nk, d] -> [L, nv, d]: each key head repeated nv/nk times in a row (HF's grouped
+        value heads), or the nk heads tiled nv/nk times (a GGUF's tiled value heads)."""
         L, _, d = (int(s) for s in x.shape)
         R = self.nv // self.nk
+        if self.tiled:
+            return self.ops.concat([x] * R, axis=1)
         return self.ops.concat([x[:, :, None]] * R, axis=2).reshape(L, self.nv, d)
 
     def __call__(self, x: Array, layer_state: RecurrentState, offset: int) -> Array:
@@ -226,6 +241,7 @@ def _norms_already_shifted(cfg: ModelConfig, weights: Weights) -> bool:
 def build(ops: Ops, cfg: ModelConfig, weights: Weights) -> DecoderModel:
     if _norms_already_shifted(cfg, weights):
         cfg = replace(cfg, norm_offset=0.0)
+    qwen3_5_gguf.skip_mtp_layers(cfg, weights)
     mixers: list[Any] = []
     for i in range(cfg.num_layers):
         prefix = f"model.layers.{i}"

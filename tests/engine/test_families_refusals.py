@@ -90,7 +90,7 @@ def _rewrite_gguf_key(path: Path, out: Path, key: str, value: str) -> None:
     ("key", "value", "named"),
     [
         ("llama.rope.scaling.type", "longrope", "rope.scaling.type 'longrope'"),
-        ("general.architecture", "qwen35", "'qwen35'"),
+        ("general.architecture", "qwen35moe", "'qwen35moe'"),
         ("general.architecture", "qwen3next", "Gated DeltaNet"),
     ],
 )
