@@ -40,11 +40,12 @@ LAYER_NAMES = {
     "ssm_out": "linear_attn.out_proj",
     "post_attention_norm": "post_attention_layernorm",
 }
-_SSM_KEYS = ("conv_kernel", "state_size", "group_count", "time_step_rank", "inner_size")
 LAYER_TENSORS = {  # whole names: ssm_a has no suffix, and holds A, not A_log
     "ssm_a": "linear_attn.A",
     "ssm_dt.bias": "linear_attn.dt_bias",
 }
+# group_count: key heads; time_step_rank: value heads; state_size: key head dim
+_SSM_KEYS = ("conv_kernel", "state_size", "group_count", "time_step_rank", "inner_size")
 
 
 def _array(value: Any) -> list[Any]:
@@ -81,7 +82,7 @@ def config_from_gguf(meta: dict[str, Any], arch: str) -> ModelConfig:
         raise ValueError(f"{arch} rope.scaling.type {scaling.rope_type!r} is not supported")
     sections = get("rope.dimension_sections")
     if sections is not None and any(int(s) for s in _array(sections)[3:]):
-        # llama.cpp gives text tokens position 0 in the fourth section: not plain rope there
+        # HF's Qwen3.5 rotates three sections (t, h, w), all one position on text
         raise ValueError(f"{arch} rope.dimension_sections {_array(sections)}: a fourth section")
     num_blocks = int(get("block_count"))
     num_mtp = int(get("nextn_predict_layers", 0) or 0)
