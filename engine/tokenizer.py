@@ -9,7 +9,6 @@ streaming detokenizer that never shows half a character.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,8 +27,6 @@ from engine.tokenizer_dir import (
 )
 from engine.tokenizer_spm import build_spm
 
-log = logging.getLogger(__name__)
-
 # GGUF token types (llama.cpp's llama_token_type): 3 = control, 4 = user-defined.
 TOKEN_TYPE_CONTROL = 3
 TOKEN_TYPE_USER_DEFINED = 4
@@ -44,11 +41,23 @@ _QWEN2_REGEX = (
     r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+"
     r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
+# Qwen3.5 keeps combining marks (\p{M}) with their letters.
+_QWEN35_REGEX = (
+    r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+"
+    r"|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
 # `tokenizer.ggml.pre` names grouped as llama.cpp groups them.
 _LLAMA3_NAMES = frozenset({"llama3", "llama-v3", "llama-bpe", "falcon3", "pixtral", "dbrx"})
 _QWEN2_NAMES = frozenset({"qwen2", "stablelm2", "hunyuan", "deepseek-r1-qwen"})
 _DIGIT_NAMES = frozenset({"smollm", "starcoder", "refact", "codeshell", "command-r"})
-_GPT2_NAMES = frozenset({"default", "gpt-2", "gpt2", "mpt", "olmo", "jais"})
+_QWEN35_NAMES = frozenset({"qwen35"})
+_GPT2_NAMES = frozenset({"default", "gpt-2", "gpt2", "phi-2", "mpt", "olmo", "jais"})
+_REGEXES = {
+    **dict.fromkeys(_LLAMA3_NAMES, _LLAMA3_REGEX),
+    **dict.fromkeys(_QWEN2_NAMES, _QWEN2_REGEX),
+    **dict.fromkeys(_QWEN35_NAMES, _QWEN35_REGEX),
+}
+KNOWN_PRE_TOKENIZERS = sorted(_DIGIT_NAMES | _GPT2_NAMES | _REGEXES.keys())
 
 # Special tokens that end a turn, as llama.cpp collects its end-of-generation set: a model
 # may emit any of these instead of its declared EOS, and generation must stop on each.
@@ -70,13 +79,17 @@ def _pre_tokenizer(pre: str) -> tuple[pre_tokenizers.PreTokenizer, bool]:
         digits = pre_tokenizers.Digits(individual_digits=True)
         byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False)
         return pre_tokenizers.Sequence([digits, byte_level]), False
-    if pre in _LLAMA3_NAMES or pre in _QWEN2_NAMES:
-        regex = _LLAMA3_REGEX if pre in _LLAMA3_NAMES else _QWEN2_REGEX
-        split = pre_tokenizers.Split(Regex(regex), behavior="isolated")
+    if pre in _REGEXES:
+        split = pre_tokenizers.Split(Regex(_REGEXES[pre]), behavior="isolated")
         byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
         return pre_tokenizers.Sequence([split, byte_level]), pre in _LLAMA3_NAMES
     if pre not in _GPT2_NAMES:
-        log.warning("unknown tokenizer.ggml.pre %r; using the gpt2 pre-tokenizer", pre)
+        # llama.cpp refuses an unknown name too: another split would give other ids, and the
+        # model would answer plausible nonsense
+        raise ValueError(
+            f"tokenizer.ggml.pre {pre!r} is a pre-tokenizer this app does not implement "
+            f"(implemented: {', '.join(KNOWN_PRE_TOKENIZERS)})"
+        )
     return pre_tokenizers.ByteLevel(add_prefix_space=False), False
 
 
@@ -145,7 +158,10 @@ class Tokenizer:
         if model_kind == "llama":
             hf = _sentencepiece(meta, tokens, types, path)
         else:
-            hf = _byte_level_bpe(need("tokenizer.ggml.merges"), tokens, types, pre)
+            try:
+                hf = _byte_level_bpe(need("tokenizer.ggml.merges"), tokens, types, pre)
+            except ValueError as exc:
+                raise ModelLoadError(path, str(exc)) from None
 
         bos = meta.get("tokenizer.ggml.bos_token_id")
         eos = meta.get("tokenizer.ggml.eos_token_id")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
 from typing import Any
 
@@ -200,13 +199,6 @@ def test_gguf_llama3_adds_bos_unless_the_file_says_not():
     assert not Tokenizer.from_gguf_metadata(told, "tiny.gguf").add_bos
 
 
-def test_gguf_unknown_pre_tokenizer_warns_and_uses_gpt2(caplog: pytest.LogCaptureFixture):
-    with caplog.at_level(logging.WARNING, logger="engine.tokenizer"):
-        tok = Tokenizer.from_gguf_metadata(tiny_gguf_metadata("no-such-pre"), "tiny.gguf")
-    assert "no-such-pre" in caplog.text
-    assert pieces(tok, "12345") == ["12", "34", "5"]
-
-
 def test_gguf_sentencepiece_model_without_scores_is_refused():
     # SentencePiece is served (tests/engine/test_tokenizer_spm.py), but not without scores
     meta = tiny_gguf_metadata("default", **{"tokenizer.ggml.model": "llama"})
@@ -322,3 +314,19 @@ def test_stream_work_per_token_is_bounded(bytewise: Tokenizer, monkeypatch: pyte
     assert "".join(stream(bytewise, ids)) == original(ids)
     # A window of a few ids at a time, not the whole growing sequence.
     assert max(decoded) <= 5 and sum(decoded) <= 6 * len(ids)
+
+
+def test_gguf_qwen35_pre_tokenizer_keeps_combining_marks_with_their_letters():
+    """llama.cpp's qwen35 split: [\\p{L}\\p{M}]+ where qwen2 has \\p{L}+ (so a decomposed é
+    is one word there and two pieces under qwen2)."""
+    words = {}
+    for pre in ("qwen2", "qwen35"):
+        tok = Tokenizer.from_gguf_metadata(tiny_gguf_metadata(pre), "tiny.gguf")
+        words[pre] = [w for w, _ in tok.hf.pre_tokenizer.pre_tokenize_str("cafe\u0301 ok")]
+    assert len(words["qwen2"]) == 3 and len(words["qwen35"]) == 2
+
+
+def test_gguf_unknown_pre_tokenizer_is_refused_by_name():
+    with pytest.raises(ModelLoadError, match="'deepseek-llm' is a pre-tokenizer") as err:
+        Tokenizer.from_gguf_metadata(tiny_gguf_metadata("deepseek-llm"), "tiny.gguf")
+    assert "qwen35" in str(err.value) and "smollm" in str(err.value)
