@@ -1,7 +1,9 @@
 """The MLX backend: the GPU path (Metal or CUDA) and the plain reference path on a CPU.
 
-Quantized weights stay packed and go through `mx.quantized_matmul`; compute runs in
-float16/bfloat16 on a GPU and float32 on the CPU (float16 is ~40x slower there).
+Quantized weights stay packed and go through `mx.quantized_matmul` (a fused projection
+whose parts are quantized differently as `kernels.row_parts.RowParts`, one matmul a part);
+compute runs in float16/bfloat16 on a GPU and float32 on the CPU (float16 is ~40x slower
+there).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import numpy as np
 
 from kernels import gated_delta_cuda, gated_delta_mlx, quantized
 from kernels.quantized import QuantizedWeight
+from kernels.row_parts import RowParts, join_runs
 
 _DTYPES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
 
@@ -23,6 +26,23 @@ def _gelu_tanh(x: mx.array) -> mx.array:
     """GELU's tanh approximation (Hendrycks & Gimpel 2016), PyTorch's approximate="tanh"."""
     inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * x * x * x)
     return 0.5 * x * (1.0 + mx.tanh(inner))
+
+
+def _packed_kind(w: Any) -> tuple[int, int] | None:
+    """Which neighbours a part joins into one quantized matrix; dense parts keep their own
+    matmul (a wider dense matmul need not give a column the same value)."""
+    return (w.group_size, w.bits) if isinstance(w, QuantizedWeight) else None
+
+
+def _concat_quantized(ws: list[QuantizedWeight]) -> QuantizedWeight:
+    first = ws[0]
+    return QuantizedWeight(
+        mx.concatenate([w.packed for w in ws]),
+        mx.concatenate([w.scales for w in ws]),
+        mx.concatenate([w.biases for w in ws]),
+        first.group_size,
+        first.bits,
+    )
 
 
 def default_dtype() -> Any:
@@ -53,19 +73,21 @@ class MlxOps:
         return self.asarray(w)
 
     def concat_weights(self, ws: list[Any]) -> Any:
-        if all(isinstance(w, QuantizedWeight) for w in ws):
-            first = ws[0]
-            if all((w.group_size, w.bits) == (first.group_size, first.bits) for w in ws):
-                return QuantizedWeight(
-                    mx.concatenate([w.packed for w in ws]),
-                    mx.concatenate([w.scales for w in ws]),
-                    mx.concatenate([w.biases for w in ws]),
-                    first.group_size,
-                    first.bits,
-                )
-        return mx.concatenate([self._dense(w) for w in ws])
+        """`weight`s' rows in one weight (a fused projection)."""
+        if not any(isinstance(w, QuantizedWeight) for w in ws):  # all dense [out, in]
+            return mx.concatenate(ws)
+        parts = join_runs(ws, _packed_kind, _concat_quantized)
+        if len(parts) == 1:
+            return parts[0]
+        # parts quantized differently (Gemma 3's 5-bit q|k and 8-bit v) stay quantized, each
+        # its own matmul; a dense copy would read 3-6x the bytes per decode step
+        rows = tuple(int(p.shape[0]) for p in parts)
+        return RowParts(tuple(parts), rows, int(parts[0].shape[1]))
 
     def _dense(self, w: Any) -> mx.array:
+        """A weight from `weight` or `concat_weights` as one dense [out, in] matrix."""
+        if isinstance(w, RowParts):
+            return mx.concatenate([self._dense(p) for p in w.parts])
         if isinstance(w, QuantizedWeight):
             return mx.dequantize(
                 w.packed, w.scales, w.biases, group_size=w.group_size, bits=w.bits
@@ -85,6 +107,8 @@ class MlxOps:
         return np.array(mx.argmax(x, axis=-1))
 
     def linear(self, x: mx.array, w: Any) -> mx.array:
+        if isinstance(w, RowParts):  # each part's columns of x @ W^T, side by side
+            return mx.concatenate([self.linear(x, p) for p in w.parts], axis=-1)
         if isinstance(w, QuantizedWeight):
             return mx.quantized_matmul(
                 x,
@@ -98,6 +122,8 @@ class MlxOps:
         return x @ w.T
 
     def embed(self, table: Any, ids: np.ndarray) -> mx.array:
+        if isinstance(table, RowParts):
+            return self._embed_parts(table, np.array(ids))
         idx = ids if isinstance(ids, mx.array) else mx.array(ids.astype(np.int32))
         if isinstance(table, QuantizedWeight):
             return mx.dequantize(
@@ -108,6 +134,15 @@ class MlxOps:
                 bits=table.bits,
             ).astype(self.dtype)
         return table[idx]
+
+    def _embed_parts(self, table: RowParts, ids: np.ndarray) -> mx.array:
+        """Each part's rows, gathered part by part, then put back in the order of ids."""
+        found = table.locate(ids)
+        if not found:
+            return mx.zeros((0, table.shape[1]), dtype=self.dtype)
+        rows = mx.concatenate([self.embed(part, local) for part, _, local in found])
+        order = np.argsort(np.concatenate([positions for _, positions, _ in found]))
+        return rows[mx.array(order.astype(np.int32))]
 
     def rms_norm(self, x: mx.array, w: mx.array | None, eps: float) -> mx.array:
         return mx.fast.rms_norm(x, w, eps)

@@ -8,7 +8,8 @@ Quantized weights (2 to 8 bits, groups of 16 or a multiple of 32) stay packed as
 `kernels.qmatmul.QMatrix` when the C kernel is built: decode reads ~5x fewer bytes per
 token than from a float32 copy. Other weights (and every weight when the kernel is not
 built or is switched off, `make_ops(qmatmul=False)`) are dequantized once at load into
-the layout BLAS wants.
+the layout BLAS wants. A fused projection whose parts are packed differently stays
+packed as `kernels.row_parts.RowParts`, one kernel call per part.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import numpy as np
 from kernels import gated_delta, qmatmul, quantized
 from kernels.qmatmul import QMatrix
 from kernels.quantized import QuantizedWeight
+from kernels.row_parts import RowParts, join_runs
 
 F32 = np.float32
 
@@ -34,9 +36,17 @@ def _as_f32(x: Any) -> np.ndarray:
     return np.array(x.astype(mx.float32), dtype=F32)
 
 
-def _dense_t(w: np.ndarray | QMatrix) -> np.ndarray:
-    """A weight from `NumpyOps.weight` as dense float32 [in, out]."""
-    return np.ascontiguousarray(qmatmul.dequantize(w).T) if isinstance(w, QMatrix) else w
+Weight = np.ndarray | QMatrix | RowParts  # what `NumpyOps.weight` and `concat_weights` give
+
+
+def _packed_kind(w: np.ndarray | QMatrix) -> tuple[int, int, int] | None:
+    """Which neighbours a part joins into one QMatrix; dense parts keep their own matmul
+    (BLAS need not give a column the same value in a wider matrix)."""
+    return (w.bits, w.group_size, w.shape[1]) if isinstance(w, QMatrix) else None
+
+
+def _rows_of(w: np.ndarray | QMatrix) -> int:
+    return w.shape[0] if isinstance(w, QMatrix) else w.shape[1]  # dense is [in, out]
 
 
 class NumpyOps:
@@ -62,13 +72,18 @@ class NumpyOps:
     def norm_weight(self, w: Any) -> np.ndarray:
         return _as_f32(w)
 
-    def concat_weights(self, ws: list[Any]) -> np.ndarray | QMatrix:
-        first, rest = ws[0], ws[1:]
-        packed = isinstance(first, QMatrix) and all(isinstance(w, QMatrix) for w in rest)
-        if packed and first.can_concat(rest):
-            return first.concat(rest)
-        # mixed kinds (a fused projection of quantized and dense parts): dense [in, out]
-        return np.ascontiguousarray(np.concatenate([_dense_t(w) for w in ws], axis=1))
+    def concat_weights(self, ws: list[np.ndarray | QMatrix]) -> Weight:
+        """`weight`s' rows in one weight (a fused projection)."""
+        dense = [w for w in ws if not isinstance(w, QMatrix)]
+        if len(dense) == len(ws):  # all dense: one BLAS matrix
+            return np.ascontiguousarray(np.concatenate(dense, axis=1))
+        parts = join_runs(ws, _packed_kind, lambda run: run[0].concat(run[1:]))
+        if len(parts) == 1:
+            return parts[0]
+        # parts packed differently (Gemma 3's Q5_0 q|k and Q8_0 v) stay packed, each its own
+        # matmul; one dense float32 copy would be ~5x the bytes a decode step reads
+        k = parts[0].shape[1] if isinstance(parts[0], QMatrix) else parts[0].shape[0]
+        return RowParts(tuple(parts), tuple(_rows_of(p) for p in parts), k)
 
     # -- arrays --------------------------------------------------------------------
     def asarray(self, x: Any) -> np.ndarray:
@@ -77,14 +92,34 @@ class NumpyOps:
     def to_numpy(self, x: np.ndarray) -> np.ndarray:
         return x
 
-    def linear(self, x: np.ndarray, w: np.ndarray | QMatrix) -> np.ndarray:
+    def linear(self, x: np.ndarray, w: Weight) -> np.ndarray:
         if isinstance(w, QMatrix):
             return qmatmul.matmul(x, w)
+        if isinstance(w, RowParts):
+            return self._linear_parts(x, w)
         return x @ w
 
-    def embed(self, table: np.ndarray | QMatrix, ids: np.ndarray) -> np.ndarray:
+    def _linear_parts(self, x: np.ndarray, w: RowParts) -> np.ndarray:
+        """x @ W^T a part at a time, each into its columns of one output: exactly the
+        separate matmuls' numbers (the kernel writes a decode row's slice in place)."""
+        n, k = w.shape
+        x2 = x.reshape(-1, k)  # [m, k]
+        out = np.empty((x2.shape[0], n), dtype=F32)
+        for part, (start, stop) in zip(w.parts, w.bounds(), strict=True):
+            if isinstance(part, QMatrix):
+                qmatmul.matmul(x2, part, out=out[:, start:stop])
+            else:
+                out[:, start:stop] = x2 @ part
+        return out.reshape(*x.shape[:-1], n)
+
+    def embed(self, table: Weight, ids: np.ndarray) -> np.ndarray:
         if isinstance(table, QMatrix):  # [vocab, hidden]: dequantize only the rows asked for
             return qmatmul.embed_rows(table, ids)
+        if isinstance(table, RowParts):
+            out = np.empty((np.size(ids), table.shape[1]), dtype=F32)
+            for part, positions, rows in table.locate(ids):
+                out[positions] = self.embed(part, rows)
+            return out
         # the table is held [hidden, vocab] like any weight, so a tied lm_head reuses it
         return np.ascontiguousarray(table[:, ids].T)
 

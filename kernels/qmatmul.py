@@ -184,20 +184,32 @@ def _require_ext() -> Any:
 # -- the fast path -----------------------------------------------------------------------
 
 
-def matmul(x: np.ndarray, qm: QMatrix) -> np.ndarray:
-    """x [..., k] @ W^T -> [..., n] in float32: the kernel for few rows, BLAS for many."""
+def matmul(x: np.ndarray, qm: QMatrix, out: np.ndarray | None = None) -> np.ndarray:
+    """x [..., k] @ W^T -> [..., n] in float32: the kernel for few rows, BLAS for many.
+
+    out: a float32 [m, n] array (m rows of x) to fill and return instead, such as one
+    part's columns of a wider output (kernels/row_parts.py); the kernel writes straight
+    into a C-contiguous one (a decode row's slice), any other gets a copy of the result.
+    """
     ext = _require_ext()
     n = qm.packed.shape[0]
     x2 = x if x.ndim == 2 else x.reshape(-1, x.shape[-1])  # [m, k]
     if x2.dtype != F32 or not x2.flags.c_contiguous:
         x2 = np.ascontiguousarray(x2, dtype=F32)
     m = x2.shape[0]
+    if out is not None and out.shape != (m, n):
+        raise ValueError(f"out must be [{m}, {n}], not {list(out.shape)}")
+    direct = out if out is not None and out.dtype == F32 and out.flags.c_contiguous else None
     if m <= KERNEL_MAX_ROWS:
-        out = np.empty((m, n), dtype=F32)
-        ext.matmul(x2, qm.packed, qm.scales, qm.biases, qm.group_size, qm.bits, out)
+        result = direct if direct is not None else np.empty((m, n), dtype=F32)
+        ext.matmul(x2, qm.packed, qm.scales, qm.biases, qm.group_size, qm.bits, result)
     else:
-        out = _matmul_blocked(x2, qm)
-    return out if x.ndim == 2 else out.reshape(*x.shape[:-1], n)
+        result = _matmul_blocked(x2, qm)
+    if out is not None:
+        if result is not out:
+            out[...] = result
+        return out
+    return result if x.ndim == 2 else result.reshape(*x.shape[:-1], n)
 
 
 _scratch = threading.local()

@@ -15,6 +15,7 @@ from kernels.ops import make_ops
 from kernels.ops_numpy import NumpyOps
 from kernels.qmatmul import QMatrix
 from kernels.quantized import QuantizedWeight
+from kernels.row_parts import RowParts
 
 pytestmark = pytest.mark.skipif(
     not qmatmul.available(), reason="kernels._qmatmul is not built (pip install -e . builds it)"
@@ -192,7 +193,7 @@ def test_numpy_ops_keep_quantized_weights_packed() -> None:
         packed.embed(packed.weight(qws[0]), ids), dense.embed(dense.weight(qws[0]), ids), atol=1e-6
     )
     mixed = packed.concat_weights([packed.weight(qws[0]), packed.weight(mats[1])])
-    assert isinstance(mixed, np.ndarray) and mixed.shape == (64, 48)  # dense [in, out]
+    assert isinstance(mixed, RowParts) and mixed.rows == (32, 16)  # test_mixed_concat.py
 
 
 @pytest.mark.parametrize("threads", [1, 2])
