@@ -105,7 +105,7 @@ class NumpyOps:
         n, k = w.shape
         x2 = x.reshape(-1, k)  # [m, k]
         out = np.empty((x2.shape[0], n), dtype=F32)
-        for part, (start, stop) in zip(w.parts, w.bounds(), strict=True):
+        for part, (start, stop) in zip(w.parts, w.bounds, strict=True):
             if isinstance(part, QMatrix):
                 qmatmul.matmul(x2, part, out=out[:, start:stop])
             else:

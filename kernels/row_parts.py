@@ -11,8 +11,10 @@ matmuls, bit for bit.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -41,10 +43,12 @@ class RowParts:
     def nbytes(self) -> int:
         return sum(int(part.nbytes) for part in self.parts)
 
-    def bounds(self) -> list[tuple[int, int]]:
-        """Each part's rows of the whole: [start, stop) (its columns of x @ W^T)."""
-        stops = np.cumsum(self.rows).tolist()
-        return list(zip([0, *stops[:-1]], stops, strict=True))
+    @cached_property
+    def bounds(self) -> tuple[tuple[int, int], ...]:
+        """Each part's rows of the whole: [start, stop) (its columns of x @ W^T); kept, as
+        a decode step asks for them once a layer."""
+        stops = tuple(itertools.accumulate(self.rows))
+        return tuple(zip((0, *stops[:-1]), stops, strict=True))
 
     def locate(self, ids: np.ndarray) -> list[tuple[Any, np.ndarray, np.ndarray]]:
         """Rows `ids` by part (an embedding lookup): (part, positions in ids, its own row
@@ -54,7 +58,7 @@ class RowParts:
         if ids.size and (ids.min() < 0 or ids.max() >= n):
             raise IndexError(f"row ids must lie in [0, {n})")
         found = []
-        for part, (start, stop) in zip(self.parts, self.bounds(), strict=True):
+        for part, (start, stop) in zip(self.parts, self.bounds, strict=True):
             positions = np.flatnonzero((ids >= start) & (ids < stop))
             if positions.size:
                 found.append((part, positions, ids[positions] - start))
