@@ -3,8 +3,6 @@ plain prompt is llama.cpp's, and a rollback past the window equals a fresh prefi
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -16,10 +14,6 @@ from engine.state import SnapshotPolicy
 
 pytestmark = pytest.mark.real_model
 
-CANDIDATES = (
-    Path("~/.cache/branchchat/models").expanduser() / GEMMA3_270M.file_name,
-    Path("/tmp/gemma") / GEMMA3_270M.file_name,
-)
 BOS = 2
 # llama-cpp-python 0.3.36 on the same file, greedy after [BOS] "The capital of France is":
 # " the capital of the country of France. It is the largest city"
@@ -28,10 +22,9 @@ LLAMA_CPP_GREEDY = [506, 5279, 529, 506, 2891, 529, 7001, 236761, 1030, 563, 506
 
 @pytest.fixture(scope="module")
 def gemma() -> LoadedModel:
-    path = next((p for p in CANDIDATES if p.is_file()), None)
-    if path is None:
+    if not GEMMA3_270M.is_present():
         pytest.skip("Gemma 3 270M is not downloaded (python -m engine fetch gemma3-270m)")
-    return load_model(path, EngineConfig(backend="numpy"))
+    return load_model(GEMMA3_270M.path(), EngineConfig(backend="numpy"))
 
 
 def test_greedy_continuation_is_llama_cpps(gemma: LoadedModel) -> None:
