@@ -127,7 +127,8 @@ class Session:
 
     def render_raw(self, messages: tuple[ev.Message, ...]) -> Rendered:
         """Plain text completion: the messages' texts joined as they are, BOS as the
-        tokenizer says; each message's end is a turn boundary, as in a chat."""
+        tokenizer says; each message's end is a turn boundary, as in a chat, and so is
+        the position before the last token."""
         text = "".join(m.content for m in messages)
         ids, ends = self.tokenizer.encode_with_ends(text, add_special=self.tokenizer.add_bos)
         boundaries: list[int] = []
@@ -137,6 +138,10 @@ class Session:
             n = bisect.bisect_right(ends, length)
             if 0 < n < len(ids) and (not boundaries or n > boundaries[-1]):
                 boundaries.append(n)
+        # and one before the last token: a regenerate of this reply forks there (its first
+        # logits come from the last token), where no later turn can mark it any more
+        if len(ids) > 1 and (not boundaries or len(ids) - 1 > boundaries[-1]):
+            boundaries.append(len(ids) - 1)
         return Rendered(ids, boundaries)
 
     def fit_context(self, cmd: ev.Generate) -> Rendered:

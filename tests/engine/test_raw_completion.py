@@ -72,7 +72,9 @@ def test_raw_takes_no_system_prompt(base_model, capsys) -> None:
     assert "--raw continues the prompt as it is" in capsys.readouterr().err
 
 
-def test_raw_render_joins_the_texts_with_a_boundary_after_each(base_model) -> None:
+def test_raw_render_joins_the_texts_with_a_boundary_after_each_and_before_the_last(
+    base_model,
+) -> None:
     loaded = load_model(base_model[0], EngineConfig(backend="numpy"))
     session = Session(loaded)
     parts = (ev.Message("user", "Once upon a time"), ev.Message("assistant", ", the sea was"))
@@ -80,7 +82,8 @@ def test_raw_render_joins_the_texts_with_a_boundary_after_each(base_model) -> No
     whole = loaded.tokenizer.encode("Once upon a time, the sea was", add_special=True)
     assert rendered.token_ids == whole
     first = loaded.tokenizer.encode("Once upon a time", add_special=True)
-    assert rendered.boundaries == [len(first)]
+    # the last one: where a regenerate of this reply forks (no later turn can mark it)
+    assert rendered.boundaries == [len(first), len(whole) - 1]
     assert whole[: len(first)] == first
 
 
