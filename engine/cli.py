@@ -6,12 +6,12 @@ import argparse
 import hashlib
 import json
 import os
-import queue
 import sys
 import uuid
 from pathlib import Path
 
 from engine import events as ev
+from engine.cli_client import EventClient
 from engine.config import EngineConfig
 from engine.errors import EngineError
 from engine.model_catalog import (
@@ -91,40 +91,16 @@ def _model_path(name_or_path: str | None) -> Path:
         raise SystemExit(1) from None
 
 
-class _Client:
-    """Blocking helpers over the engine's event stream."""
+class _Client(EventClient):
+    """The terminal's client over a local Engine."""
 
     def __init__(self, config: EngineConfig) -> None:
         from engine.engine import Engine
 
-        self.events: queue.Queue[ev.Event] = queue.Queue()
-        self.engine = Engine(self.events.put, config=config)
+        super().__init__(lambda listener: Engine(listener, config=config))
 
     def load(self, path: str, draft: str | None) -> ev.ModelLoaded | None:
-        self.engine.submit(ev.LoadModel(path, draft))
-        while True:
-            event = self.events.get()
-            if isinstance(event, ev.ModelLoaded):
-                return event
-            if isinstance(event, ev.Failed):
-                print(f"error: {event.message}", file=sys.stderr)
-                return None
-
-    def stream(self, cmd: ev.Generate, echo: bool) -> ev.Finished | ev.Failed:
-        self.engine.submit(cmd)
-        while True:
-            try:
-                event = self.events.get(timeout=0.1)
-            except queue.Empty:
-                continue
-            except KeyboardInterrupt:
-                self.engine.submit(ev.Stop(cmd.request_id))
-                continue
-            if isinstance(event, ev.Tokens) and echo:
-                sys.stdout.write(event.text)
-                sys.stdout.flush()
-            elif isinstance(event, ev.Finished | ev.Failed):
-                return event
+        return self.wait_loaded(ev.LoadModel(path, draft))
 
 
 def _settings(args: argparse.Namespace, raw: bool = False) -> ev.GenerationSettings:

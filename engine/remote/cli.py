@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import queue
 import sys
 from typing import Any
 
 from engine import events as ev
+from engine.cli_client import EventClient
 from engine.remote.connection import ConnectRemote, RemoteConnection
 
 
@@ -35,29 +35,16 @@ def connection_from(args: argparse.Namespace) -> RemoteConnection:
     )
 
 
-class RemoteClient:
-    """engine/cli.py's client (load, stream, engine) over a RemoteEngine."""
+class RemoteClient(EventClient):
+    """The terminal's client over a RemoteEngine: connect, then stream as the local one."""
 
     def __init__(self, stop_sequences: tuple[str, ...]) -> None:
         from engine.remote.engine import RemoteEngine
 
-        self.events: queue.Queue[ev.Event] = queue.Queue()
-        self.engine = RemoteEngine(self.events.put, stop_sequences=stop_sequences)
+        super().__init__(lambda listener: RemoteEngine(listener, stop_sequences=stop_sequences))
 
     def connect(self, connection: RemoteConnection) -> ev.ModelLoaded | None:
-        self.engine.submit(ConnectRemote(connection))
-        while True:
-            event = self.events.get()
-            if isinstance(event, ev.ModelLoaded):
-                return event
-            if isinstance(event, ev.Failed):
-                print(f"error: {event.message}", file=sys.stderr)
-                return None
-
-    def stream(self, cmd: ev.Generate, echo: bool) -> ev.Finished | ev.Failed:
-        from engine.cli import _Client
-
-        return _Client.stream(self, cmd, echo)  # type: ignore[arg-type]  # same fields
+        return self.wait_loaded(ConnectRemote(connection))
 
 
 def run(args: argparse.Namespace) -> int:
