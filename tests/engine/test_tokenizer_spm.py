@@ -16,7 +16,6 @@ from engine.errors import ModelLoadError
 from engine.tokenizer import StreamingDetokenizer, Tokenizer
 
 FIXTURE = Path(__file__).parent / "fixtures" / "gemma3_tokenization.json"
-GEMMA_FILE = Path("/tmp/gemma/gemma-3-270m-q4_k_m.gguf")
 BYTES = [f"<0x{b:02X}>" for b in range(256)]
 
 
@@ -120,9 +119,9 @@ def gguf_metadata(path: Path) -> dict[str, Any]:
 
 
 def _gemma_path() -> Path:
-    for path in (model_catalog.GEMMA3_270M.path(), GEMMA_FILE):
-        if path.is_file():
-            return path
+    path = model_catalog.GEMMA3_270M.path()
+    if path.is_file():
+        return path
     pytest.skip("Gemma 3 270M is not fetched (python -m engine fetch gemma3-270m)")
 
 
