@@ -34,7 +34,9 @@ QWEN3_GUARDED = (
     "{%- set content = content.split('</think>')[-1].lstrip('\\n') %}{%- endif %}"
     "{{- '<|im_start|>' + message.role + '\\n' + content + '<|im_end|>\\n' }}"
     "{%- endfor %}"
-    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}"
+    "{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}{%- endif %}"
 )
 
 
@@ -75,3 +77,28 @@ def test_a_rewritten_history_still_reuses_the_longest_common_prefix(guarded_dir)
     # the second prompt differs inside the stripped reasoning: everything before is reused
     assert 0 < finished.stats.reused_tokens < len(held)
     assert finished.token_ids == fresh_finished(guarded_dir, second, greedy(max_tokens=6)).token_ids
+
+
+def test_a_system_prompt_chat_with_thinking_on_then_off_reuses_its_prefix(guarded_dir):
+    """The issue's case whole: Qwen3's guard, its <think> stripping and its switch, over a
+    chat with a system prompt; each reply equals a fresh engine's, each turn reuses."""
+    first = (system("You are terse."), user("Name a colour."))
+    on, off = (
+        greedy(max_tokens=6, enable_thinking=True),
+        greedy(max_tokens=6, enable_thinking=False),
+    )
+    with Runner() as runner:
+        runner.load(guarded_dir)
+        thought = runner.generate(first, on)
+        assert thought.token_ids == fresh_finished(guarded_dir, first, on).token_ids
+        second = (*first, assistant("<think>\nred\n</think>\n\nRed."), user("Another?"))
+        plain = runner.generate(second, off)
+        session = runner.engine.session
+        assert session is not None  # the switch reached the template: an empty block
+        assert session.tokenizer.decode(runner.state_tokens()).count("<think>\n\n</think>") == 1
+        assert plain.token_ids == fresh_finished(guarded_dir, second, off).token_ids
+        third = (*second, assistant("Blue."), user("And one more?"))
+        again = runner.generate(third, on)
+        assert again.token_ids == fresh_finished(guarded_dir, third, on).token_ids
+    for finished in (plain, again):
+        assert finished.stats is not None and finished.stats.reused_tokens > 0
