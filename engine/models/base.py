@@ -8,6 +8,7 @@ attention heads are [H, L, Dh].
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,6 +85,24 @@ class ModelConfig:
     @property
     def rope_dims(self) -> int:
         return self.rotary_dim or self.head_dim
+
+
+def text_model_renamer(
+    dropped: tuple[str, ...], renamed: tuple[tuple[str, str], ...]
+) -> Callable[[str], str]:
+    """A family's `canonical_name` for checkpoints that wrap the text model (vision-language
+    exports): names under a `dropped` prefix become "" (not read), a `renamed` prefix gives
+    way to its canonical `model.` / `lm_head.`, any other name stays as it is."""
+
+    def canonical_name(name: str) -> str:
+        if name.startswith(dropped):
+            return ""
+        for prefix, canonical in renamed:
+            if name.startswith(prefix):
+                return canonical + name[len(prefix) :]
+        return name
+
+    return canonical_name
 
 
 class Weights:

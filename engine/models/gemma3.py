@@ -32,6 +32,7 @@ from engine.models.base import (
     Weights,
     default_rope,
     norm_weight,
+    text_model_renamer,
 )
 from engine.models.rope import Rope
 from kernels.ops import Array, Ops
@@ -61,14 +62,8 @@ _RENAMED = (
 )
 
 
-def canonical_name(name: str) -> str:
-    """The text model's canonical `model.*` / `lm_head.*` name; "" drops the vision tower."""
-    if name.startswith(_DROPPED):
-        return ""
-    for prefix, canonical in _RENAMED:
-        if name.startswith(prefix):
-            return canonical + name[len(prefix) :]
-    return name
+# the text model's canonical `model.*` / `lm_head.*` names; the vision tower are not read
+canonical_name = text_model_renamer(_DROPPED, _RENAMED)
 
 
 def pattern_layer_types(num_layers: int, pattern: int) -> tuple[str, ...]:

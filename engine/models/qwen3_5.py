@@ -38,6 +38,7 @@ from engine.models.base import (
     ModelConfig,
     Weights,
     load_linear,
+    text_model_renamer,
 )
 from engine.state import RecurrentState
 from kernels.ops import Array, Ops, QuantizedWeight
@@ -59,14 +60,8 @@ _RENAMED = (
 )
 
 
-def canonical_name(name: str) -> str:
-    """The text model's canonical `model.*` / `lm_head.*` name; "" drops vision and MTP."""
-    if name.startswith(_DROPPED):
-        return ""
-    for prefix, canonical in _RENAMED:
-        if name.startswith(prefix):
-            return canonical + name[len(prefix) :]
-    return name
+# the text model's canonical `model.*` / `lm_head.*` names; the vision and MTP are not read
+canonical_name = text_model_renamer(_DROPPED, _RENAMED)
 
 
 def config_from_hf(cfg: dict[str, Any]) -> ModelConfig:
