@@ -25,8 +25,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from bench import common
 from engine.config import EngineConfig
 from engine.default_model import default_model_path
@@ -65,40 +63,12 @@ def checked(name: str, path: Path | None) -> str | None:
     return None
 
 
-def summary(runner: Any, ids: list[int], ref_top: np.ndarray, rows: int) -> dict[str, Any]:
-    """Per position: our argmax, log-sum-exp and logits at the reference's top-k ids."""
-    argmax, lse, at_top = [], [], []
-    state = runner.new_state()
-    for start in range(0, len(ids), rows):
-        out = runner.forward(ids[start : start + rows], state, logits="all")
-        logits = np.asarray(runner.ops.to_numpy(out), dtype=np.float32)
-        logits = logits.reshape(-1, runner.config.vocab_size)  # [rows, vocab]
-        argmax.append(logits.argmax(axis=-1))
-        lse.append(topk_stats.log_sum_exp(logits))
-        at_top.append(np.take_along_axis(logits, ref_top[start : start + len(logits)], axis=-1))
-    return {
-        "argmax": np.concatenate(argmax),
-        "lse": np.concatenate(lse),
-        "at_ref_top": np.concatenate(at_top),
-    }
-
-
-def figures(ref: dict, argmax: np.ndarray, lse: np.ndarray, at_ref_top: np.ndarray) -> dict:
-    kl = topk_stats.lumped_kl(ref["f64_top_logits"], ref["f64_lse"], at_ref_top, lse)
-    return {
-        "top1_vs_f64": float(np.mean(argmax == ref["f64_argmax"])),
-        "top1_vs_llama_cpp": float(np.mean(argmax == ref["llama_cpp_argmax"])),
-        "mean_kl_vs_f64": float(kl.mean()),
-        "p99_kl_vs_f64": float(np.quantile(kl, 0.99)),
-    }
-
-
 def measure(name: str, path: Path, args: argparse.Namespace, base: EngineConfig) -> dict:
     # every fixture array is per position: the first --positions of each, for a quick look
     ref = {key: value[: args.positions or None] for key, value in real_reference(name).items()}
     paths, modes = args.paths, args.modes
     ids = [int(t) for t in ref["ids"]]
-    llama_cpp = figures(
+    llama_cpp = topk_stats.figures(
         ref, ref["llama_cpp_argmax"], ref["llama_cpp_lse"], ref["llama_cpp_at_f64_top"]
     )
     out: dict[str, Any] = {"num_positions": len(ids), "llama_cpp_cpu": llama_cpp, "ours": {}}
@@ -108,7 +78,9 @@ def measure(name: str, path: Path, args: argparse.Namespace, base: EngineConfig)
         ours: dict[str, Any] = {"compute_dtype": str(getattr(runner.ops, "dtype", "float32"))}
         for mode in modes:
             began = time.perf_counter()
-            got = figures(ref, **summary(runner, ids, ref["f64_top_ids"], MODES[mode]))
+            got = topk_stats.figures(
+                ref, **topk_stats.teacher_forced(runner, ids, ref["f64_top_ids"], MODES[mode])
+            )
             ours[mode] = {**got, "seconds": round(time.perf_counter() - began, 2)}
             # as each path ends: a run cut short by a time limit still says what it measured
             print(f"{name} {label} {mode}: {json.dumps(ours[mode])}", file=sys.stderr, flush=True)

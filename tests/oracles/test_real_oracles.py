@@ -50,37 +50,14 @@ def located(name: str) -> Path:
 
 def engine_summary(path: Path, backend: str, ids: list[int], ref_top: np.ndarray) -> dict:
     """The engine's argmax, log-sum-exp and logits at the reference's top-k ids, per position."""
-    argmax, lse, at_top = [], [], []
     with on_cpu(backend):
-        runner = load_model(
-            path, EngineConfig(backend=backend, dtype="float32", fused=False)
-        ).runner
-        state = runner.new_state()
-        for start in range(0, len(ids), CHUNK):
-            logits = np.asarray(runner.forward(ids[start : start + CHUNK], state, logits="all"))
-            argmax.append(logits.argmax(axis=-1))
-            lse.append(topk_stats.log_sum_exp(logits))
-            rows = ref_top[start : start + len(logits)]
-            at_top.append(np.take_along_axis(logits, rows, axis=-1))
-    return {
-        "argmax": np.concatenate(argmax),
-        "lse": np.concatenate(lse),
-        "at_ref_top": np.concatenate(at_top),
-    }
-
-
-def figures(ref: dict, argmax: np.ndarray, lse: np.ndarray, at_ref_top: np.ndarray) -> dict:
-    kl = topk_stats.lumped_kl(ref["f64_top_logits"], ref["f64_lse"], at_ref_top, lse)
-    return {
-        "top1_vs_f64": float(np.mean(argmax == ref["f64_argmax"])),
-        "top1_vs_llama_cpp": float(np.mean(argmax == ref["llama_cpp_argmax"])),
-        "mean_kl_vs_f64": float(kl.mean()),
-    }
+        config = EngineConfig(backend=backend, dtype="float32", fused=False)
+        return topk_stats.teacher_forced(load_model(path, config).runner, ids, ref_top, CHUNK)
 
 
 def llama_cpp_figures(ref: dict) -> dict:
     at_top = ref["llama_cpp_at_f64_top"]
-    return figures(ref, ref["llama_cpp_argmax"], ref["llama_cpp_lse"], at_top)
+    return topk_stats.figures(ref, ref["llama_cpp_argmax"], ref["llama_cpp_lse"], at_top)
 
 
 @pytest.mark.parametrize("fixture", ["smollm2", "gemma3_270m"])
@@ -104,7 +81,7 @@ def test_real_model_agrees_with_float64_as_well_as_llama_cpp(name: str, backend:
     path = located(name)
     ref = real_reference(name)
     ids = [int(t) for t in ref["ids"]]
-    ours = figures(ref, **engine_summary(path, backend, ids, ref["f64_top_ids"]))
+    ours = topk_stats.figures(ref, **engine_summary(path, backend, ids, ref["f64_top_ids"]))
     theirs = llama_cpp_figures(ref)
     report = f"{name} {backend}: ours {ours}, llama.cpp {theirs}"
     failures = []

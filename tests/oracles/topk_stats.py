@@ -15,6 +15,8 @@ same partition, so their figures compare. Top-1 agreement is argmax equality.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 TOP_K = 64
@@ -66,3 +68,33 @@ def full_kl(ref_logits: np.ndarray, cand_logits: np.ndarray) -> np.ndarray:
     log_p = np.asarray(ref_logits, np.float64) - log_sum_exp(ref_logits)[:, None]
     log_q = np.asarray(cand_logits, np.float64) - log_sum_exp(cand_logits)[:, None]
     return (np.exp(log_p) * (log_p - log_q)).sum(axis=-1)
+
+
+def teacher_forced(runner: Any, ids: list[int], ref_top: np.ndarray, rows: int) -> dict:
+    """One forward over `ids` in chunks of `rows`: per position our argmax, log-sum-exp and
+    logits at the reference's top-k ids (what `figures` compares)."""
+    argmax, lse, at_top = [], [], []
+    state = runner.new_state()
+    for start in range(0, len(ids), rows):
+        out = runner.forward(ids[start : start + rows], state, logits="all")
+        logits = np.asarray(runner.ops.to_numpy(out), dtype=np.float32)
+        logits = logits.reshape(-1, runner.config.vocab_size)  # [rows, vocab]
+        argmax.append(logits.argmax(axis=-1))
+        lse.append(log_sum_exp(logits))
+        at_top.append(np.take_along_axis(logits, ref_top[start : start + len(logits)], axis=-1))
+    return {
+        "argmax": np.concatenate(argmax),
+        "lse": np.concatenate(lse),
+        "at_ref_top": np.concatenate(at_top),
+    }
+
+
+def figures(ref: dict, argmax: np.ndarray, lse: np.ndarray, at_ref_top: np.ndarray) -> dict:
+    """Top-1 agreement with float64 and with llama.cpp, and the lumped KL to float64."""
+    kl = lumped_kl(ref["f64_top_logits"], ref["f64_lse"], at_ref_top, lse)
+    return {
+        "top1_vs_f64": float(np.mean(argmax == ref["f64_argmax"])),
+        "top1_vs_llama_cpp": float(np.mean(argmax == ref["llama_cpp_argmax"])),
+        "mean_kl_vs_f64": float(kl.mean()),
+        "p99_kl_vs_f64": float(np.quantile(kl, 0.99)),
+    }
