@@ -45,7 +45,15 @@ setup(
             "kernels._qmatmul",
             [
                 f"kernels/csrc/{name}.c"
-                for name in ("matmul", "matmul_any", "attention", "pool", "module")
+                for name in (
+                    "matmul",
+                    "matmul_any",
+                    "attention",
+                    "pool",
+                    "int8_module",
+                    "step_module",
+                    "module",
+                )
             ],
             depends=["kernels/csrc/qmatmul.h"],
             optional=True,

@@ -341,5 +341,8 @@ PyMODINIT_FUNC PyInit__qmatmul(void) {
         return PyErr_Format(PyExc_RuntimeError, "pthread_atfork failed");
     PyObject *m = PyModule_Create(&module);
     if (m && PyModule_AddIntConstant(m, "ABI_VERSION", ABI_VERSION) < 0) Py_CLEAR(m);
+    /* the integer-dot-product kernels (int8_module.c) and the C decode step (step_module.c) */
+    if (m && (PyModule_AddFunctions(m, int8_methods) < 0 || PyModule_AddFunctions(m, step_methods) < 0))
+        Py_CLEAR(m);
     return m;
 }

@@ -150,4 +150,9 @@ void pool_set_num_threads(int n);
 int pool_register_fork_handlers(void); /* 0, or nonzero if pthread_atfork failed */
 void pool_stats(long long *num_jobs, long long *num_stalls, long long *wait_ns);
 
+/* -- the other files' Python entry points, added to the module by module.c ------------- */
+
+extern PyMethodDef int8_methods[]; /* int8_module.c */
+extern PyMethodDef step_methods[]; /* step_module.c */
+
 #endif /* BRANCHCHAT_QMATMUL_H */
