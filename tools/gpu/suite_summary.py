@@ -1,6 +1,6 @@
 """Totals of a suite run as one pytest per file (tools/gpu/device_all.sh): each log's last
 line holds its counts; a log without one (a file cut short before pytest's summary) is
-listed as unfinished, a file of the list without a log as not started.
+listed as unfinished (a file split in shards: one log a shard), a file of the list without a log as not started.
 Usage: python3 tools/gpu/suite_summary.py LOG_DIR FILE_LIST"""
 
 from __future__ import annotations
@@ -24,11 +24,13 @@ def main(folder: Path, listed: list[str]) -> None:
         for n, kind in COUNT.findall(last or ""):
             totals["error" if kind.startswith("error") else kind] += int(n)
         problems += [line[:200] for line in lines if line.startswith(("FAILED", "ERROR"))]
-    print(f"{len(list(folder.glob('*.log')))} files: " + ", ".join(f"{n} {k}" for k, n in sorted(totals.items())))
+    print(f"{len(listed)} files, {len(list(folder.glob('*.log')))} logs: " + ", ".join(f"{n} {k}" for k, n in sorted(totals.items())))
     for name in unfinished:
         print(f"UNFINISHED {name}")
     for name in listed:
-        if not (folder / (name.replace("/", "_") + ".log")).is_file():
+        stem = name.replace("/", "_")  # a file split in shards has logs FILE@k.log
+        logs = [p.name for p in folder.iterdir()]  # no glob: test ids hold brackets
+        if f"{stem}.log" not in logs and not any(n.startswith(f"{stem}@") for n in logs):
             print(f"NOT STARTED {name}")
     for line in problems:
         print(line)
