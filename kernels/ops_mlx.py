@@ -251,7 +251,10 @@ class MlxOps:
         return gated_delta_mlx.gated_delta_chunked(q, k, v, g, beta, state)
 
     def causal_conv1d(self, x, weight, conv_state):  # type: ignore[no-untyped-def]
-        return gated_delta_mlx.causal_conv1d(x, weight, conv_state)
+        # the conv window is state, kept in the compute dtype (saved, reloaded, replayed
+        # by conv_state_after in it): its input rows are rounded to it first, so a row
+        # reads the same window whichever forward brought its neighbours
+        return gated_delta_mlx.causal_conv1d(x.astype(conv_state.dtype), weight, conv_state)
 
     def conv_state_after(self, conv_state, x_rows):  # type: ignore[no-untyped-def]
         return gated_delta_mlx.conv_state_after(conv_state, x_rows)

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# H5 round 2 on the H200 (after unpack.sh's last parcel): what round 1 left unfinished or
-# failing, and the float32-activations experiment of kernels/ops_mlx.py (H5_F32ACT=1):
-# prefill and decode speed with and without it (quiet machine, interleaved), then its
+# The second H200 run of 2026-12-01 (docs/h200/suite-20261201-h5.txt), kept as the record of
+# how the float32 activations were measured: on tree 3911d12 plus a switch, H5_F32ACT=1,
+# that kernels/ops_mlx.py read then (abdc905 made it the only behaviour and dropped the
+# switch, so the variable now changes nothing). What the first run left unfinished or
+# failing; prefill and decode speed with and without it (on a quiet machine); then its
 # agreement figures and the France prompt beside the tests.
 set -u
 export PYTHONPATH=/root/site:$PWD

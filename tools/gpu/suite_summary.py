@@ -1,7 +1,7 @@
 """Totals of a suite run as one pytest per file (tools/gpu/device_all.sh): each log's last
 line holds its counts; a log without one (a file cut short before pytest's summary) is
-listed as unfinished (a file split in shards: one log a shard), a file of the list without a log as not started.
-Usage: python3 tools/gpu/suite_summary.py LOG_DIR FILE_LIST"""
+listed as unfinished (a file split in shards has one log a shard), a file of the list
+without a log as not started. Usage: python3 tools/gpu/suite_summary.py LOG_DIR FILE_LIST"""
 
 from __future__ import annotations
 
@@ -24,7 +24,10 @@ def main(folder: Path, listed: list[str]) -> None:
         for n, kind in COUNT.findall(last or ""):
             totals["error" if kind.startswith("error") else kind] += int(n)
         problems += [line[:200] for line in lines if line.startswith(("FAILED", "ERROR"))]
-    print(f"{len(listed)} files, {len(list(folder.glob('*.log')))} logs: " + ", ".join(f"{n} {k}" for k, n in sorted(totals.items())))
+    print(
+        f"{len(listed)} files, {len(list(folder.glob('*.log')))} logs: "
+        + ", ".join(f"{n} {k}" for k, n in sorted(totals.items()))
+    )
     for name in unfinished:
         print(f"UNFINISHED {name}")
     for name in listed:
