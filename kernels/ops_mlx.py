@@ -56,12 +56,9 @@ class MlxOps:
         if dtype is not None and dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, not {dtype!r}")
         self.dtype = _DTYPES[dtype] if dtype else default_dtype()
-        # The weights (dense values, quantized scales and biases) and the KV rows are in
-        # `dtype`; the activations are float32 from the embedding on (each product's
-        # inputs promote to it), as in the fused step's kernels. On the H200 the plain
-        # bfloat16 path was farther from float64 than the fused one (SmolLM2 prefill top-1
-        # 0.968, KL 1.4e-3, against 0.985 and 5.3e-4 with float32 activations; Gemma 3
-        # 0.972 / 1.4e-3 against 0.987 / 3.6e-4) and answered the France prompt wrongly.
+        # weights and state (KV rows, conv windows) in `dtype`, activations in float32 from
+        # the embedding on (products promote to it), as in the fused step: bfloat16
+        # activations were most of the H200's distance from float64 (BENCHMARKS.md)
         self.act_dtype = mx.float32
         self._cuda_recurrent = gated_delta_cuda.is_available()
         self._freqs_cache: dict[bytes, mx.array] = {}
