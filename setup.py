@@ -50,12 +50,13 @@ setup(
                     "matmul_any",
                     "attention",
                     "pool",
+                    "step",
                     "int8_module",
                     "step_module",
                     "module",
                 )
             ],
-            depends=["kernels/csrc/qmatmul.h"],
+            depends=["kernels/csrc/qmatmul.h", "kernels/csrc/step.h"],
             optional=True,
         )
     ],

@@ -31,6 +31,7 @@ class EngineConfig:
     fused_compile: bool = True  # trace the five-kernel step once with mx.compile
     qmatmul: bool | None = None  # the CPU C kernel for packed weights; None: where SIMD was built
     threads: int | None = None  # the C kernel's threads; None: the cores this process may use
+    cpu_step: bool = True  # NumPy backend: decode and verify rows as one C call (cpu_step.py)
     blas_threads: int | None = None  # OpenBLAS / OpenMP threads; None: their own default
     # None: SnapshotPolicy()'s defaults (engine.state loads NumPy, so none is built here)
     snapshot_policy: SnapshotPolicy | None = None
@@ -141,6 +142,7 @@ _VARIABLES = {
     "fused_compile": ("BRANCHCHAT_FUSED_COMPILE", _on_unless_zero),
     "qmatmul": ("BRANCHCHAT_QMATMUL", _qmatmul),
     "threads": ("BRANCHCHAT_THREADS", _threads),
+    "cpu_step": ("BRANCHCHAT_CPU_STEP", _on_unless_zero),
     "memory_budget_bytes": ("BRANCHCHAT_MEMORY_BUDGET", _byte_size),
 }
 
