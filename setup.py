@@ -50,12 +50,14 @@ setup(
                     "matmul_any",
                     "attention",
                     "pool",
+                    "int8_quant",
+                    "int8_matmul",
                     "int8_module",
                     "step_module",
                     "module",
                 )
             ],
-            depends=["kernels/csrc/qmatmul.h"],
+            depends=["kernels/csrc/qmatmul.h", "kernels/csrc/int8.h"],
             optional=True,
         )
     ],
