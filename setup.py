@@ -57,7 +57,7 @@ setup(
                     "module",
                 )
             ],
-            depends=["kernels/csrc/qmatmul.h", "kernels/csrc/int8.h"],
+            depends=["kernels/csrc/qmatmul.h", "kernels/csrc/int8.h", "kernels/csrc/int8_ymm.h"],
             optional=True,
         )
     ],

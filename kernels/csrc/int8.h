@@ -67,10 +67,12 @@ void i8_dequantize(const I8Mat *w, const int64_t *rows, Py_ssize_t count, float 
 
 /* -- shared between the int8 files -------------------------------------------------------- */
 
-/* One x row quantized: xq [k] int8, d [k / 32], xb [k / group_size] (the bias sums). */
+/* One x row quantized: xq [k] int8, d [k / 32], xb [k / group_size] (the bias sums);
+ * hsum [k / 16] is scratch (the sums of xq's 16-element halves). */
 typedef struct {
     int8_t *xq;
     float *d, *xb;
+    int32_t *hsum;
 } I8Row;
 
 /* Row x [k] into r (the definition above; group_size for xb). */
