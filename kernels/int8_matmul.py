@@ -54,6 +54,19 @@ def has_simd() -> bool:
     return available() and info()["path"] != "generic"
 
 
+BUILD_ELEMENTS = 1 << 22  # codes per block of rows from_qmatrix re-lays at a time
+
+
+def _codes(packed: np.ndarray, bits: int) -> np.ndarray:
+    """MLX-packed uint32 rows -> their unsigned codes, uint8 [rows, k]."""
+    raw = np.ascontiguousarray(packed).view(np.uint8)  # little-endian bit stream per row
+    if bits == 8:
+        return raw
+    if bits == 4:
+        return np.stack([raw & 15, raw >> 4], axis=-1).reshape(raw.shape[0], -1)
+    return unpack_bits(packed, bits)
+
+
 def _planes(bits: int) -> int:
     return {5: 1, 6: 2}.get(bits, 0)
 
@@ -78,9 +91,21 @@ class Int8Matrix:
 
     @classmethod
     def from_qmatrix(cls, qm: QMatrix) -> Int8Matrix:
+        """The same matrix re-laid; a block of rows at a time, so a 262144-row head needs
+        no more than a few tens of MB beside itself."""
         n, k = qm.shape
-        q = unpack_bits(qm.packed, qm.bits).reshape(n, k).astype(np.uint8)
-        return cls.from_q(q, qm.scales, qm.biases, qm.group_size, qm.bits)
+        step = max(TILE, BUILD_ELEMENTS // k // TILE * TILE)
+        blocks = [
+            cls.from_q(
+                _codes(qm.packed[start : start + step], qm.bits),
+                qm.scales[start : start + step],
+                qm.biases[start : start + step],
+                qm.group_size,
+                qm.bits,
+            )
+            for start in range(0, n, step)
+        ]
+        return blocks[0] if len(blocks) == 1 else blocks[0].concat(blocks[1:])
 
     @classmethod
     def from_q(
