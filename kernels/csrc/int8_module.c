@@ -109,6 +109,58 @@ done:
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(int8_quantize_doc,
+             "int8_quantize(x, group_size, xq, d, xb)\n\n"
+             "x [m, k] float32 quantized as the kernels do (int8.h): xq int8 [m, k], d and xb\n"
+             "float32 [m, k / 32] and [m, k / group_size], all C-contiguous (for tests).");
+
+static PyObject *py_int8_quantize(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "int8_quantize takes 5 arguments");
+        return NULL;
+    }
+    const long group_size = PyLong_AsLong(args[1]);
+    if (group_size == -1 && PyErr_Occurred()) return NULL;
+    Py_buffer views[4];
+    int count = 0, status = -1;
+    int32_t *hsum = NULL;
+    if (f32_2d(args[0], "x", 0, 0, &views[count]) < 0) goto done;
+    const Py_buffer *x = &views[count++];
+    const Py_ssize_t m = x->shape[0], k = x->shape[1];
+    if (k % I8_BLOCK || !(group_size == 16 || (group_size > 0 && group_size % I8_BLOCK == 0)) ||
+        k % group_size) {
+        PyErr_SetString(PyExc_ValueError, "int8_quantize: k and group_size do not fit");
+        goto done;
+    }
+    if (PyObject_GetBuffer(args[2], &views[count], PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0)
+        goto done;
+    const Py_buffer *xq = &views[count++];
+    if (f32_2d(args[3], "d", 1, 0, &views[count]) < 0) goto done;
+    const Py_buffer *d = &views[count++];
+    if (f32_2d(args[4], "xb", 1, 0, &views[count]) < 0) goto done;
+    const Py_buffer *xb = &views[count++];
+    if (xq->len != m * k || d->len != m * (k / I8_BLOCK) * 4 || xb->len != m * (k / group_size) * 4) {
+        PyErr_SetString(PyExc_ValueError, "int8_quantize: xq, d or xb has the wrong size");
+        goto done;
+    }
+    if (!(hsum = malloc(sizeof(int32_t) * (size_t)(k / 16 + 1)))) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t r = 0; r < m; r++) {
+        const I8Row row = {(int8_t *)xq->buf + r * k, (float *)d->buf + r * (k / I8_BLOCK),
+                           (float *)xb->buf + r * (k / group_size), hsum};
+        i8_quantize_row((const float *)x->buf + r * k, k, (int)group_size, &row);
+    }
+    status = 0;
+done:
+    free(hsum);
+    release(views, count);
+    if (status < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyObject *py_set_int8_path(PyObject *self, PyObject *arg) {
     (void)self;
     const char *name = PyUnicode_AsUTF8(arg);
@@ -146,6 +198,8 @@ PyMethodDef int8_methods[] = {
     {"int8_matmul", (PyCFunction)(void (*)(void))py_int8_matmul, METH_FASTCALL, int8_matmul_doc},
     {"int8_dequantize", (PyCFunction)(void (*)(void))py_int8_dequantize, METH_FASTCALL,
      int8_dequantize_doc},
+    {"int8_quantize", (PyCFunction)(void (*)(void))py_int8_quantize, METH_FASTCALL,
+     int8_quantize_doc},
     {"set_int8_path", py_set_int8_path, METH_O,
      "Use one int8 code path: 'avx512vnni', 'avxvnni', 'avx2' or 'generic'."},
     {"int8_info", py_int8_info, METH_NOARGS, "The int8 code path in use and those this CPU runs."},
