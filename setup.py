@@ -50,13 +50,20 @@ setup(
                     "matmul_any",
                     "attention",
                     "pool",
+                    "int8_quant",
+                    "int8_matmul",
                     "step",
                     "int8_module",
                     "step_module",
                     "module",
                 )
             ],
-            depends=["kernels/csrc/qmatmul.h", "kernels/csrc/step.h"],
+            depends=[
+                "kernels/csrc/qmatmul.h",
+                "kernels/csrc/int8.h",
+                "kernels/csrc/int8_ymm.h",
+                "kernels/csrc/step.h",
+            ],
             optional=True,
         )
     ],

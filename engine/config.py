@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 BACKENDS = ("numpy", "mlx")
 DTYPES = ("bfloat16", "float16", "float32")
 FUSED_MODES = ("step", "layers")
+CPU_MATMULS = ("int8", "float")
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,10 @@ class EngineConfig:
     fused_mode: str | None = None  # "step" (one launch) or "layers"; None: "step" where it runs
     fused_compile: bool = True  # trace the five-kernel step once with mx.compile
     qmatmul: bool | None = None  # the CPU C kernel for packed weights; None: where SIMD was built
+    # how that kernel multiplies: "int8" (activations quantized to int8 blocks, integer dot
+    # products, kernels/int8_matmul.py) or "float" (weights dequantized to float32 in
+    # registers, kernels/qmatmul.py); None: "int8" where an int8 SIMD path runs
+    cpu_matmul: str | None = None
     threads: int | None = None  # the C kernel's threads; None: the cores this process may use
     cpu_step: bool = True  # NumPy backend: decode and verify rows as one C call (cpu_step.py)
     blas_threads: int | None = None  # OpenBLAS / OpenMP threads; None: their own default
@@ -49,6 +54,8 @@ class EngineConfig:
             raise ValueError(f"dtype must be one of {sorted(DTYPES)}, not {self.dtype!r}")
         if self.fused_mode is not None and self.fused_mode not in FUSED_MODES:
             raise ValueError(f"fused_mode must be 'step' or 'layers', not {self.fused_mode!r}")
+        if self.cpu_matmul is not None and self.cpu_matmul not in CPU_MATMULS:
+            raise ValueError(f"cpu_matmul must be 'int8' or 'float', not {self.cpu_matmul!r}")
         for name in ("threads", "blas_threads"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 1):
@@ -109,6 +116,12 @@ def _qmatmul(value: str) -> bool | None:
     return None if not value else value == "1"
 
 
+def _cpu_matmul(value: str) -> str | None:
+    if value and value not in CPU_MATMULS:
+        raise ValueError(f"BRANCHCHAT_CPU_MATMUL must be 'int8' or 'float', not {value!r}")
+    return value or None
+
+
 def _threads(value: str) -> int | None:
     if not value:
         return None
@@ -141,6 +154,7 @@ _VARIABLES = {
     "fused_mode": ("BRANCHCHAT_FUSED_MODE", _fused_mode),
     "fused_compile": ("BRANCHCHAT_FUSED_COMPILE", _on_unless_zero),
     "qmatmul": ("BRANCHCHAT_QMATMUL", _qmatmul),
+    "cpu_matmul": ("BRANCHCHAT_CPU_MATMUL", _cpu_matmul),
     "threads": ("BRANCHCHAT_THREADS", _threads),
     "cpu_step": ("BRANCHCHAT_CPU_STEP", _on_unless_zero),
     "memory_budget_bytes": ("BRANCHCHAT_MEMORY_BUDGET", _byte_size),

@@ -80,20 +80,26 @@ def default_backend() -> str:
 
 
 def make_ops(
-    backend: str | None = None, dtype: str | None = None, *, qmatmul: bool | None = None
+    backend: str | None = None,
+    dtype: str | None = None,
+    *,
+    qmatmul: bool | None = None,
+    cpu_matmul: str | None = None,
 ) -> Ops:
     """The op set for `backend` (None: by MLX's default device, see `default_backend`).
 
     dtype: the MLX compute dtype (None: the backend's default; float32 on a GPU makes
     greedy speculation bit-stable for comparisons); the numpy backend computes in float32.
     qmatmul: whether the numpy backend keeps quantized weights packed for the C kernel
-    (None: where a SIMD path was built; see `kernels.qmatmul.enabled`).
+    (None: where a SIMD path was built; see `kernels.qmatmul.enabled`); cpu_matmul how
+    that kernel multiplies, "int8" or "float" (None: "int8" where an int8 SIMD path runs;
+    see `kernels.ops_numpy.NumpyOps`).
     """
     backend = backend or default_backend()
     if backend == "numpy":
         from kernels.ops_numpy import NumpyOps
 
-        return NumpyOps(packed=qmatmul)
+        return NumpyOps(packed=qmatmul, cpu_matmul=cpu_matmul)
     if backend == "mlx":
         from kernels.ops_mlx import MlxOps
 
