@@ -28,6 +28,7 @@ from engine.models.rope import Rope
 from engine.sequence import SequenceState
 from engine.state import FullKV, SlidingKV
 from kernels import qmatmul
+from kernels.int8_matmul import Int8Matrix
 from kernels.qmatmul import ATTENTION_MAX_DIM, QMatrix
 from kernels.row_parts import RowParts
 
@@ -42,7 +43,7 @@ def _extension() -> Any:
 
 
 def _weight_reason(w: Any) -> str | None:
-    if isinstance(w, QMatrix):
+    if isinstance(w, QMatrix | Int8Matrix):
         return None
     if isinstance(w, RowParts):
         return next((r for r in map(_weight_reason, w.parts) if r), None)
@@ -85,6 +86,8 @@ def unsupported_reason(model: DecoderModel) -> str | None:
 
 def _parts(w: Any) -> tuple[tuple[Any, ...], ...]:
     """A weight as step_plan takes it: its column blocks, packed or dense [k, cols]."""
+    if isinstance(w, Int8Matrix):
+        return (("i", w),)
     if isinstance(w, QMatrix):
         return (("q", w.packed, w.scales, w.biases, w.group_size, w.bits),)
     if isinstance(w, RowParts):

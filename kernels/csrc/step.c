@@ -6,9 +6,10 @@
  * here the work between the kernels is a few loops over at most 8 rows.
  *
  * The semantics are the NumPy backend's (kernels/ops_numpy.py, engine/models/base.py);
- * the matmuls are matmul.c's (packed weights) or a plain column-block loop (dense float32
- * weights, which the NumPy backend would send to BLAS), both split over the thread pool
- * by output columns, so a column's value never depends on the thread count.
+ * the matmuls are int8.h's integer kernel or matmul.c's float one (packed weights) or a
+ * plain column-block loop (dense float32 weights, which the NumPy backend would send to
+ * BLAS), all split over the thread pool by output columns, so a column's value never
+ * depends on the thread count.
  *
  * Attention walks each query's visible keys in position order, whichever slot of a
  * sliding ring or row of this call holds them: the same keys in the same order whether a
@@ -91,29 +92,35 @@ static void dense_chunk(const void *ctx, Py_ssize_t chunk) {
     }
 }
 
-static void part_run(const LinearPart *p, Py_ssize_t k, const float *x, Py_ssize_t m, float *out,
-                     float *pack) {
+/* out [m, cols] (rows ld apart) = x [m, k] @ W^T for one part; -1 when the int8
+ * kernel's scratch could not be allocated. */
+static int part_run(const LinearPart *p, Py_ssize_t k, const float *x, Py_ssize_t m, float *out,
+                    Py_ssize_t ld, float *pack) {
+    if (p->kind == PART_INT8) return i8_matmul(&p->i8, x, m, out, ld);
     if (p->kind == PART_QMAT) {
         run_matmul(&p->q, x, out, m, pack);
-        return;
+    } else {
+        const DenseJob job = {p->dense, x, out, m, k, p->cols};
+        parallel_for(dense_chunk, &job, (p->cols + DENSE_COLS - 1) / DENSE_COLS, SPIN_NS);
     }
-    const DenseJob job = {p->dense, x, out, m, k, p->cols};
-    parallel_for(dense_chunk, &job, (p->cols + DENSE_COLS - 1) / DENSE_COLS, SPIN_NS);
+    return 0;
 }
 
-/* out [m, n] = x [m, k] @ W^T; a part of several writes its columns through tmp. */
-static void linear_run(const Linear *lin, const float *x, Py_ssize_t m, float *out, float *pack,
-                       float *tmp) {
-    if (lin->num_parts == 1) {
-        part_run(&lin->parts[0], lin->k, x, m, out, pack);
-        return;
-    }
+/* out [m, n] = x [m, k] @ W^T; a part of several writes its columns in place (int8) or
+ * through tmp (the kernels that write whole rows). */
+static int linear_run(const Linear *lin, const float *x, Py_ssize_t m, float *out, float *pack,
+                      float *tmp) {
     for (int i = 0; i < lin->num_parts; i++) {
         const LinearPart *p = &lin->parts[i];
-        part_run(p, lin->k, x, m, tmp, pack);
+        if (lin->num_parts == 1 || p->kind == PART_INT8) {
+            if (part_run(p, lin->k, x, m, out + p->col0, lin->n, pack) < 0) return -1;
+            continue;
+        }
+        part_run(p, lin->k, x, m, tmp, p->cols, pack);
         for (Py_ssize_t r = 0; r < m; r++)
             memcpy(out + r * lin->n + p->col0, tmp + r * p->cols, (size_t)p->cols * sizeof(float));
     }
+    return 0;
 }
 
 /* -- attention ------------------------------------------------------------------------ */
@@ -239,13 +246,13 @@ static void project_heads(const StepPlan *p, const StepLayer *ly, const StepKV *
     }
 }
 
-static void run_layer(const StepPlan *p, const StepLayer *ly, const StepKV *kv,
+static int run_layer(const StepPlan *p, const StepLayer *ly, const StepKV *kv,
                       const RopeTable *tables, float *x, Py_ssize_t L, Py_ssize_t offset,
                       const Scratch *s, Py_ssize_t smax) {
     const Py_ssize_t D = p->D, F = p->F;
     const int sandwich = ly->pre_ffw_norm != NULL;
     for (Py_ssize_t l = 0; l < L; l++) rms_row(x + l * D, ly->input_norm, s->xn + l * D, D, p->eps);
-    linear_run(&ly->qkv, s->xn, L, s->qkv, s->pack, s->tmp);
+    if (linear_run(&ly->qkv, s->xn, L, s->qkv, s->pack, s->tmp) < 0) return -1;
     project_heads(p, ly, kv, &tables[ly->rope], s, L, offset);
 
     const AttnStep attn = {p, ly, kv, s->q, s->o, s->scores, L, offset, smax};
@@ -256,24 +263,25 @@ static void run_layer(const StepPlan *p, const StepLayer *ly, const StepKV *kv,
         for (Py_ssize_t i = 0; i < items; i++) attention_item(&attn, i);
     }
 
-    linear_run(&ly->o, s->o, L, s->proj, s->pack, s->tmp);
+    if (linear_run(&ly->o, s->o, L, s->proj, s->pack, s->tmp) < 0) return -1;
     for (Py_ssize_t l = 0; l < L; l++) {
         float *proj = s->proj + l * D, *xr = x + l * D;
         if (sandwich) rms_row(proj, ly->post_norm, proj, D, p->eps);
         for (Py_ssize_t i = 0; i < D; i++) xr[i] += proj[i];
         rms_row(xr, sandwich ? ly->pre_ffw_norm : ly->post_norm, s->xn + l * D, D, p->eps);
     }
-    linear_run(&ly->gate_up, s->xn, L, s->gu, s->pack, s->tmp);
+    if (linear_run(&ly->gate_up, s->xn, L, s->gu, s->pack, s->tmp) < 0) return -1;
     for (Py_ssize_t l = 0; l < L; l++) {
         const float *gate = s->gu + l * 2 * F, *up = gate + F;
         for (Py_ssize_t j = 0; j < F; j++) s->act[l * F + j] = activation(p->act, gate[j]) * up[j];
     }
-    linear_run(&ly->down, s->act, L, s->proj, s->pack, s->tmp);
+    if (linear_run(&ly->down, s->act, L, s->proj, s->pack, s->tmp) < 0) return -1;
     for (Py_ssize_t l = 0; l < L; l++) {
         float *proj = s->proj + l * D, *xr = x + l * D;
         if (sandwich) rms_row(proj, ly->post_ffw_norm, proj, D, p->eps);
         for (Py_ssize_t i = 0; i < D; i++) xr[i] += proj[i];
     }
+    return 0;
 }
 
 int step_run(const StepPlan *plan, float *x, Py_ssize_t L, Py_ssize_t offset, const StepKV *kv,
@@ -281,16 +289,17 @@ int step_run(const StepPlan *plan, float *x, Py_ssize_t L, Py_ssize_t offset, co
     Scratch s;
     const Py_ssize_t smax = offset + L; /* keys a query may see */
     if (scratch_alloc(plan, L, smax, &s) < 0) return -1;
-    for (int i = 0; i < plan->num_layers; i++)
-        run_layer(plan, &plan->layers[i], &kv[i], tables, x, L, offset, &s, smax);
-    if (logit_rows > 0) {
+    int rc = 0;
+    for (int i = 0; i < plan->num_layers && rc == 0; i++)
+        rc = run_layer(plan, &plan->layers[i], &kv[i], tables, x, L, offset, &s, smax);
+    if (rc == 0 && logit_rows > 0) {
         const Py_ssize_t D = plan->D, first = L - logit_rows;
         for (Py_ssize_t r = 0; r < logit_rows; r++)
             rms_row(x + (first + r) * D, plan->final_norm, s.xn + r * D, D, plan->eps);
         /* the head's parts write through tmp, sized for L rows of its widest part */
-        linear_run(&plan->head, s.xn, logit_rows, logits, s.pack, s.tmp);
+        rc = linear_run(&plan->head, s.xn, logit_rows, logits, s.pack, s.tmp);
     }
     free(s.xn);
     free_aligned(s.pack);
-    return 0;
+    return rc;
 }

@@ -13,17 +13,20 @@
 #ifndef BRANCHCHAT_STEP_H
 #define BRANCHCHAT_STEP_H
 
+#include "int8.h"
 #include "qmatmul.h"
 
 #define STEP_MAX_ROWS 8 /* rows one call takes: one register tile of the matmul (MAX_MB) */
 
-enum { PART_QMAT, PART_DENSE };
+enum { PART_QMAT, PART_INT8, PART_DENSE };
 
 /* A block of a projection's output columns: a packed matrix (its rows are the block's
- * columns) or a dense float32 [k, cols] one, as the NumPy backend holds float weights. */
+ * columns; matmul.c's float kernel or int8.h's integer one) or a dense float32 [k, cols]
+ * one, as the NumPy backend holds float weights. */
 typedef struct {
     int kind;
     QMat q;
+    I8Mat i8;
     const float *dense;
     Py_ssize_t col0, cols;
 } LinearPart;

@@ -42,14 +42,20 @@ static int view_of(PyObject *obj, Py_buffer *view, const char *name, char kind, 
     return -1;
 }
 
-static Py_buffer *hold(PlanObject *po, PyObject *obj, const char *name, char kind, int ndim) {
-    if (po->num_views == po->cap_views) {
-        const Py_ssize_t cap = po->cap_views ? 2 * po->cap_views : 64;
+/* Room for `count` more held views. */
+static int reserve_views(PlanObject *po, Py_ssize_t count) {
+    if (po->num_views + count > po->cap_views) {
+        const Py_ssize_t cap = 2 * (po->cap_views + count);
         Py_buffer *grown = realloc(po->views, (size_t)cap * sizeof(Py_buffer));
-        if (!grown) return (Py_buffer *)PyErr_NoMemory();
+        if (!grown) return PyErr_NoMemory(), -1;
         po->views = grown;
         po->cap_views = cap;
     }
+    return 0;
+}
+
+static Py_buffer *hold(PlanObject *po, PyObject *obj, const char *name, char kind, int ndim) {
+    if (reserve_views(po, 1) < 0) return NULL;
     Py_buffer *view = &po->views[po->num_views];
     if (view_of(obj, view, name, kind, ndim, 0) < 0) return NULL;
     po->num_views++;
@@ -71,11 +77,27 @@ static int hold_vector(PlanObject *po, PyObject *obj, Py_ssize_t n, const char *
     return 0;
 }
 
-/* ("q", packed, scales, biases, group_size, bits) or ("f", dense [k, cols]). */
+/* ("q", packed, scales, biases, group_size, bits), ("i", Int8Matrix) or ("f", dense
+ * [k, cols]). */
 static int hold_part(PlanObject *po, PyObject *spec, Py_ssize_t k, LinearPart *part) {
     const char *kind = PyTuple_Check(spec) && PyTuple_GET_SIZE(spec) > 0
                            ? PyUnicode_AsUTF8(PyTuple_GET_ITEM(spec, 0))
                            : NULL;
+    if (kind && strcmp(kind, "i") == 0 && PyTuple_GET_SIZE(spec) == 2) {
+        if (reserve_views(po, 4) < 0) return -1;
+        int taken = 0;
+        const int rc = i8mat_from_object(PyTuple_GET_ITEM(spec, 1), &part->i8,
+                                         po->views + po->num_views, &taken);
+        po->num_views += taken; /* released with the plan, also after a failure */
+        if (rc < 0) return -1;
+        if (part->i8.k != k) {
+            PyErr_Format(PyExc_ValueError, "an int8 weight has k=%zd, expected %zd", part->i8.k, k);
+            return -1;
+        }
+        part->kind = PART_INT8;
+        part->cols = part->i8.n;
+        return 0;
+    }
     if (kind && strcmp(kind, "f") == 0 && PyTuple_GET_SIZE(spec) == 2) {
         Py_buffer *w = hold(po, PyTuple_GET_ITEM(spec, 1), "a dense weight", 'f', 2);
         if (!w) return -1;
@@ -92,7 +114,8 @@ static int hold_part(PlanObject *po, PyObject *spec, Py_ssize_t k, LinearPart *p
     if (!kind || strcmp(kind, "q") != 0 || PyTuple_GET_SIZE(spec) != 6) {
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_ValueError, "a weight part is ('q', packed, scales, biases, "
-                                              "group_size, bits) or ('f', dense)");
+                                              "group_size, bits), ('i', Int8Matrix) or "
+                                              "('f', dense)");
         return -1;
     }
     const long group = PyLong_AsLong(PyTuple_GET_ITEM(spec, 4));

@@ -74,6 +74,9 @@ def runner_site(model: Any, site: str) -> tuple[Any, str]:
 CASES = [  # (model, examples, steps)
     ("llama", 20, 25),
     ("sliding", 30, 30),
+    # packed 4-bit weights on the float kernel: float32 arithmetic, held to the machine's
+    # float32 bound (the int8 kernel quantizes activations, so a C step and a prefill whose
+    # activations differ by float32 rounding may round an activation apart)
     ("llama-q4", 15, 25),
 ]
 
@@ -87,15 +90,17 @@ def test_random_operations_with_the_c_step_match_fresh_prefill(
     examples: int,
     steps: int,
 ) -> None:
+    config = EngineConfig(backend="numpy")
     if kind == "llama-q4":
         path, policy = (
             tiny_models.gguf(qtype="Q4_1", embed_qtype="Q8_0")[0],
             machine.POLICIES["llama"],
         )
+        config = EngineConfig(backend="numpy", cpu_matmul="float")
     else:
         path = machine.StateModels(tiny_models, tmp_path).path(kind)
         policy = machine.POLICIES[kind]
-    loaded = load_model(path, EngineConfig(backend="numpy"))
+    loaded = load_model(path, config)
     model = RunnerModel(loaded)
     monkeypatch.setattr(machine, "forward_site", runner_site)
     as_runner = type("LoadedRunner", (), {"model": model, "config": loaded.config})()
