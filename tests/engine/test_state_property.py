@@ -103,8 +103,10 @@ class StateModels:
         fresh prefill of its tokens, whose chunks differ, so the two round differently; in
         float32 that stays within TOLERANCE, far below what one wrong row does. In bfloat16,
         a GPU's default, the rounding is as large as a wrong row's effect on the next logits:
-        tests/engine/test_tolerances.py checks bfloat16 states row by row instead. Other
-        dtypes by name, as tests/tolerances.py's engine_config takes them ('mlx-bfloat16')."""
+        tests/engine/test_tolerances.py checks bfloat16 states row by row instead. 'numpy'
+        keeps K/V in float16 (checked row by row too, `assert_rows_match`), 'numpy-float32'
+        in float32. Other dtypes by name, as tests/tolerances.py's engine_config takes them
+        ('mlx-bfloat16')."""
         if (kind, backend) not in self._loaded:
             config = engine_config("mlx-float32" if backend == "mlx" else backend)
             self._loaded[kind, backend] = load_model(self.path(kind), config)
