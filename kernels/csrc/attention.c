@@ -6,6 +6,7 @@
 #include "qmatmul.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* (head, row) pairs x keys from which the pool pays: for one decode row of the default
@@ -27,21 +28,38 @@ static inline float attn_dot(const float *restrict q, const float *restrict k, P
     return sum;
 }
 
+typedef struct {
+    const AttnJob *job;
+    float *scores;
+} AttnRun;
+
+/* Row s of K or V (base: the kv head's first row) as float32: in place, or into dst. */
+static inline const float *kv_row(const AttnJob *j, const void *base, Py_ssize_t s,
+                                  Py_ssize_t row_stride, float *dst) {
+    if (!j->kv_half) return (const float *)base + s * row_stride;
+    const uint16_t *h = (const uint16_t *)base + s * row_stride;
+    for (Py_ssize_t d = 0; d < j->D; d++) dst[d] = half_to_float(h[d]);
+    return dst;
+}
+
 static void attention_chunk(const void *ctx, Py_ssize_t item) {
-    const AttnJob *j = (const AttnJob *)ctx;
+    const AttnRun *run = (const AttnRun *)ctx;
+    const AttnJob *j = run->job;
     const Py_ssize_t h = item / j->L, l = item % j->L, D = j->D, S = j->S;
     const float *q = j->q + (h * j->L + l) * D;
-    const float *kb = j->k + (h / j->G) * j->k_head;
-    const float *vb = j->v + (h / j->G) * j->v_head;
+    const size_t itemsize = j->kv_half ? 2 : 4;
+    const char *kb = (const char *)j->k + (size_t)((h / j->G) * j->k_head) * itemsize;
+    const char *vb = (const char *)j->v + (size_t)((h / j->G) * j->v_head) * itemsize;
+    float row[ATTN_MAX_DIM];
     const uint8_t *mask = j->mask ? j->mask + l * S : NULL;
-    float *sc = j->scores + item * S, *out = j->out + (h * j->L + l) * D;
+    float *sc = run->scores + item * S, *out = j->out + (h * j->L + l) * D;
     float m = -INFINITY;
     for (Py_ssize_t s = 0; s < S; s++) {
         if (mask && !mask[s]) {
             sc[s] = -INFINITY;
             continue;
         }
-        sc[s] = attn_dot(q, kb + s * j->k_row, D) * j->scale;
+        sc[s] = attn_dot(q, kv_row(j, kb, s, j->k_row, row), D) * j->scale;
         if (sc[s] > m) m = sc[s];
     }
     float acc[ATTN_MAX_DIM] = {0.f};
@@ -54,17 +72,26 @@ static void attention_chunk(const void *ctx, Py_ssize_t item) {
         if (sc[s] == -INFINITY) continue;
         const float p = expf(sc[s] - m);
         total += p;
-        const float *restrict vr = vb + s * j->v_row;
+        const float *restrict vr = kv_row(j, vb, s, j->v_row, row);
         for (Py_ssize_t d = 0; d < D; d++) acc[d] += p * vr[d];
     }
     const float inv = 1.0f / total;
     for (Py_ssize_t d = 0; d < D; d++) out[d] = acc[d] * inv;
 }
 
-void run_attention(const AttnJob *job, Py_ssize_t Hq, Py_ssize_t L) {
-    if (Hq * L * job->S >= ATTN_PARALLEL_KEYS) {
-        parallel_for(attention_chunk, job, Hq * L, SPIN_NS);
-    } else { /* a short context: waking a worker costs more than it saves */
-        for (Py_ssize_t i = 0; i < Hq * L; i++) attention_chunk(job, i);
+int run_attention(const AttnJob *job, Py_ssize_t Hq, Py_ssize_t L) {
+    if (Hq * L == 0) return 0;
+    if (job->S == 0) {
+        memset(job->out, 0, (size_t)(Hq * L * job->D) * sizeof(float));
+        return 0;
     }
+    AttnRun run = {job, malloc((size_t)(Hq * L * job->S) * sizeof(float))};
+    if (!run.scores) return -1;
+    if (Hq * L * job->S >= ATTN_PARALLEL_KEYS) {
+        parallel_for(attention_chunk, &run, Hq * L, SPIN_NS);
+    } else { /* a short context: waking a worker costs more than it saves */
+        for (Py_ssize_t i = 0; i < Hq * L; i++) attention_chunk(&run, i);
+    }
+    free(run.scores);
+    return 0;
 }
