@@ -24,6 +24,7 @@ from kernels.quantized import QuantizedWeight
 from kernels.row_parts import RowParts, join_runs
 
 F32 = np.float32
+F16 = np.float16
 
 
 def _as_f32(x: Any) -> np.ndarray:
@@ -182,10 +183,11 @@ class NumpyOps:
             self.packed
             and q.shape[1] <= qmatmul.ATTENTION_MAX_ROWS
             and q.shape[2] <= qmatmul.ATTENTION_MAX_DIM
-            and k.dtype == F32
-            and k.strides[-1] == 4
-            and v.strides[-1] == 4
-        ):  # decode and verify rows: one C call instead of NumPy's loop over strided views
+            and k.dtype in (F32, F16)
+            and v.dtype == k.dtype
+            and k.strides[-1] == k.itemsize
+            and v.strides[-1] == v.itemsize
+        ):  # decode and verify rows, float32 or float16 K/V read in place: one C call
             return qmatmul.attention(q, k, v, scale, mask)
         Hq, L, D = q.shape
         Hkv, S, _ = k.shape
