@@ -24,7 +24,8 @@ from kernels.quantized import QuantizedWeight
 from kernels.row_parts import RowParts, join_runs
 
 F32 = np.float32
-KV_DTYPES = {"float16": np.float16, "float32": F32}
+F16 = np.float16
+KV_DTYPES = {"float16": F16, "float32": F32}
 # A query block's float32 scores [Hq, rows, S] hold at most this many elements (32 MB), so
 # a long prompt's prefill over an 8k context never materialises [Hq, L, S] whole.
 SCORES_BLOCK_ELEMENTS = 1 << 23
@@ -190,14 +191,15 @@ class NumpyOps:
         # mask: bool [L, S] (True = attend) or None
         if (
             self.packed
-            and q.shape[1] <= qmatmul.ATTENTION_MAX_ROWS
-            and q.shape[2] <= qmatmul.ATTENTION_MAX_DIM
-            and k.dtype == F32
-            and k.strides[-1] == 4
-            and v.strides[-1] == 4
-        ):  # decode and verify rows: one C call instead of NumPy's loop over strided views
+            and qmatmul.attention_serves(q.shape[1], q.shape[2])
+            and k.dtype in (F32, F16)
+            and v.dtype == k.dtype
+            and k.strides[-1] == k.itemsize
+            and v.strides[-1] == v.itemsize
+        ):  # float32 or float16 K/V read in place, no [Hkv, G*L, S] scores: one C call
             return qmatmul.attention(q, k, v, scale, mask)
-        # float16 rows widen exactly, once per call; float32 views are used as they are
+        # NumPy's BLAS path (no C kernel, or rows it does not serve): float16 rows widen
+        # exactly, once per call; float32 views are used as they are
         k, v = k.astype(F32, copy=False), v.astype(F32, copy=False)
         Hq, L, D = q.shape
         block = max(1, SCORES_BLOCK_ELEMENTS // (Hq * k.shape[1]))
