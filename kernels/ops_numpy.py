@@ -181,13 +181,12 @@ class NumpyOps:
         # q: [Hq, L, D], k/v: [Hkv, S, D], mask: bool [L, S] (True = attend) or None
         if (
             self.packed
-            and q.shape[1] <= qmatmul.ATTENTION_MAX_ROWS
-            and q.shape[2] <= qmatmul.ATTENTION_MAX_DIM
+            and qmatmul.attention_serves(q.shape[1], q.shape[2])
             and k.dtype in (F32, F16)
             and v.dtype == k.dtype
             and k.strides[-1] == k.itemsize
             and v.strides[-1] == v.itemsize
-        ):  # decode and verify rows, float32 or float16 K/V read in place: one C call
+        ):  # float32 or float16 K/V read in place, no [Hkv, G*L, S] scores: one C call
             return qmatmul.attention(q, k, v, scale, mask)
         Hq, L, D = q.shape
         Hkv, S, _ = k.shape
