@@ -49,13 +49,14 @@ setup(
                     "matmul",
                     "matmul_any",
                     "attention",
+                    "attention_prefill",
                     "pool",
                     "int8_module",
                     "step_module",
                     "module",
                 )
             ],
-            depends=["kernels/csrc/qmatmul.h"],
+            depends=["kernels/csrc/qmatmul.h", "kernels/csrc/attention.h"],
             optional=True,
         )
     ],

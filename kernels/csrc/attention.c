@@ -12,73 +12,9 @@
  * result depends neither on the thread count nor on which other rows came (a verify row
  * equals its decode step bit for bit). Masked keys are skipped, never weighted by 0 (a
  * ring's unwritten rows may hold anything), and a block no row sees is not read. */
-#include "qmatmul.h"
+#include "attention.h"
 
-#include <math.h>
 #include <stdlib.h>
-#include <string.h>
-
-#define ATTN_BLOCK 64  /* keys per unit of work: fixed, so a row's sums never depend on the split */
-#define ATTN_TILE 16   /* keys converted and scored together (one AVX-512 register of scores) */
-#define ATTN_ROWS 16   /* query rows scored per pass over a tile of keys */
-#define ATTN_CHUNK_L 32 /* query rows per head per pass: bounds the partials' memory */
-/* rows x keys from which the pool pays: one decode row of the default model (9 heads of
- * 64) at a short context runs faster on the calling thread alone */
-#define ATTN_PARALLEL_KEYS 3072
-/* the tiles' mask loads need AVX-512 BW and VL beside F */
-#if HAVE_AVX512 && defined(__AVX512BW__) && defined(__AVX512VL__)
-#define ATTN_AVX512 1
-#else
-#define ATTN_AVX512 0
-#endif
-
-typedef struct {
-    const AttnJob *job;
-    Py_ssize_t l0, lc;         /* this pass's query rows [l0, l0 + lc) of each head */
-    Py_ssize_t num_blocks;     /* ceil(S / ATTN_BLOCK) */
-    float *m, *sum, *acc;      /* partials of row R = h * lc + (l - l0), block b at R * num_blocks + b */
-    int simd;                  /* the AVX-512 tiles (D a multiple of 16), else portable C */
-} AttnRun;
-
-static inline const float *q_row(const AttnRun *run, Py_ssize_t R) {
-    const AttnJob *j = run->job;
-    const Py_ssize_t h = R / run->lc, l = run->l0 + R % run->lc;
-    return j->q + (h * j->L + l) * j->D;
-}
-
-static inline const uint8_t *mask_row(const AttnRun *run, Py_ssize_t R) {
-    const AttnJob *j = run->job;
-    return j->mask ? j->mask + (run->l0 + R % run->lc) * j->S : NULL;
-}
-
-/* Whether any of keys [s0, s0 + n) is visible to the row. */
-static inline int any_visible(const uint8_t *mask, Py_ssize_t s0, Py_ssize_t n) {
-    if (!mask) return 1;
-    for (Py_ssize_t s = s0; s < s0 + n; s++)
-        if (mask[s]) return 1;
-    return 0;
-}
-
-/* Row s of kv head g of K (is_v 0) or V (1) as float32: in place, or converted into dst. */
-static inline const float *kv_row(const AttnJob *j, int is_v, Py_ssize_t g, Py_ssize_t s,
-                                  float *dst) {
-    const Py_ssize_t at = g * (is_v ? j->v_head : j->k_head) + s * (is_v ? j->v_row : j->k_row);
-    const void *base = is_v ? j->v : j->k;
-    if (!j->kv_half) return (const float *)base + at;
-    const uint16_t *h = (const uint16_t *)base + at;
-    Py_ssize_t d = 0;
-#if defined(__AVX512F__)
-    for (; d + 16 <= j->D; d += 16)
-        _mm512_storeu_ps(dst + d, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(h + d))));
-#endif
-#if defined(__F16C__)
-    for (; d + 8 <= j->D; d += 8)
-        _mm256_storeu_ps(dst + d, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + d))));
-#endif
-    for (; d < j->D; d++) dst[d] = half_to_float(h[d]);
-    return dst;
-}
-
 /* -- portable C ------------------------------------------------------------------------ */
 
 #define ATTN_LANES 8 /* partial sums of a dot product: one SIMD register's worth */
@@ -124,24 +60,6 @@ static void block_row_portable(const AttnRun *run, Py_ssize_t g, Py_ssize_t s0, 
 
 /* -- AVX-512 --------------------------------------------------------------------------- */
 #if ATTN_AVX512
-
-/* e^x for x <= 0 (Cephes' expf: x = n ln2 + r, a degree-7 polynomial in r, then 2^n);
- * within 2 ulp, and 0 below -104 where e^x is under float's smallest subnormal. */
-static inline __m512 exp512(__m512 x) {
-    x = _mm512_max_ps(x, _mm512_set1_ps(-104.f));
-    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.f)));
-    return _mm512_scalef_ps(p, n);
-}
 
 /* Lane i of the result: the sum of a[i]'s 16 lanes (a transpose in four halvings, then
  * one permute back to key order). Each key's lanes are summed in the same order. */
@@ -262,19 +180,7 @@ static void block_rows_avx512(const AttnRun *run, Py_ssize_t g, Py_ssize_t s0, P
     for (Py_ssize_t r = 0; r < num_rows; r++) {
         if (!live[r]) continue;
         const Py_ssize_t at = (R0 + r) * nb + b;
-        __m512 mv = neg_inf, total = _mm512_setzero_ps();
-        for (Py_ssize_t t = 0; t < num_tiles; t++) mv = _mm512_max_ps(mv, _mm512_load_ps(sc[r] + 16 * t));
-        const float m = _mm512_reduce_max_ps(mv);
-        mv = _mm512_set1_ps(m);
-        for (Py_ssize_t t = 0; t < num_tiles; t++) {
-            const __m512 s = _mm512_load_ps(sc[r] + 16 * t);
-            const __mmask16 seen = _mm512_cmp_ps_mask(s, neg_inf, _CMP_NEQ_OQ);
-            const __m512 p = _mm512_maskz_mov_ps(seen, exp512(_mm512_sub_ps(s, mv)));
-            total = _mm512_add_ps(total, p);
-            _mm512_store_ps(sc[r] + 16 * t, p);
-        }
-        run->m[at] = m; /* finite: the row sees a key of the block */
-        run->sum[at] = _mm512_reduce_add_ps(total);
+        row_softmax(sc[r], num_tiles, run->m + at, run->sum + at);
         memset(run->acc + at * D, 0, (size_t)D * sizeof(float));
     }
     for (Py_ssize_t t0 = 0; t0 < n; t0 += ATTN_TILE) {
@@ -301,6 +207,15 @@ static void attention_block(const void *ctx, Py_ssize_t item) {
     const Py_ssize_t g = item / run->num_blocks, b = item % run->num_blocks;
     const Py_ssize_t s0 = b * ATTN_BLOCK, n = j->S - s0 < ATTN_BLOCK ? j->S - s0 : ATTN_BLOCK;
     const Py_ssize_t rows = j->G * run->lc, R0 = g * rows;
+#if ATTN_AVX512
+    if (run->many) {
+        for (Py_ssize_t r0 = 0; r0 < rows; r0 += ATTN_PREFILL_ROWS) {
+            const Py_ssize_t num_rows = rows - r0 < ATTN_PREFILL_ROWS ? rows - r0 : ATTN_PREFILL_ROWS;
+            block_rows_prefill(run, g, s0, n, R0 + r0, num_rows, b);
+        }
+        return;
+    }
+#endif
     for (Py_ssize_t r0 = 0; r0 < rows; r0 += ATTN_ROWS) {
         const Py_ssize_t num_rows = rows - r0 < ATTN_ROWS ? rows - r0 : ATTN_ROWS;
 #if ATTN_AVX512
@@ -361,6 +276,7 @@ int run_attention(const AttnJob *job, Py_ssize_t Hq, Py_ssize_t L) {
     }
     AttnRun run = {.job = job, .num_blocks = nb, .m = m, .sum = sum, .acc = acc,
                    .simd = isa == ISA_AVX512 && D % 16 == 0};
+    run.many = run.simd && L > ATTN_MANY_ROWS && D % 64 == 0 && D <= ATTN_PREFILL_DIM;
     const Py_ssize_t Hkv = Hq / job->G;
     for (run.l0 = 0; run.l0 < L; run.l0 += run.lc) {
         run.lc = L - run.l0 < lc_max ? L - run.l0 : lc_max;

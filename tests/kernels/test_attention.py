@@ -95,6 +95,18 @@ def test_matches_reference_causal(code_path, threads, dtype, Hq, Hkv, D, L, S):
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32])
+@pytest.mark.parametrize("Hq,Hkv,D", [*SHAPES, (8, 1, 128)])
+@pytest.mark.parametrize("L,S,window", [(65, 65, 0), (100, 1000, 0), (256, 2048, 512)])
+def test_matches_reference_on_prefill_chunks(code_path, dtype, Hq, Hkv, D, L, S, window):
+    """Past ATTENTION_MAX_ROWS rows the AVX-512 build takes its prefill tiles (head dims
+    64, 128, 256), the others its decode tiles: causal and sliding-window chunks."""
+    rng = np.random.default_rng(L + S)
+    q = rng.standard_normal((Hq, L, D)).astype(np.float32)
+    k, v = cache_views(Hkv, S, D, dtype, seed=L)
+    check(q, k, v, causal(L, S, window))
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
 @pytest.mark.parametrize("Hq,Hkv,D", SHAPES[:2])
 def test_matches_reference_on_a_long_context(code_path, dtype, Hq, Hkv, D):
     rng = np.random.default_rng(1)
@@ -201,6 +213,18 @@ def test_numpy_ops_send_float16_and_float32_rows_to_the_kernel(monkeypatch) -> N
         kv = np.zeros((2, 8, 16), dtype=dtype)
         ops.attention(q, kv, kv, 0.25, None)
     assert [a[1].dtype for a in calls] == [np.float16, np.float32]
+
+
+def test_numpy_ops_send_prefill_chunks_where_the_prefill_tiles_are_built(monkeypatch) -> None:
+    ops = NumpyOps(packed=True)
+    calls = []
+    monkeypatch.setattr(qmatmul, "attention", lambda *a: calls.append(a) or np.zeros(a[0].shape))
+    kv = np.zeros((2, 300, 64), dtype=np.float16)
+    ops.attention(np.zeros((4, 256, 64), dtype=np.float32), kv, kv, 0.125, None)
+    assert len(calls) == (qmatmul._ext.info()["isa"] == "avx512")
+    odd = np.zeros((2, 300, 48), dtype=np.float32)  # not a multiple of 64: NumPy's BLAS
+    ops.attention(np.zeros((4, 256, 48), dtype=np.float32), odd, odd, 0.125, None)
+    assert len(calls) <= 1
 
 
 def test_bad_arguments_raise() -> None:
