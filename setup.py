@@ -49,6 +49,7 @@ setup(
                     "matmul",
                     "matmul_any",
                     "attention",
+                    "attention_prefill",
                     "pool",
                     "int8_quant",
                     "int8_matmul",
@@ -60,6 +61,7 @@ setup(
             ],
             depends=[
                 "kernels/csrc/qmatmul.h",
+                "kernels/csrc/attention.h",
                 "kernels/csrc/int8.h",
                 "kernels/csrc/int8_ymm.h",
                 "kernels/csrc/step.h",

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
 BACKENDS = ("numpy", "mlx")
 DTYPES = ("bfloat16", "float16", "float32")
+KV_DTYPES = ("float16", "float32")
 FUSED_MODES = ("step", "layers")
 CPU_MATMULS = ("int8", "float")
 
@@ -37,6 +38,10 @@ class EngineConfig:
     cpu_matmul: str | None = None
     threads: int | None = None  # the C kernel's threads; None: the cores this process may use
     cpu_step: bool = True  # NumPy backend: decode and verify rows as one C call (cpu_step.py)
+    # what the NumPy backend stores K/V rows in (None: float16, each row rounded once when
+    # written; halves the bytes a long-context step reads); MLX keeps K/V in its compute
+    # dtype, and refuses another value at load
+    kv_dtype: str | None = None
     blas_threads: int | None = None  # OpenBLAS / OpenMP threads; None: their own default
     # None: SnapshotPolicy()'s defaults (engine.state loads NumPy, so none is built here)
     snapshot_policy: SnapshotPolicy | None = None
@@ -56,6 +61,8 @@ class EngineConfig:
             raise ValueError(f"fused_mode must be 'step' or 'layers', not {self.fused_mode!r}")
         if self.cpu_matmul is not None and self.cpu_matmul not in CPU_MATMULS:
             raise ValueError(f"cpu_matmul must be 'int8' or 'float', not {self.cpu_matmul!r}")
+        if self.kv_dtype is not None and self.kv_dtype not in KV_DTYPES:
+            raise ValueError(f"kv_dtype must be one of {list(KV_DTYPES)}, not {self.kv_dtype!r}")
         for name in ("threads", "blas_threads"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 1):
@@ -103,6 +110,12 @@ def _dtype(value: str) -> str | None:
 def _fused_mode(value: str) -> str | None:
     if value and value not in FUSED_MODES:
         raise ValueError(f"BRANCHCHAT_FUSED_MODE must be 'step' or 'layers', not {value!r}")
+    return value or None
+
+
+def _kv_dtype(value: str) -> str | None:
+    if value and value not in KV_DTYPES:
+        raise ValueError(f"BRANCHCHAT_KV_DTYPE must be one of {list(KV_DTYPES)}, not {value!r}")
     return value or None
 
 
@@ -157,6 +170,7 @@ _VARIABLES = {
     "cpu_matmul": ("BRANCHCHAT_CPU_MATMUL", _cpu_matmul),
     "threads": ("BRANCHCHAT_THREADS", _threads),
     "cpu_step": ("BRANCHCHAT_CPU_STEP", _on_unless_zero),
+    "kv_dtype": ("BRANCHCHAT_KV_DTYPE", _kv_dtype),
     "memory_budget_bytes": ("BRANCHCHAT_MEMORY_BUDGET", _byte_size),
 }
 
