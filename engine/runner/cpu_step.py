@@ -34,6 +34,7 @@ from kernels.row_parts import RowParts
 
 MAX_ROWS = 8  # STEP_MAX_ROWS in kernels/csrc/step.h: one register tile of the matmul
 F32 = np.float32
+KV_DTYPES = (np.dtype(np.float32), np.dtype(np.float16))  # what the C step reads and writes
 _ACTIVATIONS = {"silu": 0, "gelu_tanh": 1}
 
 
@@ -159,13 +160,16 @@ class CpuStep:
 
     def supports(self, state: SequenceState, num_rows: int) -> bool:
         """Whether a call of `num_rows` on `state` runs here: decode-sized rows on the
-        float32 KV kinds the plan was built for."""
+        KV kinds the plan was built for, in float32 or float16."""
         if not 1 <= num_rows <= MAX_ROWS or len(state.layers) != len(self.kinds):
             return False
         for kind, layer in zip(self.kinds, state.layers, strict=True):
             if type(layer) is not kind:
                 return False
-            if layer.keys is not None and (layer.keys.dtype != F32 or layer.values.dtype != F32):
+            keys = layer.keys
+            if keys is not None and (
+                keys.dtype not in KV_DTYPES or layer.values.dtype != keys.dtype
+            ):
                 return False
         return True
 
@@ -213,7 +217,7 @@ class CpuStep:
         if isinstance(layer, FullKV):
             layer._make_room(end)  # grown exactly as FullKV.append grows it
             return (layer.keys, layer.values)
-        H, _, D = layer.keys.shape
-        new_k = np.empty((H, num_rows, D), dtype=F32)
-        new_v = np.empty((H, num_rows, D), dtype=F32)
+        H, _, D = layer.keys.shape  # the forward's rows, in the ring's dtype
+        new_k = np.empty((H, num_rows, D), dtype=layer.keys.dtype)
+        new_v = np.empty((H, num_rows, D), dtype=layer.keys.dtype)
         return (layer.keys, layer.values, layer.positions, new_k, new_v)

@@ -69,6 +69,51 @@ static inline float activation(int act, float x) {
     return 0.5f * x * (1.0f + tanhf(inner));
 }
 
+/* float32 -> float16, rounded to nearest even (numpy's astype, F16C's conversion). */
+static inline uint16_t float_to_half(float f) {
+#if defined(__F16C__)
+    return _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT);
+#else
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    const uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
+    const uint32_t mag = x & 0x7fffffffu;
+    if (mag >= 0x7f800000u) return sign | 0x7c00 | (mag > 0x7f800000u ? 0x200 : 0);
+    if (mag >= 0x477ff000u) return sign | 0x7c00; /* rounds past 65504: infinity */
+    if (mag < 0x38800000u) {                       /* below 2^-14: a subnormal half */
+        float a;
+        memcpy(&a, &mag, sizeof a);
+        return sign | (uint16_t)lrintf(a * 16777216.0f);
+    }
+    uint32_t h = (mag - 0x38000000u) >> 13, rest = mag & 0x1fffu;
+    if (rest > 0x1000u || (rest == 0x1000u && (h & 1))) h++;
+    return sign | (uint16_t)h;
+#endif
+}
+
+/* A row of n floats stored at `at` (element offset) in a KV buffer of either dtype. */
+static void store_row(void *base, int half, Py_ssize_t at, const float *src, Py_ssize_t n) {
+    if (!half) {
+        memcpy((float *)base + at, src, (size_t)n * sizeof(float));
+        return;
+    }
+    uint16_t *dst = (uint16_t *)base + at;
+    for (Py_ssize_t i = 0; i < n; i++) dst[i] = float_to_half(src[i]);
+}
+
+/* The row at `at` as float32: in place, or converted into dst. */
+static const float *load_row(const void *base, int half, Py_ssize_t at, float *dst, Py_ssize_t n) {
+    if (!half) return (const float *)base + at;
+    const uint16_t *h = (const uint16_t *)base + at;
+    Py_ssize_t i = 0;
+#if defined(__F16C__)
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))));
+#endif
+    for (; i < n; i++) dst[i] = half_to_float(h[i]);
+    return dst;
+}
+
 /* -- projections ---------------------------------------------------------------------- */
 
 typedef struct {
@@ -135,16 +180,21 @@ typedef struct {
     Py_ssize_t L, offset, smax;
 } AttnStep;
 
-/* The key (values: vals) row of position p for kv head g, or NULL where a ring slot no
- * longer holds it (the Python path's mask hides such a slot too). */
-static inline const float *kv_row(const AttnStep *a, const float *rows, const float *fresh,
-                                  Py_ssize_t g, Py_ssize_t p) {
+/* Where the key or value row of position p for kv head g lies (element offset into
+ * *base), or -1 where a ring slot no longer holds it (the Python path's mask hides such a
+ * slot too). */
+static inline Py_ssize_t kv_at(const AttnStep *a, int is_v, Py_ssize_t g, Py_ssize_t p,
+                               const void **base) {
     const StepKV *kv = a->kv;
     const Py_ssize_t Dh = a->plan->Dh;
-    if (!kv->positions) return rows + (g * kv->rows + p) * Dh;
-    if (p >= a->offset) return fresh + (g * a->L + p - a->offset) * Dh;
+    if (kv->positions && p >= a->offset) {
+        *base = is_v ? kv->new_v : kv->new_k;
+        return (g * a->L + p - a->offset) * Dh;
+    }
+    *base = is_v ? kv->values : kv->keys;
+    if (!kv->positions) return (g * kv->rows + p) * Dh;
     const Py_ssize_t slot = p % kv->rows;
-    return kv->positions[slot] == p ? rows + (g * kv->rows + slot) * Dh : NULL;
+    return kv->positions[slot] == p ? (g * kv->rows + slot) * Dh : -1;
 }
 
 static void attention_item(const void *ctx, Py_ssize_t item) {
@@ -153,12 +203,15 @@ static void attention_item(const void *ctx, Py_ssize_t item) {
     const Py_ssize_t h = item / a->L, l = item % a->L, Dh = pl->Dh, g = h / (pl->H / pl->Hkv);
     const Py_ssize_t pos = a->offset + l, window = a->layer->window;
     const Py_ssize_t lo = window && pos - window + 1 > 0 ? pos - window + 1 : 0;
+    const int half = a->kv->half;
     const float *q = a->q + (h * a->L + l) * Dh;
     float *sc = a->scores + item * a->smax, *out = a->out + l * pl->H * Dh + h * Dh;
-    float m = -INFINITY;
+    float row[ATTN_MAX_DIM], m = -INFINITY;
+    const void *base;
     for (Py_ssize_t p = lo; p <= pos; p++) {
-        const float *k = kv_row(a, a->kv->keys, a->kv->new_k, g, p);
-        sc[p - lo] = k ? dot_lanes(q, k, Dh) * a->layer->scale : -INFINITY;
+        const Py_ssize_t at = kv_at(a, 0, g, p, &base);
+        sc[p - lo] = at < 0 ? -INFINITY
+                            : dot_lanes(q, load_row(base, half, at, row, Dh), Dh) * a->layer->scale;
         if (sc[p - lo] > m) m = sc[p - lo];
     }
     float acc[ATTN_MAX_DIM] = {0.f};
@@ -166,7 +219,8 @@ static void attention_item(const void *ctx, Py_ssize_t item) {
     for (Py_ssize_t p = lo; p <= pos && m != -INFINITY; p++) {
         if (sc[p - lo] == -INFINITY) continue;
         const float e = expf(sc[p - lo] - m);
-        const float *restrict v = kv_row(a, a->kv->values, a->kv->new_v, g, p);
+        const Py_ssize_t at = kv_at(a, 1, g, p, &base); /* sets base */
+        const float *restrict v = load_row(base, half, at, row, Dh);
         total += e;
         for (Py_ssize_t d = 0; d < Dh; d++) acc[d] += e * v[d];
     }
@@ -235,13 +289,14 @@ static void project_heads(const StepPlan *p, const StepLayer *ly, const StepKV *
             rope_head(q, rope, table, offset + l);
         }
         for (Py_ssize_t g = 0; g < p->Hkv; g++) {
-            const Py_ssize_t at = kv->positions ? g * L + l : g * kv->rows + offset + l;
-            float *k = (kv->positions ? kv->new_k : kv->keys) + at * Dh;
-            float *v = (kv->positions ? kv->new_v : kv->values) + at * Dh;
+            const Py_ssize_t at = (kv->positions ? g * L + l : g * kv->rows + offset + l) * Dh;
+            float k[ATTN_MAX_DIM];
             memcpy(k, row + (p->H + g) * Dh, (size_t)Dh * sizeof(float));
-            memcpy(v, row + (p->H + p->Hkv + g) * Dh, (size_t)Dh * sizeof(float));
             if (ly->k_norm) rms_row(k, ly->k_norm, k, Dh, p->eps);
             rope_head(k, rope, table, offset + l);
+            store_row(kv->positions ? kv->new_k : kv->keys, kv->half, at, k, Dh);
+            store_row(kv->positions ? kv->new_v : kv->values, kv->half, at,
+                      row + (p->H + p->Hkv + g) * Dh, Dh);
         }
     }
 }

@@ -67,15 +67,18 @@ typedef struct {
     Linear head;
 } StepPlan;
 
-/* One layer's KV rows for a call. Full attention: keys/values [Hkv, capacity, Dh], rows
- * [offset, offset + L) written in place. Sliding: the ring [Hkv, size, Dh] and each slot's
- * position, read only; the call's rows go to new_k/new_v [Hkv, L, Dh], which the ring
- * takes at the forward's end (engine/sliding_kv.py). */
+/* One layer's KV rows for a call, float32 or float16 (half: each row rounded once when
+ * written, and read back rounded, the forward's own rows included: engine/kv_state.py).
+ * Full attention: keys/values [Hkv, capacity, Dh], rows [offset, offset + L) written in
+ * place. Sliding: the ring [Hkv, size, Dh] and each slot's position, read only; the
+ * call's rows go to new_k/new_v [Hkv, L, Dh], which the ring takes at the forward's end
+ * (engine/sliding_kv.py). */
 typedef struct {
-    float *keys, *values;
+    void *keys, *values;
     const int64_t *positions; /* NULL: full attention */
-    float *new_k, *new_v;
+    void *new_k, *new_v;
     Py_ssize_t rows; /* capacity, or the ring's size */
+    int half;
 } StepKV;
 
 typedef struct {

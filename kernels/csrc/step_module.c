@@ -322,15 +322,16 @@ static int call_kv(CallViews *cv, const StepPlan *p, const StepLayer *ly, PyObje
         return -1;
     }
     PyObject *const *it = &PyTuple_GET_ITEM(spec, 0);
-    Py_buffer *k = call_view(cv, it[0], "keys", 'f', 3, !ly->window);
-    Py_buffer *v = k ? call_view(cv, it[1], "values", 'f', 3, !ly->window) : NULL;
+    Py_buffer *k = call_view(cv, it[0], "keys", 'p', 3, !ly->window);
+    Py_buffer *v = k ? call_view(cv, it[1], "values", 'p', 3, !ly->window) : NULL;
     if (!v) return -1;
     const Py_ssize_t rows = k->shape[1];
-    if (!shape3(k, p->Hkv, rows, p->Dh) || !shape3(v, p->Hkv, rows, p->Dh)) {
-        PyErr_SetString(PyExc_ValueError, "KV buffers must be [Hkv, rows, Dh] alike");
+    if (!shape3(k, p->Hkv, rows, p->Dh) || !shape3(v, p->Hkv, rows, p->Dh) ||
+        k->itemsize != v->itemsize) {
+        PyErr_SetString(PyExc_ValueError, "KV buffers must be [Hkv, rows, Dh] alike, one dtype");
         return -1;
     }
-    *kv = (StepKV){k->buf, v->buf, NULL, NULL, NULL, rows};
+    *kv = (StepKV){k->buf, v->buf, NULL, NULL, NULL, rows, k->itemsize == 2};
     if (!ly->window) {
         if (rows < offset + L) {
             PyErr_Format(PyExc_ValueError, "KV capacity %zd is short of %zd rows", rows, offset + L);
@@ -339,13 +340,14 @@ static int call_kv(CallViews *cv, const StepPlan *p, const StepLayer *ly, PyObje
         return 0;
     }
     Py_buffer *pos = call_view(cv, it[2], "positions", 'i', 1, 0);
-    Py_buffer *nk = pos ? call_view(cv, it[3], "new_k", 'f', 3, 1) : NULL;
-    Py_buffer *nv = nk ? call_view(cv, it[4], "new_v", 'f', 3, 1) : NULL;
+    Py_buffer *nk = pos ? call_view(cv, it[3], "new_k", 'p', 3, 1) : NULL;
+    Py_buffer *nv = nk ? call_view(cv, it[4], "new_v", 'p', 3, 1) : NULL;
     if (!nv) return -1;
     if (pos->shape[0] != rows || rows < ly->window || !shape3(nk, p->Hkv, L, p->Dh) ||
-        !shape3(nv, p->Hkv, L, p->Dh)) {
-        PyErr_SetString(PyExc_ValueError,
-                        "a ring's positions must be [size >= window], new rows [Hkv, L, Dh]");
+        !shape3(nv, p->Hkv, L, p->Dh) || nk->itemsize != k->itemsize ||
+        nv->itemsize != k->itemsize) {
+        PyErr_SetString(PyExc_ValueError, "a ring's positions must be [size >= window], new "
+                                          "rows [Hkv, L, Dh] in the ring's dtype");
         return -1;
     }
     kv->positions = pos->buf;

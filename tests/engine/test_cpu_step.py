@@ -32,7 +32,7 @@ PREFIX, STEPS = 20, 14
 
 
 def _build(kind: str, path: Path) -> Path:
-    """Each family and weight kind (a "-float" kind is loaded for the float kernel)."""
+    """Each family and weight kind (suffixes: see StepModels.get)."""
     builders: dict[str, Any] = {
         "llama-f32": lambda p: make_llama_gguf(p, qtype="F32"),
         "llama-q4": lambda p: make_llama_gguf(p, qtype="Q4_1", embed_qtype="Q8_0"),
@@ -46,7 +46,7 @@ def _build(kind: str, path: Path) -> Path:
         "gemma3": lambda p: make_family_hf(p, "gemma3", tie=True),
         "gemma3-q8": lambda p: make_family_gguf(p, "gemma3", qtype="Q8_0"),
     }
-    builders[kind.removesuffix("-float")](path)
+    builders[kind.removesuffix("-kv32").removesuffix("-float")](path)
     return path
 
 
@@ -59,9 +59,11 @@ class StepModels:
         if kind not in self._loaded:
             gguf = kind.startswith(("llama-q", "llama-f", "gemma3-q"))
             path = _build(kind, self.root / f"{kind}{'.gguf' if gguf else ''}")
-            # packed weights: the int8 kernel by default, matmul.c's float one for "-float"
-            matmul = "float" if kind.endswith("-float") else None
-            config = EngineConfig(backend="numpy", cpu_matmul=matmul)
+            # packed weights: the int8 kernel by default, matmul.c's float one for "-float";
+            # K/V rows: float16 by default, float32 for "-kv32"
+            matmul = "float" if kind.removesuffix("-kv32").endswith("-float") else None
+            kv = "float32" if kind.endswith("-kv32") else None
+            config = EngineConfig(backend="numpy", cpu_matmul=matmul, kv_dtype=kv)
             self._loaded[kind] = load_model(path, config)
         return self._loaded[kind]
 
@@ -77,11 +79,12 @@ def ids(seed: int, n: int) -> list[int]:
 
 DENSE = ["llama-f32", "llama3-rope", "yarn-rope", "mistral", "qwen2", "qwen3", "gemma3"]
 PACKED = ["llama-q4", "llama-q5", "llama-mlx4", "gemma3-q8"]  # Q4_1 + Q8_0, Q5_0, MLX 4-bit
-# The int8 kernel quantizes each activation row to int8: where the two paths' float32
-# activations differ by a rounding, one may round to the next integer there, which moved
-# the tiny models' logits by up to 0.07 (measured); a wrong row or position moves them by
-# ~1 (tests/tolerances.py), so this bound still tells a bug.
+# The int8 kernel quantizes each activation row to int8 and float16 K/V rows are rounded
+# to 2^-11: where the two paths' float32 numbers differ by a rounding, one may round to the
+# next step there. That moved the tiny models' logits by up to 0.07 (int8) and ~1.4e-4
+# (float16) (measured); a wrong row or position moves them by ~1 (tests/tolerances.py).
 INT8_ATOL = 0.1
+FLOAT16_KV_ATOL = 1e-3
 
 
 def _compare_with_per_op(loaded: LoadedModel, atol: float) -> None:
@@ -108,10 +111,17 @@ def _compare_with_per_op(loaded: LoadedModel, atol: float) -> None:
     assert c_step.tokens == per_op.tokens
 
 
-@pytest.mark.parametrize("kind", DENSE + [f"{k}-float" for k in PACKED])
+@pytest.mark.parametrize("kind", [f"{k}-kv32" for k in DENSE + [f"{k}-float" for k in PACKED]])
 def test_logits_equal_the_per_op_path(step_models: StepModels, kind: str) -> None:
-    """Float32 arithmetic on both paths (dense weights, the float kernel)."""
+    """Float32 arithmetic on both paths: dense weights or the float kernel, float32 K/V."""
     _compare_with_per_op(step_models.get(kind), FLOAT32_ATOL)
+
+
+@pytest.mark.parametrize("kind", DENSE)
+def test_float16_kv_logits_near_the_per_op_path(step_models: StepModels, kind: str) -> None:
+    loaded = step_models.get(kind)
+    assert loaded.model.ops.kv_dtype == np.float16
+    _compare_with_per_op(loaded, FLOAT16_KV_ATOL)
 
 
 @pytest.mark.parametrize("kind", PACKED)
@@ -143,7 +153,7 @@ def _verify_and_singles(loaded: LoadedModel, threads: tuple[int, int]) -> tuple[
 # (SPLIT) and not for the others, so a row's product depends on the row count there; the
 # int8 kernel (the default), its other widths and dense weights compute a row the same way
 # for any number of rows.
-ROW_INVARIANT = [*DENSE, *PACKED, "llama-q5-float"]
+ROW_INVARIANT = [*DENSE, *PACKED, "llama-q5-float", "llama-f32-kv32", "gemma3-kv32"]
 
 
 @pytest.mark.parametrize("threads", [(1, 1), (2, 2), (1, 2)])

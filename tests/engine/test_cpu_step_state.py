@@ -71,32 +71,35 @@ def runner_site(model: Any, site: str) -> tuple[Any, str]:
     return model.sites[site], "fail"
 
 
-CASES = [  # (model, examples, steps)
-    ("llama", 20, 25),
-    ("sliding", 30, 30),
+CASES = [  # (model, K/V dtype, examples, steps)
+    ("llama", "float16", 15, 25),  # the NumPy backend's default K/V, held row by row
+    ("sliding", "float16", 20, 30),
+    ("llama", "float32", 10, 25),
+    ("sliding", "float32", 15, 30),
     # packed 4-bit weights on the float kernel: float32 arithmetic, held to the machine's
     # float32 bound (the int8 kernel quantizes activations, so a C step and a prefill whose
     # activations differ by float32 rounding may round an activation apart)
-    ("llama-q4", 15, 25),
+    ("llama-q4", "float32", 10, 25),
 ]
 
 
-@pytest.mark.parametrize(("kind", "examples", "steps"), CASES)
+@pytest.mark.parametrize(("kind", "kv_dtype", "examples", "steps"), CASES)
 def test_random_operations_with_the_c_step_match_fresh_prefill(
     tiny_models: TinyModels,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     kind: str,
+    kv_dtype: str,
     examples: int,
     steps: int,
 ) -> None:
-    config = EngineConfig(backend="numpy")
+    config = EngineConfig(backend="numpy", kv_dtype=kv_dtype)
     if kind == "llama-q4":
         path, policy = (
             tiny_models.gguf(qtype="Q4_1", embed_qtype="Q8_0")[0],
             machine.POLICIES["llama"],
         )
-        config = EngineConfig(backend="numpy", cpu_matmul="float")
+        config = EngineConfig(backend="numpy", cpu_matmul="float", kv_dtype=kv_dtype)
     else:
         path = machine.StateModels(tiny_models, tmp_path).path(kind)
         policy = machine.POLICIES[kind]
