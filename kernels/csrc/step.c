@@ -11,10 +11,11 @@
  * BLAS), all split over the thread pool by output columns, so a column's value never
  * depends on the thread count.
  *
- * Attention walks each query's visible keys in position order, whichever slot of a
- * sliding ring or row of this call holds them: the same keys in the same order whether a
- * row comes alone or inside a verify, which keeps speculation exact. (The Python path
- * walks a ring slot by slot, so its sums may round differently once the ring wraps.)
+ * A full-attention layer's attention is attention.c's, over the buffer's rows in place. A
+ * sliding layer's walks each query's visible keys in position order, whichever slot of
+ * the ring or row of this call holds them: the same keys in the same order whether a row
+ * comes alone or inside a verify, which keeps speculation exact. (The Python path walks
+ * a ring slot by slot, so its sums may round differently once the ring wraps.)
  */
 #include "step.h"
 
@@ -232,7 +233,8 @@ static void attention_item(const void *ctx, Py_ssize_t item) {
 
 /* Scratch of one call, floats; `pack` is matmul.c's repacked x (cache-line aligned). */
 typedef struct {
-    float *xn, *qkv, *q, *o, *proj, *gu, *act, *tmp, *scores, *pack;
+    float *xn, *qkv, *q, *o, *ao, *proj, *gu, *act, *tmp, *scores, *pack;
+    uint8_t *mask; /* [L, smax]: a full layer's causal mask for attention.c */
 } Scratch;
 
 static Py_ssize_t max_part_cols(const Linear *lin) {
@@ -253,9 +255,11 @@ static int scratch_alloc(const StepPlan *p, Py_ssize_t L, Py_ssize_t smax, Scrat
         for (int j = 0; j < 4; j++)
             if (most[j] > tmp) tmp = most[j];
     }
-    const Py_ssize_t sizes[9] = {p->D, nqkv, hd, hd, p->D, 2 * p->F, p->F, tmp, p->H * smax};
+    const Py_ssize_t mask_floats = (smax + 3) / 4;
+    const Py_ssize_t sizes[11] = {p->D,      nqkv, hd,  hd,          hd,         p->D,
+                                  2 * p->F, p->F, tmp, p->H * smax, mask_floats};
     Py_ssize_t total = 0;
-    for (int i = 0; i < 9; i++) total += L * sizes[i];
+    for (int i = 0; i < 11; i++) total += L * sizes[i];
     float *base = malloc((size_t)(total > 0 ? total : 1) * sizeof(float));
     s->pack = alloc_aligned((size_t)(L * kmax) * sizeof(float));
     if (!base || !s->pack) {
@@ -263,12 +267,14 @@ static int scratch_alloc(const StepPlan *p, Py_ssize_t L, Py_ssize_t smax, Scrat
         free_aligned(s->pack);
         return -1;
     }
-    float **slots[9] = {&s->xn, &s->qkv, &s->q, &s->o, &s->proj, &s->gu, &s->act, &s->tmp,
-                        &s->scores};
-    for (int i = 0; i < 9; i++) {
+    float *mask = NULL;
+    float **slots[11] = {&s->xn,  &s->qkv, &s->q,   &s->o,      &s->ao, &s->proj,
+                         &s->gu,  &s->act, &s->tmp, &s->scores, &mask};
+    for (int i = 0; i < 11; i++) {
         *slots[i] = base;
         base += L * sizes[i];
     }
+    s->mask = (uint8_t *)mask;
     return 0;
 }
 
@@ -301,6 +307,25 @@ static void project_heads(const StepPlan *p, const StepLayer *ly, const StepKV *
     }
 }
 
+/* A full layer's attention through attention.c, as the Python path calls it: keys
+ * [0, offset + L) in place, a causal mask for a verify's rows; out [H, L, Dh] into o. */
+static int full_attention(const StepPlan *p, const StepLayer *ly, const StepKV *kv,
+                          const Scratch *s, Py_ssize_t L, Py_ssize_t offset) {
+    const Py_ssize_t S = offset + L, Dh = p->Dh;
+    for (Py_ssize_t l = 0; l < L && L > 1; l++)
+        for (Py_ssize_t j = 0; j < S; j++) s->mask[l * S + j] = j <= offset + l;
+    const AttnJob job = {.q = s->q, .k = kv->keys, .v = kv->values,
+                         .mask = L > 1 ? s->mask : NULL, .out = s->ao, .L = L, .S = S, .D = Dh,
+                         .G = p->H / p->Hkv, .k_head = kv->rows * Dh, .k_row = Dh,
+                         .v_head = kv->rows * Dh, .v_row = Dh, .scale = ly->scale,
+                         .kv_half = kv->half};
+    if (run_attention(&job, p->H, L) < 0) return -1;
+    for (Py_ssize_t h = 0; h < p->H; h++)
+        for (Py_ssize_t l = 0; l < L; l++)
+            memcpy(s->o + (l * p->H + h) * Dh, s->ao + (h * L + l) * Dh, (size_t)Dh * sizeof(float));
+    return 0;
+}
+
 static int run_layer(const StepPlan *p, const StepLayer *ly, const StepKV *kv,
                       const RopeTable *tables, float *x, Py_ssize_t L, Py_ssize_t offset,
                       const Scratch *s, Py_ssize_t smax) {
@@ -310,12 +335,16 @@ static int run_layer(const StepPlan *p, const StepLayer *ly, const StepKV *kv,
     if (linear_run(&ly->qkv, s->xn, L, s->qkv, s->pack, s->tmp) < 0) return -1;
     project_heads(p, ly, kv, &tables[ly->rope], s, L, offset);
 
-    const AttnStep attn = {p, ly, kv, s->q, s->o, s->scores, L, offset, smax};
-    const Py_ssize_t items = p->H * L;
-    if (items * (offset + L) >= PARALLEL_KEYS) {
-        parallel_for(attention_item, &attn, items, SPIN_NS);
-    } else { /* a short context: waking a worker costs more than it saves */
-        for (Py_ssize_t i = 0; i < items; i++) attention_item(&attn, i);
+    if (ly->window) {
+        const AttnStep attn = {p, ly, kv, s->q, s->o, s->scores, L, offset, smax};
+        const Py_ssize_t items = p->H * L;
+        if (items * (offset + L) >= PARALLEL_KEYS) {
+            parallel_for(attention_item, &attn, items, SPIN_NS);
+        } else { /* a short context: waking a worker costs more than it saves */
+            for (Py_ssize_t i = 0; i < items; i++) attention_item(&attn, i);
+        }
+    } else if (full_attention(p, ly, kv, s, L, offset) < 0) {
+        return -1;
     }
 
     if (linear_run(&ly->o, s->o, L, s->proj, s->pack, s->tmp) < 0) return -1;

@@ -133,9 +133,10 @@ def test_int8_logits_near_the_per_op_path(step_models: StepModels, kind: str) ->
 
 def _verify_and_singles(loaded: LoadedModel, threads: tuple[int, int]) -> tuple[Any, Any]:
     """A verify of 8 rows at `threads[0]` threads and the same rows as single steps at
-    `threads[1]`, both from a state past the window."""
+    `threads[1]`, both from a state past the window, its rows across attention.c's
+    64-key blocks."""
     runner, model = loaded.runner, loaded.model
-    tokens, draft = ids(3, PREFIX + 10), ids(4, 8)
+    tokens, draft = ids(3, 124), ids(4, 8)
     states = [model.new_state(POLICY), model.new_state(POLICY)]
     for state in states:
         model.forward(tokens, state, logits="none")
