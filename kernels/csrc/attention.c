@@ -105,6 +105,16 @@ static inline __m512 scores16(const float *q, const float *const *k, Py_ssize_t 
             a[c] = _mm512_loadu_ps(acc + 16 * c);                                           \
             b[c] = _mm512_setzero_ps();                                                     \
         }                                                                                   \
+        if (live == 0xffffu) { /* every key weighted: no bit scan */                        \
+            for (int i = 0; i < ATTN_TILE; i += 2) {                                        \
+                const __m512 p0 = _mm512_set1_ps(p[i]), p1 = _mm512_set1_ps(p[i + 1]);      \
+                for (int c = 0; c < NV; c++) {                                              \
+                    a[c] = _mm512_fmadd_ps(p0, _mm512_loadu_ps(v[i] + d0 + 16 * c), a[c]);  \
+                    b[c] = _mm512_fmadd_ps(p1, _mm512_loadu_ps(v[i + 1] + d0 + 16 * c), b[c]); \
+                }                                                                           \
+            }                                                                               \
+            live = 0;                                                                       \
+        }                                                                                   \
         while (live) {                                                                      \
             const int i = __builtin_ctz(live);                                              \
             live &= live - 1;                                                               \
