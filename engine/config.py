@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
 BACKENDS = ("numpy", "mlx")
 DTYPES = ("bfloat16", "float16", "float32")
+KV_DTYPES = ("float16", "float32")
 FUSED_MODES = ("step", "layers")
 
 
@@ -31,6 +32,10 @@ class EngineConfig:
     fused_compile: bool = True  # trace the five-kernel step once with mx.compile
     qmatmul: bool | None = None  # the CPU C kernel for packed weights; None: where SIMD was built
     threads: int | None = None  # the C kernel's threads; None: the cores this process may use
+    # what the NumPy backend stores K/V rows in (None: float16, each row rounded once when
+    # written; halves the bytes a long-context step reads); MLX keeps K/V in its compute
+    # dtype, and refuses another value at load
+    kv_dtype: str | None = None
     blas_threads: int | None = None  # OpenBLAS / OpenMP threads; None: their own default
     # None: SnapshotPolicy()'s defaults (engine.state loads NumPy, so none is built here)
     snapshot_policy: SnapshotPolicy | None = None
@@ -48,6 +53,8 @@ class EngineConfig:
             raise ValueError(f"dtype must be one of {sorted(DTYPES)}, not {self.dtype!r}")
         if self.fused_mode is not None and self.fused_mode not in FUSED_MODES:
             raise ValueError(f"fused_mode must be 'step' or 'layers', not {self.fused_mode!r}")
+        if self.kv_dtype is not None and self.kv_dtype not in KV_DTYPES:
+            raise ValueError(f"kv_dtype must be one of {list(KV_DTYPES)}, not {self.kv_dtype!r}")
         for name in ("threads", "blas_threads"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 1):
@@ -98,6 +105,12 @@ def _fused_mode(value: str) -> str | None:
     return value or None
 
 
+def _kv_dtype(value: str) -> str | None:
+    if value and value not in KV_DTYPES:
+        raise ValueError(f"BRANCHCHAT_KV_DTYPE must be one of {list(KV_DTYPES)}, not {value!r}")
+    return value or None
+
+
 def _on_unless_zero(value: str) -> bool:
     return value != "0"
 
@@ -141,6 +154,7 @@ _VARIABLES = {
     "fused_compile": ("BRANCHCHAT_FUSED_COMPILE", _on_unless_zero),
     "qmatmul": ("BRANCHCHAT_QMATMUL", _qmatmul),
     "threads": ("BRANCHCHAT_THREADS", _threads),
+    "kv_dtype": ("BRANCHCHAT_KV_DTYPE", _kv_dtype),
     "memory_budget_bytes": ("BRANCHCHAT_MEMORY_BUDGET", _byte_size),
 }
 

@@ -56,6 +56,7 @@ class MlxOps:
         if dtype is not None and dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, not {dtype!r}")
         self.dtype = _DTYPES[dtype] if dtype else default_dtype()
+        self.kv_dtype = self.dtype  # K/V rows in the compute dtype (make_ops refuses others)
         self._cuda_recurrent = gated_delta_cuda.is_available()
         self._freqs_cache: dict[bytes, mx.array] = {}
 

@@ -25,6 +25,10 @@ from kernels.row_parts import RowParts, join_runs
 
 F32 = np.float32
 F16 = np.float16
+KV_DTYPES = {"float16": F16, "float32": F32}
+# A query block's float32 scores [Hq, rows, S] hold at most this many elements (32 MB), so
+# a long prompt's prefill over an 8k context never materialises [Hq, L, S] whole.
+SCORES_BLOCK_ELEMENTS = 1 << 23
 
 
 def _as_f32(x: Any) -> np.ndarray:
@@ -54,9 +58,14 @@ class NumpyOps:
     name = "numpy"
     dtype = F32
 
-    def __init__(self, packed: bool | None = None) -> None:
+    def __init__(self, packed: bool | None = None, kv_dtype: str | None = None) -> None:
+        if kv_dtype is not None and kv_dtype not in KV_DTYPES:
+            raise ValueError(f"kv_dtype must be one of {list(KV_DTYPES)}, not {kv_dtype!r}")
         self._rope_cache: dict[tuple[int, float | bytes], tuple[np.ndarray, np.ndarray]] = {}
         self.packed = qmatmul.enabled(packed)
+        # K/V rows in float16 by default: at a 2k context a decode step reads as many
+        # bytes of float32 K/V as of packed weights. Rows are rounded once, when written.
+        self.kv_dtype = KV_DTYPES[kv_dtype or "float16"]
 
     # -- weights -------------------------------------------------------------------
     def weight(self, w: Any) -> np.ndarray | QMatrix:
@@ -178,7 +187,8 @@ class NumpyOps:
     def attention(
         self, q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float, mask: Any
     ) -> np.ndarray:
-        # q: [Hq, L, D], k/v: [Hkv, S, D], mask: bool [L, S] (True = attend) or None
+        # q: [Hq, L, D] float32, k/v: [Hkv, S, D] float32 or float16 (the KV buffers),
+        # mask: bool [L, S] (True = attend) or None
         if (
             self.packed
             and qmatmul.attention_serves(q.shape[1], q.shape[2])
@@ -188,18 +198,18 @@ class NumpyOps:
             and v.strides[-1] == v.itemsize
         ):  # float32 or float16 K/V read in place, no [Hkv, G*L, S] scores: one C call
             return qmatmul.attention(q, k, v, scale, mask)
+        # NumPy's BLAS path (no C kernel, or rows it does not serve): float16 rows widen
+        # exactly, once per call; float32 views are used as they are
+        k, v = k.astype(F32, copy=False), v.astype(F32, copy=False)
         Hq, L, D = q.shape
-        Hkv, S, _ = k.shape
-        G = Hq // Hkv
-        qg = q.reshape(Hkv, G * L, D)
-        scores = (qg @ k.transpose(0, 2, 1)).reshape(Hkv, G, L, S) * F32(scale)
-        if mask is not None:
-            scores = np.where(mask, scores, F32(-np.inf))
-        scores -= scores.max(axis=-1, keepdims=True)
-        np.exp(scores, out=scores)
-        scores /= scores.sum(axis=-1, keepdims=True)
-        out = scores.reshape(Hkv, G * L, S) @ v  # [Hkv, G*L, D]
-        return out.reshape(Hq, L, D)
+        block = max(1, SCORES_BLOCK_ELEMENTS // (Hq * k.shape[1]))
+        if L <= block:
+            return _attention_rows(q, k, v, scale, mask)
+        out = np.empty((Hq, L, D), dtype=F32)
+        for i in range(0, L, block):  # each query row's softmax is its own: blocks are exact
+            rows_mask = None if mask is None else mask[i : i + block]
+            out[:, i : i + block] = _attention_rows(q[:, i : i + block], k, v, scale, rows_mask)
+        return out
 
     def silu(self, x: np.ndarray) -> np.ndarray:
         return x / (F32(1.0) + np.exp(-x))
@@ -262,3 +272,21 @@ class NumpyOps:
 
     def conv_state_after(self, conv_state, x_rows):  # type: ignore[no-untyped-def]
         return gated_delta.conv_state_after(conv_state, x_rows)
+
+
+def _attention_rows(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float, mask: Any
+) -> np.ndarray:
+    """softmax(scale q k^T, mask) v in float32 with GQA: q [Hq, L, D], k/v [Hkv, S, D]."""
+    Hq, L, D = q.shape
+    Hkv, S, _ = k.shape
+    G = Hq // Hkv
+    qg = q.reshape(Hkv, G * L, D)  # the G query heads sharing a kv head, stacked
+    scores = (qg @ k.transpose(0, 2, 1)).reshape(Hkv, G, L, S) * F32(scale)
+    if mask is not None:
+        scores = np.where(mask, scores, F32(-np.inf))
+    scores -= scores.max(axis=-1, keepdims=True)
+    np.exp(scores, out=scores)
+    scores /= scores.sum(axis=-1, keepdims=True)
+    out = scores.reshape(Hkv, G * L, S) @ v  # [Hkv, G*L, D]
+    return out.reshape(Hq, L, D)
