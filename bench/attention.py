@@ -14,6 +14,7 @@ context) through the C kernel and through NumPy's BLAS path (NumpyOps with the k
 from __future__ import annotations
 
 import argparse
+import functools
 import time
 from collections.abc import Callable
 from typing import Any
@@ -42,8 +43,8 @@ def inputs(
     rng = np.random.default_rng(seed)
     q = rng.standard_normal((Hq, rows, D)).astype(np.float32)
     capacity = context + 256
-    k = rng.standard_normal((Hkv, capacity, D)).astype(dtype)[:, :context]
-    v = rng.standard_normal((Hkv, capacity, D)).astype(dtype)[:, :context]
+    k: np.ndarray = rng.standard_normal((Hkv, capacity, D)).astype(dtype)[:, :context]
+    v: np.ndarray = rng.standard_normal((Hkv, capacity, D)).astype(dtype)[:, :context]
     if rows == 1:
         return q, k, v, None
     mask = np.arange(context)[None, :] <= (context - rows + np.arange(rows))[:, None]
@@ -73,7 +74,8 @@ def decode_points(args: argparse.Namespace) -> list[dict[str, Any]]:
                 for dtype_name in args.dtypes:
                     q, k, v, mask = inputs(shape, rows, context, DTYPES[dtype_name])
                     scale = shape[2] ** -0.5
-                    t = seconds_per_call(lambda: qmatmul.attention(q, k, v, scale, mask), args.runs)
+                    call = functools.partial(qmatmul.attention, q, k, v, scale, mask)
+                    t = seconds_per_call(call, args.runs)
                     kv_bytes = 2 * k.shape[0] * context * shape[2] * k.itemsize
                     point = {"shape": name, "rows": rows, "context": context, "kv": dtype_name}
                     point.update(seconds=t, kv_gb_per_s=kv_bytes / t["median"] / 1e9)
@@ -95,8 +97,8 @@ def prefill_points(args: argparse.Namespace) -> list[dict[str, Any]]:
                 q, k, v, mask = inputs(shape, PREFILL_ROWS, context, DTYPES[dtype_name])
                 scale = shape[2] ** -0.5
                 paths = {
-                    "c": lambda: qmatmul.attention(q, k, v, scale, mask),
-                    "numpy": lambda: numpy_path.attention(q, k, v, scale, mask),
+                    "c": functools.partial(qmatmul.attention, q, k, v, scale, mask),
+                    "numpy": functools.partial(numpy_path.attention, q, k, v, scale, mask),
                 }
                 point: dict[str, Any] = {"shape": name, "context": context, "kv": dtype_name}
                 for path, fn in paths.items():  # interleaved per point: the same load for both

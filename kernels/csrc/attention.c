@@ -105,6 +105,16 @@ static inline __m512 scores16(const float *q, const float *const *k, Py_ssize_t 
             a[c] = _mm512_loadu_ps(acc + 16 * c);                                           \
             b[c] = _mm512_setzero_ps();                                                     \
         }                                                                                   \
+        if (live == 0xffffu) { /* every key weighted: no bit scan */                        \
+            for (int i = 0; i < ATTN_TILE; i += 2) {                                        \
+                const __m512 p0 = _mm512_set1_ps(p[i]), p1 = _mm512_set1_ps(p[i + 1]);      \
+                for (int c = 0; c < NV; c++) {                                              \
+                    a[c] = _mm512_fmadd_ps(p0, _mm512_loadu_ps(v[i] + d0 + 16 * c), a[c]);  \
+                    b[c] = _mm512_fmadd_ps(p1, _mm512_loadu_ps(v[i + 1] + d0 + 16 * c), b[c]); \
+                }                                                                           \
+            }                                                                               \
+            live = 0;                                                                       \
+        }                                                                                   \
         while (live) {                                                                      \
             const int i = __builtin_ctz(live);                                              \
             live &= live - 1;                                                               \
@@ -180,7 +190,8 @@ static void block_rows_avx512(const AttnRun *run, Py_ssize_t g, Py_ssize_t s0, P
     for (Py_ssize_t r = 0; r < num_rows; r++) {
         if (!live[r]) continue;
         const Py_ssize_t at = (R0 + r) * nb + b;
-        row_softmax(sc[r], num_tiles, run->m + at, run->sum + at);
+        run->m[at] = -INFINITY;
+        run->sum[at] = softmax_tiles(sc[r], num_tiles, run->m + at);
         memset(run->acc + at * D, 0, (size_t)D * sizeof(float));
     }
     for (Py_ssize_t t0 = 0; t0 < n; t0 += ATTN_TILE) {
@@ -200,22 +211,20 @@ static void block_rows_avx512(const AttnRun *run, Py_ssize_t g, Py_ssize_t s0, P
 
 /* -- the two passes -------------------------------------------------------------------- */
 
-/* Unit (kv head g, key block b): the partials of the kv head's G * lc query rows. */
+/* Unit (kv head g, partial b): the kv head's G * lc query rows over key block b, or over
+ * the span of blocks of partial b for a prefill chunk. */
 static void attention_block(const void *ctx, Py_ssize_t item) {
     const AttnRun *run = (const AttnRun *)ctx;
     const AttnJob *j = run->job;
     const Py_ssize_t g = item / run->num_blocks, b = item % run->num_blocks;
-    const Py_ssize_t s0 = b * ATTN_BLOCK, n = j->S - s0 < ATTN_BLOCK ? j->S - s0 : ATTN_BLOCK;
     const Py_ssize_t rows = j->G * run->lc, R0 = g * rows;
 #if ATTN_AVX512
     if (run->many) {
-        for (Py_ssize_t r0 = 0; r0 < rows; r0 += ATTN_PREFILL_ROWS) {
-            const Py_ssize_t num_rows = rows - r0 < ATTN_PREFILL_ROWS ? rows - r0 : ATTN_PREFILL_ROWS;
-            block_rows_prefill(run, g, s0, n, R0 + r0, num_rows, b);
-        }
+        span_prefill(run, g, b, R0, rows);
         return;
     }
 #endif
+    const Py_ssize_t s0 = b * ATTN_BLOCK, n = j->S - s0 < ATTN_BLOCK ? j->S - s0 : ATTN_BLOCK;
     for (Py_ssize_t r0 = 0; r0 < rows; r0 += ATTN_ROWS) {
         const Py_ssize_t num_rows = rows - r0 < ATTN_ROWS ? rows - r0 : ATTN_ROWS;
 #if ATTN_AVX512
@@ -240,7 +249,8 @@ static void attention_merge(const void *ctx, Py_ssize_t R) {
     const AttnJob *j = run->job;
     const Py_ssize_t nb = run->num_blocks, D = j->D, h = R / run->lc;
     const float *m = run->m + R * nb, *sum = run->sum + R * nb;
-    float *out = j->out + (h * j->L + run->l0 + R % run->lc) * D, M = -INFINITY, total = 0.f;
+    float *restrict out = j->out + (h * j->L + run->l0 + R % run->lc) * D;
+    float M = -INFINITY, total = 0.f;
     for (Py_ssize_t b = 0; b < nb; b++)
         if (m[b] > M) M = m[b];
     memset(out, 0, (size_t)D * sizeof(float));
@@ -263,7 +273,16 @@ int run_attention(const AttnJob *job, Py_ssize_t Hq, Py_ssize_t L) {
         memset(job->out, 0, (size_t)(Hq * L * D) * sizeof(float));
         return 0;
     }
-    const Py_ssize_t nb = (S + ATTN_BLOCK - 1) / ATTN_BLOCK, lc_max = L < ATTN_CHUNK_L ? L : ATTN_CHUNK_L;
+    const Py_ssize_t Hkv = Hq / job->G, num_kb = (S + ATTN_BLOCK - 1) / ATTN_BLOCK;
+    const int simd = isa == ISA_AVX512 && D % 16 == 0;
+    const int many = simd && L > ATTN_MANY_ROWS && D % 64 == 0 && D <= ATTN_PREFILL_DIM;
+    /* a prefill chunk: spans of blocks, still ~8 units of work per call for the pool (a
+     * span depends on S and Hkv only, never on the thread count) */
+    Py_ssize_t span = many ? num_kb * Hkv / 8 : 1;
+    span = span < 1 ? 1 : span > ATTN_PREFILL_SPAN ? ATTN_PREFILL_SPAN : span;
+    const Py_ssize_t nb = (num_kb + span - 1) / span;
+    const Py_ssize_t chunk = many ? ATTN_CHUNK_L_PREFILL : ATTN_CHUNK_L;
+    const Py_ssize_t lc_max = L < chunk ? L : chunk;
     const size_t partials = (size_t)(Hq * lc_max * nb);
     float *m = alloc_aligned(partials * sizeof(float));
     float *sum = alloc_aligned(partials * sizeof(float));
@@ -274,10 +293,8 @@ int run_attention(const AttnJob *job, Py_ssize_t Hq, Py_ssize_t L) {
         free_aligned(acc);
         return -1;
     }
-    AttnRun run = {.job = job, .num_blocks = nb, .m = m, .sum = sum, .acc = acc,
-                   .simd = isa == ISA_AVX512 && D % 16 == 0};
-    run.many = run.simd && L > ATTN_MANY_ROWS && D % 64 == 0 && D <= ATTN_PREFILL_DIM;
-    const Py_ssize_t Hkv = Hq / job->G;
+    AttnRun run = {.job = job, .num_blocks = nb, .span = span, .m = m, .sum = sum,
+                   .acc = acc, .simd = simd, .many = many};
     for (run.l0 = 0; run.l0 < L; run.l0 += run.lc) {
         run.lc = L - run.l0 < lc_max ? L - run.l0 : lc_max;
         if (Hq * run.lc * S >= ATTN_PARALLEL_KEYS) {

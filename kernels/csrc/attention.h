@@ -14,11 +14,13 @@
 #define ATTN_ROWS 16   /* query rows scored per pass over a tile of keys */
 #define ATTN_CHUNK_L 32 /* query rows per head per pass: bounds the partials' memory */
 /* Above this many rows per head (a prefill chunk; decode and verify rows stay below) the
- * prefill tiles serve head dims that are multiples of 64 up to ATTN_PREFILL_DIM, in calls
- * of up to ATTN_PREFILL_ROWS rows of a kv head. */
+ * prefill tiles serve head dims that are multiples of 64 up to ATTN_PREFILL_DIM. */
 #define ATTN_MANY_ROWS 64
 #define ATTN_PREFILL_DIM 256
-#define ATTN_PREFILL_ROWS 128
+/* A prefill chunk's rows over this many key blocks at most fold into one partial (a span
+ * of 1024 keys, whose K/V, read once from memory, stay in L2 for every tile of rows). */
+#define ATTN_PREFILL_SPAN 16
+#define ATTN_CHUNK_L_PREFILL 256 /* query rows per head per pass, prefill tiles */
 /* rows x keys from which the pool pays: one decode row of the default model (9 heads of
  * 64) at a short context runs faster on the calling thread alone */
 #define ATTN_PARALLEL_KEYS 3072
@@ -32,7 +34,8 @@
 typedef struct {
     const AttnJob *job;
     Py_ssize_t l0, lc;         /* this pass's query rows [l0, l0 + lc) of each head */
-    Py_ssize_t num_blocks;     /* ceil(S / ATTN_BLOCK) */
+    Py_ssize_t num_blocks;     /* partials per row: ceil(S / ATTN_BLOCK / span) */
+    Py_ssize_t span;           /* key blocks per partial: 1, or more for a prefill chunk */
     float *m, *sum, *acc;      /* partials of row R = h * lc + (l - l0), block b at R * num_blocks + b */
     int simd;                  /* the AVX-512 tiles (D a multiple of 16), else portable C */
     int many;                  /* a prefill chunk's rows: attention_prefill.c's tiles */
@@ -97,13 +100,15 @@ static inline __m512 exp512(__m512 x) {
 }
 
 /* A row's block of scores (num_tiles x 16, masked keys -inf, at least one not) in place
- * into p_j = exp(s_j - m), with m and sum_j p_j (masked: exactly 0). */
-static inline void row_softmax(float *sc, Py_ssize_t num_tiles, float *m_out, float *sum_out) {
+ * into p_j = exp(s_j - m) against the running max *m (-inf: none yet), raised to the
+ * block's max first; returns sum_j p_j (masked keys: exactly 0). */
+static inline float softmax_tiles(float *sc, Py_ssize_t num_tiles, float *m) {
     const __m512 neg_inf = _mm512_set1_ps(-INFINITY);
     __m512 mv = neg_inf, total = _mm512_setzero_ps();
     for (Py_ssize_t t = 0; t < num_tiles; t++) mv = _mm512_max_ps(mv, _mm512_load_ps(sc + 16 * t));
-    const float m = _mm512_reduce_max_ps(mv);
-    mv = _mm512_set1_ps(m);
+    const float block_max = _mm512_reduce_max_ps(mv);
+    if (block_max > *m) *m = block_max;
+    mv = _mm512_set1_ps(*m);
     for (Py_ssize_t t = 0; t < num_tiles; t++) {
         const __m512 s = _mm512_load_ps(sc + 16 * t);
         const __mmask16 seen = _mm512_cmp_ps_mask(s, neg_inf, _CMP_NEQ_OQ);
@@ -111,15 +116,13 @@ static inline void row_softmax(float *sc, Py_ssize_t num_tiles, float *m_out, fl
         total = _mm512_add_ps(total, p);
         _mm512_store_ps(sc + 16 * t, p);
     }
-    *m_out = m;
-    *sum_out = _mm512_reduce_add_ps(total);
+    return _mm512_reduce_add_ps(total);
 }
 
-/* Partials of rows [R0, R0 + num_rows) of kv head g over keys [s0, s0 + n), block b, for
- * a prefill chunk: K transposed once per block so a register tile scores 4 rows x 64 keys
- * with no horizontal sums (attention_prefill.c). */
-void block_rows_prefill(const AttnRun *run, Py_ssize_t g, Py_ssize_t s0, Py_ssize_t n,
-                        Py_ssize_t R0, Py_ssize_t num_rows, Py_ssize_t b);
+/* Rows [R0, R0 + num_rows) of kv head g (a prefill chunk's) over the span of key blocks of
+ * partial p, folded into one partial per row: attention_prefill.c. */
+void span_prefill(const AttnRun *run, Py_ssize_t g, Py_ssize_t p, Py_ssize_t R0,
+                  Py_ssize_t num_rows);
 #endif
 
 #endif /* BRANCHCHAT_ATTENTION_H */

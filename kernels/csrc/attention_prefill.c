@@ -4,8 +4,11 @@
  * With ~100 rows per kv head a key block is worth rearranging once: K goes transposed
  * ([D, 64 keys]), so a register tile scores 4 rows x 64 keys with one broadcast FMA per
  * element and no horizontal sums (decode's tiles spend ~3 shuffles a key on those), and
- * P V runs 4 rows x 64 dims per tile. Causal and window masks skip the blocks no row of
- * the chunk sees; keys no row sees are zeroed in the block copy, never weighted by 0. */
+ * P V runs 4 rows x 64 dims per tile. A row folds the blocks of a span into one partial
+ * as flash attention does (Dao et al. 2022): the running max m rises to each block's, the
+ * partial so far is scaled by exp(m_old - m) and the block's exp(s - m) v added. Causal
+ * and window masks skip the blocks no row of the chunk sees; keys no row sees are zeroed
+ * in the block copy, never weighted by 0. */
 #include "attention.h"
 
 #if ATTN_AVX512
@@ -13,13 +16,14 @@
 #define QUAD 4 /* query rows per register tile */
 
 /* The block's keys transposed into kt [D, ATTN_BLOCK] and its values into vb [ATTN_BLOCK,
- * D], both float32; keys past n and keys no row sees are zeros. */
-static void copy_block(const AttnJob *j, Py_ssize_t g, Py_ssize_t s0, Py_ssize_t n,
-                       const uint8_t *seen, float *kt, float *vb) {
+ * D], both float32; keys no row sees (bit t of `seen` clear, and those past the block's
+ * n) are zeros. */
+static void copy_block(const AttnJob *j, Py_ssize_t g, Py_ssize_t s0, uint64_t seen, float *kt,
+                       float *vb) {
     const Py_ssize_t D = j->D;
     float row[ATTN_MAX_DIM];
     for (Py_ssize_t t = 0; t < ATTN_BLOCK; t++) {
-        if (t >= n || !seen[t]) {
+        if (!(seen >> t & 1)) {
             for (Py_ssize_t d = 0; d < D; d++) kt[d * ATTN_BLOCK + t] = 0.f;
             memset(vb + t * D, 0, (size_t)D * sizeof(float));
             continue;
@@ -54,12 +58,17 @@ static inline void score_quad(const float *const *q, const float *kt, Py_ssize_t
         for (int t = 0; t < 4; t++) _mm512_store_ps(sc[r] + 16 * t, _mm512_mul_ps(a[r][t], s));
 }
 
-/* acc[r][d0, d0 + 64) = sum_t p[r][t] vb[t][d0, d0 + 64) for a quad of rows. */
+/* acc[r][d0, d0 + 64) = alpha[r] acc[r][d0, d0 + 64) + sum_t p[r][t] vb[t][d0, d0 + 64)
+ * for a quad of rows; alpha 0 starts a partial (its acc is not read). */
 static inline void pv_quad(float (*p)[ATTN_BLOCK], const float *vb, Py_ssize_t D,
-                           Py_ssize_t n, Py_ssize_t d0, float *const *acc) {
+                           Py_ssize_t n, Py_ssize_t d0, float *const *acc, const float *alpha) {
     __m512 a[QUAD][4];
-    for (int r = 0; r < QUAD; r++)
-        for (int c = 0; c < 4; c++) a[r][c] = _mm512_setzero_ps();
+    for (int r = 0; r < QUAD; r++) {
+        const __m512 scale = _mm512_set1_ps(alpha[r]);
+        for (int c = 0; c < 4; c++)
+            a[r][c] = alpha[r] == 0.f ? _mm512_setzero_ps()
+                                      : _mm512_mul_ps(scale, _mm512_loadu_ps(acc[r] + d0 + 16 * c));
+    }
     for (Py_ssize_t t = 0; t < n; t++) {
         const float *v = vb + t * D + d0;
         const __m512 v0 = _mm512_load_ps(v), v1 = _mm512_load_ps(v + 16);
@@ -76,51 +85,78 @@ static inline void pv_quad(float (*p)[ATTN_BLOCK], const float *vb, Py_ssize_t D
         for (int c = 0; c < 4; c++) _mm512_storeu_ps(acc[r] + d0 + 16 * c, a[r][c]);
 }
 
-void block_rows_prefill(const AttnRun *run, Py_ssize_t g, Py_ssize_t s0, Py_ssize_t n,
-                        Py_ssize_t R0, Py_ssize_t num_rows, Py_ssize_t b) {
+/* Which of keys [s0, s0 + n) row R sees: bit t for key s0 + t. */
+static inline uint64_t visible_keys(const AttnRun *run, Py_ssize_t R, Py_ssize_t s0,
+                                    uint64_t in_block) {
+    const uint8_t *mask = mask_row(run, R);
+    if (!mask) return in_block;
+    const __m512i bytes = _mm512_maskz_loadu_epi8(in_block, mask + s0);
+    return _mm512_test_epi8_mask(bytes, bytes);
+}
+
+/* Rows [R0, R0 + num_rows) over the block in kt/vb (keys [s0, s0 + n)), folded into
+ * partial p of each row; `first`: the span's first block, which starts the partials. */
+static void block_rows(const AttnRun *run, const float *kt, const float *vb, Py_ssize_t s0,
+                       Py_ssize_t n, Py_ssize_t R0, Py_ssize_t num_rows, Py_ssize_t p,
+                       int first) {
     const AttnJob *j = run->job;
-    const Py_ssize_t D = j->D, nb = run->num_blocks;
-    _Alignas(64) float kt[ATTN_PREFILL_DIM * ATTN_BLOCK], vb[ATTN_BLOCK * ATTN_PREFILL_DIM];
-    _Alignas(64) float sc[ATTN_PREFILL_ROWS + QUAD][ATTN_BLOCK];
-    const float *q[ATTN_PREFILL_ROWS + QUAD];
-    float *acc[ATTN_PREFILL_ROWS + QUAD];
-    uint8_t seen[ATTN_BLOCK] = {0};
-    int live[ATTN_PREFILL_ROWS];
-    Py_ssize_t num_live = 0;
-    for (Py_ssize_t r = 0; r < num_rows; r++) {
-        const uint8_t *mask = mask_row(run, R0 + r);
-        q[r] = q_row(run, R0 + r);
-        acc[r] = run->acc + ((R0 + r) * nb + b) * D;
-        live[r] = 0;
-        for (Py_ssize_t t = 0; t < n; t++) {
-            const int visible = !mask || mask[s0 + t];
-            seen[t] |= (uint8_t)visible;
-            live[r] |= visible;
-        }
-        num_live += live[r];
-        if (!live[r]) run->m[(R0 + r) * nb + b] = -INFINITY;
-    }
-    if (!num_live) return;
-    _Alignas(64) float spare[ATTN_PREFILL_DIM]; /* a padded quad's rows write here */
-    for (Py_ssize_t r = num_rows; r < num_rows + QUAD; r++) {
-        q[r] = q[num_rows - 1];
-        acc[r] = spare;
-    }
-    copy_block(j, g, s0, n, seen, kt, vb);
-    const Py_ssize_t num_tiles = (n + 15) / 16;
+    const Py_ssize_t D = j->D, nb = run->num_blocks, num_tiles = (n + 15) / 16;
+    const uint64_t in_block = n == 64 ? ~0ull : (1ull << n) - 1;
+    const __m512 neg_inf = _mm512_set1_ps(-INFINITY);
+    _Alignas(64) float sc[QUAD][ATTN_BLOCK];
+    _Alignas(64) float spare[ATTN_PREFILL_DIM]; /* dead and padded rows of a quad write here */
     for (Py_ssize_t r0 = 0; r0 < num_rows; r0 += QUAD) {
-        score_quad(q + r0, kt, D, j->scale, sc + r0);
-        for (Py_ssize_t r = r0; r < r0 + QUAD && r < num_rows; r++) {
-            if (!live[r]) continue;
-            const uint8_t *mask = mask_row(run, R0 + r);
-            for (Py_ssize_t t = 0; t < num_tiles * 16; t++)
-                if (t >= n || (mask && !mask[s0 + t])) sc[r][t] = -INFINITY;
-            const Py_ssize_t at = (R0 + r) * nb + b;
-            row_softmax(sc[r], num_tiles, run->m + at, run->sum + at);
+        const float *q[QUAD];
+        float *acc[QUAD], alpha[QUAD];
+        uint64_t visible[QUAD];
+        for (int r = 0; r < QUAD; r++) {
+            const Py_ssize_t R = R0 + (r0 + r < num_rows ? r0 + r : num_rows - 1);
+            const Py_ssize_t at = R * nb + p;
+            q[r] = q_row(run, R);
+            visible[r] = r0 + r < num_rows ? visible_keys(run, R, s0, in_block) : 0;
+            if (first && r0 + r < num_rows) { /* an empty partial, until a block the row sees */
+                run->m[at] = -INFINITY;
+                run->sum[at] = 0.f;
+            }
+            acc[r] = visible[r] ? run->acc + at * D : spare;
+            alpha[r] = 0.f;
         }
-        for (Py_ssize_t r = r0; r < r0 + QUAD; r++) /* a dead or padded row weighs nothing */
-            if (r >= num_rows || !live[r]) memset(sc[r], 0, sizeof sc[r]);
-        for (Py_ssize_t d0 = 0; d0 < D; d0 += 64) pv_quad(sc + r0, vb, D, n, d0, acc + r0);
+        if (!(visible[0] | visible[1] | visible[2] | visible[3])) continue;
+        score_quad(q, kt, D, j->scale, sc);
+        for (int r = 0; r < QUAD; r++) {
+            if (!visible[r]) { /* a dead or padded row weighs nothing */
+                memset(sc[r], 0, sizeof sc[r]);
+                continue;
+            }
+            for (Py_ssize_t t = 0; t < num_tiles; t++)
+                _mm512_store_ps(sc[r] + 16 * t,
+                                _mm512_mask_mov_ps(neg_inf, (__mmask16)(visible[r] >> 16 * t),
+                                                   _mm512_load_ps(sc[r] + 16 * t)));
+            const Py_ssize_t at = (R0 + r0 + r) * nb + p;
+            const float m_old = run->m[at];
+            const float block_sum = softmax_tiles(sc[r], num_tiles, run->m + at);
+            alpha[r] = m_old == -INFINITY ? 0.f : expf(m_old - run->m[at]);
+            run->sum[at] = run->sum[at] * alpha[r] + block_sum;
+        }
+        for (Py_ssize_t d0 = 0; d0 < D; d0 += 64) pv_quad(sc, vb, D, n, d0, acc, alpha);
+    }
+}
+
+void span_prefill(const AttnRun *run, Py_ssize_t g, Py_ssize_t p, Py_ssize_t R0,
+                  Py_ssize_t num_rows) {
+    const AttnJob *j = run->job;
+    _Alignas(64) float kt[ATTN_PREFILL_DIM * ATTN_BLOCK], vb[ATTN_BLOCK * ATTN_PREFILL_DIM];
+    const Py_ssize_t num_kb = (j->S + ATTN_BLOCK - 1) / ATTN_BLOCK, b0 = p * run->span;
+    const Py_ssize_t b1 = b0 + run->span < num_kb ? b0 + run->span : num_kb;
+    for (Py_ssize_t kb = b0; kb < b1; kb++) {
+        const Py_ssize_t s0 = kb * ATTN_BLOCK, n = j->S - s0 < ATTN_BLOCK ? j->S - s0 : ATTN_BLOCK;
+        const uint64_t in_block = n == 64 ? ~0ull : (1ull << n) - 1;
+        uint64_t seen = 0;
+        for (Py_ssize_t R = R0; R < R0 + num_rows && seen != in_block; R++)
+            seen |= visible_keys(run, R, s0, in_block);
+        if (!seen && kb != b0) continue; /* no row sees the block (the first starts partials) */
+        if (seen) copy_block(j, g, s0, seen, kt, vb);
+        block_rows(run, kt, vb, s0, n, R0, num_rows, p, kb == b0); /* converted once for all */
     }
 }
 #endif

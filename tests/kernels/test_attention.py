@@ -172,7 +172,9 @@ def test_verify_rows_equal_decode_steps_bit_for_bit(code_path, dtype, Hq, Hkv, D
             rows = qmatmul.attention(q, k, v, D**-0.5, causal(L, S))
             for i in range(L):
                 visible = S - L + i + 1
-                one = qmatmul.attention(q[:, i : i + 1], k[:, :visible], v[:, :visible], D**-0.5, None)
+                one = qmatmul.attention(
+                    q[:, i : i + 1], k[:, :visible], v[:, :visible], D**-0.5, None
+                )
                 np.testing.assert_array_equal(rows[:, i : i + 1], one)
         finally:
             qmatmul.set_num_threads(qmatmul.default_num_threads())
