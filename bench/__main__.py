@@ -17,6 +17,7 @@ COMMANDS = {
     "agreement": "bench.agreement",
     "decode": "bench.decode",
     "edit": "bench.edit",
+    "matmul": "bench.matmul",
     "plots": "bench.plots",
     "remote": "bench.remote",
     "rollback": "bench.rollback",

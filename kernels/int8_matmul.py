@@ -201,7 +201,10 @@ class Int8Matrix:
         dtype = np.result_type(*(w.scales.dtype for w in parts))
         if all(w.n % TILE == 0 for w in parts[:-1]) and all(w.scales.dtype == dtype for w in parts):
             return Int8Matrix(  # whole tiles: the arrays join as they are
-                *(np.concatenate([getattr(w, a) for w in parts]) for a in _ARRAYS),
+                np.concatenate([w.qs for w in parts]),
+                np.concatenate([w.hbits for w in parts]),
+                np.concatenate([w.scales for w in parts]),
+                np.concatenate([w.biases for w in parts]),
                 sum(w.n for w in parts),
                 self.k,
                 self.bits,
@@ -215,9 +218,6 @@ class Int8Matrix:
             self.group_size,
             self.bits,
         )
-
-
-_ARRAYS = ("qs", "hbits", "scales", "biases")
 
 
 def matmul(x: np.ndarray, w: Int8Matrix, out: np.ndarray | None = None) -> np.ndarray:

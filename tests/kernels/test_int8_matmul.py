@@ -112,7 +112,9 @@ def test_rows_do_not_depend_on_row_count_or_threads(int8_path: str, bits: int) -
         qmatmul.set_num_threads(threads)
     for m in (1, 8, 37):
         for start in (0, 5, 300 - m):
-            assert np.array_equal(int8_matmul.matmul(x[start : start + m], w), full[start : start + m])
+            assert np.array_equal(
+                int8_matmul.matmul(x[start : start + m], w), full[start : start + m]
+            )
 
 
 def test_out_may_be_columns_of_a_wider_array(int8_path: str) -> None:
@@ -167,7 +169,9 @@ def test_every_gguf_type_dequantizes_as_gguf_py(int8_path: str, kind: str) -> No
     x = np.random.default_rng(9).standard_normal((3, cols)).astype(np.float32)
     q = iw.q()
     s, b = iw.params()
-    assert_close(int8_matmul.matmul(x, iw), int8_ref.matmul_reference(x, q, s, b, t.group_size, t.bits))
+    assert_close(
+        int8_matmul.matmul(x, iw), int8_ref.matmul_reference(x, q, s, b, t.group_size, t.bits)
+    )
 
 
 def real_model_paths() -> list[Path]:
@@ -197,12 +201,18 @@ def test_real_tensors_of_both_models_round_trip() -> None:
                 continue
             kinds.add(kind)
             qm = QMatrix.from_arrays(
-                weight.packed[:64], weight.scales[:64], weight.biases[:64], weight.group_size, weight.bits
+                weight.packed[:64],
+                weight.scales[:64],
+                weight.biases[:64],
+                weight.group_size,
+                weight.bits,
             )
             got = int8_matmul.dequantize(Int8Matrix.from_qmatrix(qm))
             want = gguf.quants.dequantize(np.asarray(info.data)[:64], info.tensor_type)
             assert np.array_equal(got, qmatmul.dequantize(qm)), (path.name, info.name)
-            assert np.array_equal((got + 0).view(np.uint32), (want.reshape(got.shape) + 0).view(np.uint32))
+            assert np.array_equal(
+                (got + 0).view(np.uint32), (want.reshape(got.shape) + 0).view(np.uint32)
+            )
             seen += 1
     assert seen >= 2
 
@@ -223,7 +233,9 @@ def test_numpy_ops_hold_int8_matrices_when_asked() -> None:
     ids = np.array([47, 48, 79, 0])
     want_rows = np.concatenate([int8_matmul.dequantize(q), int8_matmul.dequantize(v)])[ids]
     assert np.array_equal(ops.embed(fused, ids), want_rows)
-    assert isinstance(NumpyOps(cpu_matmul="float").weight(QuantizedWeight(qv.packed, s, b, 32, 8)), QMatrix)
+    assert isinstance(
+        NumpyOps(cpu_matmul="float").weight(QuantizedWeight(qv.packed, s, b, 32, 8)), QMatrix
+    )
     with pytest.raises(ValueError, match="cpu_matmul"):
         NumpyOps(cpu_matmul="int4")
     with pytest.raises(ValueError, match="packed weights"):

@@ -138,7 +138,9 @@ def test_numpy_backend_without_the_extension(monkeypatch: pytest.MonkeyPatch) ->
     """A failed build (no compiler) leaves the dense NumPy path, with equal results."""
     qw = QuantizedWeight(*mx.quantize(mx.random.normal((64, 128)), 32, 4), 32, 4)
     x = np.random.default_rng(0).standard_normal((2, 128)).astype(np.float32)
-    want = NumpyOps(packed=True, cpu_matmul="float").linear(x, NumpyOps(packed=True, cpu_matmul="float").weight(qw))
+    want = NumpyOps(packed=True, cpu_matmul="float").linear(
+        x, NumpyOps(packed=True, cpu_matmul="float").weight(qw)
+    )
     monkeypatch.setattr(qmatmul, "_ext", None)
     assert not qmatmul.available() and not qmatmul.enabled()
     ops = NumpyOps()
