@@ -18,6 +18,7 @@ COMMANDS = {
     "attention": "bench.attention",
     "decode": "bench.decode",
     "edit": "bench.edit",
+    "matmul": "bench.matmul",
     "plots": "bench.plots",
     "remote": "bench.remote",
     "rollback": "bench.rollback",

@@ -201,7 +201,10 @@ class Int8Matrix:
         dtype = np.result_type(*(w.scales.dtype for w in parts))
         if all(w.n % TILE == 0 for w in parts[:-1]) and all(w.scales.dtype == dtype for w in parts):
             return Int8Matrix(  # whole tiles: the arrays join as they are
-                *(np.concatenate([getattr(w, a) for w in parts]) for a in _ARRAYS),
+                np.concatenate([w.qs for w in parts]),
+                np.concatenate([w.hbits for w in parts]),
+                np.concatenate([w.scales for w in parts]),
+                np.concatenate([w.biases for w in parts]),
                 sum(w.n for w in parts),
                 self.k,
                 self.bits,
@@ -215,9 +218,6 @@ class Int8Matrix:
             self.group_size,
             self.bits,
         )
-
-
-_ARRAYS = ("qs", "hbits", "scales", "biases")
 
 
 def matmul(x: np.ndarray, w: Int8Matrix, out: np.ndarray | None = None) -> np.ndarray:
@@ -244,16 +244,19 @@ def matmul(x: np.ndarray, w: Int8Matrix, out: np.ndarray | None = None) -> np.nd
     return result if x.ndim == 2 else result.reshape(*x.shape[:-1], w.n)
 
 
-def quantize_x(x: np.ndarray, group_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """x [m, k] as the kernel quantizes it: xq int8 [m, k], d [m, k / 32] and the bias sums
-    xb [m, k / group_size] (kernels/int8_ref.py defines them; for tests)."""
+def quantize_x(
+    x: np.ndarray, group_size: int, levels: int = 1
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """x [m, k] as the kernel quantizes it: xq int8 [levels, m, k], d [levels, m, k / 32]
+    and the bias sums xb [m, k / group_size] (kernels/int8_ref.py defines them; for tests).
+    levels 2: the residual's second level too, as against 8-bit weights."""
     x2 = np.ascontiguousarray(x, dtype=F32)
     m, k = x2.shape
-    xq = np.empty((m, k), dtype=np.int8)
-    d = np.empty((m, k // 32), dtype=F32)
+    xq = np.empty((levels * m, k), dtype=np.int8)
+    d = np.empty((levels * m, k // 32), dtype=F32)
     xb = np.empty((m, k // group_size), dtype=F32)
     _ext().int8_quantize(x2, group_size, xq, d, xb)
-    return xq, d, xb
+    return xq.reshape(levels, m, k), d.reshape(levels, m, k // 32), xb
 
 
 def dequantize(w: Int8Matrix) -> np.ndarray:

@@ -8,10 +8,11 @@ Quantized weights (2 to 8 bits, groups of 16 or a multiple of 32) stay packed wh
 kernel is built: decode reads ~5x fewer bytes per token than from a float32 copy. They
 are held as `kernels.int8_matmul.Int8Matrix` (integer dot products against int8-quantized
 activations, `cpu_matmul="int8"`, the default where an int8 SIMD path runs) or as
-`kernels.qmatmul.QMatrix` (dequantized to float32 in registers, `cpu_matmul="float"`). Other weights (and every weight when the kernel is not
-built or is switched off, `make_ops(qmatmul=False)`) are dequantized once at load into
-the layout BLAS wants. A fused projection whose parts are packed differently stays
-packed as `kernels.row_parts.RowParts`, one kernel call per part.
+`kernels.qmatmul.QMatrix` (dequantized to float32 in registers, `cpu_matmul="float"`).
+Other weights (and every weight when the kernel is not built or is switched off,
+`make_ops(qmatmul=False)`) are dequantized once at load into the layout BLAS wants. A
+fused projection whose parts are packed differently stays packed as
+`kernels.row_parts.RowParts`, one kernel call per part.
 """
 
 from __future__ import annotations

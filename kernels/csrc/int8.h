@@ -18,10 +18,14 @@
  * scales/biases: [tiles, k / group_size, 16] float16 (when exact) or float32.
  *
  * Arithmetic, per x row (kernels/int8_ref.py is its definition): x in blocks of 32,
- * d = max|x| / 127, xq = round-half-even(x * (1 / d)) (0 when d = 0). For output j and
- * group g, over the 32-blocks b the group overlaps, in order, with isum/xsum the integer
- * sums of q*xq and xq over the overlap:
- *     t = fma(d_b, isum, t)  (t from 0),   xb = fma(d_b, xsum, xb)  (xb from 0)
+ * d = max|x| / 127, xq = round-half-even(x * (1 / d)) (0 when d = 0). Against 8-bit
+ * weights x takes a second level, the residual fma(-d, xq, x) quantized the same way (d2,
+ * xq2): one level's ~0.4% error would waste the weights' precision (SmolLM2's Q8_0 head
+ * in one level lost 1% of top-1 agreement with float64). For output j and group g, over
+ * the 32-blocks b the group overlaps, in order, with isum/xsum the integer sums of q*xq
+ * and xq over the overlap (isum2/xsum2 those of xq2):
+ *     t = fma(d_b, isum, t)  [t = fma(d2_b, isum2, t)]     (t from 0)
+ *     xb = fma(d_b, xsum, xb)  [xb = fma(d2_b, xsum2, xb)]  (xb from 0)
  *     acc_s = fma(s_jg, t, acc_s),          acc_b = fma(b_jg, xb, acc_b)
  * and out_j = acc_s + acc_b. Integer sums are exact and every float step has this fixed
  * order, so a row's outputs do not depend on the rows beside it, the thread count or the
@@ -68,12 +72,19 @@ void i8_dequantize(const I8Mat *w, const int64_t *rows, Py_ssize_t count, float 
 /* -- shared between the int8 files -------------------------------------------------------- */
 
 /* One x row quantized: xq [k] int8, d [k / 32], xb [k / group_size] (the bias sums);
- * hsum [k / 16] is scratch (the sums of xq's 16-element halves). */
+ * hsum [k / 16] is scratch (the sums of xq's 16-element halves). xq2, d2 and hsum2: the
+ * second level (the residual's), or NULL for one level. */
 typedef struct {
     int8_t *xq;
     float *d, *xb;
     int32_t *hsum;
+    int8_t *xq2;
+    float *d2;
+    int32_t *hsum2;
 } I8Row;
+
+/* 8-bit weights meet x in two levels (int8.h's arithmetic, above). */
+static inline int i8_levels(int bits) { return bits == 8 ? 2 : 1; }
 
 /* Row x [k] into r (the definition above; group_size for xb). */
 void i8_quantize_row(const float *x, Py_ssize_t k, int group_size, const I8Row *r);

@@ -28,10 +28,13 @@
 
 const char *const I8_PATH_NAMES[I8_NUM_PATHS] = {"generic", "avx2", "avxvnni", "avx512vnni"};
 
-/* x quantized: row r at xq + r * k, d + r * (k / 32), xb + r * groups */
+/* x quantized: row r at xq + r * k, d + r * (k / 32), xb + r * groups; the second
+ * level (8-bit weights) at xq2, d2 alike, else NULL */
 typedef struct {
     const int8_t *xq;
     const float *d, *xb;
+    const int8_t *xq2;
+    const float *d2;
 } I8X;
 
 /* rows [r0, r1) x tiles [t0, t1) of out */
@@ -60,9 +63,13 @@ static void block_generic(const I8Mat *w, const I8X *x, Py_ssize_t r0, Py_ssize_
                     for (Py_ssize_t e = g * w->group_size; e < end;) {
                         const Py_ssize_t b = e / I8_BLOCK;
                         const Py_ssize_t stop = (b + 1) * I8_BLOCK < end ? (b + 1) * I8_BLOCK : end;
-                        int32_t isum = 0;
-                        for (; e < stop; e++) isum += i8_q(w, j, e) * xq[e];
+                        int32_t isum = 0, isum2 = 0;
+                        for (; e < stop; e++) {
+                            isum += i8_q(w, j, e) * xq[e];
+                            if (x->xq2) isum2 += i8_q(w, j, e) * x->xq2[r * k + e];
+                        }
                         tsum = fmaf(d[b], (float)isum, tsum);
+                        if (x->xq2) tsum = fmaf(x->d2[r * (k / I8_BLOCK) + b], (float)isum2, tsum);
                     }
                     acc_s = fmaf(i8_param(w, w->scales, pbase + g * I8_TILE), tsum, acc_s);
                     acc_b = fmaf(i8_param(w, w->biases, pbase + g * I8_TILE), xb[g], acc_b);
@@ -123,8 +130,9 @@ tile512(const I8Mat *w, const I8X *x, Py_ssize_t r, Py_ssize_t t, float *out, Py
     const Py_ssize_t k = w->k, groups = k / w->group_size, quads = k / 4;
     const uint8_t *qs[I8_MAX_NT];
     const uint64_t *hb[I8_MAX_NT];
-    const I8Quad *xq[I8_MAX_MB];
-    const float *d[I8_MAX_MB], *xb[I8_MAX_MB];
+    const int LEVELS = BITS == 8 ? 2 : 1;
+    const I8Quad *xq[I8_MAX_MB], *xq2[I8_MAX_MB];
+    const float *d[I8_MAX_MB], *d2[I8_MAX_MB], *xb[I8_MAX_MB];
     __m512 acc_s[I8_MAX_NT][I8_MAX_MB], acc_b[I8_MAX_NT][I8_MAX_MB];
     for (int c = 0; c < NT; c++) {
         qs[c] = w->qs + (t + c) * i8_tile_qs_bytes(w);
@@ -135,6 +143,10 @@ tile512(const I8Mat *w, const I8X *x, Py_ssize_t r, Py_ssize_t t, float *out, Py
         xq[i] = (const I8Quad *)(x->xq + (r + i) * k);
         d[i] = x->d + (r + i) * (k / I8_BLOCK);
         xb[i] = x->xb + (r + i) * groups;
+        if (LEVELS == 2) {
+            xq2[i] = (const I8Quad *)(x->xq2 + (r + i) * k);
+            d2[i] = x->d2 + (r + i) * (k / I8_BLOCK);
+        }
     }
     for (Py_ssize_t g = 0; g < groups; g++) {
         const Py_ssize_t end = (g + 1) * w->group_size;
@@ -145,8 +157,10 @@ tile512(const I8Mat *w, const I8X *x, Py_ssize_t r, Py_ssize_t t, float *out, Py
             const Py_ssize_t blk = e / I8_BLOCK;
             const Py_ssize_t stop = (blk + 1) * I8_BLOCK < end ? (blk + 1) * I8_BLOCK : end;
             __m512i lo_sum[I8_MAX_NT][I8_MAX_MB], hi_sum[I8_MAX_NT][I8_MAX_MB];
+            __m512i sum2[I8_MAX_NT][I8_MAX_MB];
             for (int c = 0; c < NT; c++)
-                for (int i = 0; i < MB; i++) lo_sum[c][i] = hi_sum[c][i] = _mm512_setzero_si512();
+                for (int i = 0; i < MB; i++)
+                    lo_sum[c][i] = hi_sum[c][i] = sum2[c][i] = _mm512_setzero_si512();
             for (Py_ssize_t p = e / 4; p < stop / 4; p += 2) {
                 for (int c = 0; c < NT; c++) {
                     __m512i lo, hi;
@@ -156,6 +170,12 @@ tile512(const I8Mat *w, const I8X *x, Py_ssize_t r, Py_ssize_t t, float *out, Py
                             _mm512_dpbusd_epi32(lo_sum[c][i], lo, _mm512_set1_epi32(xq[i][p]));
                         hi_sum[c][i] =
                             _mm512_dpbusd_epi32(hi_sum[c][i], hi, _mm512_set1_epi32(xq[i][p + 1]));
+                        if (LEVELS == 2) {
+                            sum2[c][i] =
+                                _mm512_dpbusd_epi32(sum2[c][i], lo, _mm512_set1_epi32(xq2[i][p]));
+                            sum2[c][i] =
+                                _mm512_dpbusd_epi32(sum2[c][i], hi, _mm512_set1_epi32(xq2[i][p + 1]));
+                        }
                     }
                 }
             }
@@ -164,6 +184,9 @@ tile512(const I8Mat *w, const I8X *x, Py_ssize_t r, Py_ssize_t t, float *out, Py
                 for (int c = 0; c < NT; c++) {
                     const __m512i isum = _mm512_add_epi32(lo_sum[c][i], hi_sum[c][i]);
                     tsum[c][i] = _mm512_fmadd_ps(dv, _mm512_cvtepi32_ps(isum), tsum[c][i]);
+                    if (LEVELS == 2)
+                        tsum[c][i] = _mm512_fmadd_ps(_mm512_set1_ps(d2[i][blk]),
+                                                     _mm512_cvtepi32_ps(sum2[c][i]), tsum[c][i]);
                 }
             }
             e = stop;
@@ -247,9 +270,9 @@ typedef struct {
     const float *x;
     Py_ssize_t m, k, rows_per_chunk;
     int group_size;
-    int8_t *xq;
-    float *d, *xb;
-    int32_t *hsum; /* k / 16 per row */
+    int8_t *xq, *xq2;   /* xq2, d2, hsum2: NULL for one level */
+    float *d, *xb, *d2;
+    int32_t *hsum, *hsum2; /* k / 16 per row */
 } QuantJob;
 
 static void quant_chunk(const void *ctx, Py_ssize_t chunk) {
@@ -258,8 +281,14 @@ static void quant_chunk(const void *ctx, Py_ssize_t chunk) {
     const Py_ssize_t r0 = chunk * job->rows_per_chunk;
     const Py_ssize_t r1 = r0 + job->rows_per_chunk < job->m ? r0 + job->rows_per_chunk : job->m;
     for (Py_ssize_t r = r0; r < r1; r++) {
-        const I8Row row = {job->xq + r * k, job->d + r * (k / I8_BLOCK), job->xb + r * groups,
-                           job->hsum + r * (k / 16)};
+        const int two = job->xq2 != NULL;
+        const I8Row row = {job->xq + r * k,
+                           job->d + r * (k / I8_BLOCK),
+                           job->xb + r * groups,
+                           job->hsum + r * (k / 16),
+                           two ? job->xq2 + r * k : NULL,
+                           two ? job->d2 + r * (k / I8_BLOCK) : NULL,
+                           two ? job->hsum2 + r * (k / 16) : NULL};
         i8_quantize_row(job->x + r * k, k, job->group_size, &row);
     }
 }
@@ -340,21 +369,25 @@ static void matmul_chunk(const void *ctx, Py_ssize_t chunk) {
 int i8_matmul(const I8Mat *w, const float *x, Py_ssize_t m, float *out, Py_ssize_t ld_out) {
     if (m <= 0 || w->n <= 0) return 0;
     const Py_ssize_t k = w->k, groups = k / w->group_size;
+    const int levels = i8_levels(w->bits);
     const size_t xq_bytes = (size_t)(m * k + 63) / 64 * 64;
-    const size_t floats = (size_t)(m * (k / I8_BLOCK + groups + k / 16)); /* d, xb, hsum */
-    char *scratch = alloc_aligned(xq_bytes + floats * sizeof(float));
+    /* per level xq, d, hsum; xb once */
+    const size_t floats = (size_t)(levels * m * (k / I8_BLOCK + k / 16) + m * groups);
+    char *scratch = alloc_aligned(levels * xq_bytes + floats * sizeof(float));
     if (!scratch) return -1;
-    int8_t *xq = (int8_t *)scratch;
-    float *d = (float *)(scratch + xq_bytes), *xb = d + m * (k / I8_BLOCK);
+    int8_t *xq = (int8_t *)scratch, *xq2 = levels == 2 ? xq + xq_bytes : NULL;
+    float *d = (float *)(scratch + levels * xq_bytes), *xb = d + m * (k / I8_BLOCK);
     int32_t *hsum = (int32_t *)(xb + m * groups);
+    float *d2 = levels == 2 ? (float *)(hsum + m * (k / 16)) : NULL;
+    int32_t *hsum2 = levels == 2 ? (int32_t *)(d2 + m * (k / I8_BLOCK)) : NULL;
     const I8BlockFn fn = block_fn();
     const Py_ssize_t quant_rows = (1 << 14) / k + 1;
-    const QuantJob qjob = {x, m, k, quant_rows, w->group_size, xq, d, xb, hsum};
+    const QuantJob qjob = {x, m, k, quant_rows, w->group_size, xq, xq2, d, xb, d2, hsum, hsum2};
     if (m <= quant_rows)
         quant_chunk(&qjob, 0);
     else
         parallel_for(quant_chunk, &qjob, (m + quant_rows - 1) / quant_rows, 0);
-    const I8X xs = {xq, d, xb};
+    const I8X xs = {xq, d, xb, xq2, d2};
     const Py_ssize_t tiles = i8_tiles(w);
     Py_ssize_t panel = I8_PANEL_BYTES / k;
     panel = panel < 8 ? 8 : panel > m ? m : panel;

@@ -111,8 +111,9 @@ done:
 
 PyDoc_STRVAR(int8_quantize_doc,
              "int8_quantize(x, group_size, xq, d, xb)\n\n"
-             "x [m, k] float32 quantized as the kernels do (int8.h): xq int8 [m, k], d and xb\n"
-             "float32 [m, k / 32] and [m, k / group_size], all C-contiguous (for tests).");
+             "x [m, k] float32 quantized as the kernels do (int8.h): xq int8 [levels, m, k],\n"
+             "d float32 [levels, m, k / 32], xb [m, k / group_size], all C-contiguous; levels\n"
+             "1 or 2 (the residual's second level) from xq's size (for tests).");
 
 static PyObject *py_int8_quantize(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
@@ -125,6 +126,7 @@ static PyObject *py_int8_quantize(PyObject *self, PyObject *const *args, Py_ssiz
     Py_buffer views[4];
     int count = 0, status = -1;
     int32_t *hsum = NULL;
+    int levels = 1;
     if (f32_2d(args[0], "x", 0, 0, &views[count]) < 0) goto done;
     const Py_buffer *x = &views[count++];
     const Py_ssize_t m = x->shape[0], k = x->shape[1];
@@ -140,17 +142,26 @@ static PyObject *py_int8_quantize(PyObject *self, PyObject *const *args, Py_ssiz
     const Py_buffer *d = &views[count++];
     if (f32_2d(args[4], "xb", 1, 0, &views[count]) < 0) goto done;
     const Py_buffer *xb = &views[count++];
-    if (xq->len != m * k || d->len != m * (k / I8_BLOCK) * 4 || xb->len != m * (k / group_size) * 4) {
+    levels = m > 0 && xq->len == 2 * m * k ? 2 : 1;
+    if (xq->len != levels * m * k || d->len != levels * m * (k / I8_BLOCK) * 4 ||
+        xb->len != m * (k / group_size) * 4) {
         PyErr_SetString(PyExc_ValueError, "int8_quantize: xq, d or xb has the wrong size");
         goto done;
     }
-    if (!(hsum = malloc(sizeof(int32_t) * (size_t)(k / 16 + 1)))) {
+    if (!(hsum = malloc(sizeof(int32_t) * (size_t)(2 * (k / 16) + 1)))) {
         PyErr_NoMemory();
         goto done;
     }
     for (Py_ssize_t r = 0; r < m; r++) {
-        const I8Row row = {(int8_t *)xq->buf + r * k, (float *)d->buf + r * (k / I8_BLOCK),
-                           (float *)xb->buf + r * (k / group_size), hsum};
+        int8_t *q = (int8_t *)xq->buf;
+        float *dd = (float *)d->buf;
+        const I8Row row = {q + r * k,
+                           dd + r * (k / I8_BLOCK),
+                           (float *)xb->buf + r * (k / group_size),
+                           hsum,
+                           levels == 2 ? q + (m + r) * k : NULL,
+                           levels == 2 ? dd + (m + r) * (k / I8_BLOCK) : NULL,
+                           levels == 2 ? hsum + k / 16 : NULL};
         i8_quantize_row((const float *)x->buf + r * k, k, (int)group_size, &row);
     }
     status = 0;

@@ -13,104 +13,121 @@
 #define I8_X86 0
 #endif
 
-/* Each block's d and xq, and the int sums of xq's halves (hsum[2b], hsum[2b + 1]):
- * d = max|x| / 127, xq = round-half-even(x * (1 / d)). The product stays within
- * 127 * (1 + 2^-22) of 127, so no clamp is needed; nearbyintf rounds half to even in the
- * default rounding mode, as vcvtps2dq does, and max is exact, so every path agrees. */
-static void blocks_generic(const float *x, Py_ssize_t k, const I8Row *r) {
-    for (Py_ssize_t b = 0; b < k / I8_BLOCK; b++) {
-        const float *xb = x + b * I8_BLOCK;
-        float amax = 0.0f;
-        for (int i = 0; i < I8_BLOCK; i++) amax = fmaxf(amax, fabsf(xb[i]));
-        const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-        int32_t sums[2] = {0, 0};
-        for (int i = 0; i < I8_BLOCK; i++) {
-            const int8_t q = (int8_t)nearbyintf(xb[i] * id);
-            r->xq[b * I8_BLOCK + i] = q;
-            sums[i / 16] += q;
-        }
-        r->d[b] = d;
-        r->hsum[2 * b] = sums[0];
-        r->hsum[2 * b + 1] = sums[1];
+/* One block's d, xq and the int sums of xq's halves: d = max|x| / 127 and
+ * xq = round-half-even(x * (1 / d)). The product stays within 127 * (1 + 2^-22) of 127,
+ * so no clamp is needed; nearbyintf rounds half to even in the default rounding mode, as
+ * vcvtps2dq does, and max is exact, so every path agrees. res: the residual
+ * fma(-d, xq, x) (the second level's input), or NULL. */
+static float block_generic(const float *x, int8_t *xq, int32_t *sums, float *res) {
+    float amax = 0.0f;
+    for (int i = 0; i < I8_BLOCK; i++) amax = fmaxf(amax, fabsf(x[i]));
+    const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    sums[0] = sums[1] = 0;
+    for (int i = 0; i < I8_BLOCK; i++) {
+        xq[i] = (int8_t)nearbyintf(x[i] * id);
+        sums[i / 16] += xq[i];
+        if (res) res[i] = fmaf(-d, (float)xq[i], x[i]);
     }
+    return d;
 }
 
 #if I8_X86
 #pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl")
-static void blocks_avx512(const float *x, Py_ssize_t k, const I8Row *r) {
-    for (Py_ssize_t b = 0; b < k / I8_BLOCK; b++) {
-        const __m512 lo = _mm512_loadu_ps(x + b * I8_BLOCK), hi = _mm512_loadu_ps(x + b * I8_BLOCK + 16);
-        const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(lo), _mm512_abs_ps(hi)));
-        const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-        const __m512 idv = _mm512_set1_ps(id);
-        const __m512i qlo = _mm512_cvtps_epi32(_mm512_mul_ps(lo, idv));
-        const __m512i qhi = _mm512_cvtps_epi32(_mm512_mul_ps(hi, idv));
-        _mm_storeu_si128((__m128i *)(r->xq + b * I8_BLOCK), _mm512_cvtsepi32_epi8(qlo));
-        _mm_storeu_si128((__m128i *)(r->xq + b * I8_BLOCK + 16), _mm512_cvtsepi32_epi8(qhi));
-        r->d[b] = d;
-        r->hsum[2 * b] = _mm512_reduce_add_epi32(qlo);
-        r->hsum[2 * b + 1] = _mm512_reduce_add_epi32(qhi);
+#pragma GCC target("avx512f,avx512bw,avx512vl,fma")
+static float block_avx512(const float *x, int8_t *xq, int32_t *sums, float *res) {
+    const __m512 lo = _mm512_loadu_ps(x), hi = _mm512_loadu_ps(x + 16);
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(lo), _mm512_abs_ps(hi)));
+    const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    const __m512 idv = _mm512_set1_ps(id);
+    const __m512i qlo = _mm512_cvtps_epi32(_mm512_mul_ps(lo, idv));
+    const __m512i qhi = _mm512_cvtps_epi32(_mm512_mul_ps(hi, idv));
+    _mm_storeu_si128((__m128i *)xq, _mm512_cvtsepi32_epi8(qlo));
+    _mm_storeu_si128((__m128i *)(xq + 16), _mm512_cvtsepi32_epi8(qhi));
+    sums[0] = _mm512_reduce_add_epi32(qlo);
+    sums[1] = _mm512_reduce_add_epi32(qhi);
+    if (res) {
+        const __m512 dv = _mm512_set1_ps(d);
+        _mm512_storeu_ps(res, _mm512_fnmadd_ps(dv, _mm512_cvtepi32_ps(qlo), lo));
+        _mm512_storeu_ps(res + 16, _mm512_fnmadd_ps(dv, _mm512_cvtepi32_ps(qhi), hi));
     }
+    return d;
 }
 #pragma GCC pop_options
 
 #pragma GCC push_options
-#pragma GCC target("avx2")
+#pragma GCC target("avx2,fma")
 static inline int32_t hsum256(__m256i v) {
     __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
     s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
     return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1)));
 }
 
-static void blocks_avx2(const float *x, Py_ssize_t k, const I8Row *r) {
+static float block_avx2(const float *x, int8_t *xq, int32_t *sums, float *res) {
     const __m256 sign = _mm256_set1_ps(-0.0f);
-    for (Py_ssize_t b = 0; b < k / I8_BLOCK; b++) {
-        __m256 v[4], m = _mm256_setzero_ps();
-        for (int i = 0; i < 4; i++) {
-            v[i] = _mm256_loadu_ps(x + b * I8_BLOCK + 8 * i);
-            m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[i]));
-        }
-        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-        const float amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
-        const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-        __m256i q[4];
-        for (int i = 0; i < 4; i++) q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], _mm256_set1_ps(id)));
-        /* int32 -> int8 in order: the packs interleave 128-bit lanes, the permute undoes it */
-        const __m256i q8 = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
-        _mm256_storeu_si256((__m256i *)(r->xq + b * I8_BLOCK),
-                            _mm256_permutevar8x32_epi32(q8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
-        r->d[b] = d;
-        r->hsum[2 * b] = hsum256(_mm256_add_epi32(q[0], q[1]));
-        r->hsum[2 * b + 1] = hsum256(_mm256_add_epi32(q[2], q[3]));
+    __m256 v[4], m = _mm256_setzero_ps();
+    for (int i = 0; i < 4; i++) {
+        v[i] = _mm256_loadu_ps(x + 8 * i);
+        m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[i]));
     }
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    const float amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+    const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    __m256i q[4];
+    for (int i = 0; i < 4; i++) q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], _mm256_set1_ps(id)));
+    /* int32 -> int8 in order: the packs interleave 128-bit lanes, the permute undoes it */
+    const __m256i q8 = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+    _mm256_storeu_si256((__m256i *)xq,
+                        _mm256_permutevar8x32_epi32(q8, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+    sums[0] = hsum256(_mm256_add_epi32(q[0], q[1]));
+    sums[1] = hsum256(_mm256_add_epi32(q[2], q[3]));
+    if (res)
+        for (int i = 0; i < 4; i++)
+            _mm256_storeu_ps(res + 8 * i,
+                             _mm256_fnmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(q[i]), v[i]));
+    return d;
 }
 #pragma GCC pop_options
 #endif /* I8_X86 */
 
-void i8_quantize_row(const float *x, Py_ssize_t k, int group_size, const I8Row *r) {
-#if I8_X86
-    const int path = i8_current_path();
-    if (path == I8_AVX512VNNI)
-        blocks_avx512(x, k, r);
-    else if (path != I8_GENERIC)
-        blocks_avx2(x, k, r);
-    else
-#endif
-        blocks_generic(x, k, r);
-    /* xb[g] = sum over the 32-blocks the group overlaps of d_b * (sum of xq there) */
+typedef float (*BlockFn)(const float *x, int8_t *xq, int32_t *sums, float *res);
+
+/* xb[g] for each group: fma(d_b, sum of xq over its overlap with block b, .) in order,
+ * then the same for the second level's (d2, hsum2) when there is one. */
+static void bias_sums(const I8Row *r, Py_ssize_t k, int group_size) {
     for (Py_ssize_t g = 0; g < k / group_size; g++) {
         float xb = 0.0f;
         for (Py_ssize_t e = g * group_size; e < (g + 1) * group_size;) {
             const Py_ssize_t b = e / I8_BLOCK, end = (b + 1) * I8_BLOCK;
             const Py_ssize_t stop = end < (g + 1) * group_size ? end : (g + 1) * group_size;
-            int32_t xsum = 0;
-            for (; e < stop; e += 16) xsum += r->hsum[e / 16];
+            int32_t xsum = 0, xsum2 = 0;
+            for (; e < stop; e += 16) {
+                xsum += r->hsum[e / 16];
+                if (r->xq2) xsum2 += r->hsum2[e / 16];
+            }
             xb = fmaf(r->d[b], (float)xsum, xb);
+            if (r->xq2) xb = fmaf(r->d2[b], (float)xsum2, xb);
         }
         r->xb[g] = xb;
     }
+}
+
+void i8_quantize_row(const float *x, Py_ssize_t k, int group_size, const I8Row *r) {
+    BlockFn block = block_generic;
+#if I8_X86
+    const int path = i8_current_path();
+    if (path == I8_AVX512VNNI)
+        block = block_avx512;
+    else if (path != I8_GENERIC)
+        block = block_avx2;
+#endif
+    float res[I8_BLOCK];
+    for (Py_ssize_t b = 0; b < k / I8_BLOCK; b++) {
+        const Py_ssize_t at = b * I8_BLOCK;
+        r->d[b] = block(x + at, r->xq + at, r->hsum + 2 * b, r->xq2 ? res : NULL);
+        if (r->xq2) r->d2[b] = block(res, r->xq2 + at, r->hsum2 + 2 * b, NULL);
+    }
+    bias_sums(r, k, group_size);
 }
 
 /* -- Int8Matrix -> I8Mat ---------------------------------------------------------------- */

@@ -75,13 +75,18 @@ static inline __attribute__((always_inline)) void
 I8_YMM(tile_)(const I8Mat *w, const I8X *x, Py_ssize_t r, Py_ssize_t u, float *out, Py_ssize_t ld,
               const int BITS, const int NU, const int MB) {
     const Py_ssize_t k = w->k, groups = k / w->group_size;
-    const I8Quad *xq[2];
-    const float *d[2], *xb[2];
+    const int LEVELS = BITS == 8 ? 2 : 1;
+    const I8Quad *xq[2], *xq2[2];
+    const float *d[2], *d2[2], *xb[2];
     __m256 acc_s[2][2], acc_b[2][2];
     for (int i = 0; i < MB; i++) {
         xq[i] = (const I8Quad *)(x->xq + (r + i) * k);
         d[i] = x->d + (r + i) * (k / I8_BLOCK);
         xb[i] = x->xb + (r + i) * groups;
+        if (LEVELS == 2) {
+            xq2[i] = (const I8Quad *)(x->xq2 + (r + i) * k);
+            d2[i] = x->d2 + (r + i) * (k / I8_BLOCK);
+        }
         for (int c = 0; c < NU; c++) acc_s[c][i] = acc_b[c][i] = _mm256_setzero_ps();
     }
     for (Py_ssize_t g = 0; g < groups; g++) {
@@ -92,9 +97,10 @@ I8_YMM(tile_)(const I8Mat *w, const I8X *x, Py_ssize_t r, Py_ssize_t u, float *o
         for (Py_ssize_t e = g * w->group_size; e < end;) {
             const Py_ssize_t blk = e / I8_BLOCK;
             const Py_ssize_t stop = (blk + 1) * I8_BLOCK < end ? (blk + 1) * I8_BLOCK : end;
-            __m256i lo_sum[2][2], hi_sum[2][2];
+            __m256i lo_sum[2][2], hi_sum[2][2], sum2[2][2];
             for (int c = 0; c < NU; c++)
-                for (int i = 0; i < MB; i++) lo_sum[c][i] = hi_sum[c][i] = _mm256_setzero_si256();
+                for (int i = 0; i < MB; i++)
+                    lo_sum[c][i] = hi_sum[c][i] = sum2[c][i] = _mm256_setzero_si256();
             for (Py_ssize_t p = e / 4; p < stop / 4; p += 2) {
                 for (int c = 0; c < NU; c++) {
                     __m256i lo, hi;
@@ -102,6 +108,10 @@ I8_YMM(tile_)(const I8Mat *w, const I8X *x, Py_ssize_t r, Py_ssize_t u, float *o
                     for (int i = 0; i < MB; i++) {
                         lo_sum[c][i] = I8_YMM(dot4_)(lo_sum[c][i], lo, _mm256_set1_epi32(xq[i][p]), BITS);
                         hi_sum[c][i] = I8_YMM(dot4_)(hi_sum[c][i], hi, _mm256_set1_epi32(xq[i][p + 1]), BITS);
+                        if (LEVELS == 2) {
+                            sum2[c][i] = I8_YMM(dot4_)(sum2[c][i], lo, _mm256_set1_epi32(xq2[i][p]), BITS);
+                            sum2[c][i] = I8_YMM(dot4_)(sum2[c][i], hi, _mm256_set1_epi32(xq2[i][p + 1]), BITS);
+                        }
                     }
                 }
             }
@@ -110,6 +120,9 @@ I8_YMM(tile_)(const I8Mat *w, const I8X *x, Py_ssize_t r, Py_ssize_t u, float *o
                 for (int c = 0; c < NU; c++) {
                     const __m256i isum = _mm256_add_epi32(lo_sum[c][i], hi_sum[c][i]);
                     tsum[c][i] = _mm256_fmadd_ps(dv, _mm256_cvtepi32_ps(isum), tsum[c][i]);
+                    if (LEVELS == 2)
+                        tsum[c][i] = _mm256_fmadd_ps(_mm256_set1_ps(d2[i][blk]),
+                                                     _mm256_cvtepi32_ps(sum2[c][i]), tsum[c][i]);
                 }
             }
             e = stop;

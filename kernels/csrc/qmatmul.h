@@ -3,8 +3,12 @@
  * points for the others.
  *
  *   matmul.c     products against packed quantized weights, and their dequantization
+ *   matmul_any.c the same for any bits and groups of 16
+ *   int8_quant.c, int8_matmul.c, int8_module.c (int8.h, int8_ymm.h)
+ *                integer dot products against int8-quantized activations, on a weight
+ *                layout of their own (kernels/int8_matmul.py wraps them)
  *   attention.c  softmax attention over float32 or float16 K/V rows (decode, verify)
- *   pool.c       the thread pool both split their work over
+ *   pool.c       the thread pool they split their work over
  *   module.c     the Python module: argument checks, then a call into the above
  *
  * kernels/qmatmul.py wraps the module; kernels/qmatmul_ref.py holds the plain NumPy

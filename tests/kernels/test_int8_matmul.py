@@ -69,7 +69,7 @@ def test_matmul_matches_reference(int8_path: str, bits: int, group_size: int, dt
     x[2, 32:64] = 0.0  # a block whose d is 0
     got = int8_matmul.matmul(x, w)
     assert got.shape == (5, n)
-    assert_close(got, int8_ref.matmul_reference(x, q, scales, biases, group_size))
+    assert_close(got, int8_ref.matmul_reference(x, q, scales, biases, group_size, bits))
 
 
 def test_quantization_is_the_reference_bit_for_bit(int8_path: str) -> None:
@@ -80,14 +80,20 @@ def test_quantization_is_the_reference_bit_for_bit(int8_path: str) -> None:
     x[1, :32] = 0.0
     x[1, : len(ties)] = ties
     x[1, 32:64] = 127.0 * np.sign(np.arange(32) - 15.5) / np.arange(1, 33)
-    for group_size in (16, 32, 64):
-        xq, d, xb = int8_matmul.quantize_x(x, group_size)
-        want_xq, want_d = int8_ref.quantize_x(x)
-        assert np.array_equal(xq, want_xq) and np.array_equal(d.view(np.uint32), want_d.view(np.uint32))
-        want_xb = int8_ref.bias_sums(want_xq, want_d, group_size)
-        np.testing.assert_allclose(xb, want_xb, rtol=TOL, atol=0)
-    assert xq[1, : len(ties)].tolist() == [127, 2, 4, -2, 0, 0, 2]  # halves to even
-    assert not xq[0, :32].any() and d[0, 0] == 0
+    for levels in (1, 2):
+        for group_size in (16, 32, 64):
+            xq, d, xb = int8_matmul.quantize_x(x, group_size, levels)
+            want_xq, want_d = int8_ref.quantize_levels(x, levels)
+            assert np.array_equal(xq, want_xq)
+            assert np.array_equal(d.view(np.uint32), want_d.view(np.uint32))
+            want_xb = int8_ref.bias_sums(want_xq, want_d, group_size)
+            np.testing.assert_allclose(xb, want_xb, rtol=TOL, atol=0)
+    assert xq[0, 1, : len(ties)].tolist() == [127, 2, 4, -2, 0, 0, 2]  # halves to even
+    assert not xq[:, 0, :32].any() and not d[:, 0, 0].any()
+    # the second level carries what the first rounded away: ~2^-15 of the block's max
+    approx = (d[0].repeat(32, axis=1) * xq[0] + d[1].repeat(32, axis=1) * xq[1]).astype(np.float64)
+    block_max = np.abs(x).reshape(4, 4, 32).max(axis=-1).repeat(32, axis=1)
+    assert np.all(np.abs(approx - x) <= block_max / (127 * 254) * 1.01)
 
 
 @pytest.mark.parametrize("bits", [4, 6, 8])
@@ -106,7 +112,9 @@ def test_rows_do_not_depend_on_row_count_or_threads(int8_path: str, bits: int) -
         qmatmul.set_num_threads(threads)
     for m in (1, 8, 37):
         for start in (0, 5, 300 - m):
-            assert np.array_equal(int8_matmul.matmul(x[start : start + m], w), full[start : start + m])
+            assert np.array_equal(
+                int8_matmul.matmul(x[start : start + m], w), full[start : start + m]
+            )
 
 
 def test_out_may_be_columns_of_a_wider_array(int8_path: str) -> None:
@@ -161,7 +169,9 @@ def test_every_gguf_type_dequantizes_as_gguf_py(int8_path: str, kind: str) -> No
     x = np.random.default_rng(9).standard_normal((3, cols)).astype(np.float32)
     q = iw.q()
     s, b = iw.params()
-    assert_close(int8_matmul.matmul(x, iw), int8_ref.matmul_reference(x, q, s, b, t.group_size))
+    assert_close(
+        int8_matmul.matmul(x, iw), int8_ref.matmul_reference(x, q, s, b, t.group_size, t.bits)
+    )
 
 
 def real_model_paths() -> list[Path]:
@@ -191,12 +201,18 @@ def test_real_tensors_of_both_models_round_trip() -> None:
                 continue
             kinds.add(kind)
             qm = QMatrix.from_arrays(
-                weight.packed[:64], weight.scales[:64], weight.biases[:64], weight.group_size, weight.bits
+                weight.packed[:64],
+                weight.scales[:64],
+                weight.biases[:64],
+                weight.group_size,
+                weight.bits,
             )
             got = int8_matmul.dequantize(Int8Matrix.from_qmatrix(qm))
             want = gguf.quants.dequantize(np.asarray(info.data)[:64], info.tensor_type)
             assert np.array_equal(got, qmatmul.dequantize(qm)), (path.name, info.name)
-            assert np.array_equal((got + 0).view(np.uint32), (want.reshape(got.shape) + 0).view(np.uint32))
+            assert np.array_equal(
+                (got + 0).view(np.uint32), (want.reshape(got.shape) + 0).view(np.uint32)
+            )
             seen += 1
     assert seen >= 2
 
@@ -217,7 +233,9 @@ def test_numpy_ops_hold_int8_matrices_when_asked() -> None:
     ids = np.array([47, 48, 79, 0])
     want_rows = np.concatenate([int8_matmul.dequantize(q), int8_matmul.dequantize(v)])[ids]
     assert np.array_equal(ops.embed(fused, ids), want_rows)
-    assert isinstance(NumpyOps(cpu_matmul="float").weight(QuantizedWeight(qv.packed, s, b, 32, 8)), QMatrix)
+    assert isinstance(
+        NumpyOps(cpu_matmul="float").weight(QuantizedWeight(qv.packed, s, b, 32, 8)), QMatrix
+    )
     with pytest.raises(ValueError, match="cpu_matmul"):
         NumpyOps(cpu_matmul="int4")
     with pytest.raises(ValueError, match="packed weights"):
