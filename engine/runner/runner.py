@@ -55,7 +55,11 @@ def cpu_step_for(model: DecoderModel, config: EngineConfig) -> CpuStep | None:
     if reason is not None:
         log.info("C decode step off: %s", reason)
         return None
-    return CpuStep(model)
+    try:  # the plan checks every shape: a model it cannot take keeps the per-op path
+        return CpuStep(model)
+    except ValueError:
+        log.exception("C decode step off: its plan refused the model")
+        return None
 
 
 class ModelRunner:
