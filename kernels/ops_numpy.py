@@ -73,6 +73,8 @@ class NumpyOps:
 
     def __init__(self, packed: bool | None = None, cpu_matmul: str | None = None) -> None:
         self._rope_cache: dict[tuple[int, float | bytes], tuple[np.ndarray, np.ndarray]] = {}
+        if packed is None and cpu_matmul != "float" and int8_matmul.has_simd():
+            packed = True  # the int8 paths are picked at run time, even in a portable build
         self.packed = qmatmul.enabled(packed)
         self.cpu_matmul = "int8" if _use_int8(self.packed, cpu_matmul) else "float"
 

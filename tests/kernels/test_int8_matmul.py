@@ -234,7 +234,8 @@ def test_numpy_ops_hold_int8_matrices_when_asked() -> None:
     want_rows = np.concatenate([int8_matmul.dequantize(q), int8_matmul.dequantize(v)])[ids]
     assert np.array_equal(ops.embed(fused, ids), want_rows)
     assert isinstance(
-        NumpyOps(cpu_matmul="float").weight(QuantizedWeight(qv.packed, s, b, 32, 8)), QMatrix
+        NumpyOps(packed=True, cpu_matmul="float").weight(QuantizedWeight(qv.packed, s, b, 32, 8)),
+        QMatrix,
     )
     with pytest.raises(ValueError, match="cpu_matmul"):
         NumpyOps(cpu_matmul="int4")
