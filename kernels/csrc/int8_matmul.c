@@ -97,7 +97,8 @@ static inline __m512 params512(const I8Mat *w, const void *a, Py_ssize_t i) {
 
 /* Weights of quads p and p + 1 of a tile: a nibble vector holds them as its low and high
  * nibbles; bits 5 and 6 add their planes' bits through byte masks. BITS 4 stands for 2,
- * 3 and 4. */
+ * 3 and 4, whose high nibbles stay in place (16 q: one and instead of a shift and an
+ * and; the caller divides their exact sums by 16). */
 static inline __attribute__((always_inline)) void
 weights512(const uint8_t *qs, const uint64_t *hb, Py_ssize_t quads, Py_ssize_t p, const int BITS,
            __m512i *lo, __m512i *hi) {
@@ -108,6 +109,10 @@ weights512(const uint8_t *qs, const uint64_t *hb, Py_ssize_t quads, Py_ssize_t p
     }
     const __m512i low4 = _mm512_set1_epi8(15), raw = _mm512_loadu_si512(qs + p / 2 * 64);
     *lo = _mm512_and_si512(raw, low4);
+    if (BITS == 4) {
+        *hi = _mm512_andnot_si512(low4, raw);
+        return;
+    }
     *hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
     if (BITS >= 5) {
         const __m512i b4 = _mm512_set1_epi8(16);
@@ -182,7 +187,9 @@ tile512(const I8Mat *w, const I8X *x, Py_ssize_t r, Py_ssize_t t, float *out, Py
             for (int i = 0; i < MB; i++) {
                 const __m512 dv = _mm512_set1_ps(d[i][blk]);
                 for (int c = 0; c < NT; c++) {
-                    const __m512i isum = _mm512_add_epi32(lo_sum[c][i], hi_sum[c][i]);
+                    /* at 4 bits hi_sum is 16 times the high nibbles' sum, exactly */
+                    const __m512i hi = BITS == 4 ? _mm512_srai_epi32(hi_sum[c][i], 4) : hi_sum[c][i];
+                    const __m512i isum = _mm512_add_epi32(lo_sum[c][i], hi);
                     tsum[c][i] = _mm512_fmadd_ps(dv, _mm512_cvtepi32_ps(isum), tsum[c][i]);
                     if (LEVELS == 2)
                         tsum[c][i] = _mm512_fmadd_ps(_mm512_set1_ps(d2[i][blk]),
