@@ -72,7 +72,10 @@ static void block_generic(const I8Mat *w, const I8X *x, Py_ssize_t r0, Py_ssize_
                         if (x->xq2) tsum = fmaf(x->d2[r * (k / I8_BLOCK) + b], (float)isum2, tsum);
                     }
                     acc_s = fmaf(i8_param(w, w->scales, pbase + g * I8_TILE), tsum, acc_s);
-                    acc_b = fmaf(i8_param(w, w->biases, pbase + g * I8_TILE), xb[g], acc_b);
+                    const float s = i8_param(w, w->scales, pbase + g * I8_TILE);
+                    const float bias = w->zero ? s * (float)-w->zero
+                                               : i8_param(w, w->biases, pbase + g * I8_TILE);
+                    acc_b = fmaf(bias, xb[g], acc_b);
                 }
                 out[r * ld + j] = acc_s + acc_b;
             }
@@ -200,7 +203,8 @@ tile512(const I8Mat *w, const I8X *x, Py_ssize_t r, Py_ssize_t t, float *out, Py
         }
         for (int c = 0; c < NT; c++) {
             const __m512 sv = params512(w, w->scales, ((t + c) * groups + g) * I8_TILE);
-            const __m512 bv = params512(w, w->biases, ((t + c) * groups + g) * I8_TILE);
+            const __m512 bv = w->zero ? _mm512_mul_ps(sv, _mm512_set1_ps((float)-w->zero))
+                                      : params512(w, w->biases, ((t + c) * groups + g) * I8_TILE);
             for (int i = 0; i < MB; i++) {
                 acc_s[c][i] = _mm512_fmadd_ps(sv, tsum[c][i], acc_s[c][i]);
                 acc_b[c][i] = _mm512_fmadd_ps(bv, _mm512_set1_ps(xb[i][g]), acc_b[c][i]);
