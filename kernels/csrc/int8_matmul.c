@@ -1,8 +1,9 @@
 /* out[m, n] = x[m, k] @ W^T against the tiled integer layout of int8.h: x is quantized to
  * int8 blocks of 32 once per call, and each tile of 16 output rows sums q * xq in int32
  * (vpdpbusd: u8 weight x s8 activation, 4 products per lane, 16 rows per zmm, no
- * horizontal sums), then applies the float steps of int8.h in their fixed order. Decode is
- * bound by the weight bytes read, ~0.56 a weight at 4 bits against 4 for float32.
+ * horizontal sums), then applies the float steps of int8.h in their fixed order (against
+ * 8-bit weights x has a second level, the residual's, and each weight vector meets both).
+ * Decode is bound by the weight bytes read, ~0.56 a weight at 4 bits against 4 for float32.
  *
  * Code paths, chosen at run time from what the CPU reports (each compiled for its own
  * target, so a BRANCHCHAT_PORTABLE_BUILD=1 build still uses VNNI): AVX-512 VNNI (zmm),
