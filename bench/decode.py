@@ -54,6 +54,8 @@ class OursRunner:
             "prefill_chunk": PREFILL_CHUNK,
             # the C kernel on packed 4/8-bit rows (kernels/qmatmul.py), else float32 BLAS
             "packed_matmul": bool(getattr(self.ops, "packed", False)),
+            # how: "int8" (kernels/int8_matmul.py) or "float" (EngineConfig.cpu_matmul)
+            "cpu_matmul": getattr(self.ops, "cpu_matmul", None),
             "threads": config.threads or qmatmul.default_num_threads(),
             "kv_dtype": dtype_name(self.ops.kv_dtype),  # BRANCHCHAT_KV_DTYPE
         }

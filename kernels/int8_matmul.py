@@ -67,6 +67,19 @@ def _codes(packed: np.ndarray, bits: int) -> np.ndarray:
     return unpack_bits(packed, bits)
 
 
+def _zero_point(scales: np.ndarray, biases: np.ndarray) -> int:
+    """z in [1, 256) with biases == -z * scales exactly in every group, else 0."""
+    s, b = scales.astype(np.float64), biases.astype(np.float64)
+    nonzero = s != 0
+    if not nonzero.any():
+        return 0
+    z = -b[nonzero].flat[0] / s[nonzero].flat[0]
+    if not (z == round(z) and 1 <= z < 256):
+        return 0
+    product = (scales * scales.dtype.type(-z)).astype(scales.dtype)  # exact when it holds
+    return int(z) if np.array_equal(product, biases) else 0
+
+
 def _planes(bits: int) -> int:
     return {5: 1, 6: 2}.get(bits, 0)
 
@@ -78,6 +91,9 @@ class Int8Matrix:
     qs: uint8 [tiles, 16 * k / 2] (bits <= 6: nibbles) or [tiles, 16 * k] (bits 8);
     hbits: uint64 [tiles, planes, k / 4], bit 4 (and 5) of q for bits 5 and 6 (planes 0
     otherwise); scales/biases: [tiles, k / group_size, 16], float16 or float32.
+    zero > 0: a symmetric type's (Q8_0, Q4_0, Q5_0, Q6_K, Q3_K), whose biases are exactly
+    -zero * scales: none are stored ([tiles, groups, 0]) and the kernel forms each, the
+    same float, from its scale (decode reads 2 bytes a group fewer).
     """
 
     qs: np.ndarray
@@ -88,6 +104,7 @@ class Int8Matrix:
     k: int
     bits: int
     group_size: int
+    zero: int = 0
 
     @classmethod
     def from_qmatrix(cls, qm: QMatrix) -> Int8Matrix:
@@ -140,15 +157,17 @@ class Int8Matrix:
             padded[:n] = a
             return np.ascontiguousarray(padded.reshape(tiles, TILE, -1).transpose(0, 2, 1))
 
+        zero = _zero_point(scales, biases)
         return cls(
             np.ascontiguousarray(qs.reshape(tiles, -1)),
             np.ascontiguousarray(hbits),
             tiled(scales),
-            tiled(biases),
+            tiled(biases[:, :0] if zero else biases),
             n,
             k,
             bits,
             group_size,
+            zero,
         )
 
     @property
@@ -187,7 +206,10 @@ class Int8Matrix:
         def untiled(a: np.ndarray) -> np.ndarray:
             return np.ascontiguousarray(a.transpose(0, 2, 1).reshape(-1, a.shape[1])[: self.n])
 
-        return untiled(self.scales), untiled(self.biases)
+        scales = untiled(self.scales)
+        if self.zero:
+            return scales, (scales * self.scales.dtype.type(-self.zero)).astype(scales.dtype)
+        return scales, untiled(self.biases)
 
     def can_concat(self, others: list[Int8Matrix]) -> bool:
         key = (self.bits, self.group_size, self.k)
@@ -199,7 +221,8 @@ class Int8Matrix:
             raise ValueError("only matrices with equal bits, group size and k concat")
         parts = [self, *others]
         dtype = np.result_type(*(w.scales.dtype for w in parts))
-        if all(w.n % TILE == 0 for w in parts[:-1]) and all(w.scales.dtype == dtype for w in parts):
+        same = all(w.scales.dtype == dtype and w.zero == self.zero for w in parts)
+        if same and all(w.n % TILE == 0 for w in parts[:-1]):
             return Int8Matrix(  # whole tiles: the arrays join as they are
                 np.concatenate([w.qs for w in parts]),
                 np.concatenate([w.hbits for w in parts]),
@@ -209,6 +232,7 @@ class Int8Matrix:
                 self.k,
                 self.bits,
                 self.group_size,
+                self.zero,
             )
         params = [w.params() for w in parts]
         return Int8Matrix.from_q(

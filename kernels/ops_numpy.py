@@ -82,6 +82,8 @@ class NumpyOps:
         if kv_dtype is not None and kv_dtype not in KV_DTYPES:
             raise ValueError(f"kv_dtype must be one of {list(KV_DTYPES)}, not {kv_dtype!r}")
         self._rope_cache: dict[tuple[int, float | bytes], tuple[np.ndarray, np.ndarray]] = {}
+        if packed is None and cpu_matmul != "float" and int8_matmul.has_simd():
+            packed = True  # the int8 paths are picked at run time, even in a portable build
         self.packed = qmatmul.enabled(packed)
         self.cpu_matmul = "int8" if _use_int8(self.packed, cpu_matmul) else "float"
         # K/V rows in float16 by default: at a 2k context a decode step reads as many

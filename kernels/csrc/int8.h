@@ -15,7 +15,9 @@
  *   bits 5, 6: the same nibbles, and hbits planes of bit 4 (and bit 5): one uint64 mask per
  *              quad per plane, bit 4r + i for q[r, 4p + i]; [tile][plane][k/4];
  *   bits 8:    qs holds the bytes, one quad per vector (k bytes a row).
- * scales/biases: [tiles, k / group_size, 16] float16 (when exact) or float32.
+ * scales/biases: [tiles, k / group_size, 16] float16 (when exact) or float32. A symmetric
+ * type's biases are -zero * scales exactly (Q8_0: 128, Q4_0: 8, Q6_K: 32): then no biases
+ * are stored (zero > 0) and each is that product, the same float, computed in register.
  *
  * Arithmetic, per x row (kernels/int8_ref.py is its definition): x in blocks of 32,
  * d = max|x| / 127, xq = round-half-even(x * (1 / d)) (0 when d = 0). Against 8-bit
@@ -50,13 +52,14 @@ typedef struct {
     const uint8_t *qs;     /* [tiles, 16 * k * (bits <= 6 ? 1/2 : 1)] */
     const uint64_t *hbits; /* [tiles, planes, k / 4] for bits 5 and 6, else NULL */
     const void *scales;    /* [tiles, groups, 16], float16 (half) or float32 */
-    const void *biases;    /* same */
+    const void *biases;    /* same, or NULL when zero > 0 */
     Py_ssize_t n, k;       /* n real rows; tiles = ceil(n / 16) */
     int bits, group_size, half;
+    int zero;              /* > 0: biases = -zero * scales */
 } I8Mat; /* borrowed pointers into a Python Int8Matrix's arrays */
 
 /* Fills w from an Int8Matrix (attributes qs, hbits, scales, biases, n, k, bits,
- * group_size); views must have room for 4 buffers, *nviews counts those taken (release
+ * group_size, half, zero); views must have room for 4 buffers, *nviews counts those taken (release
  * them with PyBuffer_Release after use, also on failure). 0, or -1 with a Python error. */
 int i8mat_from_object(PyObject *obj, I8Mat *w, Py_buffer *views, int *nviews);
 

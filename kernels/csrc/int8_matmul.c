@@ -1,8 +1,9 @@
 /* out[m, n] = x[m, k] @ W^T against the tiled integer layout of int8.h: x is quantized to
  * int8 blocks of 32 once per call, and each tile of 16 output rows sums q * xq in int32
  * (vpdpbusd: u8 weight x s8 activation, 4 products per lane, 16 rows per zmm, no
- * horizontal sums), then applies the float steps of int8.h in their fixed order. Decode is
- * bound by the weight bytes read, ~0.56 a weight at 4 bits against 4 for float32.
+ * horizontal sums), then applies the float steps of int8.h in their fixed order (against
+ * 8-bit weights x has a second level, the residual's, and each weight vector meets both).
+ * Decode is bound by the weight bytes read, ~0.56 a weight at 4 bits against 4 for float32.
  *
  * Code paths, chosen at run time from what the CPU reports (each compiled for its own
  * target, so a BRANCHCHAT_PORTABLE_BUILD=1 build still uses VNNI): AVX-512 VNNI (zmm),
@@ -72,7 +73,10 @@ static void block_generic(const I8Mat *w, const I8X *x, Py_ssize_t r0, Py_ssize_
                         if (x->xq2) tsum = fmaf(x->d2[r * (k / I8_BLOCK) + b], (float)isum2, tsum);
                     }
                     acc_s = fmaf(i8_param(w, w->scales, pbase + g * I8_TILE), tsum, acc_s);
-                    acc_b = fmaf(i8_param(w, w->biases, pbase + g * I8_TILE), xb[g], acc_b);
+                    const float s = i8_param(w, w->scales, pbase + g * I8_TILE);
+                    const float bias = w->zero ? s * (float)-w->zero
+                                               : i8_param(w, w->biases, pbase + g * I8_TILE);
+                    acc_b = fmaf(bias, xb[g], acc_b);
                 }
                 out[r * ld + j] = acc_s + acc_b;
             }
@@ -97,7 +101,8 @@ static inline __m512 params512(const I8Mat *w, const void *a, Py_ssize_t i) {
 
 /* Weights of quads p and p + 1 of a tile: a nibble vector holds them as its low and high
  * nibbles; bits 5 and 6 add their planes' bits through byte masks. BITS 4 stands for 2,
- * 3 and 4. */
+ * 3 and 4, whose high nibbles stay in place (16 q: one and instead of a shift and an
+ * and; the caller divides their exact sums by 16). */
 static inline __attribute__((always_inline)) void
 weights512(const uint8_t *qs, const uint64_t *hb, Py_ssize_t quads, Py_ssize_t p, const int BITS,
            __m512i *lo, __m512i *hi) {
@@ -108,6 +113,10 @@ weights512(const uint8_t *qs, const uint64_t *hb, Py_ssize_t quads, Py_ssize_t p
     }
     const __m512i low4 = _mm512_set1_epi8(15), raw = _mm512_loadu_si512(qs + p / 2 * 64);
     *lo = _mm512_and_si512(raw, low4);
+    if (BITS == 4) {
+        *hi = _mm512_andnot_si512(low4, raw);
+        return;
+    }
     *hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
     if (BITS >= 5) {
         const __m512i b4 = _mm512_set1_epi8(16);
@@ -182,7 +191,9 @@ tile512(const I8Mat *w, const I8X *x, Py_ssize_t r, Py_ssize_t t, float *out, Py
             for (int i = 0; i < MB; i++) {
                 const __m512 dv = _mm512_set1_ps(d[i][blk]);
                 for (int c = 0; c < NT; c++) {
-                    const __m512i isum = _mm512_add_epi32(lo_sum[c][i], hi_sum[c][i]);
+                    /* at 4 bits hi_sum is 16 times the high nibbles' sum, exactly */
+                    const __m512i hi = BITS == 4 ? _mm512_srai_epi32(hi_sum[c][i], 4) : hi_sum[c][i];
+                    const __m512i isum = _mm512_add_epi32(lo_sum[c][i], hi);
                     tsum[c][i] = _mm512_fmadd_ps(dv, _mm512_cvtepi32_ps(isum), tsum[c][i]);
                     if (LEVELS == 2)
                         tsum[c][i] = _mm512_fmadd_ps(_mm512_set1_ps(d2[i][blk]),
@@ -193,7 +204,8 @@ tile512(const I8Mat *w, const I8X *x, Py_ssize_t r, Py_ssize_t t, float *out, Py
         }
         for (int c = 0; c < NT; c++) {
             const __m512 sv = params512(w, w->scales, ((t + c) * groups + g) * I8_TILE);
-            const __m512 bv = params512(w, w->biases, ((t + c) * groups + g) * I8_TILE);
+            const __m512 bv = w->zero ? _mm512_mul_ps(sv, _mm512_set1_ps((float)-w->zero))
+                                      : params512(w, w->biases, ((t + c) * groups + g) * I8_TILE);
             for (int i = 0; i < MB; i++) {
                 acc_s[c][i] = _mm512_fmadd_ps(sv, tsum[c][i], acc_s[c][i]);
                 acc_b[c][i] = _mm512_fmadd_ps(bv, _mm512_set1_ps(xb[i][g]), acc_b[c][i]);

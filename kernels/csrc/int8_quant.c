@@ -161,12 +161,16 @@ static const void *get_array(PyObject *obj, const char *name, Py_ssize_t itemsiz
 }
 
 int i8mat_from_object(PyObject *obj, I8Mat *w, Py_buffer *views, int *nviews) {
-    long n, k, bits, group_size, half;
+    long n, k, bits, group_size, half, zero;
     *nviews = 0;
     if (get_long(obj, "n", &n) < 0 || get_long(obj, "k", &k) < 0 ||
         get_long(obj, "bits", &bits) < 0 || get_long(obj, "group_size", &group_size) < 0 ||
-        get_long(obj, "half", &half) < 0)
+        get_long(obj, "half", &half) < 0 || get_long(obj, "zero", &zero) < 0)
         return -1;
+    if (zero < 0 || zero >= 256) {
+        PyErr_Format(PyExc_ValueError, "Int8Matrix zero must be in [0, 256), not %ld", zero);
+        return -1;
+    }
     if (bits < 2 || bits > 8 || bits == 7) {
         PyErr_Format(PyExc_ValueError, "Int8Matrix bits must be 2, 3, 4, 5, 6 or 8, not %ld",
                      bits);
@@ -185,6 +189,7 @@ int i8mat_from_object(PyObject *obj, I8Mat *w, Py_buffer *views, int *nviews) {
     w->bits = (int)bits;
     w->group_size = (int)group_size;
     w->half = half != 0;
+    w->zero = (int)zero;
     const Py_ssize_t tiles = i8_tiles(w), groups = k / group_size;
     const Py_ssize_t pitem = w->half ? 2 : 4;
     w->qs = get_array(obj, "qs", 1, tiles * i8_tile_qs_bytes(w), views, nviews);
@@ -196,6 +201,8 @@ int i8mat_from_object(PyObject *obj, I8Mat *w, Py_buffer *views, int *nviews) {
     }
     w->scales = get_array(obj, "scales", pitem, tiles * groups * I8_TILE, views, nviews);
     if (!w->scales) return -1;
+    w->biases = NULL;
+    if (w->zero) return 0;
     w->biases = get_array(obj, "biases", pitem, tiles * groups * I8_TILE, views, nviews);
     return w->biases ? 0 : -1;
 }
@@ -211,7 +218,7 @@ static void dequant_row(const I8Mat *w, Py_ssize_t j, float *dst) {
     const Py_ssize_t base = (j / I8_TILE) * groups * I8_TILE + j % I8_TILE;
     for (Py_ssize_t g = 0; g < groups; g++) {
         const float s = param(w, w->scales, base + g * I8_TILE);
-        const float b = param(w, w->biases, base + g * I8_TILE);
+        const float b = w->zero ? s * (float)-w->zero : param(w, w->biases, base + g * I8_TILE);
         for (Py_ssize_t e = g * w->group_size; e < (g + 1) * w->group_size; e++)
             dst[e] = fmaf(s, (float)i8_q(w, j, e), b);
     }

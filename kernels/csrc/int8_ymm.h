@@ -130,7 +130,8 @@ I8_YMM(tile_)(const I8Mat *w, const I8X *x, Py_ssize_t r, Py_ssize_t u, float *o
         for (int c = 0; c < NU; c++) {
             const Py_ssize_t at = ((u + c) / 2 * groups + g) * I8_TILE + 8 * ((u + c) % 2);
             const __m256 sv = I8_YMM(params_)(w, w->scales, at);
-            const __m256 bv = I8_YMM(params_)(w, w->biases, at);
+            const __m256 bv = w->zero ? _mm256_mul_ps(sv, _mm256_set1_ps((float)-w->zero))
+                                      : I8_YMM(params_)(w, w->biases, at);
             for (int i = 0; i < MB; i++) {
                 acc_s[c][i] = _mm256_fmadd_ps(sv, tsum[c][i], acc_s[c][i]);
                 acc_b[c][i] = _mm256_fmadd_ps(bv, _mm256_set1_ps(xb[i][g]), acc_b[c][i]);

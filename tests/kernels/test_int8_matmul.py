@@ -29,6 +29,7 @@ pytestmark = pytest.mark.skipif(
 # order; the reference's fma is a float64 sum rounded once, which can differ from a fused
 # one by an ulp (a double rounding): a few float32 ulps of the output's scale.
 TOL = 4 * float(np.finfo(np.float32).eps)
+SYMMETRIC_ZERO = {"Q4_0": 8, "Q5_0": 16, "Q8_0": 128, "Q3_K": 4, "Q6_K": 32}
 GGUF_TYPES = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K")
 
 
@@ -163,6 +164,10 @@ def test_every_gguf_type_dequantizes_as_gguf_py(int8_path: str, kind: str) -> No
     t = gguf_quants.block_type(kind)
     qm = QMatrix.from_arrays(*gguf_quants.to_affine(data, kind, rows, cols), t.group_size, t.bits)
     iw = Int8Matrix.from_qmatrix(qm)
+    # symmetric types store no biases: -zero * scale is each one exactly
+    assert iw.zero == SYMMETRIC_ZERO.get(kind, 0) and iw.biases.size == (
+        0 if iw.zero else iw.scales.size
+    )
     want = gguf.quants.dequantize(data, GGMLQuantizationType[kind]).reshape(rows, cols)
     got = int8_matmul.dequantize(iw) + np.float32(0)  # gguf-py's -0.0 where q = zero point
     assert np.array_equal(got.view(np.uint32), (want.astype(np.float32) + 0).view(np.uint32))
@@ -234,7 +239,8 @@ def test_numpy_ops_hold_int8_matrices_when_asked() -> None:
     want_rows = np.concatenate([int8_matmul.dequantize(q), int8_matmul.dequantize(v)])[ids]
     assert np.array_equal(ops.embed(fused, ids), want_rows)
     assert isinstance(
-        NumpyOps(cpu_matmul="float").weight(QuantizedWeight(qv.packed, s, b, 32, 8)), QMatrix
+        NumpyOps(packed=True, cpu_matmul="float").weight(QuantizedWeight(qv.packed, s, b, 32, 8)),
+        QMatrix,
     )
     with pytest.raises(ValueError, match="cpu_matmul"):
         NumpyOps(cpu_matmul="int4")
