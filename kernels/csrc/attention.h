@@ -38,6 +38,7 @@ typedef struct {
     Py_ssize_t span;           /* key blocks per partial: 1, or more for a prefill chunk */
     float *m, *sum, *acc;      /* partials of row R = h * lc + (l - l0), block b at R * num_blocks + b */
     int simd;                  /* the AVX-512 tiles (D a multiple of 16), else portable C */
+    int avx2;                  /* else attention_avx2.c's (D a multiple of 8) */
     int many;                  /* a prefill chunk's rows: attention_prefill.c's tiles */
 } AttnRun;
 
@@ -123,6 +124,13 @@ static inline float softmax_tiles(float *sc, Py_ssize_t num_tiles, float *m) {
  * partial p, folded into one partial per row: attention_prefill.c. */
 void span_prefill(const AttnRun *run, Py_ssize_t g, Py_ssize_t p, Py_ssize_t R0,
                   Py_ssize_t num_rows);
+#endif
+
+#if HAVE_AVX2
+/* Partials of rows [R0, R0 + num_rows) of kv head g over keys [s0, s0 + n) (block b): the
+ * AVX2 decode tiles, attention_avx2.c. */
+void block_rows_avx2(const AttnRun *run, Py_ssize_t g, Py_ssize_t s0, Py_ssize_t n,
+                     Py_ssize_t R0, Py_ssize_t num_rows, Py_ssize_t b);
 #endif
 
 #endif /* BRANCHCHAT_ATTENTION_H */
