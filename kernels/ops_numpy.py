@@ -203,7 +203,7 @@ class NumpyOps:
         k, v = k.astype(F32, copy=False), v.astype(F32, copy=False)
         Hq, L, D = q.shape
         block = max(1, SCORES_BLOCK_ELEMENTS // (Hq * k.shape[1]))
-        if L <= block:
+        if block >= L:  # one block holds every row
             return _attention_rows(q, k, v, scale, mask)
         out = np.empty((Hq, L, D), dtype=F32)
         for i in range(0, L, block):  # each query row's softmax is its own: blocks are exact

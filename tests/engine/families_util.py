@@ -18,7 +18,8 @@ def token_ids(seed: int = 0, n: int = 40) -> list[int]:
 
 
 def forward_all(path: object, backend: str, ids: list[int]) -> np.ndarray:
-    model = load_model(path, EngineConfig(backend=backend, dtype="float32")).runner
+    config = EngineConfig(backend=backend, dtype="float32", kv_dtype="float32")  # the bound's
+    model = load_model(path, config).runner
     return np.asarray(model.forward(ids, model.new_state(), logits="all"), dtype=np.float64)
 
 

@@ -35,8 +35,9 @@ CASES = [
     {"qtype": "Q4_K", "embed_qtype": "Q6_K"},  # a Q4_K_M file's usual mix
 ]
 CONFIGS = {
-    "numpy-packed": EngineConfig(backend="numpy", qmatmul=True),
-    "numpy-dense": EngineConfig(backend="numpy", qmatmul=False),
+    # float32 K/V: the float32 bound on the weights' decoding alone
+    "numpy-packed": EngineConfig(backend="numpy", qmatmul=True, kv_dtype="float32"),
+    "numpy-dense": EngineConfig(backend="numpy", qmatmul=False, kv_dtype="float32"),
     "mlx": EngineConfig(backend="mlx", dtype="float32"),  # the float32 bound on any device
 }
 LABELS = {"Q2_K": "Q2_K", "Q3_K": "Q3_K_M", "Q4_K": "Q4_K_M", "Q5_K": "Q5_K_M", "Q6_K": "Q6_K"}

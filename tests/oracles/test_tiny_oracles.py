@@ -37,7 +37,7 @@ BACKENDS = ["numpy", "mlx"]
 def all_logits(path: Path, backend: str, sequences: list[list[int]]) -> list[np.ndarray]:
     with on_cpu(backend):
         runner = load_model(
-            path, EngineConfig(backend=backend, dtype="float32", fused=False)
+            path, EngineConfig(backend=backend, dtype="float32", kv_dtype="float32", fused=False)
         ).runner
         return [
             np.asarray(runner.forward(ids, runner.new_state(), logits="all"), dtype=np.float64)
