@@ -10,11 +10,14 @@
  *   out = sum_b exp(m_b - M) acc_b / sum_b exp(m_b - M) l_b,  M = max_b m_b.
  * The blocks are a fixed number of keys from key 0 and each row is summed alone, so a row's
  * result depends neither on the thread count nor on which other rows came (a verify row
- * equals its decode step bit for bit). Masked keys are skipped, never weighted by 0 (a
- * ring's unwritten rows may hold anything), and a block no row sees is not read. */
+ * equals its decode step bit for bit) on a code path: AVX-512 tiles (head dims a multiple
+ * of 16), AVX2 tiles (of 8), else portable C. Masked keys are skipped, never weighted by 0
+ * (a ring's unwritten rows may hold anything), and a block no row sees is not read. Past
+ * ATTN_MANY_ROWS rows per head (a prefill chunk) attention_prefill.c's tiles take over. */
 #include "attention.h"
 
 #include <stdlib.h>
+
 /* -- portable C ------------------------------------------------------------------------ */
 
 #define ATTN_LANES 8 /* partial sums of a dot product: one SIMD register's worth */

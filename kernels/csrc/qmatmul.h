@@ -3,7 +3,8 @@
  * points for the others.
  *
  *   matmul.c     products against packed quantized weights, and their dequantization
- *   attention.c  softmax attention over float32 or float16 K/V rows (decode, verify)
+ *   attention.c  softmax attention over float32 or float16 K/V rows, any row count
+ *                (attention.h: the tiles it shares with attention_avx2.c, _prefill.c)
  *   pool.c       the thread pool both split their work over
  *   module.c     the Python module: argument checks, then a call into the above
  *
