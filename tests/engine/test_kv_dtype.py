@@ -98,3 +98,12 @@ def test_the_fingerprint_tells_the_kv_dtypes_apart(tiny_llama_gguf: TinyModel) -
     assert half.compute_path.startswith("numpy/float32/kv-float16/")
     assert "kv-" not in full.compute_path
     assert half.fingerprint != full.fingerprint
+
+
+def test_growth_stops_at_the_context_length_unless_passed() -> None:
+    kv = FullKV(NumpyOps(), HEADS, DIM, context_length=1000)
+    for _ in range(5):  # 1000 rows in chunks of 200: 256, 512, then 768 -> 1024, not 1152
+        kv.append(rows(6, 200), rows(7, 200))
+    assert kv.capacity() == 1024
+    kv.append(rows(8, 30), rows(9, 30))  # past the context: room all the same
+    assert kv.length == 1030 and kv.capacity() >= 1030
