@@ -245,7 +245,19 @@ class NumpyOps:
 
     def write_rows(self, buf: np.ndarray, start: int, rows: np.ndarray) -> np.ndarray:
         # buf: [H, capacity, D], rows: [H, L, D]; in place (the buffer has one owner)
-        buf[:, start : start + rows.shape[1]] = rows
+        end = start + rows.shape[1]
+        if buf.dtype != F16 or rows.dtype == F16:
+            buf[:, start:end] = rows
+            return buf
+        try:  # float32 rows rounded once, to nearest; past 65504 one would read back as inf
+            with np.errstate(over="raise"):  # ~3 us, a quarter of an isinf pass
+                buf[:, start:end] = rows
+        except FloatingPointError:
+            big = float(np.abs(rows).max())
+            raise FloatingPointError(
+                f"a K/V value of {big:.4g} exceeds float16's range; "
+                "BRANCHCHAT_KV_DTYPE=float32 keeps K/V rows in float32"
+            ) from None
         return buf
 
     def argmax_rows(self, x: np.ndarray) -> np.ndarray:
