@@ -50,6 +50,7 @@ setup(
                     "matmul_any",
                     "attention",
                     "attention_prefill",
+                    "attention_avx2",
                     "pool",
                     "int8_quant",
                     "int8_matmul",

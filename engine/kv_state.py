@@ -82,9 +82,14 @@ class FullKV(CursorRows):
 
     kind = "FullKV"
 
-    def __init__(self, ops: Ops, num_kv_heads: int, head_dim: int) -> None:
+    def __init__(
+        self, ops: Ops, num_kv_heads: int, head_dim: int, context_length: int | None = None
+    ) -> None:
         self.ops = ops
         self.shape = (num_kv_heads, head_dim)
+        # geometric growth stops at the model's context (8k rows, not 10.5k, at its end);
+        # a caller going past it still gets room
+        self.context_length = context_length
         self.keys: Any = None
         self.values: Any = None
         self.length = 0
@@ -105,7 +110,10 @@ class FullKV(CursorRows):
     def _make_room(self, end: int) -> None:
         """Grow geometrically: fixed-size steps would copy O(n^2) rows over a long context."""
         if end > self.capacity():
-            self.reserve(max(end, int(self.capacity() * _GROWTH)))
+            grown = int(self.capacity() * _GROWTH)
+            if self.context_length is not None and end <= self.context_length:
+                grown = min(grown, self.context_length)
+            self.reserve(max(end, grown))
 
     def reserve(self, needed: int) -> None:
         """Reallocate to `needed` rows rounded up to a whole chunk, keeping the rows held:

@@ -41,7 +41,8 @@ _DIGEST_KEY = "branchchat_sha256"
 
 
 class StatefulModel(Protocol):
-    ops: Ops
+    @property
+    def ops(self) -> Ops: ...
 
     def new_state(self, policy: SnapshotPolicy | None = None) -> SequenceState: ...
 

@@ -233,7 +233,7 @@ class NumpyOps:
         k, v = k.astype(F32, copy=False), v.astype(F32, copy=False)
         Hq, L, D = q.shape
         block = max(1, SCORES_BLOCK_ELEMENTS // (Hq * k.shape[1]))
-        if L <= block:
+        if block >= L:  # one block holds every row
             return _attention_rows(q, k, v, scale, mask)
         out = np.empty((Hq, L, D), dtype=F32)
         for i in range(0, L, block):  # each query row's softmax is its own: blocks are exact
@@ -275,7 +275,19 @@ class NumpyOps:
 
     def write_rows(self, buf: np.ndarray, start: int, rows: np.ndarray) -> np.ndarray:
         # buf: [H, capacity, D], rows: [H, L, D]; in place (the buffer has one owner)
-        buf[:, start : start + rows.shape[1]] = rows
+        end = start + rows.shape[1]
+        if buf.dtype != F16 or rows.dtype == F16:
+            buf[:, start:end] = rows
+            return buf
+        try:  # float32 rows rounded once, to nearest; past 65504 one would read back as inf
+            with np.errstate(over="raise"):  # ~3 us, a quarter of an isinf pass
+                buf[:, start:end] = rows
+        except FloatingPointError:
+            big = float(np.abs(rows).max())
+            raise FloatingPointError(
+                f"a K/V value of {big:.4g} exceeds float16's range; "
+                "BRANCHCHAT_KV_DTYPE=float32 keeps K/V rows in float32"
+            ) from None
         return buf
 
     def argmax_rows(self, x: np.ndarray) -> np.ndarray:

@@ -269,9 +269,9 @@ def embed_rows(qm: QMatrix, ids: np.ndarray) -> np.ndarray:
 # Query rows per head up to which the C attention always serves (decode, verify: each
 # row computed alone, however many came); above, a prefill chunk, only where its prefill
 # tiles are built (AVX-512, head dims a multiple of 64 up to 256: ATTN_MANY_ROWS and
-# ATTN_PREFILL_DIM in csrc/attention.h), measured 3-6x NumPy's BLAS path on the default
-# model's heads and 1-1.5x on Gemma 3's at 512..8192 keys (`python -m bench attention
-# --prefill`).
+# ATTN_PREFILL_DIM in csrc/attention.h). Measured on the loaded 2-core dev machine
+# (`python -m bench attention --prefill`, 256 rows at 512..8192 keys): 3-8x NumPy's BLAS
+# path on the default model's heads, 1-2x on Gemma 3's.
 ATTENTION_MAX_ROWS = 64
 ATTENTION_MAX_DIM = 512  # head dims it takes (ATTN_MAX_DIM in csrc/qmatmul.h)
 ATTENTION_PREFILL_DIM = 256

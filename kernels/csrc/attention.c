@@ -10,11 +10,14 @@
  *   out = sum_b exp(m_b - M) acc_b / sum_b exp(m_b - M) l_b,  M = max_b m_b.
  * The blocks are a fixed number of keys from key 0 and each row is summed alone, so a row's
  * result depends neither on the thread count nor on which other rows came (a verify row
- * equals its decode step bit for bit). Masked keys are skipped, never weighted by 0 (a
- * ring's unwritten rows may hold anything), and a block no row sees is not read. */
+ * equals its decode step bit for bit) on a code path: AVX-512 tiles (head dims a multiple
+ * of 16), AVX2 tiles (of 8), else portable C. Masked keys are skipped, never weighted by 0
+ * (a ring's unwritten rows may hold anything), and a block no row sees is not read. Past
+ * ATTN_MANY_ROWS rows per head (a prefill chunk) attention_prefill.c's tiles take over. */
 #include "attention.h"
 
 #include <stdlib.h>
+
 /* -- portable C ------------------------------------------------------------------------ */
 
 #define ATTN_LANES 8 /* partial sums of a dot product: one SIMD register's worth */
@@ -233,6 +236,12 @@ static void attention_block(const void *ctx, Py_ssize_t item) {
             continue;
         }
 #endif
+#if HAVE_AVX2
+        if (run->avx2) {
+            block_rows_avx2(run, g, s0, n, R0 + r0, num_rows, b);
+            continue;
+        }
+#endif
         for (Py_ssize_t R = R0 + r0; R < R0 + r0 + num_rows; R++) {
             const Py_ssize_t at = R * run->num_blocks + b;
             if (any_visible(mask_row(run, R), s0, n))
@@ -295,11 +304,15 @@ int run_attention(const AttnJob *job, Py_ssize_t Hq, Py_ssize_t L) {
     }
     AttnRun run = {.job = job, .num_blocks = nb, .span = span, .m = m, .sum = sum,
                    .acc = acc, .simd = simd, .many = many};
+    run.avx2 = !simd && (isa == ISA_AVX2 || isa == ISA_AVX512) && D % 8 == 0;
+    /* workers poll after a decode or verify call (a packed matmul follows within
+     * microseconds), not after a prefill chunk's: BLAS's threads want the cores next */
+    const long long spin = L > ATTN_MANY_ROWS ? 0 : SPIN_NS;
     for (run.l0 = 0; run.l0 < L; run.l0 += run.lc) {
         run.lc = L - run.l0 < lc_max ? L - run.l0 : lc_max;
         if (Hq * run.lc * S >= ATTN_PARALLEL_KEYS) {
             parallel_for(attention_block, &run, Hkv * nb, SPIN_NS);
-            parallel_for(attention_merge, &run, Hq * run.lc, SPIN_NS);
+            parallel_for(attention_merge, &run, Hq * run.lc, spin);
         } else { /* a short context: waking a worker costs more than it saves */
             for (Py_ssize_t i = 0; i < Hkv * nb; i++) attention_block(&run, i);
             for (Py_ssize_t R = 0; R < Hq * run.lc; R++) attention_merge(&run, R);

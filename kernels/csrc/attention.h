@@ -1,6 +1,9 @@
-/* What attention.c (the passes, the decode tiles) and attention_prefill.c (the tiles
- * for a prefill chunk's many rows) share: the split into key blocks, one pass's partials,
- * and the row, mask and K/V accessors. */
+/* What the attention files share: the split into key blocks, one pass's partials, the
+ * row, mask and K/V accessors, and each file's tiles for attention.c to call.
+ *
+ *   attention.c          the two passes (blocks, merge), portable and AVX-512 decode tiles
+ *   attention_avx2.c     AVX2 decode tiles
+ *   attention_prefill.c  AVX-512 tiles for a prefill chunk's many rows */
 #ifndef BRANCHCHAT_ATTENTION_H
 #define BRANCHCHAT_ATTENTION_H
 
@@ -11,14 +14,14 @@
 
 #define ATTN_BLOCK 64  /* keys per unit of work: fixed, so a row's sums never depend on the split */
 #define ATTN_TILE 16   /* keys converted and scored together (one AVX-512 register of scores) */
-#define ATTN_ROWS 16   /* query rows scored per pass over a tile of keys */
+#define ATTN_ROWS 16   /* decode tiles: query rows scored per pass over a tile of keys */
 #define ATTN_CHUNK_L 32 /* query rows per head per pass: bounds the partials' memory */
 /* Above this many rows per head (a prefill chunk; decode and verify rows stay below) the
  * prefill tiles serve head dims that are multiples of 64 up to ATTN_PREFILL_DIM. */
 #define ATTN_MANY_ROWS 64
 #define ATTN_PREFILL_DIM 256
-/* A prefill chunk's rows over this many key blocks at most fold into one partial (a span
- * of 1024 keys, whose K/V, read once from memory, stay in L2 for every tile of rows). */
+/* A prefill chunk's rows over this many key blocks at most fold into one partial: 1024
+ * keys, a sixteenth of the partials' memory and merge of one per block. */
 #define ATTN_PREFILL_SPAN 16
 #define ATTN_CHUNK_L_PREFILL 256 /* query rows per head per pass, prefill tiles */
 /* rows x keys from which the pool pays: one decode row of the default model (9 heads of
@@ -37,7 +40,8 @@ typedef struct {
     Py_ssize_t num_blocks;     /* partials per row: ceil(S / ATTN_BLOCK / span) */
     Py_ssize_t span;           /* key blocks per partial: 1, or more for a prefill chunk */
     float *m, *sum, *acc;      /* partials of row R = h * lc + (l - l0), block b at R * num_blocks + b */
-    int simd;                  /* the AVX-512 tiles (D a multiple of 16), else portable C */
+    int simd;                  /* the AVX-512 tiles (D a multiple of 16) */
+    int avx2;                  /* else attention_avx2.c's (D a multiple of 8), else portable C */
     int many;                  /* a prefill chunk's rows: attention_prefill.c's tiles */
 } AttnRun;
 
@@ -123,6 +127,13 @@ static inline float softmax_tiles(float *sc, Py_ssize_t num_tiles, float *m) {
  * partial p, folded into one partial per row: attention_prefill.c. */
 void span_prefill(const AttnRun *run, Py_ssize_t g, Py_ssize_t p, Py_ssize_t R0,
                   Py_ssize_t num_rows);
+#endif
+
+#if HAVE_AVX2
+/* Partials of rows [R0, R0 + num_rows) of kv head g over keys [s0, s0 + n) (block b): the
+ * AVX2 decode tiles, attention_avx2.c. */
+void block_rows_avx2(const AttnRun *run, Py_ssize_t g, Py_ssize_t s0, Py_ssize_t n,
+                     Py_ssize_t R0, Py_ssize_t num_rows, Py_ssize_t b);
 #endif
 
 #endif /* BRANCHCHAT_ATTENTION_H */

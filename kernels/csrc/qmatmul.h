@@ -7,7 +7,8 @@
  *   int8_quant.c, int8_matmul.c, int8_module.c (int8.h, int8_ymm.h)
  *                integer dot products against int8-quantized activations, on a weight
  *                layout of their own (kernels/int8_matmul.py wraps them)
- *   attention.c  softmax attention over float32 or float16 K/V rows (decode, verify)
+ *   attention.c  softmax attention over float32 or float16 K/V rows, any row count
+ *                (attention.h: the tiles it shares with attention_avx2.c, _prefill.c)
  *   pool.c       the thread pool they split their work over
  *   module.c     the Python module: argument checks, then a call into the above
  *

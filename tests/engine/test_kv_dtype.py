@@ -98,3 +98,25 @@ def test_the_fingerprint_tells_the_kv_dtypes_apart(tiny_llama_gguf: TinyModel) -
     assert half.compute_path.startswith("numpy/float32/kv-float16/")
     assert "kv-" not in full.compute_path
     assert half.fingerprint != full.fingerprint
+
+
+def test_growth_stops_at_the_context_length_unless_passed() -> None:
+    kv = FullKV(NumpyOps(), HEADS, DIM, context_length=1000)
+    for _ in range(5):  # 1000 rows in chunks of 200: 256, 512, then 768 -> 1024, not 1152
+        kv.append(rows(6, 200), rows(7, 200))
+    assert kv.capacity() == 1024
+    kv.append(rows(8, 30), rows(9, 30))  # past the context: room all the same
+    assert kv.length == 1030 and kv.capacity() >= 1030
+
+
+def test_a_value_past_float16s_range_is_refused_not_stored_as_inf() -> None:
+    kv = FullKV(NumpyOps(), HEADS, DIM)
+    kv.append(rows(10, 4), rows(11, 4))
+    huge = rows(12, 2)
+    huge[1, 1, 3] = 7e4  # float16's largest is 65504
+    with pytest.raises(FloatingPointError, match="exceeds float16's range.*KV_DTYPE=float32"):
+        kv.append(huge, huge)
+    assert kv.length == 4  # the rows before it stay; the refused ones lie past the cursor
+    exact = FullKV(NumpyOps(kv_dtype="float32"), HEADS, DIM)
+    keys, _values, _mask = exact.append(huge, huge)
+    assert keys[1, 1, 3] == np.float32(7e4)

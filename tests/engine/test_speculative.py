@@ -31,8 +31,8 @@ from engine.sampling import SamplingSettings
 from engine.sequence import SequenceState, prefill
 from engine.suffix_drafter import SuffixDrafter
 from tests.conftest import TinyModels
+from tests.engine.state_reference import assert_next_logits_exact
 from tests.engine.test_draft_length import cost_model, cpu_linear, gpu_flat
-from tests.engine.test_state_property import assert_next_logits_exact
 from tests.hybrid_models import make_hybrid_dir
 from tests.tiny_models import EOS_ID, VOCAB_SIZE
 from tests.tolerances import compute_dtype

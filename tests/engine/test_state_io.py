@@ -18,13 +18,8 @@ from engine.loader import LoadedModel
 from engine.sequence import SequenceState, prefill, truncate
 from engine.state_io import load_state, save_state
 from tests.conftest import TinyModels
-from tests.engine.test_state_property import (
-    POLICIES,
-    StateModels,
-    assert_next_logits_exact,
-    probe_next_logits,
-    token_ids,
-)
+from tests.engine.state_reference import assert_next_logits_exact, probe_next_logits, token_ids
+from tests.engine.test_state_property import POLICIES, StateModels
 from tests.tolerances import host
 
 KINDS = ["llama", "sliding", "hybrid"]

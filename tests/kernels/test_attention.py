@@ -81,7 +81,7 @@ def check(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None) 
     return got
 
 
-SHAPES = [(9, 3, 64), (4, 1, 256), (4, 4, 64), (6, 2, 12)]  # Hq, Hkv, D: G = 3, 4, 1, 3
+SHAPES = [(9, 3, 64), (4, 1, 256), (4, 4, 64), (6, 2, 12), (3, 1, 24)]  # Hq, Hkv, D
 
 
 @pytest.mark.parametrize("dtype", [np.float16, np.float32])
