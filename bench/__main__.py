@@ -15,8 +15,10 @@ from engine.config import EngineConfig, configure_process
 # subcommand name -> module (imported only when chosen) whose main(argv) runs it
 COMMANDS = {
     "agreement": "bench.agreement",
+    "attention": "bench.attention",
     "decode": "bench.decode",
     "edit": "bench.edit",
+    "matmul": "bench.matmul",
     "plots": "bench.plots",
     "remote": "bench.remote",
     "rollback": "bench.rollback",

@@ -40,6 +40,7 @@ class OursRunner:
     name = "ours"
 
     def __init__(self, gguf_path: Path, config: EngineConfig) -> None:
+        from engine.kv_state import dtype_name
         from engine.loader import load_model
         from engine.session import PREFILL_CHUNK
         from kernels import qmatmul
@@ -53,7 +54,10 @@ class OursRunner:
             "prefill_chunk": PREFILL_CHUNK,
             # the C kernel on packed 4/8-bit rows (kernels/qmatmul.py), else float32 BLAS
             "packed_matmul": bool(getattr(self.ops, "packed", False)),
+            # how: "int8" (kernels/int8_matmul.py) or "float" (EngineConfig.cpu_matmul)
+            "cpu_matmul": getattr(self.ops, "cpu_matmul", None),
             "threads": config.threads or qmatmul.default_num_threads(),
+            "kv_dtype": dtype_name(self.ops.kv_dtype),  # BRANCHCHAT_KV_DTYPE
         }
 
     def _greedy(self, logits: Any) -> int:

@@ -6,9 +6,13 @@ import argparse
 import sys
 from typing import Any
 
-from engine.config import EngineConfig, configure_process, default_prompt_cache_dir
+from engine.config import KV_DTYPES, EngineConfig, configure_process, default_prompt_cache_dir
 from engine.remote import cli_args as remote_cli  # imports no NumPy
 
+KV_DTYPE_HELP = (
+    "what the CPU backend stores K/V rows in (default: BRANCHCHAT_KV_DTYPE or float16); "
+    "MLX keeps its compute dtype"
+)
 MODEL_HELP = (
     "a .gguf file, a model directory or a shipped model's name (fetch --list; "
     "default: smollm2-135m)"
@@ -32,6 +36,7 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--model", help=MODEL_HELP)
         p.add_argument("--backend", choices=("numpy", "mlx"), help="default: by device")
         p.add_argument("--threads", type=int, help="BLAS threads on the CPU path")
+        p.add_argument("--kv-dtype", choices=KV_DTYPES, help=KV_DTYPE_HELP)
         p.add_argument("--system", help="a system message")
         p.add_argument("--max-tokens", type=int, default=512)
         p.add_argument("--temperature", type=float, default=0.0)
@@ -90,6 +95,7 @@ def _add_scoring_parsers(sub: Any) -> None:
     score.add_argument("--out", required=True, help="where the float32 [n, vocab] .npy goes")
     score.add_argument("--backend", choices=("numpy", "mlx"), help="default: by device")
     score.add_argument("--threads", type=int, help="BLAS threads on the CPU path")
+    score.add_argument("--kv-dtype", choices=KV_DTYPES, help=KV_DTYPE_HELP)
     score.add_argument("--json", action="store_true", help="print one JSON object")
     ppl = sub.add_parser("perplexity", help="perplexity of a text", description=PERPLEXITY_HELP)
     ppl.add_argument("--model", help=MODEL_HELP)
@@ -99,6 +105,7 @@ def _add_scoring_parsers(sub: Any) -> None:
     ppl.add_argument("--save-logits", metavar="OUT.npz", help="keep this model's logits")
     ppl.add_argument("--backend", choices=("numpy", "mlx"), help="default: by device")
     ppl.add_argument("--threads", type=int, help="BLAS threads on the CPU path")
+    ppl.add_argument("--kv-dtype", choices=KV_DTYPES, help=KV_DTYPE_HELP)
     ppl.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -114,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         config = EngineConfig.from_environment(
             backend=getattr(args, "backend", None),
             blas_threads=getattr(args, "threads", None) or None,  # 0: BLAS's own default
+            kv_dtype=getattr(args, "kv_dtype", None),
             prompt_cache_dir=_prompt_cache_dir(args),
         )
     except ValueError as exc:  # a malformed BRANCHCHAT_* variable or flag

@@ -19,7 +19,9 @@ if TYPE_CHECKING:
 
 BACKENDS = ("numpy", "mlx")
 DTYPES = ("bfloat16", "float16", "float32")
+KV_DTYPES = ("float16", "float32")
 FUSED_MODES = ("step", "layers")
+CPU_MATMULS = ("int8", "float")
 
 
 @dataclass(frozen=True)
@@ -30,7 +32,16 @@ class EngineConfig:
     fused_mode: str | None = None  # "step" (one launch) or "layers"; None: "step" where it runs
     fused_compile: bool = True  # trace the five-kernel step once with mx.compile
     qmatmul: bool | None = None  # the CPU C kernel for packed weights; None: where SIMD was built
+    # how that kernel multiplies: "int8" (activations quantized to int8 blocks, integer dot
+    # products, kernels/int8_matmul.py) or "float" (weights dequantized to float32 in
+    # registers, kernels/qmatmul.py); None: "int8" where an int8 SIMD path runs
+    cpu_matmul: str | None = None
     threads: int | None = None  # the C kernel's threads; None: the cores this process may use
+    cpu_step: bool = True  # NumPy backend: decode and verify rows as one C call (cpu_step.py)
+    # what the NumPy backend stores K/V rows in (None: float16, each row rounded once when
+    # written; halves the bytes a long-context step reads); MLX keeps K/V in its compute
+    # dtype, and refuses another value at load
+    kv_dtype: str | None = None
     blas_threads: int | None = None  # OpenBLAS / OpenMP threads; None: their own default
     # None: SnapshotPolicy()'s defaults (engine.state loads NumPy, so none is built here)
     snapshot_policy: SnapshotPolicy | None = None
@@ -48,6 +59,10 @@ class EngineConfig:
             raise ValueError(f"dtype must be one of {sorted(DTYPES)}, not {self.dtype!r}")
         if self.fused_mode is not None and self.fused_mode not in FUSED_MODES:
             raise ValueError(f"fused_mode must be 'step' or 'layers', not {self.fused_mode!r}")
+        if self.cpu_matmul is not None and self.cpu_matmul not in CPU_MATMULS:
+            raise ValueError(f"cpu_matmul must be 'int8' or 'float', not {self.cpu_matmul!r}")
+        if self.kv_dtype is not None and self.kv_dtype not in KV_DTYPES:
+            raise ValueError(f"kv_dtype must be one of {list(KV_DTYPES)}, not {self.kv_dtype!r}")
         for name in ("threads", "blas_threads"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 1):
@@ -98,6 +113,12 @@ def _fused_mode(value: str) -> str | None:
     return value or None
 
 
+def _kv_dtype(value: str) -> str | None:
+    if value and value not in KV_DTYPES:
+        raise ValueError(f"BRANCHCHAT_KV_DTYPE must be one of {list(KV_DTYPES)}, not {value!r}")
+    return value or None
+
+
 def _on_unless_zero(value: str) -> bool:
     return value != "0"
 
@@ -106,6 +127,12 @@ def _qmatmul(value: str) -> bool | None:
     if value not in ("", "0", "1"):
         raise ValueError(f"BRANCHCHAT_QMATMUL must be 0 or 1, not {value!r}")
     return None if not value else value == "1"
+
+
+def _cpu_matmul(value: str) -> str | None:
+    if value and value not in CPU_MATMULS:
+        raise ValueError(f"BRANCHCHAT_CPU_MATMUL must be 'int8' or 'float', not {value!r}")
+    return value or None
 
 
 def _threads(value: str) -> int | None:
@@ -140,7 +167,10 @@ _VARIABLES = {
     "fused_mode": ("BRANCHCHAT_FUSED_MODE", _fused_mode),
     "fused_compile": ("BRANCHCHAT_FUSED_COMPILE", _on_unless_zero),
     "qmatmul": ("BRANCHCHAT_QMATMUL", _qmatmul),
+    "cpu_matmul": ("BRANCHCHAT_CPU_MATMUL", _cpu_matmul),
     "threads": ("BRANCHCHAT_THREADS", _threads),
+    "cpu_step": ("BRANCHCHAT_CPU_STEP", _on_unless_zero),
+    "kv_dtype": ("BRANCHCHAT_KV_DTYPE", _kv_dtype),
     "memory_budget_bytes": ("BRANCHCHAT_MEMORY_BUDGET", _byte_size),
 }
 

@@ -8,9 +8,9 @@ Two parts:
   so a digest of headers or sizes lets one model load the other's state), plus the
   config the loader derived from them (a newer loader reading the same bytes differently
   computes other numbers);
-- the compute path: backend, dtype, device, the CPU's packed kernel or BLAS, the fused
-  CUDA step and its mode. A float32 CPU state is not a bfloat16 GPU state, and two paths
-  round differently even in one dtype.
+- the compute path: backend, dtype, the K/V rows' dtype, device, the CPU's packed kernel
+  or BLAS, the fused CUDA step and its mode. A float32 CPU state is not a bfloat16 GPU
+  state, and two paths round differently even in one dtype.
 
 Hashing a model file streams it once (~1 GB/s); the digest is kept in a small JSON file
 keyed by the file's absolute path, size, mtime and ctime, so later loads of an unchanged
@@ -120,9 +120,14 @@ def compute_key(runner: Any) -> str:
     """The compute path's part of the key, as text (it is also written into every file)."""
     import mlx.core as mx
 
+    from engine.kv_state import dtype_name  # loads NumPy, like the caller's runner
+
     ops = runner.ops
     dtype = getattr(ops.dtype, "__name__", None) or str(ops.dtype)  # NumPy's type, MLX's Dtype
     parts = [ops.name, dtype.removeprefix("mlx.core.")]
+    kv_dtype = dtype_name(ops.kv_dtype)
+    if kv_dtype != parts[1]:  # K/V rows stored narrower than the compute dtype
+        parts.append(f"kv-{kv_dtype}")
     if ops.name == "mlx":
         parts.append(str(mx.default_device()))
     packed = getattr(ops, "packed", None)  # the NumPy backend: C kernel on packed weights

@@ -2,6 +2,14 @@
 (a ring over the last `window + slack` positions) in engine/sliding_kv.py. Both undo a
 verify by moving a cursor; how they answer the rest of the `LayerState` protocol
 (engine/state.py) is where they differ.
+
+Rows are stored in the op set's `kv_dtype` (float16 on the NumPy backend by default, the
+compute dtype on MLX), rounded once when written, and attention reads every row from
+there, the forward's own included: a row is the same numbers whichever forward wrote it
+and however many rows it had, so rollback stays reference-equal in float16 too. Every
+copy (snapshots, branch-cache tails, saved states) keeps that dtype; loading rows of
+another dtype is refused (`check_kv_dtype`), since rounding or widening them would not
+give the rows a fresh prefill computes.
 """
 
 from __future__ import annotations
@@ -27,6 +35,30 @@ def causal_mask(q_start: int, num_q: int, k_positions: np.ndarray, window: int =
     return mask
 
 
+def dtype_name(dtype: Any) -> str:
+    """NumPy's and MLX's dtypes by one name: 'float16', 'float32', 'bfloat16'."""
+    try:
+        return np.dtype(dtype).name
+    except TypeError:  # an MLX Dtype
+        return str(dtype).rsplit(".", 1)[-1]
+
+
+def check_kv_dtype(ops: Ops, arrays: dict[str, Array]) -> None:
+    """Refuse rows of another dtype than the layer stores (a saved state's)."""
+    want = dtype_name(ops.kv_dtype)
+    for key in ("k", "v"):
+        if key in arrays and dtype_name(arrays[key].dtype) != want:
+            got = dtype_name(arrays[key].dtype)
+            raise ValueError(f"its {key} rows are {got}; this engine keeps K/V in {want}")
+
+
+def kv_rows(ops: Ops, x: Array) -> Array:
+    """x [H, L, D] rounded once to the KV dtype (x itself where it is already in it)."""
+    if x.dtype == ops.kv_dtype:
+        return x
+    return ops.write_rows(ops.zeros(tuple(x.shape), ops.kv_dtype), 0, x)
+
+
 class CursorRows:
     """What both attention caches share: rows past a verify's checkpoint are dropped by
     rewinding the cursor (`adopt_verified`, validated beforehand by `can_rewind`), so a
@@ -44,13 +76,20 @@ class CursorRows:
 
 
 class FullKV(CursorRows):
-    """Full-attention KV rows [Hkv, capacity, D]; rows past `length` are garbage."""
+    """Full-attention KV rows [Hkv, capacity, D] (C-contiguous, `ops.kv_dtype`); rows past
+    `length` are garbage. A caller writing rows itself (a C decode step) writes position p
+    at [:, p] of `keys` / `values` after `reserve`, then moves `length`."""
 
     kind = "FullKV"
 
-    def __init__(self, ops: Ops, num_kv_heads: int, head_dim: int) -> None:
+    def __init__(
+        self, ops: Ops, num_kv_heads: int, head_dim: int, context_length: int | None = None
+    ) -> None:
         self.ops = ops
         self.shape = (num_kv_heads, head_dim)
+        # geometric growth stops at the model's context (8k rows, not 10.5k, at its end);
+        # a caller going past it still gets room
+        self.context_length = context_length
         self.keys: Any = None
         self.values: Any = None
         self.length = 0
@@ -71,7 +110,10 @@ class FullKV(CursorRows):
     def _make_room(self, end: int) -> None:
         """Grow geometrically: fixed-size steps would copy O(n^2) rows over a long context."""
         if end > self.capacity():
-            self.reserve(max(end, int(self.capacity() * _GROWTH)))
+            grown = int(self.capacity() * _GROWTH)
+            if self.context_length is not None and end <= self.context_length:
+                grown = min(grown, self.context_length)
+            self.reserve(max(end, grown))
 
     def reserve(self, needed: int) -> None:
         """Reallocate to `needed` rows rounded up to a whole chunk, keeping the rows held:
@@ -80,8 +122,8 @@ class FullKV(CursorRows):
         """
         H, D = self.shape
         new_cap = -(-needed // _GROW) * _GROW
-        fresh_k = self.ops.zeros((H, new_cap, D))
-        fresh_v = self.ops.zeros((H, new_cap, D))
+        fresh_k = self.ops.zeros((H, new_cap, D), self.ops.kv_dtype)
+        fresh_v = self.ops.zeros((H, new_cap, D), self.ops.kv_dtype)
         if self.keys is not None and self.length:
             fresh_k = self.ops.write_rows(fresh_k, 0, self.keys[:, : self.length])
             fresh_v = self.ops.write_rows(fresh_v, 0, self.values[:, : self.length])
@@ -178,6 +220,7 @@ class FullKV(CursorRows):
         return {"k": self.keys[:, : self.length], "v": self.values[:, : self.length]}
 
     def load_arrays(self, arrays: dict[str, Array], length: int) -> None:
+        check_kv_dtype(self.ops, arrays)
         self.keys = self.values = None
         self.length = 0
         if length:

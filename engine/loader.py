@@ -102,7 +102,13 @@ def load_model(
     report = progress or (lambda _msg, _frac: None)
     if not path.exists():
         raise ModelLoadError(path, "no such file or directory")
-    ops = make_ops(config.backend, config.dtype, qmatmul=config.qmatmul)
+    ops = make_ops(
+        config.backend,
+        config.dtype,
+        qmatmul=config.qmatmul,
+        cpu_matmul=config.cpu_matmul,
+        kv_dtype=config.kv_dtype,
+    )
     report("reading weights", 0.05)
     files = _read_hf_dir(path) if path.is_dir() else read_gguf(path)
     report("preparing layers", 0.5)

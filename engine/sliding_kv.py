@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from engine.errors import StateError
-from engine.kv_state import CursorRows, causal_mask
+from engine.kv_state import CursorRows, causal_mask, check_kv_dtype, kv_rows
 from kernels.ops import Array, Ops
 
 
@@ -33,7 +33,8 @@ class RingTape:
 
 
 class SlidingKV(CursorRows):
-    """A ring of `window + slack` KV rows; row of position p lives in slot p % size."""
+    """A ring of `window + slack` KV rows [Hkv, size, D] (C-contiguous, `ops.kv_dtype`);
+    the row of position p lives in slot p % size, and `positions[slot]` says which."""
 
     kind = "SlidingKV"
 
@@ -42,8 +43,8 @@ class SlidingKV(CursorRows):
             raise ValueError("window must be >= 1 and slack >= 0")
         self.ops = ops
         self.window, self.slack, self.size = window, slack, window + slack
-        self.keys = ops.zeros((num_kv_heads, self.size, head_dim))
-        self.values = ops.zeros((num_kv_heads, self.size, head_dim))
+        self.keys = ops.zeros((num_kv_heads, self.size, head_dim), ops.kv_dtype)
+        self.values = ops.zeros((num_kv_heads, self.size, head_dim), ops.kv_dtype)
         self.positions = np.full(self.size, -1, dtype=np.int64)  # host-side metadata
         self.length = 0
         self.tape: RingTape | None = None  # set while a verify is being recorded
@@ -54,6 +55,9 @@ class SlidingKV(CursorRows):
     def append(self, k: Array, v: Array) -> tuple[Array, Array, Any]:
         L = int(k.shape[1])
         start = self.length
+        # rounded to the ring's dtype before anything reads them: a verify's later rows see
+        # these as a single step's would see them in the ring
+        k, v = kv_rows(self.ops, k), kv_rows(self.ops, v)
         # Attend over the ring as it was plus the new rows; the rows go into the ring at
         # the forward's end (a chunk longer than the slack would otherwise overwrite rows
         # its own first queries need).
@@ -197,8 +201,8 @@ class SlidingKV(CursorRows):
 
     def reset(self) -> None:
         self._pending = None
-        self.keys = self.ops.zeros(tuple(self.keys.shape))
-        self.values = self.ops.zeros(tuple(self.values.shape))
+        self.keys = self.ops.zeros(tuple(self.keys.shape), self.ops.kv_dtype)
+        self.values = self.ops.zeros(tuple(self.values.shape), self.ops.kv_dtype)
         self.positions = np.full(self.size, -1, dtype=np.int64)
         self.length = 0
 
@@ -221,7 +225,10 @@ class SlidingKV(CursorRows):
         return {"k": self.keys, "v": self.values, "pos": self.positions}
 
     def load_arrays(self, arrays: dict[str, Array], length: int) -> None:
-        self.keys = self.ops.asarray(arrays["k"])
-        self.values = self.ops.asarray(arrays["v"])
+        check_kv_dtype(self.ops, arrays)
+        self.keys = self.ops.zeros(tuple(self.keys.shape), self.ops.kv_dtype)
+        self.keys = self.ops.write_rows(self.keys, 0, arrays["k"])
+        self.values = self.ops.zeros(tuple(self.values.shape), self.ops.kv_dtype)
+        self.values = self.ops.write_rows(self.values, 0, arrays["v"])
         self.positions = np.asarray(arrays["pos"], dtype=np.int64).copy()
         self.length = length

@@ -2,8 +2,11 @@
 
 One safetensors file holds every distinct array once (named a0, a1, ...; arrays shared
 between the live state and its snapshots stay shared) and, in the file's string metadata,
-a JSON header: format version, model fingerprint, tokens, each layer's kind, length and
-arrays, the snapshot stores with their per-layer arrays, and the snapshot policy. A SHA-256
+a JSON header: format version, model fingerprint, the K/V rows' dtype, tokens, each
+layer's kind, length and arrays, the snapshot stores with their per-layer arrays, and the
+snapshot policy. A state is loaded only into an engine keeping K/V in the same dtype:
+rounding float32 rows to float16, or widening float16 ones, would not give the rows a
+fresh prefill there computes. A SHA-256
 over the header and every array's bytes sits beside it: safetensors checks only its own
 header, so a flipped data byte would otherwise load as a plausible but wrong state.
 
@@ -26,8 +29,10 @@ import mlx.core as mx
 import numpy as np
 
 from engine.errors import StateError
+from engine.kv_state import dtype_name
 from engine.sequence import SequenceState
 from engine.state import SnapshotPolicy
+from kernels.ops import Ops
 
 FORMAT = "branchchat-sequence-state"
 VERSION = 1
@@ -36,6 +41,9 @@ _DIGEST_KEY = "branchchat_sha256"
 
 
 class StatefulModel(Protocol):
+    @property
+    def ops(self) -> Ops: ...
+
     def new_state(self, policy: SnapshotPolicy | None = None) -> SequenceState: ...
 
 
@@ -61,6 +69,7 @@ def save_state(state: SequenceState, path: str | Path, fingerprint: str) -> int:
             "version": VERSION,
             "fingerprint": fingerprint,
             "backend": state.ops.name,
+            "kv_dtype": dtype_name(state.ops.kv_dtype),
             "tokens": [int(t) for t in state.tokens],
             "policy": dataclasses.asdict(state.policy),
             "layers": layers,
@@ -109,6 +118,12 @@ def load_state(model: StatefulModel, path: str | Path, fingerprint: str) -> Sequ
         raise StateError(
             f"{path}: saved for another model (fingerprint {meta.get('fingerprint')}); "
             f"this model's is {fingerprint}"
+        )
+    saved_kv, kv = meta.get("kv_dtype"), dtype_name(model.ops.kv_dtype)
+    if saved_kv is not None and saved_kv != kv:  # (older files: each layer checks its rows)
+        raise StateError(
+            f"{path}: saved with K/V rows in {saved_kv}; this engine keeps them in {kv} "
+            f"(BRANCHCHAT_KV_DTYPE={saved_kv} loads it)"
         )
     # The checksum runs beside the rebuild (hashlib releases the GIL; it is most of a
     # restart's load: ~90 ms of ~140 ms for a 92 MB state). The rebuilt state is a new

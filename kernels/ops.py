@@ -28,6 +28,7 @@ Array = Any  # np.ndarray or mx.array, depending on the backend
 class Ops(Protocol):
     name: str
     dtype: Any
+    kv_dtype: Any  # what attention K/V rows are stored in (`zeros(shape, kv_dtype)`)
 
     def weight(self, w: Any) -> Any: ...
     def norm_weight(self, w: Any) -> Any: ...
@@ -80,22 +81,38 @@ def default_backend() -> str:
 
 
 def make_ops(
-    backend: str | None = None, dtype: str | None = None, *, qmatmul: bool | None = None
+    backend: str | None = None,
+    dtype: str | None = None,
+    *,
+    qmatmul: bool | None = None,
+    cpu_matmul: str | None = None,
+    kv_dtype: str | None = None,
 ) -> Ops:
     """The op set for `backend` (None: by MLX's default device, see `default_backend`).
 
     dtype: the MLX compute dtype (None: the backend's default; float32 on a GPU makes
     greedy speculation bit-stable for comparisons); the numpy backend computes in float32.
     qmatmul: whether the numpy backend keeps quantized weights packed for the C kernel
-    (None: where a SIMD path was built; see `kernels.qmatmul.enabled`).
+    (None: where a SIMD path was built; see `kernels.qmatmul.enabled`); cpu_matmul how
+    that kernel multiplies, "int8" or "float" (None: "int8" where an int8 SIMD path runs;
+    see `kernels.ops_numpy.NumpyOps`).
+    kv_dtype: what the numpy backend stores K/V rows in ("float16" or "float32"; None:
+    float16). MLX keeps them in its compute dtype and refuses any other.
     """
     backend = backend or default_backend()
     if backend == "numpy":
         from kernels.ops_numpy import NumpyOps
 
-        return NumpyOps(packed=qmatmul)
+        return NumpyOps(packed=qmatmul, cpu_matmul=cpu_matmul, kv_dtype=kv_dtype)
     if backend == "mlx":
         from kernels.ops_mlx import MlxOps
 
-        return MlxOps(dtype or None)
+        ops = MlxOps(dtype or None)
+        computes_in = str(ops.dtype).rsplit(".", 1)[-1]
+        if kv_dtype is not None and kv_dtype != computes_in:
+            raise ValueError(
+                f"the MLX backend keeps K/V rows in its compute dtype ({computes_in}); "
+                f"kv_dtype={kv_dtype!r} needs dtype={kv_dtype!r} there"
+            )
+        return ops
     raise ValueError(f"unknown backend {backend!r}; expected 'numpy' or 'mlx'")

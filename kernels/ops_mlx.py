@@ -60,6 +60,7 @@ class MlxOps:
         # the embedding on (products promote to it), as in the fused step: bfloat16
         # activations were most of the H200's distance from float64 (BENCHMARKS.md)
         self.act_dtype = mx.float32
+        self.kv_dtype = self.dtype  # K/V rows in the compute dtype (make_ops refuses others)
         self._cuda_recurrent = gated_delta_cuda.is_available()
         self._freqs_cache: dict[bytes, mx.array] = {}
 

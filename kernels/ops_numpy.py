@@ -4,12 +4,15 @@ MLX's CPU backend multiplies at ~7 GFLOP/s and pays ~60 us per evaluated graph o
 Linux wheel, where OpenBLAS reaches ~180 GFLOP/s on the same cores (measured on the
 2-core dev machine), so on a CPU the whole forward runs here.
 
-Quantized weights (2 to 8 bits, groups of 16 or a multiple of 32) stay packed as
-`kernels.qmatmul.QMatrix` when the C kernel is built: decode reads ~5x fewer bytes per
-token than from a float32 copy. Other weights (and every weight when the kernel is not
-built or is switched off, `make_ops(qmatmul=False)`) are dequantized once at load into
-the layout BLAS wants. A fused projection whose parts are packed differently stays
-packed as `kernels.row_parts.RowParts`, one kernel call per part.
+Quantized weights (2 to 8 bits, groups of 16 or a multiple of 32) stay packed when the C
+kernel is built: decode reads ~5x fewer bytes per token than from a float32 copy. They
+are held as `kernels.int8_matmul.Int8Matrix` (integer dot products against int8-quantized
+activations, `cpu_matmul="int8"`, the default where an int8 SIMD path runs) or as
+`kernels.qmatmul.QMatrix` (dequantized to float32 in registers, `cpu_matmul="float"`).
+Other weights (and every weight when the kernel is not built or is switched off,
+`make_ops(qmatmul=False)`) are dequantized once at load into the layout BLAS wants. A
+fused projection whose parts are packed differently stays packed as
+`kernels.row_parts.RowParts`, one kernel call per part.
 """
 
 from __future__ import annotations
@@ -18,12 +21,18 @@ from typing import Any
 
 import numpy as np
 
-from kernels import gated_delta, qmatmul, quantized
+from kernels import gated_delta, int8_matmul, qmatmul, quantized
+from kernels.int8_matmul import Int8Matrix
 from kernels.qmatmul import QMatrix
 from kernels.quantized import QuantizedWeight
 from kernels.row_parts import RowParts, join_runs
 
 F32 = np.float32
+F16 = np.float16
+KV_DTYPES = {"float16": F16, "float32": F32}
+# A query block's float32 scores [Hq, rows, S] hold at most this many elements (32 MB), so
+# a long prompt's prefill over an 8k context never materialises [Hq, L, S] whole.
+SCORES_BLOCK_ELEMENTS = 1 << 23
 
 
 def _as_f32(x: Any) -> np.ndarray:
@@ -36,35 +45,60 @@ def _as_f32(x: Any) -> np.ndarray:
     return np.array(x.astype(mx.float32), dtype=F32)
 
 
-Weight = np.ndarray | QMatrix | RowParts  # what `NumpyOps.weight` and `concat_weights` give
+Packed = QMatrix | Int8Matrix
+Weight = np.ndarray | Packed | RowParts  # what `NumpyOps.weight` and `concat_weights` give
 
 
-def _packed_kind(w: np.ndarray | QMatrix) -> tuple[int, int, int] | None:
-    """Which neighbours a part joins into one QMatrix; dense parts keep their own matmul
-    (BLAS need not give a column the same value in a wider matrix)."""
-    return (w.bits, w.group_size, w.shape[1]) if isinstance(w, QMatrix) else None
+def _packed_kind(w: np.ndarray | Packed) -> tuple[type, int, int, int] | None:
+    """Which neighbours a part joins into one packed matrix; dense parts keep their own
+    matmul (BLAS need not give a column the same value in a wider matrix)."""
+    if isinstance(w, (QMatrix, Int8Matrix)):
+        return (type(w), w.bits, w.group_size, w.shape[1])
+    return None
 
 
-def _rows_of(w: np.ndarray | QMatrix) -> int:
-    return w.shape[0] if isinstance(w, QMatrix) else w.shape[1]  # dense is [in, out]
+def _rows_of(w: np.ndarray | Packed) -> int:
+    return w.shape[1] if isinstance(w, np.ndarray) else w.shape[0]  # dense is [in, out]
+
+
+def _use_int8(packed: bool, cpu_matmul: str | None) -> bool:
+    """Whether packed weights take the int8 kernel (see EngineConfig.cpu_matmul)."""
+    if cpu_matmul not in (None, "int8", "float"):
+        raise ValueError(f"cpu_matmul must be 'int8' or 'float', not {cpu_matmul!r}")
+    if cpu_matmul == "int8" and not (packed and int8_matmul.available()):
+        raise ValueError("cpu_matmul='int8' needs the C kernel built and packed weights on")
+    if cpu_matmul is None:
+        return packed and int8_matmul.has_simd()
+    return cpu_matmul == "int8"
 
 
 class NumpyOps:
     name = "numpy"
     dtype = F32
 
-    def __init__(self, packed: bool | None = None) -> None:
+    def __init__(
+        self, packed: bool | None = None, cpu_matmul: str | None = None, kv_dtype: str | None = None
+    ) -> None:
+        if kv_dtype is not None and kv_dtype not in KV_DTYPES:
+            raise ValueError(f"kv_dtype must be one of {list(KV_DTYPES)}, not {kv_dtype!r}")
         self._rope_cache: dict[tuple[int, float | bytes], tuple[np.ndarray, np.ndarray]] = {}
+        if packed is None and cpu_matmul != "float" and int8_matmul.has_simd():
+            packed = True  # the int8 paths are picked at run time, even in a portable build
         self.packed = qmatmul.enabled(packed)
+        self.cpu_matmul = "int8" if _use_int8(self.packed, cpu_matmul) else "float"
+        # K/V rows in float16 by default: at a 2k context a decode step reads as many
+        # bytes of float32 K/V as of packed weights. Rows are rounded once, when written.
+        self.kv_dtype = KV_DTYPES[kv_dtype or "float16"]
 
     # -- weights -------------------------------------------------------------------
-    def weight(self, w: Any) -> np.ndarray | QMatrix:
+    def weight(self, w: Any) -> np.ndarray | Packed:
         if (
             self.packed
             and isinstance(w, QuantizedWeight)
             and qmatmul.supports(w.bits, w.group_size)
         ):
-            return QMatrix.from_arrays(w.packed, w.scales, w.biases, w.group_size, w.bits)
+            qm = QMatrix.from_arrays(w.packed, w.scales, w.biases, w.group_size, w.bits)
+            return Int8Matrix.from_qmatrix(qm) if self.cpu_matmul == "int8" else qm
         # Stored transposed ([in, out], contiguous) so x @ w streams rows: measured
         # ~10% faster than x @ w.T for decode-sized x on OpenBLAS.
         return np.ascontiguousarray(_as_f32(w).T)
@@ -72,9 +106,9 @@ class NumpyOps:
     def norm_weight(self, w: Any) -> np.ndarray:
         return _as_f32(w)
 
-    def concat_weights(self, ws: list[np.ndarray | QMatrix]) -> Weight:
+    def concat_weights(self, ws: list[np.ndarray | Packed]) -> Weight:
         """`weight`s' rows in one weight (a fused projection)."""
-        dense = [w for w in ws if not isinstance(w, QMatrix)]
+        dense = [w for w in ws if isinstance(w, np.ndarray)]
         if len(dense) == len(ws):  # all dense: one BLAS matrix
             return np.ascontiguousarray(np.concatenate(dense, axis=1))
         parts = join_runs(ws, _packed_kind, lambda run: run[0].concat(run[1:]))
@@ -82,7 +116,7 @@ class NumpyOps:
             return parts[0]
         # parts packed differently (Gemma 3's Q5_0 q|k and Q8_0 v) stay packed, each its own
         # matmul; one dense float32 copy would be ~5x the bytes a decode step reads
-        k = parts[0].shape[1] if isinstance(parts[0], QMatrix) else parts[0].shape[0]
+        k = parts[0].shape[0] if isinstance(parts[0], np.ndarray) else parts[0].shape[1]
         return RowParts(tuple(parts), tuple(_rows_of(p) for p in parts), k)
 
     # -- arrays --------------------------------------------------------------------
@@ -93,6 +127,8 @@ class NumpyOps:
         return x
 
     def linear(self, x: np.ndarray, w: Weight) -> np.ndarray:
+        if isinstance(w, Int8Matrix):
+            return int8_matmul.matmul(x, w)
         if isinstance(w, QMatrix):
             return qmatmul.matmul(x, w)
         if isinstance(w, RowParts):
@@ -106,14 +142,18 @@ class NumpyOps:
         x2 = x.reshape(-1, k)  # [m, k]
         out = np.empty((x2.shape[0], n), dtype=F32)
         for part, (start, stop) in zip(w.parts, w.bounds, strict=True):
-            if isinstance(part, QMatrix):
+            if isinstance(part, Int8Matrix):
+                int8_matmul.matmul(x2, part, out=out[:, start:stop])
+            elif isinstance(part, QMatrix):
                 qmatmul.matmul(x2, part, out=out[:, start:stop])
             else:
                 out[:, start:stop] = x2 @ part
         return out.reshape(*x.shape[:-1], n)
 
     def embed(self, table: Weight, ids: np.ndarray) -> np.ndarray:
-        if isinstance(table, QMatrix):  # [vocab, hidden]: dequantize only the rows asked for
+        if isinstance(table, Int8Matrix):  # [vocab, hidden]: only the rows asked for
+            return int8_matmul.embed_rows(table, ids)
+        if isinstance(table, QMatrix):
             return qmatmul.embed_rows(table, ids)
         if isinstance(table, RowParts):
             out = np.empty((np.size(ids), table.shape[1]), dtype=F32)
@@ -177,28 +217,29 @@ class NumpyOps:
     def attention(
         self, q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float, mask: Any
     ) -> np.ndarray:
-        # q: [Hq, L, D], k/v: [Hkv, S, D], mask: bool [L, S] (True = attend) or None
+        # q: [Hq, L, D] float32, k/v: [Hkv, S, D] float32 or float16 (the KV buffers),
+        # mask: bool [L, S] (True = attend) or None
         if (
             self.packed
-            and q.shape[1] <= qmatmul.ATTENTION_MAX_ROWS
-            and q.shape[2] <= qmatmul.ATTENTION_MAX_DIM
-            and k.dtype == F32
-            and k.strides[-1] == 4
-            and v.strides[-1] == 4
-        ):  # decode and verify rows: one C call instead of NumPy's loop over strided views
+            and qmatmul.attention_serves(q.shape[1], q.shape[2])
+            and k.dtype in (F32, F16)
+            and v.dtype == k.dtype
+            and k.strides[-1] == k.itemsize
+            and v.strides[-1] == v.itemsize
+        ):  # float32 or float16 K/V read in place, no [Hkv, G*L, S] scores: one C call
             return qmatmul.attention(q, k, v, scale, mask)
+        # NumPy's BLAS path (no C kernel, or rows it does not serve): float16 rows widen
+        # exactly, once per call; float32 views are used as they are
+        k, v = k.astype(F32, copy=False), v.astype(F32, copy=False)
         Hq, L, D = q.shape
-        Hkv, S, _ = k.shape
-        G = Hq // Hkv
-        qg = q.reshape(Hkv, G * L, D)
-        scores = (qg @ k.transpose(0, 2, 1)).reshape(Hkv, G, L, S) * F32(scale)
-        if mask is not None:
-            scores = np.where(mask, scores, F32(-np.inf))
-        scores -= scores.max(axis=-1, keepdims=True)
-        np.exp(scores, out=scores)
-        scores /= scores.sum(axis=-1, keepdims=True)
-        out = scores.reshape(Hkv, G * L, S) @ v  # [Hkv, G*L, D]
-        return out.reshape(Hq, L, D)
+        block = max(1, SCORES_BLOCK_ELEMENTS // (Hq * k.shape[1]))
+        if block >= L:  # one block holds every row
+            return _attention_rows(q, k, v, scale, mask)
+        out = np.empty((Hq, L, D), dtype=F32)
+        for i in range(0, L, block):  # each query row's softmax is its own: blocks are exact
+            rows_mask = None if mask is None else mask[i : i + block]
+            out[:, i : i + block] = _attention_rows(q[:, i : i + block], k, v, scale, rows_mask)
+        return out
 
     def silu(self, x: np.ndarray) -> np.ndarray:
         return x / (F32(1.0) + np.exp(-x))
@@ -234,7 +275,19 @@ class NumpyOps:
 
     def write_rows(self, buf: np.ndarray, start: int, rows: np.ndarray) -> np.ndarray:
         # buf: [H, capacity, D], rows: [H, L, D]; in place (the buffer has one owner)
-        buf[:, start : start + rows.shape[1]] = rows
+        end = start + rows.shape[1]
+        if buf.dtype != F16 or rows.dtype == F16:
+            buf[:, start:end] = rows
+            return buf
+        try:  # float32 rows rounded once, to nearest; past 65504 one would read back as inf
+            with np.errstate(over="raise"):  # ~3 us, a quarter of an isinf pass
+                buf[:, start:end] = rows
+        except FloatingPointError:
+            big = float(np.abs(rows).max())
+            raise FloatingPointError(
+                f"a K/V value of {big:.4g} exceeds float16's range; "
+                "BRANCHCHAT_KV_DTYPE=float32 keeps K/V rows in float32"
+            ) from None
         return buf
 
     def argmax_rows(self, x: np.ndarray) -> np.ndarray:
@@ -261,3 +314,21 @@ class NumpyOps:
 
     def conv_state_after(self, conv_state, x_rows):  # type: ignore[no-untyped-def]
         return gated_delta.conv_state_after(conv_state, x_rows)
+
+
+def _attention_rows(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float, mask: Any
+) -> np.ndarray:
+    """softmax(scale q k^T, mask) v in float32 with GQA: q [Hq, L, D], k/v [Hkv, S, D]."""
+    Hq, L, D = q.shape
+    Hkv, S, _ = k.shape
+    G = Hq // Hkv
+    qg = q.reshape(Hkv, G * L, D)  # the G query heads sharing a kv head, stacked
+    scores = (qg @ k.transpose(0, 2, 1)).reshape(Hkv, G, L, S) * F32(scale)
+    if mask is not None:
+        scores = np.where(mask, scores, F32(-np.inf))
+    scores -= scores.max(axis=-1, keepdims=True)
+    np.exp(scores, out=scores)
+    scores /= scores.sum(axis=-1, keepdims=True)
+    out = scores.reshape(Hkv, G * L, S) @ v  # [Hkv, G*L, D]
+    return out.reshape(Hq, L, D)

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-ABI_VERSION = 2  # kernels/csrc/module.c's; a stale build from older sources is not used
+ABI_VERSION = 3  # kernels/csrc/module.c's; a stale build from older sources is not used
 
 
 def _load_extension() -> Any:
@@ -266,15 +266,34 @@ def embed_rows(qm: QMatrix, ids: np.ndarray) -> np.ndarray:
     return out
 
 
-ATTENTION_MAX_ROWS = 64  # query rows per head the C attention takes (decode, verify)
+# Query rows per head up to which the C attention always serves (decode, verify: each
+# row computed alone, however many came); above, a prefill chunk, only where its prefill
+# tiles are built (AVX-512, head dims a multiple of 64 up to 256: ATTN_MANY_ROWS and
+# ATTN_PREFILL_DIM in csrc/attention.h). Measured on the loaded 2-core dev machine
+# (`python -m bench attention --prefill`, 256 rows at 512..8192 keys): 3-8x NumPy's BLAS
+# path on the default model's heads, 1-2x on Gemma 3's.
+ATTENTION_MAX_ROWS = 64
 ATTENTION_MAX_DIM = 512  # head dims it takes (ATTN_MAX_DIM in csrc/qmatmul.h)
+ATTENTION_PREFILL_DIM = 256
+
+
+def attention_serves(rows: int, head_dim: int) -> bool:
+    """Whether the C attention is the fast path for `rows` query rows per head."""
+    if _ext is None or head_dim > ATTENTION_MAX_DIM:
+        return False
+    if rows <= ATTENTION_MAX_ROWS:
+        return True
+    prefill_tiles = head_dim % 64 == 0 and head_dim <= ATTENTION_PREFILL_DIM
+    return prefill_tiles and _ext.info()["isa"] == "avx512"
 
 
 def attention(
     q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float, mask: np.ndarray | None
 ) -> np.ndarray:
-    """softmax(scale q k^T, mask) v per head, GQA: q [Hq, L, D], k/v [Hkv, S, D] (views
-    of the KV buffers are fine), mask bool [L, S] or None. Each row is computed alone."""
+    """softmax(scale q k^T, mask) v per head, GQA: q [Hq, L, D] float32, k/v [Hkv, S, D]
+    both float32 or both float16 (views of the KV buffers, read in place), mask bool
+    [L, S] (True: visible) or None. Each row is computed alone: its result does not depend
+    on the other rows or the thread count. A row that sees no key is zeros."""
     out = np.empty(q.shape, dtype=F32)
     m = None if mask is None else np.ascontiguousarray(mask, dtype=np.bool_)
     _require_ext().attention(np.ascontiguousarray(q, dtype=F32), k, v, float(scale), m, out)

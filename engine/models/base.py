@@ -310,7 +310,7 @@ class DecoderModel:
         cfg, ops = self.config, self.ops
         kind = cfg.layer_type(i)
         if kind == FULL:
-            return FullKV(ops, cfg.num_kv_heads, cfg.head_dim)
+            return FullKV(ops, cfg.num_kv_heads, cfg.head_dim, cfg.context_length)
         if kind == SLIDING:
             return SlidingKV(
                 ops, cfg.num_kv_heads, cfg.head_dim, cfg.sliding_window, policy.sliding_slack

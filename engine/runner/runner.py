@@ -1,7 +1,8 @@
 """`ModelRunner`: a model together with the path its forward calls take.
 
 A call of 1..16 rows on a model with the fused CUDA kernels enabled runs through them
-(engine/runner/fused.py); every other call runs the model's own forward. The runner
+(engine/runner/fused.py); on the NumPy backend a call of 1..8 rows (decode, verify) runs
+as one C call (engine/runner/cpu_step.py); every other call runs the model's own forward. The runner
 has the model's interface (`engine.models.protocol.Model`), so prefill, truncate, the
 decode loop and the drafters take it where they take a model.
 """
@@ -15,6 +16,8 @@ import mlx.core as mx
 
 from engine.config import EngineConfig
 from engine.models.base import DecoderModel, ModelConfig
+from engine.runner import cpu_step
+from engine.runner.cpu_step import CpuStep
 from engine.runner.fused import MAX_DENSE_BYTES, FusedDecode, dense_bytes, unsupported_reason
 from engine.sequence import SequenceState
 from engine.state import SnapshotPolicy
@@ -43,6 +46,22 @@ def fused_decode_for(model: DecoderModel, config: EngineConfig) -> FusedDecode |
         return None
 
 
+def cpu_step_for(model: DecoderModel, config: EngineConfig) -> CpuStep | None:
+    """On the NumPy backend, decode and verify rows as one C call where the plan computes
+    the model (`EngineConfig.cpu_step=False`, BRANCHCHAT_CPU_STEP=0, opts out)."""
+    if not config.cpu_step:
+        return None
+    reason = cpu_step.unsupported_reason(model)
+    if reason is not None:
+        log.info("C decode step off: %s", reason)
+        return None
+    try:  # the plan checks every shape: a model it cannot take keeps the per-op path
+        return CpuStep(model)
+    except ValueError:
+        log.exception("C decode step off: its plan refused the model")
+        return None
+
+
 class ModelRunner:
     """A model with the path its calls take; states it makes follow `snapshot_policy`."""
 
@@ -51,17 +70,21 @@ class ModelRunner:
         model: DecoderModel,
         fused: FusedDecode | None = None,
         snapshot_policy: SnapshotPolicy | None = None,
+        cpu_step: CpuStep | None = None,
     ) -> None:
         self.model = model
         self.fused = fused  # the fused CUDA kernels for calls of 1..16 rows, or None
+        self.cpu_step = cpu_step  # the C step for calls of 1..8 rows on the CPU, or None
         self.snapshot_policy = snapshot_policy or SnapshotPolicy()
+        self.last_path = ""  # which path the latest forward took: "fused", "cpu_step", "model"
 
     @classmethod
     def for_device(cls, model: DecoderModel, config: EngineConfig) -> ModelRunner:
         """The fastest exact path on MLX's default device for `model` under `config`."""
         on_gpu = model.ops.name == "mlx" and mx.default_device() == mx.gpu
         fused = fused_decode_for(model, config) if on_gpu else None
-        return cls(model, fused, config.snapshot_policy)
+        cpu = cpu_step_for(model, config) if model.ops.name == "numpy" else None
+        return cls(model, fused, config.snapshot_policy, cpu)
 
     @property
     def ops(self) -> Ops:
@@ -81,13 +104,17 @@ class ModelRunner:
     def verify_is_exact(self) -> bool:
         """Whether a k-row verify reproduces k one-row steps closely enough for greedy
         speculation to keep the output unchanged: the fused kernels (bit for bit), or
-        float32 arithmetic. A GPU's bfloat16/float16 matmuls round 1-row and k-row
-        products differently and flip near-ties (measured on the H200: not identical)."""
+        float32 arithmetic (the C step: bit for bit where its matmuls are row-invariant).
+        A GPU's bfloat16/float16 matmuls round 1-row and k-row products differently and
+        flip near-ties (measured on the H200: not identical)."""
         return self.fused is not None or "float32" in str(self.ops.dtype)
 
     def step_row_limit(self) -> int:
-        """The most rows a decode-time step should carry (a verify: k drafts + 1)."""
-        return self.fused.max_rows if self.fused is not None else 1 << 30
+        """The most rows a decode-time step should carry (a verify: k drafts + 1): what
+        the fused or C step takes, so a verify's rows equal single steps bit for bit."""
+        if self.fused is not None:
+            return self.fused.max_rows
+        return self.cpu_step.max_rows if self.cpu_step is not None else 1 << 30
 
     def new_state(self, policy: SnapshotPolicy | None = None) -> SequenceState:
         return self.model.new_state(policy or self.snapshot_policy)
@@ -95,5 +122,10 @@ class ModelRunner:
     def forward(self, token_ids: list[int], state: SequenceState, logits: str = "last") -> Array:
         """Append `token_ids` to `state`; logits for "all" rows, the "last" row, or "none"."""
         if self.fused is not None and self.fused.supports(state, len(token_ids)):
+            self.last_path = "fused"
             return self.fused(list(token_ids), state, logits)
+        if self.cpu_step is not None and self.cpu_step.supports(state, len(token_ids)):
+            self.last_path = "cpu_step"
+            return self.cpu_step(list(token_ids), state, logits)
+        self.last_path = "model"
         return self.model.forward(token_ids, state, logits)

@@ -127,18 +127,22 @@ fail:
     return NULL;
 }
 
-/* A float32 3-D view whose last axis is contiguous (the KV cache's [:, :S] slices). */
+/* A float32 or float16 3-D view whose last axis is contiguous (the KV cache's [:, :S]
+ * slices of its [heads, capacity, dim] buffers). */
 static Py_buffer *get_rows_view(Views *v, PyObject *obj, const char *name) {
     Py_buffer *view = &v->views[v->count];
     if (PyObject_GetBuffer(obj, view, PyBUF_STRIDES | PyBUF_FORMAT) < 0) return NULL;
     v->count++;
     const char *format = view->format ? view->format : "B";
     if (format[0] == '<' || format[0] == '=' || format[0] == '@') format++;
-    if (view->itemsize != 4 || strcmp(format, "f") != 0 || view->ndim != 3 ||
-        view->strides[2] != 4 || view->strides[0] % 4 || view->strides[1] % 4 ||
-        view->strides[0] < 0 || view->strides[1] < 0) {
-        PyErr_Format(PyExc_ValueError, "%s must be a float32 [heads, rows, dim] array whose "
-                                       "last axis is contiguous", name);
+    const Py_ssize_t size = view->itemsize;
+    const int is_f32 = size == 4 && strcmp(format, "f") == 0;
+    const int is_f16 = size == 2 && strcmp(format, "e") == 0;
+    if (!(is_f32 || is_f16) || view->ndim != 3 || view->strides[2] != size ||
+        view->strides[0] % size || view->strides[1] % size || view->strides[0] < 0 ||
+        view->strides[1] < 0) {
+        PyErr_Format(PyExc_ValueError, "%s must be a float32 or float16 [heads, rows, dim] "
+                                       "array whose last axis is contiguous", name);
         return NULL;
     }
     return view;
@@ -147,8 +151,9 @@ static Py_buffer *get_rows_view(Views *v, PyObject *obj, const char *name) {
 PyDoc_STRVAR(attention_doc,
              "attention(q, k, v, scale, mask, out)\n\n"
              "out[h, l] = softmax(scale * q[h, l] k[h // G]^T) v[h // G] with G = Hq / Hkv;\n"
-             "q, out float32 C-contiguous [Hq, L, D]; k, v float32 [Hkv, S, D] with a\n"
-             "contiguous last axis; mask None or bool C-contiguous [L, S] (True: visible).");
+             "q, out float32 C-contiguous [Hq, L, D]; k, v both float32 or both float16\n"
+             "[Hkv, S, D] with a contiguous last axis; mask None or bool C-contiguous [L, S]\n"
+             "(True: visible).");
 
 static PyObject *py_attention(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
@@ -157,7 +162,6 @@ static PyObject *py_attention(PyObject *self, PyObject *const *args, Py_ssize_t 
         return NULL;
     }
     Views v = {.count = 0};
-    float *scores = NULL;
     const double scale = PyFloat_AsDouble(args[3]);
     if (scale == -1.0 && PyErr_Occurred()) return NULL;
     Py_buffer *q = get_view(&v, args[0], "q", 'f', 3, 0);
@@ -165,8 +169,12 @@ static PyObject *py_attention(PyObject *self, PyObject *const *args, Py_ssize_t 
     Py_buffer *k = out ? get_rows_view(&v, args[1], "k") : NULL;
     Py_buffer *val = k ? get_rows_view(&v, args[2], "v") : NULL;
     if (!val) goto fail;
+    if (k->itemsize != val->itemsize) {
+        PyErr_SetString(PyExc_ValueError, "attention: k and v must have one dtype");
+        goto fail;
+    }
     const Py_ssize_t Hq = q->shape[0], L = q->shape[1], D = q->shape[2];
-    const Py_ssize_t Hkv = k->shape[0], S = k->shape[1];
+    const Py_ssize_t Hkv = k->shape[0], S = k->shape[1], size = k->itemsize;
     if (k->shape[2] != D || val->shape[0] != Hkv || val->shape[1] != S || val->shape[2] != D ||
         out->shape[0] != Hq || out->shape[1] != L || out->shape[2] != D || Hkv == 0 ||
         Hq % Hkv) {
@@ -188,26 +196,32 @@ static PyObject *py_attention(PyObject *self, PyObject *const *args, Py_ssize_t 
         }
         mask = (const uint8_t *)mv->buf;
     }
-    if (Hq * L > 0 && S > 0 && !(scores = malloc((size_t)(Hq * L * S) * sizeof(float)))) {
+    const AttnJob job = {.q = (const float *)q->buf,
+                         .k = k->buf,
+                         .v = val->buf,
+                         .mask = mask,
+                         .out = (float *)out->buf,
+                         .L = L,
+                         .S = S,
+                         .D = D,
+                         .G = Hq / Hkv,
+                         .k_head = k->strides[0] / size,
+                         .k_row = k->strides[1] / size,
+                         .v_head = val->strides[0] / size,
+                         .v_row = val->strides[1] / size,
+                         .scale = (float)scale,
+                         .kv_half = size == 2};
+    int status;
+    Py_BEGIN_ALLOW_THREADS;
+    status = run_attention(&job, Hq, L);
+    Py_END_ALLOW_THREADS;
+    if (status < 0) {
         PyErr_NoMemory();
         goto fail;
     }
-    AttnJob job = {(const float *)q->buf, (const float *)k->buf, (const float *)val->buf,
-                   mask, (float *)out->buf, scores, L, S, D, Hq / Hkv,
-                   k->strides[0] / 4, k->strides[1] / 4, val->strides[0] / 4,
-                   val->strides[1] / 4, (float)scale};
-    if (S == 0) {
-        memset(out->buf, 0, (size_t)(Hq * L * D) * sizeof(float));
-    } else if (Hq * L > 0) {
-        Py_BEGIN_ALLOW_THREADS;
-        run_attention(&job, Hq, L);
-        Py_END_ALLOW_THREADS;
-    }
-    free(scores);
     release_views(&v);
     Py_RETURN_NONE;
 fail:
-    free(scores);
     release_views(&v);
     return NULL;
 }
@@ -334,7 +348,7 @@ static struct PyModuleDef module = {
     -1, methods, NULL, NULL, NULL, NULL};
 
 /* Bumped whenever an entry point's arguments change; kernels/qmatmul.py checks it. */
-#define ABI_VERSION 2
+#define ABI_VERSION 3
 
 PyMODINIT_FUNC PyInit__qmatmul(void) {
     if (pool_register_fork_handlers())

@@ -3,8 +3,13 @@
  * points for the others.
  *
  *   matmul.c     products against packed quantized weights, and their dequantization
- *   attention.c  softmax attention for the few query rows of a decode or verify step
- *   pool.c       the thread pool both split their work over
+ *   matmul_any.c the same for any bits and groups of 16
+ *   int8_quant.c, int8_matmul.c, int8_module.c (int8.h, int8_ymm.h)
+ *                integer dot products against int8-quantized activations, on a weight
+ *                layout of their own (kernels/int8_matmul.py wraps them)
+ *   attention.c  softmax attention over float32 or float16 K/V rows, any row count
+ *                (attention.h: the tiles it shares with attention_avx2.c, _prefill.c)
+ *   pool.c       the thread pool they split their work over
  *   module.c     the Python module: argument checks, then a call into the above
  *
  * kernels/qmatmul.py wraps the module; kernels/qmatmul_ref.py holds the plain NumPy
@@ -122,16 +127,24 @@ void free_aligned(void *p);
 
 #define ATTN_MAX_DIM 512 /* head dims the C attention takes */
 
+/* out[h, l] = softmax(scale * q[h, l] . k[h / G]^T, masked) @ v[h / G] for query heads
+ * h < Hq = G * Hkv. K and V are rows of the KV cache's [Hkv, capacity, D] buffers read in
+ * place: float16 when kv_half, else float32, strides counted in elements of that type (the
+ * last axis contiguous). Callers on other threads (the C decode step) fill one directly. */
 typedef struct {
-    const float *q, *k, *v;
-    const uint8_t *mask; /* [L, S] or NULL: every key visible */
-    float *out, *scores; /* scores: [Hq * L, S] scratch */
-    Py_ssize_t L, S, D, G, k_head, k_row, v_head, v_row;
+    const float *q;          /* [Hq, L, D], C-contiguous */
+    const void *k, *v;       /* row s of kv head g at k + g * k_head + s * k_row (likewise v) */
+    const uint8_t *mask;     /* [L, S], nonzero: visible; or NULL: every key visible */
+    float *out;              /* [Hq, L, D], C-contiguous */
+    Py_ssize_t L, S, D, G;   /* query rows, keys, head dim, query heads per kv head */
+    Py_ssize_t k_head, k_row, v_head, v_row;
     float scale;
+    int kv_half; /* K and V are float16 (1) or float32 (0) */
 } AttnJob;
 
-/* out for every (head, row): job->scores holds Hq * L rows of S floats */
-void run_attention(const AttnJob *job, Py_ssize_t Hq, Py_ssize_t L);
+/* out for every (head, row), split over the pool; needs no Python (call it with the GIL
+ * released). Returns 0, or -1 when its scratch memory could not be allocated. */
+int run_attention(const AttnJob *job, Py_ssize_t Hq, Py_ssize_t L);
 
 /* -- pool.c ---------------------------------------------------------------------------- */
 

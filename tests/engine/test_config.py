@@ -27,6 +27,26 @@ def test_switched_off_by_environment(monkeypatch: pytest.MonkeyPatch) -> None:
         EngineConfig.from_environment()
 
 
+def test_cpu_matmul_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """BRANCHCHAT_CPU_MATMUL picks the numpy backend's kernel; unset, the int8 one where an
+    int8 SIMD path runs."""
+    from kernels import int8_matmul
+
+    monkeypatch.setenv("BRANCHCHAT_CPU_MATMUL", "float")
+    config = EngineConfig.from_environment()
+    assert config.cpu_matmul == "float"
+    assert make_ops("numpy", cpu_matmul=config.cpu_matmul).cpu_matmul == "float"
+    monkeypatch.delenv("BRANCHCHAT_CPU_MATMUL")
+    assert EngineConfig.from_environment().cpu_matmul is None
+    default = "int8" if int8_matmul.has_simd() else "float"
+    assert make_ops("numpy").cpu_matmul == default
+    monkeypatch.setenv("BRANCHCHAT_CPU_MATMUL", "int4")
+    with pytest.raises(ValueError, match="BRANCHCHAT_CPU_MATMUL must be 'int8' or 'float'"):
+        EngineConfig.from_environment()
+    with pytest.raises(ValueError, match="cpu_matmul must be 'int8' or 'float'"):
+        EngineConfig(cpu_matmul="int4")
+
+
 def test_thread_count_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("BRANCHCHAT_THREADS", "3")
     assert EngineConfig.from_environment().threads == 3

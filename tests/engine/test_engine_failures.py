@@ -47,12 +47,26 @@ def test_a_failed_verify_keeps_the_conversation(
             return real_mlp(x)
 
         monkeypatch.setattr(model.layers[-1], "mlp", mlp_failing_in_a_verify)
+        step = session.runner.cpu_step  # the C step runs the MLP in C: it fails after its call
+        real_run = step._run if step is not None else None
+
+        def run_failing_in_a_verify(*args: Any) -> None:
+            nonlocal failed_verifies
+            real_run(*args)
+            if session.state.is_recording:
+                failed_verifies += 1
+                raise MemoryError
+
+        if step is not None:
+            monkeypatch.setattr(step, "_run", run_failing_in_a_verify)
         events = runner.request(ev.Generate("oom", messages, settings))
         assert isinstance(events[-1], ev.Failed) and "Out of memory" in events[-1].message
         assert failed_verifies == 1
         # undone, the verify still open: the next request rolls it back (Session._recover)
         assert not session.state.is_poisoned and session.state.is_recording
         monkeypatch.setattr(model.layers[-1], "mlp", real_mlp)
+        if step is not None:
+            monkeypatch.setattr(step, "_run", real_run)
 
         again = runner.generate(messages, settings)
         assert_same_reply(again, fresh_finished(models[kind], messages, settings))

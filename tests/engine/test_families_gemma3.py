@@ -77,7 +77,8 @@ def test_gemma3_multimodal_config_and_names(tmp_path) -> None:
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_gemma3_rollback_past_the_window_equals_a_fresh_prefill(tmp_path, backend) -> None:
     make_family_hf(tmp_path / "g", "gemma3", tie=True)
-    model = load_model(tmp_path / "g", EngineConfig(backend=backend, dtype="float32")).runner
+    config = EngineConfig(backend=backend, dtype="float32", kv_dtype="float32")
+    model = load_model(tmp_path / "g", config).runner
     policy = SnapshotPolicy(stride=8, stride_capacity=8, sliding_slack=2)
     ids = token_ids(n=48)
     state = model.new_state(policy)

@@ -27,6 +27,18 @@ def gemma() -> LoadedModel:
     return load_model(GEMMA3_270M.path(), EngineConfig(backend="numpy"))
 
 
+@pytest.fixture(scope="module")
+def gemma_float() -> LoadedModel:
+    # float32 matmuls (cpu_matmul="float"): with int8 activations a row is bit-identical
+    # however the prompt is chunked only where attention is too; NumPy's attention for chunks
+    # over 64 rows (kernels/ops_numpy.py) rounds differently from the C one, and the int8
+    # quantization of the next layer turns that ~1e-6 into ~0.5 on the logits (100 tokens as
+    # one chunk vs 50 + 50 on SmolLM2: 0.90; 20 + 20 vs 40, all C attention: 0.0)
+    if not GEMMA3_270M.is_present():
+        pytest.skip("Gemma 3 270M is not downloaded (python -m engine fetch gemma3-270m)")
+    return load_model(GEMMA3_270M.path(), EngineConfig(backend="numpy", cpu_matmul="float"))
+
+
 def test_greedy_continuation_is_llama_cpps(gemma: LoadedModel) -> None:
     model, ids = gemma.runner, [BOS, *gemma.tokenizer.encode("The capital of France is")]
     state, out = model.new_state(), []
@@ -37,8 +49,8 @@ def test_greedy_continuation_is_llama_cpps(gemma: LoadedModel) -> None:
     assert out == LLAMA_CPP_GREEDY
 
 
-def test_rollback_past_the_window_equals_a_fresh_prefill(gemma: LoadedModel) -> None:
-    model, window = gemma.runner, gemma.config.sliding_window
+def test_rollback_past_the_window_equals_a_fresh_prefill(gemma_float: LoadedModel) -> None:
+    model, window = gemma_float.runner, gemma_float.config.sliding_window
     assert window == 512
     policy = SnapshotPolicy(stride=128, sliding_slack=16)
     ids = [BOS, *[int(t) for t in np.random.default_rng(0).integers(10, 200_000, 640)]]

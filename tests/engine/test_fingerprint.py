@@ -29,7 +29,7 @@ from tests.engine.engine_runner import (
     prompt_ids,
     user,
 )
-from tests.engine.test_state_property import assert_next_logits_exact, rows
+from tests.engine.state_reference import assert_next_logits_exact, rows
 from tests.tiny_models import make_llama_gguf
 
 MIB = 1 << 20

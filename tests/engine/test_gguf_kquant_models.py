@@ -13,7 +13,8 @@ import pytest
 
 from engine.config import EngineConfig
 from engine.loader import load_model
-from kernels import qmatmul
+from kernels import int8_matmul, qmatmul
+from kernels.int8_matmul import Int8Matrix
 from kernels.qmatmul import QMatrix
 from kernels.quantized import QuantizedWeight
 from tests.tiny_models import VOCAB_SIZE, make_llama_gguf, reference_forward
@@ -34,9 +35,14 @@ CASES = [
     {"qtype": "Q5_1"},
     {"qtype": "Q4_K", "embed_qtype": "Q6_K"},  # a Q4_K_M file's usual mix
 ]
+# numpy-packed: the float kernel (cpu_matmul="float"), which RELATIVE_TOLERANCE bounds; the
+# int8 one is held to its own definition in tests/kernels/test_int8_matmul.py
 CONFIGS = {
-    "numpy-packed": EngineConfig(backend="numpy", qmatmul=True),
-    "numpy-dense": EngineConfig(backend="numpy", qmatmul=False),
+    # float32 K/V: the float32 bound on the weights' decoding alone
+    "numpy-packed": EngineConfig(
+        backend="numpy", qmatmul=True, cpu_matmul="float", kv_dtype="float32"
+    ),
+    "numpy-dense": EngineConfig(backend="numpy", qmatmul=False, kv_dtype="float32"),
     "mlx": EngineConfig(backend="mlx", dtype="float32"),  # the float32 bound on any device
 }
 LABELS = {"Q2_K": "Q2_K", "Q3_K": "Q3_K_M", "Q4_K": "Q4_K_M", "Q5_K": "Q5_K_M", "Q6_K": "Q6_K"}
@@ -82,3 +88,8 @@ def test_each_backend_holds_the_weight_it_computes_with(
     if qmatmul.available():
         numpy_model = load_model(path, CONFIGS["numpy-packed"]).model
         assert isinstance(numpy_model.embed, QMatrix) and isinstance(numpy_model.lm_head, QMatrix)
+    if int8_matmul.available():
+        int8_config = EngineConfig(backend="numpy", qmatmul=True, cpu_matmul="int8")
+        int8_model = load_model(path, int8_config).model
+        assert isinstance(int8_model.embed, Int8Matrix)
+        assert isinstance(int8_model.lm_head, Int8Matrix)

@@ -32,7 +32,7 @@ from tests.engine.engine_runner import (
     prompt_ids,
     user,
 )
-from tests.engine.test_state_property import assert_next_logits_exact
+from tests.engine.state_reference import assert_next_logits_exact
 from tests.hybrid_models import make_hybrid_dir
 
 KINDS = ["llama", "hybrid"]

@@ -26,18 +26,33 @@ from tests.engine.engine_runner import (
 MESSAGES = (user(" ".join(USERS)),)
 
 
-def fail_once(model: Any, when: Any) -> None:
-    """The model's output head raises MemoryError once, on the first call `when` accepts:
-    every layer has already written its rows, as an allocation failing late would."""
-    real = model.logits
+def fail_once(loaded: Any, when: Any) -> None:
+    """The model's output head raises MemoryError once, on the first call `when` accepts
+    (x: the rows [L, D]): every layer has already written its rows, as an allocation failing
+    late would; where the C step serves the call (engine/runner/cpu_step.py), after it."""
+    model, step = loaded.model, loaded.runner.cpu_step
+    real, real_run = model.logits, step._run if step is not None else None
+
+    def restore() -> None:
+        model.logits = real
+        if step is not None:
+            step._run = real_run
 
     def logits(x: Any) -> Any:
         if when(x):
-            model.logits = real
+            restore()
             raise MemoryError
         return real(x)
 
+    def run(plan: Any, x: Any, *rest: Any) -> None:
+        real_run(plan, x, *rest)
+        if when(x):
+            restore()
+            raise MemoryError
+
     model.logits = logits
+    if step is not None:
+        step._run = run
 
 
 @pytest.mark.parametrize("kind", ["llama", "hybrid"])
@@ -55,10 +70,10 @@ def test_a_failed_forward_keeps_the_conversation(
         held = runner.state_tokens()
         snapshots = session.state.snapshot_positions()
         if where == "verify":  # a regenerate drafts the reply before: it fails in a verify
-            fail_once(session.loaded.model, lambda x: x.shape[0] > 1)
+            fail_once(session.loaded, lambda x: x.shape[0] > 1)
             messages = MESSAGES
         else:  # a follow-up fails in its prefill
-            fail_once(session.loaded.model, lambda x: True)
+            fail_once(session.loaded, lambda x: True)
             messages = (*MESSAGES, ev.Message("assistant", first.text), user("And then?"))
         failed = runner.request(ev.Generate("fails", messages, settings))[-1]
         assert isinstance(failed, ev.Failed) and "Out of memory" in failed.message
@@ -89,7 +104,7 @@ def test_continue_after_a_failed_verify(
         runner.generate(MESSAGES, settings)
         session = runner.engine.session
         assert session is not None
-        fail_once(session.loaded.model, lambda x: x.shape[0] > 1)
+        fail_once(session.loaded, lambda x: x.shape[0] > 1)
         events = runner.request(ev.Generate("fails", MESSAGES, settings))
         assert isinstance(events[-1], ev.Failed)
         partial = "".join(e.text for e in events if isinstance(e, ev.Tokens))

@@ -16,14 +16,12 @@ from engine.errors import StateError
 from engine.sequence import SequenceState, prefill, truncate
 from tests.conftest import TinyModels
 from tests.engine.state_checks import FORWARD_SITES, SimulatedOOM, forward_site, raise_oom
+from tests.engine.state_reference import assert_last_logits_exact
 from tests.engine.test_state_property import (
     POLICIES,
     StateModels,
-    assert_close,
     assert_unchanged,
     capture,
-    fresh_next_logits,
-    rows,
     token_ids,
 )
 from tests.engine.test_state_refusals import assert_exact, grown
@@ -116,8 +114,7 @@ def test_a_failed_decode_step_changes_nothing(
     state = grown(models.get(kind), kind, 23)
     site = (model.layers[-1], "mlp")  # the step to position 24
     assert_same_after(model, state, lambda: model.forward([5], state), monkeypatch, site)
-    logits = rows(model.forward([5], state))[-1]
-    assert_close(logits, fresh_next_logits(model, state.policy, state.tokens), "the retried step")
+    assert_last_logits_exact(model, state, model.forward([5], state), "the retried step")
     assert state.needs_snapshots == (24 in state.snapshot_positions())
 
 
@@ -132,8 +129,8 @@ def test_a_failed_verify_keeps_the_recording_open_and_exact(
     verify = lambda: model.forward(draft, state, logits="all")  # noqa: E731
     assert_same_after(model, state, verify, monkeypatch, (model.layers[-1], "mlp"))
     assert state.recording is cp
-    verified = rows(model.forward(draft, state, logits="all"))  # the retry, same recording
-    assert_close(verified[-1], fresh_next_logits(model, state.policy, state.tokens), "verify")
+    verified = model.forward(draft, state, logits="all")  # the retry, same recording
+    assert_last_logits_exact(model, state, verified, "verify")
     state.rollback_retaining(cp, 3)
     assert state.tokens == [*token_ids(0, 22), *draft[:3]]
     assert state.needs_snapshots == (24 in state.snapshot_positions())

@@ -18,13 +18,8 @@ from engine.loader import LoadedModel
 from engine.sequence import SequenceState, prefill, truncate
 from engine.state_io import load_state, save_state
 from tests.conftest import TinyModels
-from tests.engine.test_state_property import (
-    POLICIES,
-    StateModels,
-    assert_next_logits_exact,
-    probe_next_logits,
-    token_ids,
-)
+from tests.engine.state_reference import assert_next_logits_exact, probe_next_logits, token_ids
+from tests.engine.test_state_property import POLICIES, StateModels
 from tests.tolerances import host
 
 KINDS = ["llama", "sliding", "hybrid"]
@@ -80,6 +75,7 @@ def assert_bit_exact(a: SequenceState, b: SequenceState) -> None:
 @pytest.mark.parametrize(
     ("kind", "backend"),
     [(k, "numpy") for k in KINDS]
+    + [("sliding", "numpy-float32"), ("hybrid", "numpy-float32")]
     + [(k, b) for b in ("mlx", "mlx-bfloat16") for k in ("sliding", "hybrid")],
 )
 def test_round_trip_is_bit_exact(
@@ -137,13 +133,36 @@ def test_truncate_after_reload_uses_the_reloaded_snapshots(
 def test_the_format_carries_a_state_from_numpy_to_mlx(models: StateModels, tmp_path: Path) -> None:
     """The file format converts between backends; the prompt cache never asks it to, since
     the backend is part of a session's fingerprint (tests/engine/test_fingerprint.py)."""
-    numpy_model, mlx_model = models.get("hybrid", "numpy"), models.get("hybrid", "mlx")
+    numpy_model, mlx_model = models.get("hybrid", "numpy-float32"), models.get("hybrid", "mlx")
     assert numpy_model.fingerprint != mlx_model.fingerprint
     path = tmp_path / "state.safetensors"
     save_state(busy_state(numpy_model, "hybrid"), path, "one key")
     state = load_state(mlx_model.model, path, "one key")
     truncate(mlx_model.model, state, 45)
     assert_next_logits_exact(mlx_model.model, state)
+
+
+@pytest.mark.parametrize(
+    ("saved", "loading", "message"),
+    [
+        ("numpy", "numpy-float32", "K/V rows in float16; this engine keeps them in float32"),
+        ("numpy-float32", "numpy", "K/V rows in float32; this engine keeps them in float16"),
+        ("numpy", "mlx", "K/V rows in float16; this engine keeps them in float32"),
+    ],
+)
+def test_a_state_with_another_kv_dtype_is_refused(
+    models: StateModels, tmp_path: Path, saved: str, loading: str, message: str
+) -> None:
+    """Rounding float32 rows to float16, or widening float16 ones, is not the state a fresh
+    prefill there computes: refused by name before any array is read (the fingerprint, which
+    holds the K/V dtype, keeps the prompt cache from asking)."""
+    writer, reader = models.get("sliding", saved), models.get("sliding", loading)
+    assert writer.fingerprint != reader.fingerprint
+    path = tmp_path / "state.safetensors"
+    save_state(busy_state(writer, "sliding"), path, "one key")
+    with pytest.raises(StateError, match=message) as info:
+        load_state(reader.model, path, "one key")
+    assert str(path) in str(info.value)
 
 
 def test_a_file_from_another_model_is_refused(models: StateModels, tmp_path: Path) -> None:

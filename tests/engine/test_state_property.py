@@ -9,7 +9,9 @@ every 8 tokens, so deep rewinds need snapshots) and the Qwen3.5 hybrid (a snapsh
 8 tokens in a ring of 3, so eviction and the fallback to older snapshots or position 0
 happen).
 
-After EVERY operation the next-token logits equal a fresh prefill of the same tokens, the
+After EVERY operation the next-token logits equal a fresh prefill of the same tokens (and
+so does every K/V row the state holds, row by row: with float16 K/V, the NumPy backend's
+default, the logits' bound alone would let a wrong row at a long context through), the
 stride snapshots are the ones the operations so far must have left (so a truncate replays
 at most `stride` tokens wherever the ring's capacity allows), and an operation that was
 refused (StateError) or failed (an injected error) leaves the state exactly as it was.
@@ -35,7 +37,7 @@ from hypothesis.stateful import (
 
 from engine.errors import StateError
 from engine.loader import LoadedModel, load_model
-from engine.sequence import SequenceState, prefill, truncate
+from engine.sequence import prefill, truncate
 from engine.state import SnapshotPolicy
 from engine.state_io import load_state, save_state
 from tests.conftest import TinyModels
@@ -49,11 +51,18 @@ from tests.engine.state_checks import (  # capture, assert_unchanged: shared fro
     capture,
     forward_site,
 )
+from tests.engine.state_reference import (  # token_ids, rows: shared from here too
+    assert_close,
+    assert_rows_match,
+    fresh_prefill,
+    probe_next_logits,
+    rows,
+    token_ids,
+)
 from tests.hybrid_models import make_hybrid_dir
 from tests.tiny_models import VOCAB_SIZE
-from tests.tolerances import as_f64, engine_config
+from tests.tolerances import engine_config
 
-TOLERANCE = 1e-4  # max abs diff on float32 logits of magnitude ~10
 WINDOW, SLACK = 8, 4
 POLICIES = {
     "llama": SnapshotPolicy(),
@@ -94,8 +103,10 @@ class StateModels:
         fresh prefill of its tokens, whose chunks differ, so the two round differently; in
         float32 that stays within TOLERANCE, far below what one wrong row does. In bfloat16,
         a GPU's default, the rounding is as large as a wrong row's effect on the next logits:
-        tests/engine/test_tolerances.py checks bfloat16 states row by row instead. Other
-        dtypes by name, as tests/tolerances.py's engine_config takes them ('mlx-bfloat16')."""
+        tests/engine/test_tolerances.py checks bfloat16 states row by row instead. 'numpy'
+        keeps K/V in float16 (checked row by row too, `assert_rows_match`), 'numpy-float32'
+        in float32. Other dtypes by name, as tests/tolerances.py's engine_config takes them
+        ('mlx-bfloat16')."""
         if (kind, backend) not in self._loaded:
             config = engine_config("mlx-float32" if backend == "mlx" else backend)
             self._loaded[kind, backend] = load_model(self.path(kind), config)
@@ -105,40 +116,6 @@ class StateModels:
 @pytest.fixture(scope="session")
 def state_models(tiny_models: TinyModels, tmp_path_factory: pytest.TempPathFactory) -> StateModels:
     return StateModels(tiny_models, tmp_path_factory.mktemp("state_models"))
-
-
-def token_ids(seed: int, n: int) -> list[int]:
-    return [int(t) for t in np.random.default_rng(seed).integers(0, VOCAB_SIZE, n)]
-
-
-def rows(logits: Any) -> np.ndarray:
-    """Logits of any backend as float64 [rows, vocab]."""
-    return as_f64(logits).reshape(-1, VOCAB_SIZE)
-
-
-def fresh_next_logits(model: Any, policy: SnapshotPolicy, tokens: list[int]) -> np.ndarray:
-    """The reference: one forward of `tokens` on a new state."""
-    return rows(model.forward(tokens, model.new_state(policy), logits="last"))[-1]
-
-
-def probe_next_logits(model: Any, state: SequenceState, probe: int) -> np.ndarray:
-    """The state's logits after one more token, taken inside a checkpoint and rolled back."""
-    cp = state.checkpoint()
-    logits = rows(model.forward([probe], state, logits="last"))[-1]
-    state.rollback(cp)
-    return logits
-
-
-def assert_close(got: np.ndarray, want: np.ndarray, what: str) -> None:
-    diff = float(np.abs(got - want).max())
-    assert diff <= TOLERANCE, f"{what}: max abs diff {diff:.3g} against a fresh prefill"
-
-
-def assert_next_logits_exact(model: Any, state: SequenceState, probe: int = 7) -> None:
-    tokens = list(state.tokens)
-    got = probe_next_logits(model, state, probe)
-    assert state.tokens == tokens
-    assert_close(got, fresh_next_logits(model, state.policy, [*tokens, probe]), "next logits")
 
 
 # -- the state machine -------------------------------------------------------------------
@@ -344,8 +321,9 @@ class StateOperations(RuleBasedStateMachine):
         tokens = list(self.state.tokens)
         if self.cp is not None and not self.cp_stale and self.next_logits is not None:
             # a probe is a rollback and would make the open checkpoint stale
-            want = fresh_next_logits(self.model, self.policy, tokens)
-            assert_close(self.next_logits, want, f"last logits of {len(tokens)} tokens")
+            fresh, want = fresh_prefill(self.model, self.policy, tokens)
+            assert_close(self.model, self.next_logits, want, f"last logits of {len(tokens)} tokens")
+            assert_rows_match(self.model, self.state, fresh)
             return
         probe = (len(tokens) * 31 + self.num_probes) % VOCAB_SIZE
         self.num_probes += 1
@@ -353,14 +331,17 @@ class StateOperations(RuleBasedStateMachine):
         self.strides.probed(len(tokens))
         self.cp_stale = self.cp is not None  # the probe rolled back to here: same logits
         assert self.state.tokens == tokens
-        want = fresh_next_logits(self.model, self.policy, [*tokens, probe])
-        assert_close(got, want, f"next logits after {len(tokens)} tokens")
+        fresh, want = fresh_prefill(self.model, self.policy, [*tokens, probe])
+        assert_close(self.model, got, want, f"next logits after {len(tokens)} tokens")
+        assert_rows_match(self.model, self.state, fresh)
 
 
 CASES = [  # (model kind, backend, examples, steps): the whole file runs in about a minute
-    ("llama", "numpy", 30, 25),
+    ("llama", "numpy", 30, 25),  # float16 K/V, the NumPy backend's default
     ("sliding", "numpy", 40, 30),
     ("hybrid", "numpy", 40, 30),
+    ("llama", "numpy-float32", 10, 25),
+    ("sliding", "numpy-float32", 15, 30),
     ("sliding", "mlx", 6, 20),
     ("hybrid", "mlx", 6, 20),
 ]

@@ -15,19 +15,19 @@ import numpy as np
 import pytest
 
 from engine.errors import StateError
+from engine.kv_state import dtype_name
 from engine.loader import LoadedModel
 from engine.sequence import SequenceState, prefill, truncate
 from engine.state import SnapshotPolicy
 from tests.conftest import TinyModels
+from tests.engine.state_reference import assert_close, assert_rows_match, fresh_prefill
 from tests.engine.test_state_property import (
     POLICIES,
     SLACK,
     WINDOW,
     StateModels,
-    assert_close,
     assert_unchanged,
     capture,
-    fresh_next_logits,
     rows,
     token_ids,
 )
@@ -62,8 +62,9 @@ def assert_refused(model: Any, state: SequenceState, call: Callable[[], Any], ma
 
 
 def assert_exact(model: Any, state: SequenceState) -> None:
-    want = fresh_next_logits(model, state.policy, [*state.tokens, PROBE])
-    assert_close(next_logits(model, state), want, f"after {state.offset} tokens")
+    fresh, want = fresh_prefill(model, state.policy, [*state.tokens, PROBE])
+    assert_close(model, next_logits(model, state), want, f"after {state.offset} tokens")
+    assert_rows_match(model, state, fresh)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -288,14 +289,17 @@ def test_full_attention_keeps_no_snapshots(models: StateModels) -> None:
     assert state.nbytes() == sum(layer.nbytes() for layer in state.layers)
 
 
+KV_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}  # per element of a K/V row
+
+
 def expected_snapshot_bytes(loaded: LoadedModel, state: SequenceState) -> int:
     """From the config alone: what each stored snapshot must hold."""
     cfg = loaded.config
     # the stores at one position share one snapshot: it is taken once
     positions = {pos for _, pos, _ in state.snapshot_items()}
-    if cfg.sliding_window:  # a copy of the ring: keys, values and host positions
-        ring = WINDOW + SLACK
-        per_layer = 2 * cfg.num_kv_heads * ring * cfg.head_dim * 4 + ring * 8
+    if cfg.sliding_window:  # a copy of the ring: keys, values (in the KV dtype), positions
+        ring, row_bytes = WINDOW + SLACK, KV_BYTES[dtype_name(loaded.ops.kv_dtype)]
+        per_layer = 2 * cfg.num_kv_heads * ring * cfg.head_dim * row_bytes + ring * 8
         return len(positions) * cfg.num_layers * per_layer
     # recurrent layers keep references, so two stores at one position share the arrays
     conv_channels = 2 * cfg.linear_num_key_heads * cfg.linear_key_head_dim
@@ -306,7 +310,7 @@ def expected_snapshot_bytes(loaded: LoadedModel, state: SequenceState) -> int:
     return len(positions) * num_linear * (conv + ssm)
 
 
-@pytest.mark.parametrize("backend", ["numpy", "mlx"])
+@pytest.mark.parametrize("backend", ["numpy", "numpy-float32", "mlx"])
 @pytest.mark.parametrize("kind", ["sliding", "hybrid"])
 def test_snapshot_nbytes_is_what_the_snapshots_hold(
     models: StateModels, kind: str, backend: str

@@ -1,7 +1,8 @@
 """The dtype-derived bounds of tests/tolerances.py on real states: a rollback in bfloat16 (a
-GPU's default) or float32 continues as a fresh prefill does, within the bound, and the
-bound still fails a state that kept one wrong row (a rollback one row too short, or one
-row overwritten by its neighbour's), in the dtype under test.
+GPU's default), in float32, or on the NumPy backend with float16 K/V rows (its default)
+continues as a fresh prefill does, within the bound, and the bound still fails a state
+that kept one wrong row (a rollback one row too short, or one row overwritten by its
+neighbour's), in the dtype under test.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import pytest
 from engine.loader import LoadedModel
 from engine.sequence import SequenceState
 from tests.conftest import TinyModels
-from tests.engine.test_state_property import POLICIES, StateModels, token_ids
+from tests.engine.test_state_property import POLICIES, StateModels, assert_rows_match, token_ids
 from tests.tiny_models import VOCAB_SIZE
 from tests.tolerances import (
     as_f64,
@@ -24,7 +25,8 @@ from tests.tolerances import (
     relative_bound,
 )
 
-DTYPES = ["bfloat16", "float32"]
+# a backend as tests/tolerances.py's engine_config names it, and the dtype it is held to
+BACKENDS = {"mlx-bfloat16": "bfloat16", "mlx-float32": "float32", "numpy": "float16"}
 KINDS = ["llama", "hybrid"]  # full attention rows; the hybrid's tape replay and recurrence
 PREFIX, DRAFTED, ACCEPTED = 20, 6, 2
 PROBE = 7
@@ -83,18 +85,18 @@ def draft_with_a_miss(ids: list[int]) -> list[int]:
     return out
 
 
-def mlx_model(models: StateModels, kind: str, dtype: str) -> LoadedModel:
-    loaded = models.get(kind, f"mlx-{dtype}")
-    assert compute_dtype(loaded.ops) == dtype
+def model_for(models: StateModels, kind: str, backend: str) -> LoadedModel:
+    loaded = models.get(kind, backend)
+    assert compute_dtype(loaded.ops) == BACKENDS[backend]
     return loaded
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_partly_accepted_verify_continues_as_a_fresh_prefill(
-    models: StateModels, kind: str, dtype: str
+    models: StateModels, kind: str, backend: str
 ) -> None:
-    loaded = mlx_model(models, kind, dtype)
+    loaded = model_for(models, kind, backend)
     ids = token_ids(0, PREFIX + DRAFTED + 1)
     drafted = draft_with_a_miss(ids)
     state = verified(loaded, kind, drafted, ACCEPTED)
@@ -104,14 +106,14 @@ def test_a_partly_accepted_verify_continues_as_a_fresh_prefill(
     assert_state_close(loaded, state, want)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_rollback_that_keeps_one_row_too_many_fails_the_bound(
-    models: StateModels, kind: str, dtype: str
+    models: StateModels, kind: str, backend: str
 ) -> None:
     """The rejected draft's row kept where the accepted token's belongs: its arrays and next
     logits must fail the bound against a fresh prefill of the right tokens."""
-    loaded = mlx_model(models, kind, dtype)
+    loaded = model_for(models, kind, backend)
     ids = token_ids(0, PREFIX + DRAFTED + 1)
     state = verified(loaded, kind, draft_with_a_miss(ids), ACCEPTED + 1)
     want = fresh(loaded, kind, ids[: PREFIX + ACCEPTED + 1])
@@ -119,9 +121,10 @@ def test_a_rollback_that_keeps_one_row_too_many_fails_the_bound(
         assert_state_close(loaded, state, want)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_one_row_from_its_neighbour_fails_the_row_bound(models: StateModels, dtype: str) -> None:
-    loaded = mlx_model(models, "llama", dtype)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_one_row_from_its_neighbour_fails_the_row_bound(models: StateModels, backend: str) -> None:
+    loaded = model_for(models, "llama", backend)
+    dtype = BACKENDS[backend]
     state = fresh(loaded, "llama", token_ids(1, 30))
     keys = as_f64(state.layers[0].arrays()["k"])  # [kv_heads, positions, head_dim]
     reduction = loaded.config.hidden_size
@@ -138,3 +141,17 @@ def test_the_bound_grows_with_the_dtypes_rounding() -> None:
     assert relative_bound("bfloat16", 64) == pytest.approx(64 * 2.0**-8)
     # a row from another token is ~1.4 relative: far outside even bfloat16's bound
     assert relative_bound("bfloat16", 64) < 1.4 / 4
+
+
+def test_a_ring_with_one_wrong_row_fails_the_row_match(models: StateModels) -> None:
+    """The property test's row check on a sliding ring (float16 rows): one slot holding its
+    neighbour's row is caught, though the next logits' float16 bound might let it pass."""
+    loaded = models.get("sliding")
+    ids = token_ids(2, 30)
+    state, reference = fresh(loaded, "sliding", ids), fresh(loaded, "sliding", ids)
+    assert_rows_match(loaded.model, state, reference)
+    ring = state.layers[0]
+    slot, neighbour = 27 % ring.size, 28 % ring.size  # type: ignore[attr-defined]
+    ring.keys[:, slot] = ring.keys[:, neighbour]  # type: ignore[attr-defined]
+    with pytest.raises(AssertionError, match="layer 0 k rows"):
+        assert_rows_match(loaded.model, state, reference)

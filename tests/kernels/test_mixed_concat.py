@@ -25,6 +25,10 @@ from kernels.row_parts import RowParts
 from tests.tiny_models import make_llama_gguf
 from tests.tolerances import FLOAT32_ATOL, engine_config, host
 
+# The packed weights here are the float kernel's QMatrix (cpu_matmul="float"): these tests
+# hold its parts to the dense copy's numbers at FLOAT32_ATOL; the int8 kernel's RowParts are
+# tested in tests/kernels/test_int8_matmul.py.
+
 needs_kernel = pytest.mark.skipif(not qmatmul.available(), reason="kernels._qmatmul is not built")
 
 K = 64
@@ -65,7 +69,7 @@ def rows_x(m: int) -> np.ndarray:
 @needs_kernel
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_numpy_keeps_mixed_parts_packed(layout: str) -> None:
-    ops = NumpyOps(packed=True)
+    ops = NumpyOps(packed=True, cpu_matmul="float")
     weights = [ops.weight(w) for w in parts_of(layout, "numpy")]
     fused = ops.concat_weights(weights)
     assert isinstance(fused, RowParts) and fused.shape == (96, K)
@@ -90,7 +94,7 @@ def test_numpy_matmul_is_the_separate_matmuls(layout: str, m: int) -> None:
     The kernel's columns do not depend on their neighbours, so up to KERNEL_MAX_ROWS rows
     that is q, k and v apart too; BLAS's can (OpenBLAS picks kernels by shape), so a
     prefill's joined q|k is theirs to float32 rounding, as for any fused projection."""
-    ops, dense_ops = NumpyOps(packed=True), NumpyOps(packed=False)
+    ops, dense_ops = NumpyOps(packed=True, cpu_matmul="float"), NumpyOps(packed=False)
     weights = [ops.weight(w) for w in parts_of(layout, "numpy")]
     fused = ops.concat_weights(weights)
     x = rows_x(m)
@@ -109,7 +113,7 @@ def test_numpy_matmul_is_the_separate_matmuls(layout: str, m: int) -> None:
 @needs_kernel
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_numpy_embed_rows_across_parts(layout: str) -> None:
-    ops, dense_ops = NumpyOps(packed=True), NumpyOps(packed=False)
+    ops, dense_ops = NumpyOps(packed=True, cpu_matmul="float"), NumpyOps(packed=False)
     fused = ops.concat_weights([ops.weight(w) for w in parts_of(layout, "numpy")])
     dense = dense_ops.concat_weights([dense_ops.weight(w) for w in parts_of(layout, "numpy")])
     ids = np.array([95, 0, 80, 79, 3, 95, 64, 81])  # every part, out of order, repeated
@@ -120,7 +124,7 @@ def test_numpy_embed_rows_across_parts(layout: str) -> None:
 
 @needs_kernel
 def test_matmul_into_checks_its_output() -> None:
-    qm = NumpyOps(packed=True).weight(make_part(16, 8, 32, 0, "numpy"))
+    qm = NumpyOps(packed=True, cpu_matmul="float").weight(make_part(16, 8, 32, 0, "numpy"))
     x = rows_x(2)
     wide = np.full((2, 40), np.nan, np.float32)
     assert qmatmul.matmul(x, qm, out=wide[:, 8:24]) is not None
@@ -198,7 +202,7 @@ def test_mixed_model_on_every_path(mixed_llama: Path) -> None:
     """Packed NumPy, dense NumPy, MLX and MLX's fused decode steps agree on a model whose
     layer 0 projection is parted."""
     steps = [5, 9, 33]
-    packed = load_model(mixed_llama, EngineConfig(backend="numpy"))
+    packed = load_model(mixed_llama, EngineConfig(backend="numpy", cpu_matmul="float"))
     assert isinstance(packed.runner.model.layers[0].mixer.qkv.w, RowParts) == packed.ops.packed
     want = _logits(load_model(mixed_llama, EngineConfig(backend="numpy", qmatmul=False)), steps)
     mlx_lm = load_model(mixed_llama, EngineConfig(backend="mlx", dtype="float32"))

@@ -22,6 +22,8 @@ pytestmark = pytest.mark.skipif(
 )
 
 TOL = 1e-5  # relative to the output's scale; float32 accumulation over k <= 1024
+# NumpyOps here take cpu_matmul="float": these tests are of the float kernel (QMatrix);
+# the int8 one has tests/kernels/test_int8_matmul.py.
 
 
 def random_qmatrix(
@@ -136,7 +138,9 @@ def test_numpy_backend_without_the_extension(monkeypatch: pytest.MonkeyPatch) ->
     """A failed build (no compiler) leaves the dense NumPy path, with equal results."""
     qw = QuantizedWeight(*mx.quantize(mx.random.normal((64, 128)), 32, 4), 32, 4)
     x = np.random.default_rng(0).standard_normal((2, 128)).astype(np.float32)
-    want = NumpyOps(packed=True).linear(x, NumpyOps(packed=True).weight(qw))
+    want = NumpyOps(packed=True, cpu_matmul="float").linear(
+        x, NumpyOps(packed=True, cpu_matmul="float").weight(qw)
+    )
     monkeypatch.setattr(qmatmul, "_ext", None)
     assert not qmatmul.available() and not qmatmul.enabled()
     ops = NumpyOps()
@@ -182,7 +186,7 @@ def test_numpy_ops_keep_quantized_weights_packed() -> None:
     rng = np.random.default_rng(3)
     mats = [rng.standard_normal((n, 64)).astype(np.float32) for n in (32, 16)]
     qws = [QuantizedWeight(*mx.quantize(mx.array(w), 32, 4), 32, 4) for w in mats]
-    packed, dense = NumpyOps(packed=True), NumpyOps(packed=False)
+    packed, dense = NumpyOps(packed=True, cpu_matmul="float"), NumpyOps(packed=False)
     fused = packed.concat_weights([packed.weight(w) for w in qws])
     assert isinstance(fused, QMatrix) and fused.shape == (48, 64)
     x = rng.standard_normal((3, 64)).astype(np.float32)
@@ -236,7 +240,7 @@ def test_attention_rows_do_not_depend_on_the_row_count() -> None:
 
 
 def test_numpy_ops_attention_uses_the_kernel_for_few_rows(monkeypatch) -> None:
-    ops = NumpyOps(packed=True)
+    ops = NumpyOps(packed=True, cpu_matmul="float")
     calls = []
     monkeypatch.setattr(qmatmul, "attention", lambda *a: calls.append(a) or np.zeros(a[0].shape))
     q = np.zeros((4, 2, 16), dtype=np.float32)

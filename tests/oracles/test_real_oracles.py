@@ -18,6 +18,7 @@ import pytest
 from engine.config import EngineConfig
 from engine.default_model import default_model_path
 from engine.loader import load_model
+from kernels import int8_matmul
 from tests.oracles import topk_stats
 from tests.oracles.fixture_files import MANIFEST, on_cpu, real_reference
 
@@ -48,10 +49,12 @@ def located(name: str) -> Path:
     return path
 
 
-def engine_summary(path: Path, backend: str, ids: list[int], ref_top: np.ndarray) -> dict:
+def engine_summary(
+    path: Path, backend: str, ids: list[int], ref_top: np.ndarray, cpu_matmul: str | None = None
+) -> dict:
     """The engine's argmax, log-sum-exp and logits at the reference's top-k ids, per position."""
     with on_cpu(backend):
-        config = EngineConfig(backend=backend, dtype="float32", fused=False)
+        config = EngineConfig(backend=backend, dtype="float32", fused=False, cpu_matmul=cpu_matmul)
         return topk_stats.teacher_forced(load_model(path, config).runner, ids, ref_top, CHUNK)
 
 
@@ -75,13 +78,19 @@ def test_fixture_is_consistent(fixture: str) -> None:
 
 
 @pytest.mark.real_model
-@pytest.mark.parametrize("backend", ["numpy", "mlx"])
+@pytest.mark.parametrize("backend", ["numpy-int8", "numpy-float", "mlx"])
 @pytest.mark.parametrize("name", ["smollm2", "gemma3_270m"])
 def test_real_model_agrees_with_float64_as_well_as_llama_cpp(name: str, backend: str) -> None:
+    """numpy-int8: the CPU's default kernel (int8 activations, as llama.cpp's), numpy-float
+    the float32 one; both are held to llama.cpp's figures."""
     path = located(name)
+    if backend == "numpy-int8" and not int8_matmul.has_simd():
+        pytest.skip("no int8 SIMD path on this machine")
     ref = real_reference(name)
     ids = [int(t) for t in ref["ids"]]
-    ours = topk_stats.figures(ref, **engine_summary(path, backend, ids, ref["f64_top_ids"]))
+    name_, _, cpu_matmul = backend.partition("-")
+    summary = engine_summary(path, name_, ids, ref["f64_top_ids"], cpu_matmul or None)
+    ours = topk_stats.figures(ref, **summary)
     theirs = llama_cpp_figures(ref)
     report = f"{name} {backend}: ours {ours}, llama.cpp {theirs}"
     failures = []

@@ -36,7 +36,11 @@ def test_a_reply_from_a_tiny_model_streams_into_the_view(harness, qtbot, tiny_ll
 @pytest.mark.real_model
 @pytest.mark.skipif(not is_default_model_present(), reason="the default model is not fetched")
 def test_the_default_model_knows_the_capital_of_france(harness, qtbot):
-    window = harness.open(engine_factory=real_engine(EngineConfig.from_environment()))
+    # float32 matmuls: after the default system prompt "The" leads "L" by 0.08 in float32,
+    # and quantized activations (the int8 kernel, llama.cpp: 24.74 "L" vs 24.65 "The")
+    # answer "L'Étoile, ..." instead; this test is of the window, not of that near-tie
+    config = EngineConfig.from_environment(cpu_matmul="float")
+    window = harness.open(engine_factory=real_engine(config))
     load(harness, qtbot, default_model_path())
     window.apply_settings(replace(window.settings, temperature=0.0, max_tokens=48))
     texts: list[str] = []

@@ -1,0 +1,389 @@
+/* A whole decode or verify step of a decoder in C (see step.h): per layer RMSNorm, the
+ * fused q|k|v projection (+ biases), q/k RMSNorm, rope, the KV row write, attention over
+ * the visible rows, the output projection and residual, and the gated MLP, with Gemma 3's
+ * sandwich norms; then the final norm and the LM head. The Python path spends ~2-3 ms of
+ * a 16 ms step of the default model in a few hundred NumPy calls between the kernels;
+ * here the work between the kernels is a few loops over at most 8 rows.
+ *
+ * The semantics are the NumPy backend's (kernels/ops_numpy.py, engine/models/base.py);
+ * the matmuls are int8.h's integer kernel or matmul.c's float one (packed weights) or a
+ * plain column-block loop (dense float32 weights, which the NumPy backend would send to
+ * BLAS), all split over the thread pool by output columns, so a column's value never
+ * depends on the thread count.
+ *
+ * A full-attention layer's attention is attention.c's, over the buffer's rows in place. A
+ * sliding layer's walks each query's visible keys in position order, whichever slot of
+ * the ring or row of this call holds them: the same keys in the same order whether a row
+ * comes alone or inside a verify, which keeps speculation exact. (The Python path walks
+ * a ring slot by slot, so its sums may round differently once the ring wraps.)
+ */
+#include "step.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define LANES 8           /* partial sums of a dot product: one SIMD register's worth */
+#define DENSE_COLS 64     /* output columns of a dense matmul per unit of work */
+#define PARALLEL_KEYS 3072 /* (head, row) pairs x keys from which the pool pays (attention.c) */
+
+/* -- small row operations ------------------------------------------------------------- */
+
+static inline float dot_lanes(const float *restrict a, const float *restrict b, Py_ssize_t n) {
+    float acc[LANES] = {0.f};
+    Py_ssize_t i = 0;
+    for (; i + LANES <= n; i += LANES)
+        for (int t = 0; t < LANES; t++) acc[t] += a[i + t] * b[i + t];
+    for (; i < n; i++) acc[i % LANES] += a[i] * b[i];
+    float sum = 0.f;
+    for (int t = 0; t < LANES; t++) sum += acc[t];
+    return sum;
+}
+
+/* y = x / sqrt(mean(x^2) + eps) * w; y may be x. */
+static void rms_row(const float *x, const float *w, float *y, Py_ssize_t n, float eps) {
+    const float inv = 1.0f / sqrtf(dot_lanes(x, x, n) / (float)n + eps);
+    for (Py_ssize_t i = 0; i < n; i++) y[i] = x[i] * inv * w[i];
+}
+
+/* The first `dims` features of one head at `pos`, in place (ops_numpy.rope). */
+static void rope_head(float *v, const StepRope *r, const RopeTable *t, Py_ssize_t pos) {
+    const int half = r->dims / 2;
+    const float *cs = t->cos + pos * half, *sn = t->sin + pos * half;
+    for (int i = 0; i < half; i++) {
+        float c = cs[i], s = sn[i];
+        if (r->mscale != 1.0f) {
+            c *= r->mscale;
+            s *= r->mscale;
+        }
+        const int ia = r->traditional ? 2 * i : i, ib = r->traditional ? 2 * i + 1 : i + half;
+        const float a = v[ia], b = v[ib];
+        v[ia] = a * c - b * s;
+        v[ib] = a * s + b * c;
+    }
+}
+
+static inline float activation(int act, float x) {
+    if (act == ACT_SILU) return x / (1.0f + expf(-x));
+    /* GELU's tanh approximation, in ops_numpy.gelu_tanh's order of operations */
+    const float inner = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+    return 0.5f * x * (1.0f + tanhf(inner));
+}
+
+/* float32 -> float16, rounded to nearest even (numpy's astype, F16C's conversion). */
+static inline uint16_t float_to_half(float f) {
+#if defined(__F16C__)
+    return _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT);
+#else
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    const uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
+    const uint32_t mag = x & 0x7fffffffu;
+    if (mag >= 0x7f800000u) return sign | 0x7c00 | (mag > 0x7f800000u ? 0x200 : 0);
+    if (mag >= 0x477ff000u) return sign | 0x7c00; /* rounds past 65504: infinity */
+    if (mag < 0x38800000u) {                       /* below 2^-14: a subnormal half */
+        float a;
+        memcpy(&a, &mag, sizeof a);
+        return sign | (uint16_t)lrintf(a * 16777216.0f);
+    }
+    uint32_t h = (mag - 0x38000000u) >> 13, rest = mag & 0x1fffu;
+    if (rest > 0x1000u || (rest == 0x1000u && (h & 1))) h++;
+    return sign | (uint16_t)h;
+#endif
+}
+
+/* A row of n floats stored at `at` (element offset) in a KV buffer of either dtype. */
+static void store_row(void *base, int half, Py_ssize_t at, const float *src, Py_ssize_t n) {
+    if (!half) {
+        memcpy((float *)base + at, src, (size_t)n * sizeof(float));
+        return;
+    }
+    uint16_t *dst = (uint16_t *)base + at;
+    for (Py_ssize_t i = 0; i < n; i++) dst[i] = float_to_half(src[i]);
+}
+
+/* The row at `at` as float32: in place, or converted into dst. */
+static const float *load_row(const void *base, int half, Py_ssize_t at, float *dst, Py_ssize_t n) {
+    if (!half) return (const float *)base + at;
+    const uint16_t *h = (const uint16_t *)base + at;
+    Py_ssize_t i = 0;
+#if defined(__F16C__)
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))));
+#endif
+    for (; i < n; i++) dst[i] = half_to_float(h[i]);
+    return dst;
+}
+
+/* -- projections ---------------------------------------------------------------------- */
+
+typedef struct {
+    const float *w, *x; /* w [k, n], x [m, k] */
+    float *out;         /* [m, n] */
+    Py_ssize_t m, k, n;
+} DenseJob;
+
+static void dense_chunk(const void *ctx, Py_ssize_t chunk) {
+    const DenseJob *job = ctx;
+    const Py_ssize_t j0 = chunk * DENSE_COLS;
+    const Py_ssize_t cols = job->n - j0 < DENSE_COLS ? job->n - j0 : DENSE_COLS;
+    for (Py_ssize_t r = 0; r < job->m; r++) {
+        float acc[DENSE_COLS] = {0.f};
+        const float *xr = job->x + r * job->k;
+        for (Py_ssize_t i = 0; i < job->k; i++) {
+            const float xv = xr[i], *wr = job->w + i * job->n + j0;
+            for (Py_ssize_t c = 0; c < cols; c++) acc[c] += xv * wr[c];
+        }
+        memcpy(job->out + r * job->n + j0, acc, (size_t)cols * sizeof(float));
+    }
+}
+
+/* out [m, cols] (rows ld apart) = x [m, k] @ W^T for one part; -1 when the int8
+ * kernel's scratch could not be allocated. */
+static int part_run(const LinearPart *p, Py_ssize_t k, const float *x, Py_ssize_t m, float *out,
+                    Py_ssize_t ld, float *pack) {
+    if (p->kind == PART_INT8) return i8_matmul(&p->i8, x, m, out, ld);
+    if (p->kind == PART_QMAT) {
+        run_matmul(&p->q, x, out, m, pack);
+    } else {
+        const DenseJob job = {p->dense, x, out, m, k, p->cols};
+        parallel_for(dense_chunk, &job, (p->cols + DENSE_COLS - 1) / DENSE_COLS, SPIN_NS);
+    }
+    return 0;
+}
+
+/* out [m, n] = x [m, k] @ W^T; a part of several writes its columns in place (int8) or
+ * through tmp (the kernels that write whole rows). */
+static int linear_run(const Linear *lin, const float *x, Py_ssize_t m, float *out, float *pack,
+                      float *tmp) {
+    for (int i = 0; i < lin->num_parts; i++) {
+        const LinearPart *p = &lin->parts[i];
+        if (lin->num_parts == 1 || p->kind == PART_INT8) {
+            if (part_run(p, lin->k, x, m, out + p->col0, lin->n, pack) < 0) return -1;
+            continue;
+        }
+        part_run(p, lin->k, x, m, tmp, p->cols, pack);
+        for (Py_ssize_t r = 0; r < m; r++)
+            memcpy(out + r * lin->n + p->col0, tmp + r * p->cols, (size_t)p->cols * sizeof(float));
+    }
+    return 0;
+}
+
+/* -- attention ------------------------------------------------------------------------ */
+
+typedef struct {
+    const StepPlan *plan;
+    const StepLayer *layer;
+    const StepKV *kv;
+    const float *q; /* [H, L, Dh] */
+    float *out;     /* [L, H * Dh] */
+    float *scores;  /* [H * L, smax] */
+    Py_ssize_t L, offset, smax;
+} AttnStep;
+
+/* Where the key or value row of position p for kv head g lies (element offset into
+ * *base), or -1 where a ring slot no longer holds it (the Python path's mask hides such a
+ * slot too). */
+static inline Py_ssize_t kv_at(const AttnStep *a, int is_v, Py_ssize_t g, Py_ssize_t p,
+                               const void **base) {
+    const StepKV *kv = a->kv;
+    const Py_ssize_t Dh = a->plan->Dh;
+    if (kv->positions && p >= a->offset) {
+        *base = is_v ? kv->new_v : kv->new_k;
+        return (g * a->L + p - a->offset) * Dh;
+    }
+    *base = is_v ? kv->values : kv->keys;
+    if (!kv->positions) return (g * kv->rows + p) * Dh;
+    const Py_ssize_t slot = p % kv->rows;
+    return kv->positions[slot] == p ? (g * kv->rows + slot) * Dh : -1;
+}
+
+static void attention_item(const void *ctx, Py_ssize_t item) {
+    const AttnStep *a = ctx;
+    const StepPlan *pl = a->plan;
+    const Py_ssize_t h = item / a->L, l = item % a->L, Dh = pl->Dh, g = h / (pl->H / pl->Hkv);
+    const Py_ssize_t pos = a->offset + l, window = a->layer->window;
+    const Py_ssize_t lo = window && pos - window + 1 > 0 ? pos - window + 1 : 0;
+    const int half = a->kv->half;
+    const float *q = a->q + (h * a->L + l) * Dh;
+    float *sc = a->scores + item * a->smax, *out = a->out + l * pl->H * Dh + h * Dh;
+    float row[ATTN_MAX_DIM], m = -INFINITY;
+    const void *base;
+    for (Py_ssize_t p = lo; p <= pos; p++) {
+        const Py_ssize_t at = kv_at(a, 0, g, p, &base);
+        sc[p - lo] = at < 0 ? -INFINITY
+                            : dot_lanes(q, load_row(base, half, at, row, Dh), Dh) * a->layer->scale;
+        if (sc[p - lo] > m) m = sc[p - lo];
+    }
+    float acc[ATTN_MAX_DIM] = {0.f};
+    float total = 0.f;
+    for (Py_ssize_t p = lo; p <= pos && m != -INFINITY; p++) {
+        if (sc[p - lo] == -INFINITY) continue;
+        const float e = expf(sc[p - lo] - m);
+        const Py_ssize_t at = kv_at(a, 1, g, p, &base); /* sets base */
+        const float *restrict v = load_row(base, half, at, row, Dh);
+        total += e;
+        for (Py_ssize_t d = 0; d < Dh; d++) acc[d] += e * v[d];
+    }
+    const float inv = total > 0.f ? 1.0f / total : 0.f; /* no visible key: zeros */
+    for (Py_ssize_t d = 0; d < Dh; d++) out[d] = acc[d] * inv;
+}
+
+/* -- the step ------------------------------------------------------------------------- */
+
+/* Scratch of one call, floats; `pack` is matmul.c's repacked x (cache-line aligned). */
+typedef struct {
+    float *xn, *qkv, *q, *o, *ao, *proj, *gu, *act, *tmp, *scores, *pack;
+    uint8_t *mask; /* [L, smax]: a full layer's causal mask for attention.c */
+} Scratch;
+
+static Py_ssize_t max_part_cols(const Linear *lin) {
+    Py_ssize_t most = 0;
+    for (int i = 0; lin->num_parts > 1 && i < lin->num_parts; i++)
+        if (lin->parts[i].cols > most) most = lin->parts[i].cols;
+    return most;
+}
+
+static int scratch_alloc(const StepPlan *p, Py_ssize_t L, Py_ssize_t smax, Scratch *s) {
+    const Py_ssize_t nqkv = (p->H + 2 * p->Hkv) * p->Dh, hd = p->H * p->Dh;
+    Py_ssize_t kmax = p->D > hd ? p->D : hd, tmp = max_part_cols(&p->head);
+    if (p->F > kmax) kmax = p->F;
+    for (int i = 0; i < p->num_layers; i++) {
+        const StepLayer *ly = &p->layers[i];
+        const Py_ssize_t most[4] = {max_part_cols(&ly->qkv), max_part_cols(&ly->o),
+                                    max_part_cols(&ly->gate_up), max_part_cols(&ly->down)};
+        for (int j = 0; j < 4; j++)
+            if (most[j] > tmp) tmp = most[j];
+    }
+    const Py_ssize_t mask_floats = (smax + 3) / 4;
+    const Py_ssize_t sizes[11] = {p->D,      nqkv, hd,  hd,          hd,         p->D,
+                                  2 * p->F, p->F, tmp, p->H * smax, mask_floats};
+    Py_ssize_t total = 0;
+    for (int i = 0; i < 11; i++) total += L * sizes[i];
+    float *base = malloc((size_t)(total > 0 ? total : 1) * sizeof(float));
+    s->pack = alloc_aligned((size_t)(L * kmax) * sizeof(float));
+    if (!base || !s->pack) {
+        free(base);
+        free_aligned(s->pack);
+        return -1;
+    }
+    float *mask = NULL;
+    float **slots[11] = {&s->xn,  &s->qkv, &s->q,   &s->o,      &s->ao, &s->proj,
+                         &s->gu,  &s->act, &s->tmp, &s->scores, &mask};
+    for (int i = 0; i < 11; i++) {
+        *slots[i] = base;
+        base += L * sizes[i];
+    }
+    s->mask = (uint8_t *)mask;
+    return 0;
+}
+
+/* Normalise, rotate and store the call's q, k and v rows of one layer. */
+static void project_heads(const StepPlan *p, const StepLayer *ly, const StepKV *kv,
+                          const RopeTable *table, const Scratch *s, Py_ssize_t L,
+                          Py_ssize_t offset) {
+    const Py_ssize_t Dh = p->Dh, nqkv = (p->H + 2 * p->Hkv) * Dh;
+    const StepRope *rope = &p->ropes[ly->rope];
+    for (Py_ssize_t l = 0; l < L; l++) {
+        float *row = s->qkv + l * nqkv;
+        if (ly->qkv_bias)
+            for (Py_ssize_t c = 0; c < nqkv; c++) row[c] += ly->qkv_bias[c];
+        for (Py_ssize_t h = 0; h < p->H; h++) {
+            float *q = s->q + (h * L + l) * Dh;
+            memcpy(q, row + h * Dh, (size_t)Dh * sizeof(float));
+            if (ly->q_norm) rms_row(q, ly->q_norm, q, Dh, p->eps);
+            rope_head(q, rope, table, offset + l);
+        }
+        for (Py_ssize_t g = 0; g < p->Hkv; g++) {
+            const Py_ssize_t at = (kv->positions ? g * L + l : g * kv->rows + offset + l) * Dh;
+            float k[ATTN_MAX_DIM];
+            memcpy(k, row + (p->H + g) * Dh, (size_t)Dh * sizeof(float));
+            if (ly->k_norm) rms_row(k, ly->k_norm, k, Dh, p->eps);
+            rope_head(k, rope, table, offset + l);
+            store_row(kv->positions ? kv->new_k : kv->keys, kv->half, at, k, Dh);
+            store_row(kv->positions ? kv->new_v : kv->values, kv->half, at,
+                      row + (p->H + p->Hkv + g) * Dh, Dh);
+        }
+    }
+}
+
+/* A full layer's attention through attention.c, as the Python path calls it: keys
+ * [0, offset + L) in place, a causal mask for a verify's rows; out [H, L, Dh] into o. */
+static int full_attention(const StepPlan *p, const StepLayer *ly, const StepKV *kv,
+                          const Scratch *s, Py_ssize_t L, Py_ssize_t offset) {
+    const Py_ssize_t S = offset + L, Dh = p->Dh;
+    for (Py_ssize_t l = 0; l < L && L > 1; l++)
+        for (Py_ssize_t j = 0; j < S; j++) s->mask[l * S + j] = j <= offset + l;
+    const AttnJob job = {.q = s->q, .k = kv->keys, .v = kv->values,
+                         .mask = L > 1 ? s->mask : NULL, .out = s->ao, .L = L, .S = S, .D = Dh,
+                         .G = p->H / p->Hkv, .k_head = kv->rows * Dh, .k_row = Dh,
+                         .v_head = kv->rows * Dh, .v_row = Dh, .scale = ly->scale,
+                         .kv_half = kv->half};
+    if (run_attention(&job, p->H, L) < 0) return -1;
+    for (Py_ssize_t h = 0; h < p->H; h++)
+        for (Py_ssize_t l = 0; l < L; l++)
+            memcpy(s->o + (l * p->H + h) * Dh, s->ao + (h * L + l) * Dh, (size_t)Dh * sizeof(float));
+    return 0;
+}
+
+static int run_layer(const StepPlan *p, const StepLayer *ly, const StepKV *kv,
+                      const RopeTable *tables, float *x, Py_ssize_t L, Py_ssize_t offset,
+                      const Scratch *s, Py_ssize_t smax) {
+    const Py_ssize_t D = p->D, F = p->F;
+    const int sandwich = ly->pre_ffw_norm != NULL;
+    for (Py_ssize_t l = 0; l < L; l++) rms_row(x + l * D, ly->input_norm, s->xn + l * D, D, p->eps);
+    if (linear_run(&ly->qkv, s->xn, L, s->qkv, s->pack, s->tmp) < 0) return -1;
+    project_heads(p, ly, kv, &tables[ly->rope], s, L, offset);
+
+    if (ly->window) {
+        const AttnStep attn = {p, ly, kv, s->q, s->o, s->scores, L, offset, smax};
+        const Py_ssize_t items = p->H * L;
+        if (items * (offset + L) >= PARALLEL_KEYS) {
+            parallel_for(attention_item, &attn, items, SPIN_NS);
+        } else { /* a short context: waking a worker costs more than it saves */
+            for (Py_ssize_t i = 0; i < items; i++) attention_item(&attn, i);
+        }
+    } else if (full_attention(p, ly, kv, s, L, offset) < 0) {
+        return -1;
+    }
+
+    if (linear_run(&ly->o, s->o, L, s->proj, s->pack, s->tmp) < 0) return -1;
+    for (Py_ssize_t l = 0; l < L; l++) {
+        float *proj = s->proj + l * D, *xr = x + l * D;
+        if (sandwich) rms_row(proj, ly->post_norm, proj, D, p->eps);
+        for (Py_ssize_t i = 0; i < D; i++) xr[i] += proj[i];
+        rms_row(xr, sandwich ? ly->pre_ffw_norm : ly->post_norm, s->xn + l * D, D, p->eps);
+    }
+    if (linear_run(&ly->gate_up, s->xn, L, s->gu, s->pack, s->tmp) < 0) return -1;
+    for (Py_ssize_t l = 0; l < L; l++) {
+        const float *gate = s->gu + l * 2 * F, *up = gate + F;
+        for (Py_ssize_t j = 0; j < F; j++) s->act[l * F + j] = activation(p->act, gate[j]) * up[j];
+    }
+    if (linear_run(&ly->down, s->act, L, s->proj, s->pack, s->tmp) < 0) return -1;
+    for (Py_ssize_t l = 0; l < L; l++) {
+        float *proj = s->proj + l * D, *xr = x + l * D;
+        if (sandwich) rms_row(proj, ly->post_ffw_norm, proj, D, p->eps);
+        for (Py_ssize_t i = 0; i < D; i++) xr[i] += proj[i];
+    }
+    return 0;
+}
+
+int step_run(const StepPlan *plan, float *x, Py_ssize_t L, Py_ssize_t offset, const StepKV *kv,
+             const RopeTable *tables, float *logits, Py_ssize_t logit_rows) {
+    Scratch s;
+    const Py_ssize_t smax = offset + L; /* keys a query may see */
+    if (scratch_alloc(plan, L, smax, &s) < 0) return -1;
+    int rc = 0;
+    for (int i = 0; i < plan->num_layers && rc == 0; i++)
+        rc = run_layer(plan, &plan->layers[i], &kv[i], tables, x, L, offset, &s, smax);
+    if (rc == 0 && logit_rows > 0) {
+        const Py_ssize_t D = plan->D, first = L - logit_rows;
+        for (Py_ssize_t r = 0; r < logit_rows; r++)
+            rms_row(x + (first + r) * D, plan->final_norm, s.xn + r * D, D, plan->eps);
+        /* the head's parts write through tmp, sized for L rows of its widest part */
+        rc = linear_run(&plan->head, s.xn, logit_rows, logits, s.pack, s.tmp);
+    }
+    free(s.xn);
+    free_aligned(s.pack);
+    return rc;
+}
