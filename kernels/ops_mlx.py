@@ -2,8 +2,8 @@
 
 Quantized weights stay packed and go through `mx.quantized_matmul` (a fused projection
 whose parts are quantized differently as `kernels.row_parts.RowParts`, one matmul a part);
-compute runs in float16/bfloat16 on a GPU and float32 on the CPU (float16 is ~40x slower
-there).
+weights and KV rows are float16/bfloat16 on a GPU and float32 on the CPU (float16 is ~40x
+slower there); activations (the residual stream, norms, products' outputs) are float32.
 """
 
 from __future__ import annotations
@@ -56,6 +56,10 @@ class MlxOps:
         if dtype is not None and dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, not {dtype!r}")
         self.dtype = _DTYPES[dtype] if dtype else default_dtype()
+        # weights and state (KV rows, conv windows) in `dtype`, activations in float32 from
+        # the embedding on (products promote to it), as in the fused step: bfloat16
+        # activations were most of the H200's distance from float64 (BENCHMARKS.md)
+        self.act_dtype = mx.float32
         self._cuda_recurrent = gated_delta_cuda.is_available()
         self._freqs_cache: dict[bytes, mx.array] = {}
 
@@ -122,6 +126,9 @@ class MlxOps:
         return x @ w.T
 
     def embed(self, table: Any, ids: np.ndarray) -> mx.array:
+        return self._embed(table, ids).astype(self.act_dtype)
+
+    def _embed(self, table: Any, ids: np.ndarray) -> mx.array:
         if isinstance(table, RowParts):
             return self._embed_parts(table, np.array(ids))
         idx = ids if isinstance(ids, mx.array) else mx.array(ids.astype(np.int32))
@@ -140,7 +147,7 @@ class MlxOps:
         found = table.locate(ids)
         if not found:
             return mx.zeros((0, table.shape[1]), dtype=self.dtype)
-        rows = mx.concatenate([self.embed(part, local) for part, _, local in found])
+        rows = mx.concatenate([self._embed(part, local) for part, _, local in found])
         order = np.argsort(np.concatenate([positions for _, positions, _ in found]))
         return rows[mx.array(order.astype(np.int32))]
 
@@ -185,6 +192,8 @@ class MlxOps:
 
     def attention(self, q: mx.array, k: mx.array, v: mx.array, scale: float, mask: Any) -> Any:
         m = mask if mask is None or isinstance(mask, mx.array) else mx.array(mask)
+        # in the cache's dtype: a float32 query would promote the whole cache every step
+        q = q.astype(k.dtype)
         out = mx.fast.scaled_dot_product_attention(q[None], k[None], v[None], scale=scale, mask=m)
         return out[0]
 
@@ -239,7 +248,10 @@ class MlxOps:
         return gated_delta_mlx.gated_delta_chunked(q, k, v, g, beta, state)
 
     def causal_conv1d(self, x, weight, conv_state):  # type: ignore[no-untyped-def]
-        return gated_delta_mlx.causal_conv1d(x, weight, conv_state)
+        # the conv window is state, kept in the compute dtype (saved, reloaded, replayed
+        # by conv_state_after in it): its input rows are rounded to it first, so a row
+        # reads the same window whichever forward brought its neighbours
+        return gated_delta_mlx.causal_conv1d(x.astype(conv_state.dtype), weight, conv_state)
 
     def conv_state_after(self, conv_state, x_rows):  # type: ignore[no-untyped-def]
         return gated_delta_mlx.conv_state_after(conv_state, x_rows)

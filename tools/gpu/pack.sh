@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Cut everything the lent H200 needs into the fewest parcels: MLX and its CUDA wheel, the
+# pure-Python wheels the engine and tests need, and both real models (the default SmolLM2
+# and Gemma 3 270M, ~350 MB) as one tar stream split into .device/p00.. (git-ignored).
+# Each `run` may carry 64 MiB with the working tree (~20 MB, tests/oracles' fixtures), so a
+# parcel is 46 MB: ten calls instead of restage.sh's six plus Gemma's six.
+# Needs restage.sh's .device/g1-g3 (the wheels) and the models where the engine keeps them.
+# On the H200, one `run` each, back to back, carry [".device/pNN"]:
+#   all but the last: bash tools/gpu/unpack.sh .device/pNN      (keeps the parcel in /root/stash)
+#   the last:         bash tools/gpu/unpack.sh .device/pNN && bash tools/gpu/device_all.sh
+set -euo pipefail
+root=$(git rev-parse --show-toplevel)
+cd "$root/.device"
+models=$(cd "$root" && .venv/bin/python -c 'from engine.model_catalog import models_dir; print(models_dir())')
+rm -rf payload p[0-9][0-9] && mkdir -p payload/wheels payload/models
+cat g1/cuda.00 g2/cuda.01 g3/cuda.02 > "payload/wheels/$(cat g3/wheel-name)"
+cp g1/mlx-*.whl g3/wheels/*.whl payload/wheels/
+# the remote client's (tests/engine/remote): openai 3 on httpx2, pydantic and theirs
+python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+  --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+  --platform manylinux2014_x86_64 -d payload/wheels openai==3.57.0 httpx2==2.16.2 \
+  httpcore2==2.16.2 pydantic==2.14.4 pydantic_core==2.50.5 jiter==0.19.0 \
+  typing-inspection==0.4.5 annotated-types==0.8.0 sniffio==1.3.1 distro==1.9.0 \
+  truststore==0.10.5 typing_extensions==4.16.0 anyio==4.16.0 idna==3.20 h11==0.16.0 2>&1 \
+  | { grep -v WARN || true; }
+cp "$models"/SmolLM2-135M-Instruct.Q4_1.gguf "$models"/gemma-3-270m-q4_k_m.* payload/models/
+(cd payload && sha256sum wheels/* models/* > SHA256SUMS)
+tar -cf - payload | split -b 46000000 -d - part.
+for part in part.*; do mkdir "p${part#part.}" && mv "$part" "p${part#part.}/"; done
+touch "$(ls -d p[0-9][0-9] | tail -1)/LAST"  # unpack.sh joins the stream when this comes
+rm -rf payload
+du -sh p[0-9][0-9]
