@@ -92,7 +92,7 @@ def _seconds_per_call(fn: Any, x: np.ndarray, reps: int) -> float:
     return (time.perf_counter() - start) / reps
 
 
-def run(model_names: list[str], runs: int) -> dict[str, Any]:
+def run(model_names: list[str], runs: int, rows: tuple[int, ...] = ROWS) -> dict[str, Any]:
     from kernels import int8_matmul, qmatmul
 
     rng = np.random.default_rng(0)
@@ -105,7 +105,7 @@ def run(model_names: list[str], runs: int) -> dict[str, Any]:
             continue
         for proj, parts in projections(path).items():
             calls, n, k, nbytes = variants(parts)
-            for m in ROWS:
+            for m in rows:
                 x = rng.standard_normal((m, k)).astype(np.float32)
                 reps = max(1, int(3e7 // (n * k * max(m, 16))))
                 best = measure(calls, x, runs, reps)
@@ -151,6 +151,8 @@ def main(argv: list[str], config: EngineConfig | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench matmul", description=__doc__)
     parser.add_argument("--models", nargs="+", choices=sorted(MODELS), default=sorted(MODELS))
     parser.add_argument("--runs", type=int, default=5, help="interleaved runs; the best counts")
+    parser.add_argument("--rows", type=int, nargs="+", default=list(ROWS), help="rows of x")
+    parser.add_argument("--threads", type=int, help="the kernels' threads (default: all cores)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
     del config  # the kernels are called directly: no engine is built
@@ -159,7 +161,11 @@ def main(argv: list[str], config: EngineConfig | None = None) -> int:
     if not int8_matmul.available():
         print("kernels._qmatmul is not built (pip install -e . builds it)")
         return 1
+    if args.threads:
+        from kernels import qmatmul
+
+        qmatmul.set_num_threads(args.threads)
     load = common.warn_if_busy()
-    result = run(args.models, args.runs)
+    result = run(args.models, args.runs, tuple(args.rows))
     result["machine"]["load_average_1m"] = round(load, 2)
     return common.report("matmul", common.rounded(result), args.json, print_table)

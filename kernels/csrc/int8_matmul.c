@@ -404,6 +404,12 @@ int i8_matmul(const I8Mat *w, const float *x, Py_ssize_t m, float *out, Py_ssize
     Py_ssize_t panel = I8_PANEL_BYTES / k;
     panel = panel < 8 ? 8 : panel > m ? m : panel;
     Py_ssize_t per_chunk = I8_CHUNK_WORK / (panel * k * I8_TILE) + 1;
+    /* at least 4 chunks a thread, so a thread's last chunk is a small part of its work
+     * (5 chunks of 9 tiles over 2 threads left one with 27 of 40), in runs of 4 tiles:
+     * a decode row's register tile */
+    const Py_ssize_t balanced = tiles / (4 * pool_num_threads());
+    if (per_chunk > balanced) per_chunk = balanced;
+    per_chunk = per_chunk < 4 ? 4 : (per_chunk + 3) / 4 * 4;
     if (per_chunk > tiles) per_chunk = tiles;
     const Py_ssize_t per_panel = (tiles + per_chunk - 1) / per_chunk;
     const I8Job job = {w, &xs, out, ld_out, m, panel, per_chunk, per_panel, fn};
