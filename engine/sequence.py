@@ -362,6 +362,8 @@ def prefill(
     exactly the chunks already appended)."""
     logits = None
     done = 0
+    pieces = getattr(model, "prefill_chunk", None)  # a runner may want smaller chunks
+    chunk_size = pieces(chunk_size) if pieces is not None else chunk_size
     while done < len(token_ids):
         if should_stop is not None and should_stop():
             return None

@@ -13,7 +13,12 @@ the call as they frame the model's own forward, so rollback and undo are unchang
 Every row is computed alone in a fixed order, whatever the row count and thread count:
 a verify equals single steps bit for bit. `unsupported_reason` names what the plan does
 not compute (the hybrid's Gated DeltaNet layers, gated attention, other weight types);
-such models keep the per-op path, and so do prefill chunks longer than MAX_ROWS.
+such models keep the per-op path. Where every matmul is row-invariant too (int8 and dense
+weights: `rows_invariant`), prefill goes through the C step in pieces of MAX_ROWS
+(`ModelRunner.prefill_chunk`), so a prompt's rows are the same bits however it is chunked,
+decoded or verified: int8 activations would turn the per-op path's other roundings into
+a different quantization step (~0.5 on a logit), and rollback would no longer equal a
+fresh prefill.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from kernels.int8_matmul import Int8Matrix
 from kernels.qmatmul import ATTENTION_MAX_DIM, QMatrix
 from kernels.row_parts import RowParts
 
-MAX_ROWS = 8  # STEP_MAX_ROWS in kernels/csrc/step.h: one register tile of the matmul
+MAX_ROWS = 64  # STEP_MAX_ROWS in kernels/csrc/step.h; the C attention takes <= 64 rows alike
 F32 = np.float32
 KV_DTYPES = (np.dtype(np.float32), np.dtype(np.float16))  # what the C step reads and writes
 _ACTIVATIONS = {"silu": 0, "gelu_tanh": 1}
@@ -51,6 +56,14 @@ def _weight_reason(w: Any) -> str | None:
     if isinstance(w, np.ndarray) and w.dtype == F32 and w.ndim == 2 and w.flags.c_contiguous:
         return None
     return f"weights of type {type(w).__name__}"
+
+
+def _row_invariant(w: Any) -> bool:
+    """Whether the C step's product with `w` gives a row the same bits whatever the row
+    count: int8 and dense do; the float kernel's 4/8-bit tiles split 1- and 3-row sums."""
+    if isinstance(w, RowParts):
+        return all(map(_row_invariant, w.parts))
+    return isinstance(w, Int8Matrix | np.ndarray)
 
 
 def _linears(model: DecoderModel) -> list[Any]:
@@ -135,6 +148,7 @@ class CpuStep:
             layers,
         )
         self._run = _extension().step_run  # an attribute: tests break a step mid-way
+        self.rows_invariant = all(map(_row_invariant, _linears(model)))
         self.num_steps = 0
 
     def _layer_spec(self, i: int, layer: Any) -> tuple[Any, ...]:

@@ -1,8 +1,9 @@
 """`ModelRunner`: a model together with the path its forward calls take.
 
 A call of 1..16 rows on a model with the fused CUDA kernels enabled runs through them
-(engine/runner/fused.py); on the NumPy backend a call of 1..8 rows (decode, verify) runs
-as one C call (engine/runner/cpu_step.py); every other call runs the model's own forward. The runner
+(engine/runner/fused.py); on the NumPy backend a call of 1..64 rows (decode, verify, a
+prefill piece) runs as one C call (engine/runner/cpu_step.py); every other call runs the
+model's own forward. The runner
 has the model's interface (`engine.models.protocol.Model`), so prefill, truncate, the
 decode loop and the drafters take it where they take a model.
 """
@@ -74,7 +75,7 @@ class ModelRunner:
     ) -> None:
         self.model = model
         self.fused = fused  # the fused CUDA kernels for calls of 1..16 rows, or None
-        self.cpu_step = cpu_step  # the C step for calls of 1..8 rows on the CPU, or None
+        self.cpu_step = cpu_step  # the C step for calls of 1..64 rows on the CPU, or None
         self.snapshot_policy = snapshot_policy or SnapshotPolicy()
         self.last_path = ""  # which path the latest forward took: "fused", "cpu_step", "model"
 
@@ -115,6 +116,15 @@ class ModelRunner:
         if self.fused is not None:
             return self.fused.max_rows
         return self.cpu_step.max_rows if self.cpu_step is not None else 1 << 30
+
+    def prefill_chunk(self, requested: int) -> int:
+        """The rows a prefill chunk should carry: the C step's pieces where its rows are
+        row-invariant (a prompt's rows then equal its decoded and verified rows bit for
+        bit, which int8 activations need for rollback to equal a fresh prefill), else
+        `requested`."""
+        if self.cpu_step is not None and self.cpu_step.rows_invariant:
+            return min(requested, self.cpu_step.max_rows)
+        return requested
 
     def new_state(self, policy: SnapshotPolicy | None = None) -> SequenceState:
         return self.model.new_state(policy or self.snapshot_policy)

@@ -3,7 +3,7 @@
  * the visible rows, the output projection and residual, and the gated MLP, with Gemma 3's
  * sandwich norms; then the final norm and the LM head. The Python path spends ~2-3 ms of
  * a 16 ms step of the default model in a few hundred NumPy calls between the kernels;
- * here the work between the kernels is a few loops over at most 8 rows.
+ * here the work between the kernels is a few loops over at most STEP_MAX_ROWS rows.
  *
  * The semantics are the NumPy backend's (kernels/ops_numpy.py, engine/models/base.py);
  * the matmuls are int8.h's integer kernel or matmul.c's float one (packed weights) or a

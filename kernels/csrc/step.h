@@ -16,7 +16,7 @@
 #include "int8.h"
 #include "qmatmul.h"
 
-#define STEP_MAX_ROWS 8 /* rows one call takes: one register tile of the matmul (MAX_MB) */
+#define STEP_MAX_ROWS 64 /* rows one call takes: decode, verify, and prefill in pieces */
 
 enum { PART_QMAT, PART_INT8, PART_DENSE };
 

@@ -93,9 +93,8 @@ def _compare_with_per_op(loaded: LoadedModel, atol: float) -> None:
     assert runner.cpu_step is not None, cpu_step.unsupported_reason(model)
     tokens = ids(1, PREFIX + STEPS)
     per_op, c_step = model.new_state(POLICY), model.new_state(POLICY)
-    for state in (per_op, c_step):
-        runner.forward(tokens[:PREFIX], state, logits="none")
-        assert runner.last_path == "model"  # a prefill chunk past 8 rows
+    for state in (per_op, c_step):  # the prefix on the per-op path for both
+        model.forward(tokens[:PREFIX], state, logits="none")
     for t in tokens[PREFIX:]:
         want = model.forward([t], per_op, logits="last")
         got = runner.forward([t], c_step, logits="last")
@@ -180,8 +179,8 @@ def test_runner_reports_the_path_and_the_switch_turns_it_off(
     loaded = step_models.get("llama-q5")
     runner, state = loaded.runner, loaded.runner.new_state()
     assert runner.step_row_limit() == cpu_step.MAX_ROWS
-    runner.forward(ids(5, 9), state, logits="none")
-    assert runner.last_path == "model"
+    runner.forward(ids(5, cpu_step.MAX_ROWS + 1), state, logits="none")
+    assert runner.last_path == "model"  # a chunk past the C step's rows
     before = runner.cpu_step.num_steps
     runner.forward(ids(6, 8), state, logits="last")
     assert runner.last_path == "cpu_step" and runner.cpu_step.num_steps == before + 1

@@ -28,18 +28,15 @@ def gemma() -> LoadedModel:
 
 
 @pytest.fixture(scope="module")
-def gemma_float() -> LoadedModel:
-    # float32 matmuls (cpu_matmul="float"): with int8 activations a row is bit-identical
-    # however the prompt is chunked only where attention is too; NumPy's attention for chunks
-    # over 64 rows (kernels/ops_numpy.py) rounds differently from the C one, and the int8
-    # quantization of the next layer turns that ~1e-6 into ~0.5 on the logits (100 tokens as
-    # one chunk vs 50 + 50 on SmolLM2: 0.90; 20 + 20 vs 40, all C attention: 0.0)
-    if not GEMMA3_270M.is_present():
-        pytest.skip("Gemma 3 270M is not downloaded (python -m engine fetch gemma3-270m)")
+def gemma_float(gemma: LoadedModel) -> LoadedModel:
+    # float32 matmuls: the 13th token is a near-tie (7488 over 5279 by 0.014 in float32,
+    # llama.cpp's pick), which int8 activations tip the other way (by 0.065); how often the
+    # int8 path agrees with the float64 reference is test_real_oracles.py's question
     return load_model(GEMMA3_270M.path(), EngineConfig(backend="numpy", cpu_matmul="float"))
 
 
-def test_greedy_continuation_is_llama_cpps(gemma: LoadedModel) -> None:
+def test_greedy_continuation_is_llama_cpps(gemma_float: LoadedModel) -> None:
+    gemma = gemma_float
     model, ids = gemma.runner, [BOS, *gemma.tokenizer.encode("The capital of France is")]
     state, out = model.new_state(), []
     logits = model.forward(ids, state)
@@ -49,8 +46,8 @@ def test_greedy_continuation_is_llama_cpps(gemma: LoadedModel) -> None:
     assert out == LLAMA_CPP_GREEDY
 
 
-def test_rollback_past_the_window_equals_a_fresh_prefill(gemma_float: LoadedModel) -> None:
-    model, window = gemma_float.runner, gemma_float.config.sliding_window
+def test_rollback_past_the_window_equals_a_fresh_prefill(gemma: LoadedModel) -> None:
+    model, window = gemma.runner, gemma.config.sliding_window
     assert window == 512
     policy = SnapshotPolicy(stride=128, sliding_slack=16)
     ids = [BOS, *[int(t) for t in np.random.default_rng(0).integers(10, 200_000, 640)]]
@@ -60,5 +57,5 @@ def test_rollback_past_the_window_equals_a_fresh_prefill(gemma_float: LoadedMode
     tail = [236761, 1030, 563, 506]
     got = model.ops.to_numpy(prefill(model, state, tail))
     want = model.ops.to_numpy(prefill(model, model.new_state(policy), ids[:560] + tail))
-    assert np.abs(got - want).max() <= 1e-3  # logits of magnitude ~30, float32
-    assert np.argmax(got) == np.argmax(want)
+    # every row is computed one way (the C step, in pieces of its rows), so bit for bit
+    np.testing.assert_array_equal(got, want)

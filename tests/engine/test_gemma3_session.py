@@ -116,12 +116,7 @@ EDITS = (  # for the 2nd and the 6th user text
 
 @pytest.fixture(scope="module")
 def reference() -> LoadedModel:
-    # float32 matmuls (cpu_matmul="float"): with int8 activations a row is bit-identical
-    # however the prompt is chunked only where attention is too; NumPy's attention for chunks
-    # over 64 rows (kernels/ops_numpy.py) rounds differently from the C one, and the int8
-    # quantization of the next layer turns that ~1e-6 into ~0.5 on the logits (100 tokens as
-    # one chunk vs 50 + 50 on SmolLM2: 0.90; 20 + 20 vs 40, all C attention: 0.0)
-    return load_model(GEMMA3_270M.path(), EngineConfig(backend="numpy", cpu_matmul="float"))
+    return load_model(GEMMA3_270M.path(), EngineConfig(backend="numpy"))
 
 
 def fresh_reply(reference: LoadedModel, messages: tuple[ev.Message, ...]) -> ev.Finished:
@@ -191,7 +186,7 @@ def test_twenty_turns_with_deep_edits_equal_a_fresh_engine(
 ) -> None:
     always_draft(monkeypatch)  # regenerates and switches verify drafts on the sliding ring
     assert reference.config.sliding_window == WINDOW
-    with Runner("numpy", cpu_matmul="float") as runner:  # as `reference`, which says why
+    with Runner("numpy") as runner:
         runner.load(GEMMA3_270M.path())
         chat = Chat(runner, reference)
         branch_a: tuple[ev.Message, ...] = ()

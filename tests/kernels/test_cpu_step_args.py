@@ -49,7 +49,7 @@ def test_good_arguments_run_and_write_the_rows(step: Any) -> None:
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        (lambda a: a.__setitem__(1, np.zeros((9, a[1].shape[1]), np.float32)), "x must be"),
+        (lambda a: a.__setitem__(1, np.zeros((65, a[1].shape[1]), np.float32)), "x must be"),
         (lambda a: a.__setitem__(1, a[1].astype(np.float64)), "float32"),
         (lambda a: a.__setitem__(3, a[3][:-1]), "one KV tuple per layer"),
         (lambda a: a.__setitem__(2, 256), "capacity"),
