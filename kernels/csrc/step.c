@@ -198,35 +198,55 @@ static inline Py_ssize_t kv_at(const AttnStep *a, int is_v, Py_ssize_t g, Py_ssi
     return kv->positions[slot] == p ? (g * kv->rows + slot) * Dh : -1;
 }
 
+#define GROUP_HEADS 16 /* query heads of one kv head an item carries at a time */
+
+/* Item (kv head g, row l): the rows of g's query heads, each key and value row converted
+ * once for all of them (a query head's own arithmetic is the same as alone). */
 static void attention_item(const void *ctx, Py_ssize_t item) {
     const AttnStep *a = ctx;
     const StepPlan *pl = a->plan;
-    const Py_ssize_t h = item / a->L, l = item % a->L, Dh = pl->Dh, g = h / (pl->H / pl->Hkv);
+    const Py_ssize_t G = pl->H / pl->Hkv, g = item / a->L, l = item % a->L, Dh = pl->Dh;
     const Py_ssize_t pos = a->offset + l, window = a->layer->window;
     const Py_ssize_t lo = window && pos - window + 1 > 0 ? pos - window + 1 : 0;
     const int half = a->kv->half;
-    const float *q = a->q + (h * a->L + l) * Dh;
-    float *sc = a->scores + item * a->smax, *out = a->out + l * pl->H * Dh + h * Dh;
-    float row[ATTN_MAX_DIM], m = -INFINITY;
+    float row[ATTN_MAX_DIM];
     const void *base;
-    for (Py_ssize_t p = lo; p <= pos; p++) {
-        const Py_ssize_t at = kv_at(a, 0, g, p, &base);
-        sc[p - lo] = at < 0 ? -INFINITY
-                            : dot_lanes(q, load_row(base, half, at, row, Dh), Dh) * a->layer->scale;
-        if (sc[p - lo] > m) m = sc[p - lo];
+    for (Py_ssize_t h0 = g * G; h0 < (g + 1) * G; h0 += GROUP_HEADS) {
+        const int nh = (int)((g + 1) * G - h0 < GROUP_HEADS ? (g + 1) * G - h0 : GROUP_HEADS);
+        float m[GROUP_HEADS], total[GROUP_HEADS];
+        static _Thread_local float acc[GROUP_HEADS][ATTN_MAX_DIM];
+        for (int t = 0; t < nh; t++) {
+            m[t] = -INFINITY, total[t] = 0.f;
+            memset(acc[t], 0, (size_t)Dh * sizeof(float));
+        }
+        for (Py_ssize_t p = lo; p <= pos; p++) {
+            const Py_ssize_t at = kv_at(a, 0, g, p, &base);
+            const float *k = at < 0 ? NULL : load_row(base, half, at, row, Dh);
+            for (int t = 0; t < nh; t++) {
+                const Py_ssize_t h = h0 + t;
+                float *sc = a->scores + (h * a->L + l) * a->smax;
+                sc[p - lo] = k ? dot_lanes(a->q + (h * a->L + l) * Dh, k, Dh) * a->layer->scale
+                               : -INFINITY;
+                if (sc[p - lo] > m[t]) m[t] = sc[p - lo];
+            }
+        }
+        for (Py_ssize_t p = lo; p <= pos; p++) {
+            const float *restrict v = NULL;
+            for (int t = 0; t < nh; t++) {
+                const float s_p = a->scores[((h0 + t) * a->L + l) * a->smax + p - lo];
+                if (m[t] == -INFINITY || s_p == -INFINITY) continue;
+                if (!v) v = load_row(base, half, kv_at(a, 1, g, p, &base), row, Dh);
+                const float e = expf(s_p - m[t]);
+                total[t] += e;
+                for (Py_ssize_t d = 0; d < Dh; d++) acc[t][d] += e * v[d];
+            }
+        }
+        for (int t = 0; t < nh; t++) {
+            float *out = a->out + l * pl->H * Dh + (h0 + t) * Dh;
+            const float inv = total[t] > 0.f ? 1.0f / total[t] : 0.f; /* no visible key: zeros */
+            for (Py_ssize_t d = 0; d < Dh; d++) out[d] = acc[t][d] * inv;
+        }
     }
-    float acc[ATTN_MAX_DIM] = {0.f};
-    float total = 0.f;
-    for (Py_ssize_t p = lo; p <= pos && m != -INFINITY; p++) {
-        if (sc[p - lo] == -INFINITY) continue;
-        const float e = expf(sc[p - lo] - m);
-        const Py_ssize_t at = kv_at(a, 1, g, p, &base); /* sets base */
-        const float *restrict v = load_row(base, half, at, row, Dh);
-        total += e;
-        for (Py_ssize_t d = 0; d < Dh; d++) acc[d] += e * v[d];
-    }
-    const float inv = total > 0.f ? 1.0f / total : 0.f; /* no visible key: zeros */
-    for (Py_ssize_t d = 0; d < Dh; d++) out[d] = acc[d] * inv;
 }
 
 /* -- the step ------------------------------------------------------------------------- */
@@ -337,8 +357,8 @@ static int run_layer(const StepPlan *p, const StepLayer *ly, const StepKV *kv,
 
     if (ly->window) {
         const AttnStep attn = {p, ly, kv, s->q, s->o, s->scores, L, offset, smax};
-        const Py_ssize_t items = p->H * L;
-        if (items * (offset + L) >= PARALLEL_KEYS) {
+        const Py_ssize_t items = p->Hkv * L;
+        if (p->H * L * (offset + L) >= PARALLEL_KEYS) {
             parallel_for(attention_item, &attn, items, SPIN_NS);
         } else { /* a short context: waking a worker costs more than it saves */
             for (Py_ssize_t i = 0; i < items; i++) attention_item(&attn, i);
