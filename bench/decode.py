@@ -39,8 +39,10 @@ from bench.peers import make_peers
 from engine.config import EngineConfig
 
 CONTEXTS = (128, 512, 1024, 2048, 4096, 8192)
-QUICK_CONTEXTS = (128, 512)
 PASTE_TOKENS = 5000
+# the options' defaults, and --quick's (a smoke run): each where the option is not given
+FULL = {"runs": 3, "steps": 32, "contexts": CONTEXTS, "paste_tokens": PASTE_TOKENS}
+QUICK = {"runs": 1, "steps": 8, "contexts": (128, 512), "paste_tokens": 512}
 PEERS = ("llama_cpp", "mlx_lm")
 
 
@@ -316,8 +318,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--peers", action="store_true", help="also run llama.cpp and mlx-lm")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--runs", type=int, default=3, help="runs to take the median of")
-    parser.add_argument("--steps", type=int, default=32, help="decode steps per context")
+    parser.add_argument("--runs", type=int, help="runs to take the median of (default 3)")
+    parser.add_argument("--steps", type=int, help="decode steps per context (default 32)")
     parser.add_argument(
         "--contexts",
         type=parse_contexts,
@@ -330,17 +332,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--quick",
         action="store_true",
-        help="a smoke run: contexts 128,512, 1 run, 8 steps, a 512-token paste",
+        help="a smoke run: contexts 128,512, 1 run, 8 steps, a 512-token paste (each unless given)",
     )
     parser.add_argument("--mlx-lm-runs", type=int, default=1, help="runs for mlx-lm (slow)")
     parser.add_argument("--backend", choices=("numpy", "mlx"), default=None)
     args = parser.parse_args(argv)
-    if args.quick:
-        args.runs, args.steps = 1, 8
-        args.contexts = args.contexts or QUICK_CONTEXTS
-        args.paste_tokens = 512 if args.paste_tokens is None else args.paste_tokens
-    args.contexts = args.contexts or CONTEXTS
-    args.paste_tokens = PASTE_TOKENS if args.paste_tokens is None else args.paste_tokens
+    defaults = QUICK if args.quick else FULL
+    for name, value in defaults.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
     if min(args.runs, args.steps, args.mlx_lm_runs) < 1:
         parser.error("--runs, --steps and --mlx-lm-runs must be >= 1")
     if args.paste_tokens < 0:

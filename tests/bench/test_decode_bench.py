@@ -140,8 +140,10 @@ def test_a_context_past_the_models_is_refused_before_anything_runs(
 def test_parse_args_defaults_quick_and_contexts():
     args = decode.parse_args([])
     assert args.contexts == (128, 512, 1024, 2048, 4096, 8192) and args.paste_tokens == 5000
+    assert (args.runs, args.steps) == (3, 32)
     quick = decode.parse_args(["--quick"])
     assert (quick.contexts, quick.runs, quick.steps, quick.paste_tokens) == ((128, 512), 1, 8, 512)
+    assert decode.parse_args(["--quick", "--runs", "2"]).runs == 2  # a given option stays
     assert decode.parse_args(["--contexts", "2048,128,2048"]).contexts == (128, 2048)
     with pytest.raises(SystemExit):
         decode.parse_args(["--contexts", "128,big"])
