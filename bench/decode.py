@@ -16,9 +16,10 @@ ours in the engine's chunks, llama.cpp in its n_batch.
 llama.cpp runs with flash attention off and on; each of its figures is the better of the
 two (`llama_cpp_setting` says which), so a ratio is against its best setting. The JSON
 records its build (system info string), thread counts, our kernels and engine settings,
-and the processor. Figures are medians over --runs (mlx-lm, ~20x slower here, gets
---mlx-lm-runs, default 1); "spread" holds min and max. Results go to
-results/decode-<timestamp>.json.
+and the processor. The engines take turns figure by figure (each context, then the
+paste), so load on a shared machine hits the same figure of each. Figures are medians
+over --runs (mlx-lm, ~20x slower here, gets --mlx-lm-runs, default 1); "spread" holds min
+and max. Results go to results/decode-<timestamp>.json.
 """
 
 from __future__ import annotations
@@ -128,39 +129,47 @@ def kernel_info() -> dict[str, Any] | None:
     return info
 
 
-def measure(
-    runner: Any, ids: list[int], paste: list[int], contexts: tuple[int, ...], steps: int
+def measure_context(
+    runner: Any, ids: list[int], context: int, steps: int, with_verify: bool
 ) -> dict[str, float]:
-    """One run of every figure for one engine."""
+    """Prefill and decode at one context for one engine (and the verify cost, if asked)."""
     out: dict[str, float] = {}
-    runner.prefill(ids[:16])  # warm-up: first-call allocations, lazy initialisation
-    for index, context in enumerate(contexts):
-        t0 = time.perf_counter()
-        runner.prefill(ids[:context])
-        out[f"prefill_tok_s_{context}"] = context / (time.perf_counter() - t0)
-        runner.truncate(context - steps)  # untimed: the decode steps end at C tokens
-        token = ids[context - steps]
-        if index == 0:
-            step_s = _mean_step(runner, token, steps)
-            out[f"decode_tok_s_{context}"] = 1.0 / step_s
-            verify_s = [runner.verify(VERIFY_ROWS) for _ in range(5)]
-            if verify_s[0] is not None:
-                out[f"verify_{VERIFY_ROWS}_rows_in_decode_steps"] = float(
-                    np.median(verify_s) / step_s
-                )
-            continue
-        t0 = time.perf_counter()
-        if hasattr(runner, "decode_many"):  # a peer's own generation loop
-            runner.decode_many(token, steps)
-        else:
-            for _ in range(steps):
-                token = runner.decode(token)
-        out[f"decode_tok_s_{context}"] = steps / (time.perf_counter() - t0)
-    if paste:
-        t0 = time.perf_counter()
-        runner.prefill(paste)
-        out[f"paste_prefill_tok_s_{len(paste)}"] = len(paste) / (time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    runner.prefill(ids[:context])
+    out[f"prefill_tok_s_{context}"] = context / (time.perf_counter() - t0)
+    runner.truncate(context - steps)  # untimed: the decode steps end at C tokens
+    token = ids[context - steps]
+    step_s = _mean_step(runner, token, steps)
+    out[f"decode_tok_s_{context}"] = 1.0 / step_s
+    if with_verify:
+        verify_s = [runner.verify(VERIFY_ROWS) for _ in range(5)]
+        if verify_s[0] is not None:
+            out[f"verify_{VERIFY_ROWS}_rows_in_decode_steps"] = float(np.median(verify_s) / step_s)
     return out
+
+
+def measure_paste(runner: Any, paste: list[int]) -> dict[str, float]:
+    t0 = time.perf_counter()
+    runner.prefill(paste)
+    return {f"paste_prefill_tok_s_{len(paste)}": len(paste) / (time.perf_counter() - t0)}
+
+
+def measure_all(
+    runners: list[Any], ids: list[int], paste: list[int], contexts: tuple[int, ...], steps: int
+) -> list[dict[str, float]]:
+    """One run of every figure for every engine, interleaved figure by figure (a context,
+    then the next, then the paste), so a burst of load on this shared machine hits every
+    engine's same figure rather than one engine's whole run."""
+    samples: list[dict[str, float]] = [{} for _ in runners]
+    for runner in runners:
+        runner.prefill(ids[:16])  # warm-up: first-call allocations, lazy initialisation
+    for index, context in enumerate(contexts):
+        for runner, sample in zip(runners, samples, strict=True):
+            sample.update(measure_context(runner, ids, context, steps, with_verify=index == 0))
+    if paste:
+        for runner, sample in zip(runners, samples, strict=True):
+            sample.update(measure_paste(runner, paste))
+    return samples
 
 
 def _mean_step(runner: Any, token: int, steps: int) -> float:
@@ -232,14 +241,13 @@ def run(args: argparse.Namespace, config: EngineConfig, peer_factory: Any = None
             (r.name, r.setting): [] for r in runners
         }
         for run_index in range(args.runs):
-            for runner in runners:  # interleaved, so a burst of load hits every engine
-                if runner.name == "mlx_lm" and run_index >= args.mlx_lm_runs:
-                    continue
-                sample = measure(runner, ids, paste, contexts, args.steps)
+            active = [r for r in runners if r.name != "mlx_lm" or run_index < args.mlx_lm_runs]
+            for runner, sample in zip(
+                active, measure_all(active, ids, paste, contexts, args.steps), strict=True
+            ):
                 samples[(runner.name, runner.setting)].append(sample)
-                if not args.json:
-                    label = f"{runner.name} {runner.setting}".strip()
-                    print(f"run {run_index + 1}/{args.runs} {label}: done", file=sys.stderr)
+            if not args.json:
+                print(f"run {run_index + 1}/{args.runs}: done", file=sys.stderr)
     result: dict[str, Any] = {"command": _command(args), "date": date}
     result.update(summarize(samples, missing))
     settings: dict[str, Any] = {

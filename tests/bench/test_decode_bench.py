@@ -181,3 +181,36 @@ def test_truncate_leaves_what_a_fresh_prefill_does(kind, tiny_llama_q4_gguf):
     runner.prefill(ids[:48])
     runner.truncate(30)
     np.testing.assert_array_equal(_last_logits(runner, ids[30]), fresh)
+
+
+class RecordingRunner:
+    """Records each prefill's length: the order the engines were measured in."""
+
+    def __init__(self, name: str, log: list[tuple[str, int]]) -> None:
+        self.name, self.log = name, log
+
+    def prefill(self, ids: list[int]) -> int:
+        self.log.append((self.name, len(ids)))
+        return 0
+
+    def decode(self, token: int) -> int:
+        return token
+
+    def truncate(self, n: int) -> None:
+        pass
+
+    def verify(self, rows: int) -> None:
+        return None
+
+
+def test_engines_take_turns_figure_by_figure():
+    log: list[tuple[str, int]] = []
+    runners = [RecordingRunner("a", log), RecordingRunner("b", log)]
+    samples = decode.measure_all(runners, list(range(64)), list(range(50)), (32, 64), STEPS)
+    assert log == [
+        ("a", 16), ("b", 16), ("a", 32), ("b", 32), ("a", 64), ("b", 64), ("a", 50), ("b", 50)
+    ]  # fmt: skip
+    assert set(samples[0]) == {
+        "prefill_tok_s_32", "decode_tok_s_32", "prefill_tok_s_64", "decode_tok_s_64",
+        "paste_prefill_tok_s_50",
+    }  # fmt: skip
