@@ -9,26 +9,23 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
-import platform
 import random
 import shutil
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
+# the machine and versions live in bench/machine.py; every benchmark reaches them here
+from bench.machine import PEER_PACKAGES, machine, versions, warn_if_busy
 from engine.config import EngineConfig
 
+__all__ = ["PEER_PACKAGES", "machine", "versions", "warn_if_busy"]
+
 RESULTS_DIR = Path("results")
-PEER_PACKAGES = ("llama-cpp-python", "mlx-lm")
 
 # -- the engine configuration -------------------------------------------------------------
 
@@ -38,81 +35,6 @@ def engine_config(config: EngineConfig | None, backend: str | None) -> EngineCon
     BRANCHCHAT_* variables), with the --backend flag, when given, over it."""
     config = config or EngineConfig.from_environment()
     return replace(config, backend=backend) if backend else config
-
-
-# -- machine and versions ------------------------------------------------------------------
-
-
-def machine() -> dict[str, Any]:
-    """The CPU, its SIMD features, cores, memory and the load when the run started."""
-    info: dict[str, Any] = {
-        "platform": platform.platform(),
-        "cpu": platform.processor() or platform.machine(),
-        "cores": os.cpu_count(),
-        "load_average_1m": round(os.getloadavg()[0], 2),
-    }
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.is_file():
-        text = cpuinfo.read_text()
-        for line in text.splitlines():
-            if line.startswith("model name"):
-                info["cpu"] = line.split(":", 1)[1].strip()
-                break
-        flags = next((ln for ln in text.splitlines() if ln.startswith("flags")), "").split()
-        info["simd"] = [f for f in ("avx2", "fma", "avx512f", "avx512_vnni") if f in flags]
-    meminfo = Path("/proc/meminfo")
-    if meminfo.is_file():
-        total_kb = int(meminfo.read_text().split()[1])
-        info["memory_gib"] = round(total_kb / 2**20, 1)
-    return info
-
-
-def versions() -> dict[str, str | None]:
-    """Versions of Python and the packages a figure depends on (None: not installed)."""
-    out: dict[str, str | None] = {"python": platform.python_version()}
-    for package in ("branchchat", "numpy", "mlx", "tokenizers", *PEER_PACKAGES):
-        try:
-            out[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            out[package] = None
-    out["git"] = _git_revision()
-    try:
-        blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]  # type: ignore[index]
-        out["numpy_blas"] = f"{blas.get('name')} {blas.get('version')}"
-    except Exception:  # older numpy prints the config instead of returning it
-        out["numpy_blas"] = None
-    return out
-
-
-def _git_revision() -> str | None:
-    """The checkout's commit, with "+dirty" when tracked files differ from it."""
-    root = Path(__file__).resolve().parent.parent
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=root,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-    except OSError:
-        return None
-    return f"{commit}+dirty" if commit and dirty else commit or None
-
-
-def warn_if_busy(max_load: float = 1.5) -> float:
-    """Say on stderr when the 1-minute load average is above max_load: on a 2-core machine
-    another busy process halves a multi-threaded figure. Returns the load average."""
-    load = os.getloadavg()[0]
-    if load > max_load:
-        print(
-            f"warning: load average {load:.2f} > {max_load}; figures will be noisy "
-            "(wait for a quiet machine, see `uptime`)",
-            file=sys.stderr,
-        )
-    return load
 
 
 # -- statistics ----------------------------------------------------------------------------

@@ -1,15 +1,25 @@
-"""Decode and prefill speed: ours against llama.cpp and mlx-lm on the default model.
+"""Decode and prefill speed at long context: ours against llama.cpp and mlx-lm.
 
-    python -m bench decode [--peers] [--json] [--runs N] [--backend numpy|mlx] [--steps N]
+    python -m bench decode [--peers] [--json] [--runs N] [--steps N] [--contexts C,C,...]
+                           [--paste-tokens N] [--quick] [--model M] [--backend numpy|mlx]
                            [--mlx-lm-runs N]
 
-For each context length C (128, 512, 1024, 2048) every engine starts a fresh sequence,
-prefills C tokens of the same prompt (timed: prefill tok/s at C), then runs `steps`
-greedy decode steps (timed: decode tok/s at context C). Also the verify cost: a forward of
-8 rows with logits for every row, in units of one decode step, at context 128 (what a
-speculative verify of 7 drafted tokens costs). Figures are medians over --runs (mlx-lm,
-~20x slower here, gets --mlx-lm-runs, default 1); the "spread" section holds min and max.
-Results go to results/decode-<timestamp>.json.
+For each context length C (default 128, 512, 1024, 2048, 4096, 8192) every engine starts a
+fresh sequence and prefills C tokens of the same prompt (timed: prefill tok/s at C), keeps
+its first C - steps positions (an exact truncation) and runs `steps` greedy decode steps
+(timed: decode tok/s at context C: the steps end with C tokens in the cache, so C may be a
+model's whole context length). Then the verify cost at the first context: a forward of 8
+rows with logits for every row, in decode steps (what verifying 7 drafted tokens costs),
+and a paste: a fresh sequence prefilled with --paste-tokens (5,000) tokens of other text,
+ours in the engine's chunks, llama.cpp in its n_batch.
+
+llama.cpp runs with flash attention off and on; each of its figures is the better of the
+two (`llama_cpp_setting` says which), so a ratio is against its best setting. The JSON
+records its build (system info string), thread counts, our kernels and engine settings,
+and the processor. The engines take turns figure by figure (each context, then the
+paste), so load on a shared machine hits the same figure of each. Figures are medians
+over --runs (mlx-lm, ~20x slower here, gets --mlx-lm-runs, default 1); "spread" holds min
+and max. Results go to results/decode-<timestamp>.json.
 """
 
 from __future__ import annotations
@@ -25,19 +35,27 @@ from typing import Any
 import numpy as np
 
 from bench import common
+from bench.decode_report import VERIFY_ROWS, print_table, summarize
 from bench.peers import make_peers
 from engine.config import EngineConfig
 
-CONTEXTS = (128, 512, 1024, 2048)
-VERIFY_ROWS = 8
-VERIFY_CONTEXT = 128
+CONTEXTS = (128, 512, 1024, 2048, 4096, 8192)
+PASTE_TOKENS = 5000
+# the options' defaults, and --quick's (a smoke run): each where the option is not given
+FULL = {"runs": 3, "steps": 32, "contexts": CONTEXTS, "paste_tokens": PASTE_TOKENS}
+QUICK = {"runs": 1, "steps": 8, "contexts": (128, 512), "paste_tokens": 512}
 PEERS = ("llama_cpp", "mlx_lm")
+
+
+class BenchRefused(ValueError):
+    """The bench cannot measure what was asked on this model (said before anything runs)."""
 
 
 class OursRunner:
     """Our model's forward on one SequenceState, prefilled in the engine's chunk size."""
 
     name = "ours"
+    setting = ""
 
     def __init__(self, gguf_path: Path, config: EngineConfig) -> None:
         from engine.kv_state import dtype_name
@@ -49,8 +67,10 @@ class OursRunner:
         self.runner, self.ops = self.lm.runner, self.lm.ops
         self.state = self.runner.new_state()
         self.chunk = PREFILL_CHUNK
+        self.context_length = self.lm.config.context_length
         self.settings = {
             "backend": self.ops.name,
+            "runner": type(self.runner).__name__,
             "prefill_chunk": PREFILL_CHUNK,
             # the C kernel on packed 4/8-bit rows (kernels/qmatmul.py), else float32 BLAS
             "packed_matmul": bool(getattr(self.ops, "packed", False)),
@@ -58,6 +78,10 @@ class OursRunner:
             "cpu_matmul": getattr(self.ops, "cpu_matmul", None),
             "threads": config.threads or qmatmul.default_num_threads(),
             "kv_dtype": dtype_name(self.ops.kv_dtype),  # BRANCHCHAT_KV_DTYPE
+            "config": config_fields(config),
+            # which path served the rows: the C step (decode, verify, prefill pieces) or not
+            "cpu_step": self.runner.cpu_step is not None,
+            "prefill_pieces": self.runner.prefill_chunk(PREFILL_CHUNK),
         }
 
     def _greedy(self, logits: Any) -> int:
@@ -73,6 +97,11 @@ class OursRunner:
     def decode(self, token: int) -> int:
         return self._greedy(self.runner.forward([token], self.state))
 
+    def truncate(self, n: int) -> None:
+        from engine.sequence import truncate
+
+        truncate(self.runner, self.state, n, chunk_size=self.chunk)
+
     def verify(self, rows: int) -> float:
         checkpoint = self.state.checkpoint(record=True)
         t0 = time.perf_counter()
@@ -82,31 +111,72 @@ class OursRunner:
         return elapsed
 
 
-def measure(runner: Any, ids: list[int], steps: int) -> dict[str, float]:
-    """One run of every figure for one engine."""
-    out: dict[str, float] = {}
-    runner.prefill(ids[:16])  # warm-up: first-call allocations, lazy initialisation
-    for context in CONTEXTS:
-        t0 = time.perf_counter()
-        token = runner.prefill(ids[:context])
-        out[f"prefill_tok_s_{context}"] = context / (time.perf_counter() - t0)
-        if context == VERIFY_CONTEXT:
-            step_s = _mean_step(runner, token, steps)
-            out[f"decode_tok_s_{context}"] = 1.0 / step_s
-            verify_s = [runner.verify(VERIFY_ROWS) for _ in range(5)]
-            if verify_s[0] is not None:
-                out[f"verify_{VERIFY_ROWS}_rows_in_decode_steps"] = float(
-                    np.median(verify_s) / step_s
-                )
-            continue
-        t0 = time.perf_counter()
-        if hasattr(runner, "decode_many"):  # a peer's own generation loop
-            token = runner.decode_many(token, steps)
-        else:
-            for _ in range(steps):
-                token = runner.decode(token)
-        out[f"decode_tok_s_{context}"] = steps / (time.perf_counter() - t0)
+def config_fields(config: EngineConfig) -> dict[str, Any]:
+    """Every EngineConfig field as a JSON value (fields added later are recorded too)."""
+    from dataclasses import fields
+
+    out: dict[str, Any] = {}
+    for field in fields(config):
+        value = getattr(config, field.name)
+        plain = value is None or isinstance(value, bool | int | float | str)
+        out[field.name] = value if plain else repr(value)
     return out
+
+
+def kernel_info() -> dict[str, Any] | None:
+    """kernels._qmatmul's info(): the ISA it dispatched to, its threads and pool counters
+    (None where the C extension is not built)."""
+    from kernels import qmatmul
+
+    if not qmatmul.available():
+        return None
+    import importlib
+
+    info: dict[str, Any] = importlib.import_module("kernels._qmatmul").info()
+    return info
+
+
+def measure_context(
+    runner: Any, ids: list[int], context: int, steps: int, with_verify: bool
+) -> dict[str, float]:
+    """Prefill and decode at one context for one engine (and the verify cost, if asked)."""
+    out: dict[str, float] = {}
+    t0 = time.perf_counter()
+    runner.prefill(ids[:context])
+    out[f"prefill_tok_s_{context}"] = context / (time.perf_counter() - t0)
+    runner.truncate(context - steps)  # untimed: the decode steps end at C tokens
+    token = ids[context - steps]
+    step_s = _mean_step(runner, token, steps)
+    out[f"decode_tok_s_{context}"] = 1.0 / step_s
+    if with_verify:
+        verify_s = [runner.verify(VERIFY_ROWS) for _ in range(5)]
+        if verify_s[0] is not None:
+            out[f"verify_{VERIFY_ROWS}_rows_in_decode_steps"] = float(np.median(verify_s) / step_s)
+    return out
+
+
+def measure_paste(runner: Any, paste: list[int]) -> dict[str, float]:
+    t0 = time.perf_counter()
+    runner.prefill(paste)
+    return {f"paste_prefill_tok_s_{len(paste)}": len(paste) / (time.perf_counter() - t0)}
+
+
+def measure_all(
+    runners: list[Any], ids: list[int], paste: list[int], contexts: tuple[int, ...], steps: int
+) -> list[dict[str, float]]:
+    """One run of every figure for every engine, interleaved figure by figure (a context,
+    then the next, then the paste), so a burst of load on this shared machine hits every
+    engine's same figure rather than one engine's whole run."""
+    samples: list[dict[str, float]] = [{} for _ in runners]
+    for runner in runners:
+        runner.prefill(ids[:16])  # warm-up: first-call allocations, lazy initialisation
+    for index, context in enumerate(contexts):
+        for runner, sample in zip(runners, samples, strict=True):
+            sample.update(measure_context(runner, ids, context, steps, with_verify=index == 0))
+    if paste:
+        for runner, sample in zip(runners, samples, strict=True):
+            sample.update(measure_paste(runner, paste))
+    return samples
 
 
 def _mean_step(runner: Any, token: int, steps: int) -> float:
@@ -123,89 +193,113 @@ def _mean_step(runner: Any, token: int, steps: int) -> float:
     return float(np.mean(times))
 
 
-def run(args: argparse.Namespace, config: EngineConfig) -> dict[str, Any]:
-    # the load average and the checkout as the run starts
+def check_fits(contexts: tuple[int, ...], paste_tokens: int, steps: int, limit: int) -> None:
+    """Refuse, naming the figure, what the model's context or the decode window cannot hold."""
+    for context in contexts:
+        if context > limit:
+            raise BenchRefused(
+                f"context {context} is past the model's context_length {limit}: "
+                f"pass --contexts with values up to {limit}"
+            )
+        if context <= steps:
+            raise BenchRefused(
+                f"context {context} must be larger than --steps {steps} "
+                "(the decode steps end with the context's tokens in the cache)"
+            )
+    if paste_tokens > limit:
+        raise BenchRefused(
+            f"--paste-tokens {paste_tokens} is past the model's context_length {limit}"
+        )
+    if contexts[0] + VERIFY_ROWS > limit:
+        raise BenchRefused(
+            f"the verify of {VERIFY_ROWS} rows at context {contexts[0]} is past the model's "
+            f"context_length {limit}"
+        )
+
+
+def run(args: argparse.Namespace, config: EngineConfig, peer_factory: Any = None) -> dict:
+    """Every figure for ours and (with --peers) the peers; `peer_factory` stands in for
+    make_peers (a test's fake peers)."""
     common.warn_if_busy()
     machine, versions, date = common.machine(), common.versions(), common.now_iso()
     gguf = common.model_file(args.model)
     ours = OursRunner(gguf, config)
-    ids = common.prompt_ids(ours.lm.tokenizer, max(CONTEXTS))
+    contexts = args.contexts
+    check_fits(contexts, args.paste_tokens, args.steps, ours.context_length)
+    ids = common.prompt_ids(ours.lm.tokenizer, max(contexts))
+    paste = common.prompt_ids(ours.lm.tokenizer, args.paste_tokens, seed=1)
+    # the most positions a figure needs: the largest context, the paste, the verify rows
+    n_ctx = max(max(contexts), args.paste_tokens, contexts[0] + VERIFY_ROWS)
     runners: list[Any] = [ours]
     missing: dict[str, str] = {}
+    llama_build: dict[str, Any] | None = None
     with tempfile.TemporaryDirectory() as tmp:
         if args.peers:
-            mlx_dir = _converted(gguf, Path(tmp))
-            peers, missing = make_peers(list(PEERS), gguf, mlx_dir)
+            factory = peer_factory or _real_peers
+            peers, missing = factory(gguf, Path(tmp), n_ctx)
             runners += peers
             for name, why in missing.items():
                 print(f"{name}: {why}", file=sys.stderr)
-        samples: dict[str, list[dict[str, float]]] = {r.name: [] for r in runners}
+            builds = [r.build for r in peers if r.name == "llama_cpp"]
+            if builds:
+                flash = "off and on: each figure the better of the two (llama_cpp_setting)"
+                llama_build = {**builds[0], "flash_attn": flash}
+        samples: dict[tuple[str, str], list[dict[str, float]]] = {
+            (r.name, r.setting): [] for r in runners
+        }
         for run_index in range(args.runs):
-            for runner in runners:  # interleaved, so a burst of load hits every engine
-                if runner.name == "mlx_lm" and run_index >= args.mlx_lm_runs:
-                    continue
-                samples[runner.name].append(measure(runner, ids, args.steps))
-                if not args.json:
-                    print(f"run {run_index + 1}/{args.runs} {runner.name}: done", file=sys.stderr)
+            active = [r for r in runners if r.name != "mlx_lm" or run_index < args.mlx_lm_runs]
+            for runner, sample in zip(
+                active, measure_all(active, ids, paste, contexts, args.steps), strict=True
+            ):
+                samples[(runner.name, runner.setting)].append(sample)
+            if not args.json:
+                print(f"run {run_index + 1}/{args.runs}: done", file=sys.stderr)
     result: dict[str, Any] = {"command": _command(args), "date": date}
-    spread: dict[str, Any] = {}
-    for name, runs in samples.items():
-        keys = runs[0].keys()
-        spread[name] = {k: common.spread([r[k] for r in runs]) for k in keys}
-        result[name] = {k: spread[name][k]["median"] for k in keys}
-    for name, why in missing.items():
-        result[name] = {"missing": why}
-    result["ratios"] = {
-        name: {k: result["ours"][k] / v for k, v in result[name].items() if k in result["ours"]}
-        for name in PEERS
-        if name in samples
-    }
-    result["ratio_meaning"] = (
-        "ours / peer: above 1 means ours is faster for tok/s keys; for the verify key, "
-        "above 1 means our verify costs more decode steps"
-    )
-    result["spread"] = spread
-    result["settings"] = {
+    result.update(summarize(samples, missing))
+    settings: dict[str, Any] = {
         "steps": args.steps,
-        "contexts": list(CONTEXTS),
-        **{r.name: r.settings for r in runners},
+        "contexts": list(contexts),
+        "decode_window": "the steps end with C tokens in the cache (prefill C, keep C - steps)",
+        "verify_context": contexts[0],
+        "paste_tokens": args.paste_tokens,
+        "ours": {**ours.settings, "kernels": kernel_info()},
     }
+    for runner in runners[1:]:
+        if runner.name == "llama_cpp":
+            by_setting = settings.setdefault("llama_cpp", {**(llama_build or {}), "runs": {}})
+            by_setting["runs"][runner.setting] = runner.settings
+        else:
+            settings[runner.name] = runner.settings
+    result["settings"] = settings
     result["machine"] = {**machine, "load_average_1m_end": round(os.getloadavg()[0], 2)}
     result["versions"] = versions
-    result["model"] = common.model_info(gguf)
+    result["model"] = {**common.model_info(gguf), "context_length": ours.context_length}
     result["runs"] = args.runs
-    if "mlx_lm" in samples:
-        result["mlx_lm_runs"] = len(samples["mlx_lm"])
+    if any(name == "mlx_lm" for name, _ in samples):
+        result["mlx_lm_runs"] = min(args.runs, args.mlx_lm_runs)
     return common.rounded(result)
+
+
+def _real_peers(gguf: Path, tmp: Path, n_ctx: int) -> tuple[list[Any], dict[str, str]]:
+    mlx_dir = _converted(gguf, tmp)
+    return make_peers(list(PEERS), gguf, mlx_dir, n_ctx, llama_flash_attn=(False, True))
 
 
 def _command(args: argparse.Namespace) -> str:
     parts = ["python -m bench decode"]
+    if args.model:
+        parts.append(f"--model {args.model}")
     if args.peers:
         parts.append("--peers")
     parts += [f"--runs {args.runs}", f"--steps {args.steps}"]
+    parts.append("--contexts " + ",".join(str(c) for c in args.contexts))
+    parts.append(f"--paste-tokens {args.paste_tokens}")
     if args.peers and args.mlx_lm_runs != 1:
         parts.append(f"--mlx-lm-runs {args.mlx_lm_runs}")
     if args.backend:
         parts.append(f"--backend {args.backend}")
     return " ".join(parts)
-
-
-def print_table(result: dict[str, Any]) -> None:
-    engines = [n for n in ("ours", *PEERS) if n in result and "missing" not in result[n]]
-    keys = list(result["ours"])
-    print(f"{'figure':<34}" + "".join(f"{n:>12}" for n in engines))
-    for key in keys:
-        row = "".join(
-            f"{result[n][key]:>12.2f}" if key in result[n] else f"{'-':>12}" for n in engines
-        )
-        print(f"{key:<34}{row}")
-    for name, ratios in result["ratios"].items():
-        shown = ", ".join(f"{k}={v:.2f}" for k, v in ratios.items())
-        print(f"ours / {name}: {shown}")
-    for name in PEERS:
-        if name in result and "missing" in result[name]:
-            print(f"{name}: {result[name]['missing']}")
 
 
 def _converted(gguf: Path, directory: Path) -> Path | None:
@@ -220,19 +314,60 @@ def _converted(gguf: Path, directory: Path) -> Path | None:
         return None
 
 
-def main(argv: list[str] | None = None, config: EngineConfig | None = None) -> int:
+def parse_contexts(text: str) -> tuple[int, ...]:
+    """'128,512,2048' -> (128, 512, 2048): positive, each once, in increasing order."""
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        message = f"--contexts takes integers like 128,2048: {text!r}"
+        raise argparse.ArgumentTypeError(message) from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"--contexts takes positive integers: {text!r}")
+    return tuple(sorted(set(values)))
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench decode", description=__doc__)
     parser.add_argument(
         "--model", help="a .gguf file or a shipped model's name (default: the default model)"
     )
     parser.add_argument("--peers", action="store_true", help="also run llama.cpp and mlx-lm")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--runs", type=int, default=3, help="runs to take the median of")
-    parser.add_argument("--steps", type=int, default=32, help="decode steps per context")
+    parser.add_argument("--runs", type=int, help="runs to take the median of (default 3)")
+    parser.add_argument("--steps", type=int, help="decode steps per context (default 32)")
+    parser.add_argument(
+        "--contexts",
+        type=parse_contexts,
+        default=None,
+        help="context lengths, comma-separated (default: 128,512,1024,2048,4096,8192)",
+    )
+    parser.add_argument(
+        "--paste-tokens", type=int, default=None, help="the paste's tokens (default 5000; 0: none)"
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a smoke run: contexts 128,512, 1 run, 8 steps, a 512-token paste (each unless given)",
+    )
     parser.add_argument("--mlx-lm-runs", type=int, default=1, help="runs for mlx-lm (slow)")
     parser.add_argument("--backend", choices=("numpy", "mlx"), default=None)
     args = parser.parse_args(argv)
+    defaults = QUICK if args.quick else FULL
+    for name, value in defaults.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
     if min(args.runs, args.steps, args.mlx_lm_runs) < 1:
         parser.error("--runs, --steps and --mlx-lm-runs must be >= 1")
-    result = run(args, common.engine_config(config, args.backend))
+    if args.paste_tokens < 0:
+        parser.error("--paste-tokens must be >= 0")
+    return args
+
+
+def main(argv: list[str] | None = None, config: EngineConfig | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        result = run(args, common.engine_config(config, args.backend))
+    except BenchRefused as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     return common.report("decode", result, args.json, print_table)

@@ -3,7 +3,8 @@ llama.cpp (llama-cpp-python, on the same GGUF) and mlx-lm (on the GGUF converted
 engine.convert). Both are optional (`pip install -e '.[peers]'`) and imported lazily.
 
 A runner holds one sequence. `prefill(ids)` starts afresh and returns the greedy next token,
-`decode(token)` appends one token and returns the next, `prefill_cached(ids)` reuses the
+`decode(token)` appends one token and returns the next, `truncate(n)` keeps exactly the
+first n positions (as a fresh prefill of them would), `prefill_cached(ids)` reuses the
 longest common prefix with what the runner holds (each peer's own prompt cache) and
 returns the first token, `verify(rows)` times a batched forward of `rows` tokens with
 logits for every row and undoes it (None where the peer cannot do that cheaply).
@@ -44,23 +45,37 @@ def _import(module: str, package: str) -> Any:
 
 
 class LlamaCppRunner:
-    """llama.cpp through llama-cpp-python's Llama: same GGUF, same thread count as ours."""
+    """llama.cpp through llama-cpp-python's Llama: same GGUF, the cores this process may
+    use, flash attention off or on (`flash_attn`: bench/decode.py runs both and keeps the
+    better figure of the two, so a ratio is against llama.cpp's best setting)."""
 
     name = "llama_cpp"
+    n_batch = 512  # llama-cpp-python's default; a prefill is evaluated in these chunks
 
-    def __init__(self, gguf_path: Path, n_ctx: int = 4096) -> None:
+    def __init__(self, gguf_path: Path, n_ctx: int = 4096, flash_attn: bool = False) -> None:
         llama_cpp = _import("llama_cpp", "llama-cpp-python")
-        threads = os.cpu_count() or 1
+        threads = usable_cores()
         self.llm = llama_cpp.Llama(
             model_path=str(gguf_path),
             n_ctx=n_ctx,
-            n_batch=512,
+            n_batch=self.n_batch,
             n_threads=threads,
             n_threads_batch=threads,
+            flash_attn=flash_attn,
             logits_all=False,
             verbose=False,
         )
-        self.settings = {"n_ctx": n_ctx, "n_batch": 512, "n_threads": threads}
+        self.setting = f"flash_attn={'on' if flash_attn else 'off'}"
+        self.build = llama_cpp_build()
+        self.settings = {
+            "n_ctx": self.llm.n_ctx(),
+            "n_batch": self.n_batch,
+            "n_ubatch": self.llm.context_params.n_ubatch,
+            "n_threads": threads,
+            "n_threads_batch": threads,
+            "flash_attn": flash_attn,
+            "swa_full": bool(self.llm.context_params.swa_full),
+        }
 
     def _greedy(self) -> int:
         # with logits_all=False only the last row has logits, and eval() does not copy them
@@ -76,6 +91,13 @@ class LlamaCppRunner:
         self.llm.eval([token])
         return self._greedy()
 
+    def truncate(self, n: int) -> None:
+        """Keep the first n positions: eval() drops the KV cells from n_tokens on, which
+        is exact (a decode after it gives the logits a fresh prefill of n tokens would)."""
+        if not self.llm._ctx.kv_cache_seq_rm(-1, n, -1):
+            raise RuntimeError(f"llama.cpp cannot drop its KV cache past position {n}")
+        self.llm.n_tokens = n
+
     def prefill_cached(self, ids: list[int]) -> int:
         """Llama.generate keeps the evaluated tokens and re-evaluates only past the common
         prefix (its KV rows after it are dropped): llama.cpp's own prompt cache."""
@@ -86,6 +108,30 @@ class LlamaCppRunner:
 
     def verify(self, rows: int) -> float | None:
         return None  # needs a second Llama with logits_all=True; not measured
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask), as our C kernel defaults to."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def llama_cpp_build() -> dict[str, Any]:
+    """What the installed llama.cpp was built for: its system info string and the CPU
+    features it reports as compiled in (a build without AVX512 / VNNI is not llama.cpp
+    at its best on a processor that has them)."""
+    llama_cpp = _import("llama_cpp", "llama-cpp-python")
+    raw = llama_cpp.llama_print_system_info()
+    text = raw.decode() if isinstance(raw, bytes) else str(raw)
+    features = [
+        name.strip()
+        for part in text.replace("CPU :", "|").split("|")
+        if "=" in part
+        for name, value in [part.split("=", 1)]
+        if value.strip() == "1"
+    ]
+    return {"version": llama_cpp.__version__, "system_info": text.strip(), "features": features}
 
 
 class MlxLmRunner:
@@ -154,6 +200,15 @@ class MlxLmRunner:
         self.tokens += [token, *produced[:-1]]
         return produced[-1] if produced else token
 
+    def truncate(self, n: int) -> None:
+        """Keep the first n positions: trim the cache, or prefill them afresh where this
+        model's cache cannot be trimmed."""
+        if self.cache_mod.can_trim_prompt_cache(self.cache):
+            self.cache_mod.trim_prompt_cache(self.cache, len(self.tokens) - n)
+            self.tokens = self.tokens[:n]
+        else:
+            self.prefill(self.tokens[:n])
+
     def prefill_cached(self, ids: list[int]) -> int:
         """mlx-lm's prompt cache: trim the cache back to the common prefix, then prefill
         only the rest (at least the last token, whose logits start the reply)."""
@@ -178,15 +233,20 @@ class MlxLmRunner:
 
 
 def make_peers(
-    names: list[str], gguf_path: Path, mlx_dir: Path | None, n_ctx: int = 4096
+    names: list[str],
+    gguf_path: Path,
+    mlx_dir: Path | None,
+    n_ctx: int = 4096,
+    llama_flash_attn: tuple[bool, ...] = (False,),
 ) -> tuple[list[Any], dict[str, str]]:
-    """Runners for the peers that are installed, and why the others are missing."""
+    """Runners for the peers that are installed, and why the others are missing; llama.cpp
+    once per `llama_flash_attn` value (each runner's `setting` says which)."""
     runners: list[Any] = []
     missing: dict[str, str] = {}
     for name in names:
         try:
             if name == "llama_cpp":
-                runners.append(LlamaCppRunner(gguf_path, n_ctx))
+                runners += [LlamaCppRunner(gguf_path, n_ctx, flash) for flash in llama_flash_attn]
             elif name == "mlx_lm":
                 if mlx_dir is None:
                     raise PeerMissing("no converted MLX directory for mlx-lm")

@@ -1,0 +1,216 @@
+"""The decode bench's loop and JSON on a tiny model: every figure per context, llama.cpp's
+best setting per figure, ratios, the refusal of a context past the model's, and the exact
+truncation each runner's decode window depends on. No timing is asserted."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from bench import decode
+from bench.decode_report import best_of, summarize
+from engine.config import EngineConfig
+
+CONTEXTS = (32, 64)
+STEPS = 4
+PASTE = 100
+
+
+class FakeLlamaCpp:
+    """Stands in for llama.cpp under one flash-attention setting: our own forward on the
+    same model, under llama.cpp's name, with no verify (as the real runner)."""
+
+    name = "llama_cpp"
+
+    def __init__(self, gguf: Path, setting: str) -> None:
+        self.inner = decode.OursRunner(gguf, EngineConfig())
+        self.setting = setting
+        self.settings = {"flash_attn": setting.endswith("on")}
+        self.build = {"system_info": "CPU : AVX512 = 1 |", "features": ["AVX512"]}
+
+    def prefill(self, ids: list[int]) -> int:
+        return self.inner.prefill(ids)
+
+    def decode(self, token: int) -> int:
+        return self.inner.decode(token)
+
+    def truncate(self, n: int) -> None:
+        self.inner.truncate(n)
+
+    def verify(self, rows: int) -> None:
+        return None
+
+
+def _args(gguf: Path, **overrides: Any) -> list[str]:
+    options = {"contexts": ",".join(map(str, CONTEXTS)), "steps": STEPS, "paste-tokens": PASTE}
+    options.update(overrides)
+    argv = ["--model", str(gguf), "--runs", "1", "--json"]
+    for key, value in options.items():
+        argv += [f"--{key}", str(value)]
+    return argv
+
+
+def test_best_of_takes_the_faster_setting_and_the_cheaper_verify():
+    best, chosen = best_of(
+        {
+            "flash_attn=off": {"decode_tok_s_128": 90.0, "verify_8_rows_in_decode_steps": 2.5},
+            "flash_attn=on": {"decode_tok_s_128": 95.0, "verify_8_rows_in_decode_steps": 3.0},
+        }
+    )
+    assert best == {"decode_tok_s_128": 95.0, "verify_8_rows_in_decode_steps": 2.5}
+    assert chosen == {
+        "decode_tok_s_128": "flash_attn=on",
+        "verify_8_rows_in_decode_steps": "flash_attn=off",
+    }
+
+
+def test_summarize_divides_ours_by_the_peers_best_and_checks_the_targets():
+    samples = {
+        ("ours", ""): [{"decode_tok_s_128": 120.0, "prefill_tok_s_512": 600.0}],
+        ("llama_cpp", "flash_attn=off"): [{"decode_tok_s_128": 80.0, "prefill_tok_s_512": 500}],
+        ("llama_cpp", "flash_attn=on"): [{"decode_tok_s_128": 100.0, "prefill_tok_s_512": 300}],
+    }
+    result = summarize(samples, {"mlx_lm": "not installed"})
+    assert result["llama_cpp"] == {"decode_tok_s_128": 100.0, "prefill_tok_s_512": 500.0}
+    assert result["llama_cpp_setting"] == {
+        "decode_tok_s_128": "flash_attn=on",
+        "prefill_tok_s_512": "flash_attn=off",
+    }
+    assert result["ratios"] == {"llama_cpp": {"decode_tok_s_128": 1.2, "prefill_tok_s_512": 1.2}}
+    assert result["targets"]["decode_tok_s_128_vs_llama_cpp"]["met"] is True
+    assert result["targets"]["prefill_tok_s_512_vs_llama_cpp"]["met"] is False
+    assert result["mlx_lm"] == {"missing": "not installed"}
+    assert set(result["spread"]) == {
+        "ours",
+        "llama_cpp[flash_attn=off]",
+        "llama_cpp[flash_attn=on]",
+    }
+
+
+def test_run_with_fake_peers_writes_every_figure_and_its_ratio(tiny_llama_q4_gguf, capsys):
+    gguf, _ = tiny_llama_q4_gguf
+
+    def peers(model: Path, _tmp: Path, n_ctx: int) -> tuple[list[Any], dict[str, str]]:
+        assert n_ctx == PASTE  # the paste is the longest sequence asked for
+        fakes = [FakeLlamaCpp(model, f"flash_attn={s}") for s in ("off", "on")]
+        return fakes, {"mlx_lm": "left out by the test"}
+
+    args = decode.parse_args([*_args(gguf), "--peers"])
+    result = decode.run(args, EngineConfig(), peer_factory=peers)
+    figures = {f"{kind}_tok_s_{c}" for kind in ("prefill", "decode") for c in CONTEXTS}
+    figures.add(f"paste_prefill_tok_s_{PASTE}")
+    assert set(result["ours"]) == figures | {"verify_8_rows_in_decode_steps"}
+    assert set(result["llama_cpp"]) == figures
+    assert set(result["llama_cpp_setting"]) == figures
+    for key in figures:
+        by_setting = result["llama_cpp_by_setting"]
+        fastest = max(by_setting, key=lambda s: by_setting[s][key])
+        assert result["llama_cpp"][key] == by_setting[fastest][key]
+        assert result["llama_cpp_setting"][key] == fastest
+        ratio = result["ours"][key] / result["llama_cpp"][key]
+        assert result["ratios"]["llama_cpp"][key] == pytest.approx(ratio, rel=1e-3)
+    settings = result["settings"]
+    assert settings["contexts"] == list(CONTEXTS) and settings["paste_tokens"] == PASTE
+    assert settings["llama_cpp"]["system_info"] == "CPU : AVX512 = 1 |"
+    assert set(settings["llama_cpp"]["runs"]) == {"flash_attn=off", "flash_attn=on"}
+    assert "threads" in settings["ours"]["config"]  # every EngineConfig field is recorded
+    assert settings["ours"]["kernels"] is None or "isa" in settings["ours"]["kernels"]
+    assert {"cpu", "cores", "load_average_1m", "load_average_1m_end"} <= set(result["machine"])
+    assert result["model"]["context_length"] == 512
+    assert result["mlx_lm"] == {"missing": "left out by the test"}
+    json.dumps(result)  # the report writes it as it is
+
+
+def test_a_context_past_the_models_is_refused_before_anything_runs(
+    tiny_llama_q4_gguf, tmp_path, monkeypatch, capsys
+):
+    gguf, _ = tiny_llama_q4_gguf
+    monkeypatch.chdir(tmp_path)
+    assert decode.main(_args(gguf, contexts="64,1024")) == 2
+    assert "context 1024 is past the model's context_length 512" in capsys.readouterr().err
+    assert not (tmp_path / "results").exists()
+    assert decode.main(_args(gguf, contexts="4,64")) == 2  # no room for 4 decode steps
+    assert "context 4 must be larger than --steps 4" in capsys.readouterr().err
+
+
+def test_parse_args_defaults_quick_and_contexts():
+    args = decode.parse_args([])
+    assert args.contexts == (128, 512, 1024, 2048, 4096, 8192) and args.paste_tokens == 5000
+    assert (args.runs, args.steps) == (3, 32)
+    quick = decode.parse_args(["--quick"])
+    assert (quick.contexts, quick.runs, quick.steps, quick.paste_tokens) == ((128, 512), 1, 8, 512)
+    assert decode.parse_args(["--quick", "--runs", "2"]).runs == 2  # a given option stays
+    assert decode.parse_args(["--contexts", "2048,128,2048"]).contexts == (128, 2048)
+    with pytest.raises(SystemExit):
+        decode.parse_args(["--contexts", "128,big"])
+
+
+def _last_logits(runner: Any, token: int) -> np.ndarray:
+    if isinstance(runner, decode.OursRunner):
+        return np.array(runner.runner.forward([token], runner.state), dtype=np.float32)[-1]
+    runner.llm.eval([token])
+    row = runner.llm._ctx.get_logits_ith(-1)
+    return np.ctypeslib.as_array(row, shape=(runner.llm.n_vocab(),)).copy()
+
+
+def _runner(kind: str, gguf: Path) -> Any:
+    if kind == "ours":
+        return decode.OursRunner(gguf, EngineConfig())
+    pytest.importorskip("llama_cpp")
+    from bench.peers import LlamaCppRunner
+
+    return LlamaCppRunner(gguf, n_ctx=128)
+
+
+@pytest.mark.parametrize("kind", ["ours", "llama_cpp"])
+def test_truncate_leaves_what_a_fresh_prefill_does(kind, tiny_llama_q4_gguf):
+    """The decode window starts from a truncated prefill: the step after it must give the
+    logits a fresh prefill of the kept tokens gives, bit for bit."""
+    from bench import common
+
+    gguf, _ = tiny_llama_q4_gguf
+    runner = _runner(kind, gguf)
+    tokenizer = decode.OursRunner(gguf, EngineConfig()).lm.tokenizer
+    ids = common.prompt_ids(tokenizer, 48)
+    runner.prefill(ids[:30])
+    fresh = _last_logits(runner, ids[30])
+    runner.prefill(ids[:48])
+    runner.truncate(30)
+    np.testing.assert_array_equal(_last_logits(runner, ids[30]), fresh)
+
+
+class RecordingRunner:
+    """Records each prefill's length: the order the engines were measured in."""
+
+    def __init__(self, name: str, log: list[tuple[str, int]]) -> None:
+        self.name, self.log = name, log
+
+    def prefill(self, ids: list[int]) -> int:
+        self.log.append((self.name, len(ids)))
+        return 0
+
+    def decode(self, token: int) -> int:
+        return token
+
+    def truncate(self, n: int) -> None:
+        pass
+
+    def verify(self, rows: int) -> None:
+        return None
+
+
+def test_engines_take_turns_figure_by_figure():
+    log: list[tuple[str, int]] = []
+    runners = [RecordingRunner("a", log), RecordingRunner("b", log)]
+    samples = decode.measure_all(runners, list(range(64)), list(range(50)), (32, 64), STEPS)
+    assert log == [
+        ("a", 16), ("b", 16), ("a", 32), ("b", 32), ("a", 64), ("b", 64), ("a", 50), ("b", 50)
+    ]  # fmt: skip
+    assert set(samples[0]) == {
+        "prefill_tok_s_32", "decode_tok_s_32", "prefill_tok_s_64", "decode_tok_s_64",
+        "paste_prefill_tok_s_50",
+    }  # fmt: skip
