@@ -22,7 +22,7 @@ from engine.errors import ModelLoadError, UnsupportedArchitecture
 from engine.fingerprint import DIGEST_CACHE_NAME, DigestCache, compute_key, fingerprint, weights_key
 from engine.gguf_file import read_gguf_file
 from engine.models.base import DecoderModel, ModelConfig, Weights
-from engine.runner import ModelRunner
+from engine.runner import ModelRunner, cpu_step
 from engine.tokenizer import Tokenizer
 from kernels.ops import Ops, QuantizedWeight, make_ops
 
@@ -102,15 +102,15 @@ def load_model(
     report = progress or (lambda _msg, _frac: None)
     if not path.exists():
         raise ModelLoadError(path, "no such file or directory")
+    report("reading weights", 0.05)
+    files = _read_hf_dir(path) if path.is_dir() else read_gguf(path)
     ops = make_ops(
         config.backend,
         config.dtype,
         qmatmul=config.qmatmul,
-        cpu_matmul=config.cpu_matmul,
+        cpu_matmul=_cpu_matmul(config, files.config),
         kv_dtype=config.kv_dtype,
     )
-    report("reading weights", 0.05)
-    files = _read_hf_dir(path) if path.is_dir() else read_gguf(path)
     report("preparing layers", 0.5)
     model: DecoderModel = files.family.build(ops, files.config, files.weights)
     files.tokenizer.check_fits(model.config.vocab_size, path)  # ids past the embedding
@@ -130,6 +130,19 @@ def load_model(
             raise ModelLoadError(path, f"could not read the weights ({exc})") from None
     report("ready", 1.0)
     return loaded
+
+
+def _cpu_matmul(config: EngineConfig, model_config: ModelConfig) -> str | None:
+    """The CPU kernel's arithmetic for this model: as asked, else int8 (the NumPy backend's
+    default) only where the C step computes every row one way. Int8 activations turn a
+    one-ulp difference between two paths into a different quantization step (~0.5 on a
+    logit), so where rows take the per-op path (a hybrid's Gated DeltaNet layers, the C
+    step switched off) float32 keeps rollback equal to a fresh prefill."""
+    if config.cpu_matmul is not None:
+        return config.cpu_matmul
+    if not config.cpu_step or cpu_step.config_reason(model_config) is not None:
+        return "float"
+    return None
 
 
 # -- GGUF -----------------------------------------------------------------------------

@@ -362,8 +362,7 @@ def prefill(
     exactly the chunks already appended)."""
     logits = None
     done = 0
-    pieces = getattr(model, "prefill_chunk", None)  # a runner may want smaller chunks
-    chunk_size = pieces(chunk_size) if pieces is not None else chunk_size
+    chunk_size = getattr(model, "prefill_chunk", lambda n: n)(chunk_size)  # a runner's pieces
     while done < len(token_ids):
         if should_stop is not None and should_stop():
             return None

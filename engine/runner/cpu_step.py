@@ -27,7 +27,14 @@ from typing import Any
 
 import numpy as np
 
-from engine.models.base import FULL, SLIDING, AttentionBlock, DecoderLayer, DecoderModel
+from engine.models.base import (
+    FULL,
+    SLIDING,
+    AttentionBlock,
+    DecoderLayer,
+    DecoderModel,
+    ModelConfig,
+)
 from engine.models.gemma3 import Gemma3DecoderLayer
 from engine.models.rope import Rope
 from engine.sequence import SequenceState
@@ -74,15 +81,9 @@ def _linears(model: DecoderModel) -> list[Any]:
     return weights
 
 
-def unsupported_reason(model: DecoderModel) -> str | None:
-    """Why `model` cannot take the C step (its calls then keep the per-op path), or None."""
-    cfg = model.config
-    if model.ops.name != "numpy":
-        return "needs the NumPy backend"
-    if _extension() is None:
-        return "the C kernel (kernels._qmatmul) is not built"
-    if not getattr(model.ops, "packed", False):
-        return "the C kernel is switched off (qmatmul=False)"
+def config_reason(cfg: ModelConfig) -> str | None:
+    """What in `cfg` the C step does not compute, or None (known before any weight is read,
+    so the loader can pick the matmul that keeps rows exact: engine/loader.py)."""
     kinds = {cfg.layer_type(i) for i in range(cfg.num_layers)}
     if kinds - {FULL, SLIDING}:
         return f"{', '.join(sorted(kinds - {FULL, SLIDING}))} layers are not in the C step"
@@ -90,6 +91,20 @@ def unsupported_reason(model: DecoderModel) -> str | None:
         return "gated attention output is not in the C step"
     if cfg.head_dim > ATTENTION_MAX_DIM:
         return f"head dim {cfg.head_dim} over {ATTENTION_MAX_DIM}"
+    return None
+
+
+def unsupported_reason(model: DecoderModel) -> str | None:
+    """Why `model` cannot take the C step (its calls then keep the per-op path), or None."""
+    if model.ops.name != "numpy":
+        return "needs the NumPy backend"
+    if _extension() is None:
+        return "the C kernel (kernels._qmatmul) is not built"
+    if not getattr(model.ops, "packed", False):
+        return "the C kernel is switched off (qmatmul=False)"
+    reason = config_reason(model.config)
+    if reason is not None:
+        return reason
     for layer in model.layers:
         if type(layer) not in (DecoderLayer, Gemma3DecoderLayer):
             return f"layer class {type(layer).__name__} is not in the C step"

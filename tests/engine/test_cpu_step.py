@@ -193,6 +193,20 @@ def test_runner_reports_the_path_and_the_switch_turns_it_off(
     assert off.runner.last_path == "model"
 
 
+def test_int8_activations_only_where_the_c_step_computes_every_row(tmp_path: Path) -> None:
+    """Int8 activations would turn the per-op path's other roundings into a different
+    quantization step, so without the C step packed weights keep float32 arithmetic."""
+    path = _build("llama-q5", tmp_path / "m.gguf")
+    assert load_model(path, EngineConfig(backend="numpy")).ops.cpu_matmul == "int8"
+    off = load_model(path, EngineConfig(backend="numpy", cpu_step=False))
+    assert off.ops.cpu_matmul == "float"
+    asked = load_model(path, EngineConfig(backend="numpy", cpu_step=False, cpu_matmul="int8"))
+    assert asked.ops.cpu_matmul == "int8"  # as asked: the person chose it
+    make_hybrid_dir(tmp_path / "hybrid", "mlx4")  # 4-bit: packed weights, Gated DeltaNet
+    hybrid = load_model(tmp_path / "hybrid", EngineConfig(backend="numpy"))
+    assert hybrid.runner.cpu_step is None and hybrid.ops.cpu_matmul == "float"
+
+
 def test_what_the_plan_does_not_compute_is_refused_by_name(tmp_path: Path) -> None:
     make_hybrid_dir(tmp_path / "hybrid", "hf")
     hybrid = load_model(tmp_path / "hybrid", EngineConfig(backend="numpy"))
