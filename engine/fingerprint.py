@@ -9,7 +9,8 @@ Two parts:
   config the loader derived from them (a newer loader reading the same bytes differently
   computes other numbers);
 - the compute path: backend, dtype, the K/V rows' dtype, device, the CPU's packed kernel
-  or BLAS, the fused CUDA step and its mode. A float32 CPU state is not a bfloat16 GPU
+  or BLAS and the kernel's arithmetic (int8 or float), the C step, the fused CUDA step and
+  its mode. A float32 CPU state is not a bfloat16 GPU
   state, and two paths round differently even in one dtype.
 
 Hashing a model file streams it once (~1 GB/s); the digest is kept in a small JSON file
@@ -133,6 +134,10 @@ def compute_key(runner: Any) -> str:
     packed = getattr(ops, "packed", None)  # the NumPy backend: C kernel on packed weights
     if packed is not None:
         parts.append("packed" if packed else "dense")
+        if packed:  # int8 activations or float32 in registers: other numbers
+            parts.append(f"matmul-{getattr(ops, 'cpu_matmul', 'float')}")
+    if getattr(runner, "cpu_step", None) is not None:  # its rows round apart from per-op ones
+        parts.append("cpu-step")
     fused = runner.fused
     if fused is None:
         parts.append("plain")

@@ -161,11 +161,12 @@ def test_backend_and_dtype_are_in_the_key(twin_ggufs: tuple[Path, Path], tmp_pat
     path = twin_ggufs[0]
     configs = {
         "numpy": EngineConfig(backend="numpy"),
+        "numpy per-op": EngineConfig(backend="numpy", cpu_step=False),  # not the C step
         "mlx float32": EngineConfig(backend="mlx", dtype="float32"),
         "mlx bfloat16": EngineConfig(backend="mlx", dtype="bfloat16"),
     }
     loaded = {name: load_model(path, config) for name, config in configs.items()}
-    assert len({m.fingerprint for m in loaded.values()}) == 3
+    assert len({m.fingerprint for m in loaded.values()}) == 4  # each path its own numbers
     assert loaded["numpy"].compute_path.startswith("numpy/float32/")
     assert loaded["mlx bfloat16"].compute_path.startswith("mlx/bfloat16/")
     # a float32 state saved by the NumPy session is refused by a bfloat16 one

@@ -31,6 +31,7 @@ def loaded() -> LoadedModel:
     lm = load_model(default_model_path(), EngineConfig(backend="numpy"))
     assert lm.ops.cpu_matmul == "int8" and lm.runner.cpu_step is not None
     assert lm.runner.cpu_step.rows_invariant
+    assert "/matmul-int8/cpu-step/" in lm.compute_path  # a saved state says which numbers
     return lm
 
 
