@@ -65,9 +65,11 @@ static void rope_head(float *v, const StepRope *r, const RopeTable *t, Py_ssize_
 
 static inline float activation(int act, float x) {
     if (act == ACT_SILU) return x / (1.0f + expf(-x));
-    /* GELU's tanh approximation, in ops_numpy.gelu_tanh's order of operations */
+    /* GELU's tanh approximation, in ops_numpy.gelu_tanh's order of operations, with
+     * tanh(u) = 1 - 2 / (e^2u + 1) (within ~1e-7 of tanhf; glibc's tanhf goes through
+     * expm1f at ~3x expf's cost: 15% of Gemma's prefill); e^2u = inf gives 1 */
     const float inner = 0.7978845608028654f * (x + 0.044715f * x * x * x);
-    return 0.5f * x * (1.0f + tanhf(inner));
+    return 0.5f * x * (1.0f + (1.0f - 2.0f / (expf(2.0f * inner) + 1.0f)));
 }
 
 /* float32 -> float16, rounded to nearest even (numpy's astype, F16C's conversion). */

@@ -202,9 +202,11 @@ def test_mixed_model_on_every_path(mixed_llama: Path) -> None:
     """Packed NumPy, dense NumPy, MLX and MLX's fused decode steps agree on a model whose
     layer 0 projection is parted."""
     steps = [5, 9, 33]
-    packed = load_model(mixed_llama, EngineConfig(backend="numpy", cpu_matmul="float"))
+    # float32 arithmetic and float32 K/V on the NumPy side: what MLX float32 computes
+    cpu = {"backend": "numpy", "kv_dtype": "float32"}
+    packed = load_model(mixed_llama, EngineConfig(**cpu, cpu_matmul="float"))
     assert isinstance(packed.runner.model.layers[0].mixer.qkv.w, RowParts) == packed.ops.packed
-    want = _logits(load_model(mixed_llama, EngineConfig(backend="numpy", qmatmul=False)), steps)
+    want = _logits(load_model(mixed_llama, EngineConfig(**cpu, qmatmul=False)), steps)
     mlx_lm = load_model(mixed_llama, EngineConfig(backend="mlx", dtype="float32"))
     mlx_lm.runner.fused = None
     assert isinstance(mlx_lm.runner.model.layers[0].mixer.qkv.w, RowParts)
