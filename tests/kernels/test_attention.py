@@ -23,19 +23,6 @@ TOL = 2e-5
 BLOCK = 64  # ATTN_BLOCK in attention.c: keys per unit of work
 
 
-@pytest.fixture(params=["avx512", "avx2", "generic"])
-def code_path(request: pytest.FixtureRequest) -> Iterator[str]:
-    """Each test runs on every code path the build has (the machine picks the best)."""
-    ext = qmatmul._ext
-    assert ext is not None
-    best = ext.info()["isa"]
-    if request.param not in ext.info()["built"]:
-        pytest.skip(f"built without the {request.param} code path")
-    ext.set_isa(request.param)
-    yield request.param
-    ext.set_isa(best)
-
-
 @pytest.fixture(params=[1, 2])
 def threads(request: pytest.FixtureRequest) -> Iterator[int]:
     qmatmul.set_num_threads(request.param)

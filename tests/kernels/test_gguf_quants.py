@@ -9,8 +9,6 @@ sides (it turns -0.0 into +0.0 and changes no other value).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import gguf
 import mlx.core as mx
 import numpy as np
@@ -43,19 +41,6 @@ def stored_blocks(kind: str, seed: int) -> np.ndarray:
 
 def gguf_dequantized(kind: str, data: np.ndarray) -> np.ndarray:
     return gguf.quants.dequantize(data, GGMLQuantizationType[kind]).reshape(ROWS, COLS)
-
-
-@pytest.fixture(params=["avx512", "avx2", "generic"])
-def code_path(request: pytest.FixtureRequest) -> Iterator[str]:
-    ext = qmatmul._ext
-    if ext is None:
-        pytest.skip("kernels._qmatmul is not built")
-    if request.param not in ext.info()["built"]:
-        pytest.skip(f"built without the {request.param} code path")
-    best = ext.info()["isa"]
-    ext.set_isa(request.param)
-    yield request.param
-    ext.set_isa(best)
 
 
 @pytest.mark.parametrize("kind", GGUF_QUANTIZES + RANDOM_BLOCKS)

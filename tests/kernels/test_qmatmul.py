@@ -4,7 +4,6 @@ kernels.qmatmul_ref, on each of its code paths (AVX-512, AVX2, portable C) the b
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 
 import mlx.core as mx
 import numpy as np
@@ -34,19 +33,6 @@ def random_qmatrix(
     scales = (rng.standard_normal((n, k // group_size)) * 0.02).astype(dtype)
     biases = (rng.standard_normal((n, k // group_size)) * 0.1).astype(dtype)
     return QMatrix(words, scales, biases, group_size, bits)
-
-
-@pytest.fixture(params=["avx512", "avx2", "generic"])
-def code_path(request: pytest.FixtureRequest) -> Iterator[str]:
-    """Each test runs on every code path the build has (the machine picks the best)."""
-    ext = qmatmul._ext
-    assert ext is not None
-    best = ext.info()["isa"]
-    if request.param not in ext.info()["built"]:
-        pytest.skip(f"built without the {request.param} code path")
-    ext.set_isa(request.param)
-    yield request.param
-    ext.set_isa(best)
 
 
 def assert_close(got: np.ndarray, ref: np.ndarray) -> None:
