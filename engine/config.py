@@ -51,6 +51,9 @@ class EngineConfig:
     # where conversations' computed state survives a restart, a folder per model (None: it
     # does not); the CLI and the app pass `default_prompt_cache_dir()`
     prompt_cache_dir: str | None = None
+    # the trained block drafter (engine/block_drafter.py): None, the one shipped for the
+    # loaded model where there is one; "off"; or a drafter file's path
+    block_drafter: str | None = None
 
     def __post_init__(self) -> None:
         if self.backend is not None and self.backend not in BACKENDS:
@@ -70,6 +73,8 @@ class EngineConfig:
         budget = self.memory_budget_bytes
         if budget is not None and (not isinstance(budget, int) or budget < 0):
             raise ValueError(f"memory_budget_bytes must be >= 0 or None, not {budget!r}")
+        if self.block_drafter is not None and not str(self.block_drafter).strip():
+            raise ValueError("block_drafter must be 'off' or a drafter file's path")
         if self.prompt_cache_dir is not None and not str(self.prompt_cache_dir).strip():
             raise ValueError("prompt_cache_dir must name a folder (None turns the cache off)")
 
@@ -172,6 +177,7 @@ _VARIABLES = {
     "cpu_step": ("BRANCHCHAT_CPU_STEP", _on_unless_zero),
     "kv_dtype": ("BRANCHCHAT_KV_DTYPE", _kv_dtype),
     "memory_budget_bytes": ("BRANCHCHAT_MEMORY_BUDGET", _byte_size),
+    "block_drafter": ("BRANCHCHAT_BLOCK_DRAFTER", lambda value: value.strip() or None),
 }
 
 

@@ -103,12 +103,13 @@ class AcceptanceModel:
     accepted: float = 0.0
     trials: float = 0.0
     token_seconds: float = 0.0  # what drafting one token costs (a draft model's forward)
+    pass_seconds: float = 0.0  # what one drafting pass costs, whatever k (a block drafter)
 
-    def observe_cost(self, drafted: int, seconds: float) -> None:
-        per_token = seconds / drafted
-        self.token_seconds = (
-            per_token if not self.token_seconds else (0.8 * self.token_seconds + 0.2 * per_token)
-        )
+    def observe_cost(self, drafted: int, seconds: float, per_pass: bool = False) -> None:
+        if per_pass:
+            self.pass_seconds = _ema(self.pass_seconds, seconds)
+        else:
+            self.token_seconds = _ema(self.token_seconds, seconds / drafted)
 
     @property
     def rate(self) -> float:
@@ -130,15 +131,24 @@ class AcceptanceModel:
         self.accepted = self.trials = 0.0
 
 
+def _ema(old: float, new: float) -> float:
+    return new if not old else 0.8 * old + 0.2 * new
+
+
 def best_draft_length(
-    alpha: float, costs: CostModel, available: int, draft_token_s: float = 0.0
+    alpha: float,
+    costs: CostModel,
+    available: int,
+    draft_token_s: float = 0.0,
+    draft_pass_s: float = 0.0,
 ) -> int:
     """k maximising expected tokens per second: (1 - a^(k+1)) / (1 - a) tokens per
-    cost(k+1) + k * draft_token_s (the verify plus drafting the k tokens)."""
+    cost(k+1) + k * draft_token_s + draft_pass_s (the verify plus drafting the k tokens,
+    a token at a time or in one pass)."""
     best_k, best_rate = 0, 1.0 / costs.cost(1)
     for k in range(1, min(available, MAX_DRAFT) + 1):
         expected = sum(alpha**i for i in range(k + 1))
-        rate = expected / (costs.cost(k + 1) + k * draft_token_s)
+        rate = expected / (costs.cost(k + 1) + k * draft_token_s + draft_pass_s)
         if rate > best_rate * 1.02:  # a margin: never speculate for a rounding error
             best_k, best_rate = k, rate
     return best_k
@@ -154,6 +164,9 @@ class DecodeRequest:
     drafter: Drafter | None = None
     acceptance: AcceptanceModel | None = None
     context_limit: int = 1 << 30
+    # the prompt's last-layer rows, (start position, rows) per prefill chunk, for a drafter
+    # that wants them (`wants_hidden`, engine/drafters.py)
+    prompt_hidden: list[tuple[int, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -188,11 +201,22 @@ def decode(
     out = DecodeResult()
     produced = [(sampling.sample(last_logits, state.tokens, s, uniforms), False)]
     out.first_token_time = time.perf_counter()
-    if req.drafter is not None:
-        req.drafter.begin(list(state.tokens))
-        couple = getattr(req.drafter, "couple", None)  # see engine/drafters.py
+    drafter = req.drafter
+    hidden = drafter is not None and getattr(drafter, "wants_hidden", False)
+    if drafter is not None:
+        drafter.begin(list(state.tokens))
+        couple = getattr(drafter, "couple", None)  # see engine/drafters.py
         if couple is not None and not argmax_only:
             couple(lambda row, history: sampling.sample(row, history, s, uniforms))
+        for start, rows in req.prompt_hidden if hidden else ():
+            drafter.observe_hidden(rows, start)  # type: ignore[attr-defined]
+    per_pass = bool(getattr(drafter, "drafts_in_one_pass", False))
+
+    def forward(rows: list[int], logits: str) -> Any:
+        if not hidden:
+            return runner.forward(rows, state, logits=logits), None
+        return runner.forward_hidden(rows, state, logits=logits)
+
     if req.acceptance is not None:
         req.acceptance.forget()
     while True:
@@ -207,22 +231,26 @@ def decode(
         pending = out.token_ids[-1]
         k = _choose_k(req, costs, len(out.token_ids), state, row_limit)
         t0 = time.perf_counter()
-        draft = req.drafter.propose(pending, k) if (req.drafter is not None and k) else Draft([])
+        draft = drafter.propose(pending, k) if (drafter is not None and k) else Draft([])
         if draft.tokens and req.acceptance is not None:
-            req.acceptance.observe_cost(len(draft.tokens), time.perf_counter() - t0)
+            req.acceptance.observe_cost(len(draft.tokens), time.perf_counter() - t0, per_pass)
         rows = [pending, *draft.tokens[:k]]
         t0 = time.perf_counter()
         if len(rows) == 1:
-            logits = _to_host(runner.ops, runner.forward(rows, state, logits="last"), argmax_only)
+            result, hidden_rows = forward(rows, "last")
+            logits = _to_host(runner.ops, result, argmax_only)
             costs.observe(1, time.perf_counter() - t0)
             if req.acceptance is not None:
                 req.acceptance.idle()
-            if req.drafter is not None:
-                req.drafter.commit(rows)
+            if drafter is not None:
+                if hidden:
+                    drafter.observe_hidden(hidden_rows)  # type: ignore[attr-defined]
+                drafter.commit(rows)
             produced = [(sampling.sample(logits[-1], state.tokens, s, uniforms), False)]
             continue
         cp = state.checkpoint(record=True)
-        logits = _to_host(runner.ops, runner.forward(rows, state, logits="all"), argmax_only)
+        result, hidden_rows = forward(rows, "all")
+        logits = _to_host(runner.ops, result, argmax_only)
         forward_s = time.perf_counter() - t0
         num_drafted = len(rows) - 1
         accepted, nxt = _verify(logits, draft, num_drafted, state.tokens, s, uniforms)
@@ -244,11 +272,13 @@ def decode(
         costs.observe(len(rows), forward_s + time.perf_counter() - t0)
         out.drafted += num_drafted
         out.accepted += accepted
-        if req.drafter is not None:
-            req.drafter.commit(rows[: 1 + accepted])
+        if drafter is not None:
+            if hidden:  # the kept rows are the state's: the rest were rolled back
+                drafter.observe_hidden(hidden_rows[: 1 + accepted])  # type: ignore[attr-defined]
+            drafter.commit(rows[: 1 + accepted])
         produced = [(t, True) for t in draft.tokens[:accepted]] + [(nxt, False)]
-    if req.drafter is not None:
-        req.drafter.end()
+    if drafter is not None:
+        drafter.end()
     out.end_time = time.perf_counter()
     return out
 
@@ -312,7 +342,8 @@ def _choose_k(
         state.max_verify_rows() - 1,
     )
     acc = req.acceptance
-    return best_draft_length(acc.rate, costs, max(0, room), acc.token_seconds)
+    room = min(room, getattr(req.drafter, "max_draft", room))
+    return best_draft_length(acc.rate, costs, max(0, room), acc.token_seconds, acc.pass_seconds)
 
 
 def _verify(

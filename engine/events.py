@@ -20,10 +20,13 @@ from engine.sampling import SamplingSettings
 class DrafterKind(StrEnum):
     """What proposes draft tokens for speculative decoding."""
 
-    AUTO = "auto"  # the draft model when one is loaded, else prompt lookup
+    # the draft model when one is loaded; else prompt lookup where the conversation offers
+    # a continuation and the block drafter elsewhere (when the model has one)
+    AUTO = "auto"
     OFF = "off"
     LOOKUP = "lookup"  # prompt lookup over everything seen (engine.drafters.SuffixDrafter)
     DRAFT_MODEL = "draft_model"
+    BLOCK = "block"  # the trained block drafter (engine.block_drafter.BlockDrafter)
 
 
 class FinishReason(StrEnum):

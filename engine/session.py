@@ -15,10 +15,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from engine import events as ev
+from engine.block_drafter import LookupOrBlock, load_block_drafter
 from engine.branch_cache import BranchCache
 from engine.chat_template import ChatTemplateError, render_chat
 from engine.config import EngineConfig
@@ -73,10 +75,15 @@ class Session:
         self.lookup = SuffixDrafter()
         self.draft = draft
         self.draft_drafter = DraftModelDrafter(draft.runner) if draft is not None else None
-        self.acceptance = {
-            ev.DrafterKind.LOOKUP: AcceptanceModel(),
-            ev.DrafterKind.DRAFT_MODEL: AcceptanceModel(),
-        }
+        self.block_drafter, self.block_drafter_problem = load_block_drafter(
+            config.block_drafter, loaded.model, loaded.tokenizer, self.runner.hands_out_hidden
+        )
+        if self.block_drafter_problem:
+            log.warning("%s", self.block_drafter_problem)
+        self.lookup_or_block = (
+            LookupOrBlock(self.lookup, self.block_drafter) if self.block_drafter else None
+        )
+        self.acceptance = {kind: AcceptanceModel() for kind in ev.DrafterKind}
         self.template = self.tokenizer.chat_template  # None: plain text completion only
         self._warned_inexact = False
 
@@ -196,6 +203,13 @@ class Session:
             raise EngineError("Nothing to send: the rendered prompt is empty.")
         saved = self._enter_conversation(cmd.conversation_id)
         self.enforce_memory()  # the shares this request's parts keep to
+        drafter, acceptance = self._drafter(cmd.settings.drafter)
+        # a block drafter's context is the prompt's last-layer rows, taken as it is prefilled
+        prompt_hidden: list[tuple[int, Any]] = []
+        wants_hidden = getattr(drafter, "wants_hidden", False)
+        on_hidden = (
+            (lambda start, rows: prompt_hidden.append((start, rows))) if wants_hidden else None
+        )
         plan = plan_resume(self.state, ids, self.branches, saved)
         reused, replayed = plan.num_reused, plan.num_replayed
         # one progress over all the work the person waits for: the replay from a snapshot
@@ -228,6 +242,7 @@ class Session:
                 chunk_size=PREFILL_CHUNK,
                 on_chunk=lambda done: on_chunk(replayed + done),
                 should_stop=should_stop,
+                on_hidden=on_hidden,
             )
         prefilled = self.state.offset - reused  # computed here: replayed, then prompt tokens
         replayed = min(replayed, prefilled)
@@ -244,7 +259,6 @@ class Session:
             detect=not (cmd.settings.continue_last or cmd.settings.raw),
             opened=rendered.opens_thinking,
         )
-        drafter, acceptance = self._drafter(cmd.settings.drafter)
         req = DecodeRequest(
             settings=cmd.settings.sampling,
             max_tokens=cmd.settings.max_tokens,
@@ -254,10 +268,12 @@ class Session:
             drafter=drafter,
             acceptance=acceptance,
             context_limit=cmd.settings.context_limit(self.loaded.config.context_length),
+            prompt_hidden=prompt_hidden,
         )
         row = np.asarray(self.loaded.ops.to_numpy(logits))[-1]
         result = decode(self.runner, self.state, row, req, self.costs)
-        if drafter is not self.lookup:  # the lookup index sees every reply, drafted or not
+        if self.lookup not in getattr(drafter, "parts", (drafter,)):
+            # the lookup index sees every reply, drafted or not
             self.lookup.begin(ids)
             self.lookup.commit(result.token_ids)
             self.lookup.end()
@@ -360,6 +376,15 @@ class Session:
             return self.draft_drafter, self.acceptance[ev.DrafterKind.DRAFT_MODEL]
         if choice == ev.DrafterKind.DRAFT_MODEL:
             raise EngineError("No draft model is loaded; pick one in the settings or use lookup.")
+        if choice == ev.DrafterKind.BLOCK:
+            if self.block_drafter is None:
+                raise EngineError(
+                    self.block_drafter_problem
+                    or f"{self.loaded.name} has no block drafter; use Auto or prompt lookup."
+                )
+            return self.block_drafter, self.acceptance[ev.DrafterKind.BLOCK]
+        if choice == ev.DrafterKind.AUTO and self.lookup_or_block is not None:
+            return self.lookup_or_block, self.acceptance[ev.DrafterKind.AUTO]
         return self.lookup, self.acceptance[ev.DrafterKind.LOOKUP]
 
     # -- persistent prompt cache ------------------------------------------------------------

@@ -327,6 +327,12 @@ class DecoderModel:
 
     def forward(self, token_ids: list[int], state: SequenceState, logits: str = "last") -> Array:
         """Append `token_ids` to `state`; logits for "all" rows, the "last" row, or "none"."""
+        return self.forward_hidden(token_ids, state, logits)[0]
+
+    def forward_hidden(
+        self, token_ids: list[int], state: SequenceState, logits: str = "last"
+    ) -> tuple[Array, Array]:
+        """`forward`, and the last layer's output rows [L, D] (before the final norm)."""
         if not token_ids:
             raise ValueError("forward needs at least one token")
         ops = self.ops
@@ -343,7 +349,7 @@ class DecoderModel:
         except BaseException:  # out of memory, a stop signal, a bug: undo, then report it
             state.abort_forward()
             raise
-        return out
+        return out, x
 
     def hidden(self, ids: Any, layer_states: list[Any], offset: Any) -> Array:
         """The last hidden states [L, D] for token ids appended at `offset`."""

@@ -26,3 +26,8 @@ class Model(Protocol):
 
     def forward(self, token_ids: list[int], state: SequenceState, logits: str = "last") -> Array:
         """Append `token_ids` to `state`; logits for "all" rows, the "last" row, or "none"."""
+
+    def forward_hidden(
+        self, token_ids: list[int], state: SequenceState, logits: str = "last"
+    ) -> tuple[Array, Array]:
+        """`forward`, and the last decoder layer's output rows [L, D] (before the norm)."""

@@ -204,6 +204,13 @@ class CpuStep:
 
     def __call__(self, token_ids: list[int], state: SequenceState, logits: str = "last") -> Any:
         """Append `token_ids` to `state`; logits for "all" rows, the "last" row, or "none"."""
+        return self.forward_hidden(token_ids, state, logits)[0]
+
+    def forward_hidden(
+        self, token_ids: list[int], state: SequenceState, logits: str = "last"
+    ) -> tuple[Any, np.ndarray]:
+        """The call, and the last layer's output rows [L, D]: the residual stream the C
+        step leaves in place."""
         num_rows = len(token_ids)
         if not self.supports(state, num_rows):
             raise ValueError(f"the C decode step does not take {num_rows} rows on this state")
@@ -230,7 +237,7 @@ class CpuStep:
             state.abort_forward()
             raise
         self.num_steps += 1
-        return out
+        return out, x
 
     def _rope_table(self, rope: Rope, end: int) -> tuple[np.ndarray, np.ndarray]:
         """The NumPy backend's own cos/sin tables, so both paths rotate by equal factors."""

@@ -167,7 +167,10 @@ def run(
 ) -> tuple[DecodeResult, SequenceState]:
     """Prefill a fresh state with `prompt` and decode from it; the result and the state."""
     state = model.new_state()
-    last = as_f64(model, prefill(model, state, prompt))
+    prompt_hidden: list[tuple[int, Any]] = []  # a block drafter's context: the prompt's rows
+    wants = getattr(drafter, "wants_hidden", False)
+    on_hidden = (lambda start, rows: prompt_hidden.append((start, rows))) if wants else None
+    last = as_f64(model, prefill(model, state, prompt, on_hidden=on_hidden))
     emitted: list[int] = []
     from_draft: list[bool] = []
 
@@ -183,6 +186,7 @@ def run(
         should_stop=lambda: False,
         drafter=drafter,
         acceptance=AcceptanceModel() if drafter is not None else None,
+        prompt_hidden=prompt_hidden,
     )
     result = decode(model, state, last, req, costs or CostModel())
     assert emitted == result.token_ids

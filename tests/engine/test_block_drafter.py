@@ -1,0 +1,251 @@
+"""The block drafter (engine/block_drafter.py): speculation with it never changes the output
+(greedy and seeded sampling, full-attention and hybrid targets, both backends), its
+context rows are the target's and nothing else, and a file that does not fit is refused
+by name."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from engine.block_drafter import BlockDrafter, BlockDrafterWeights
+from engine.errors import ModelLoadError, StateError
+from engine.sampling import SamplingSettings
+from engine.sequence import prefill
+from tests.block_drafters import drafter_tensors, write_drafter
+from tests.engine import test_speculative
+from tests.engine.test_speculative import (
+    Case,
+    Pair,
+    RandomK,
+    assert_exact,
+    assert_holds_output,
+    run,
+)
+
+pair = test_speculative.pair
+cases = test_speculative.cases
+random_k = test_speculative.random_k
+
+SIGNATURE = "a-test-signature"
+
+
+def make_drafter(target: Any, tmp_path: Path, **kwargs: Any) -> BlockDrafter:
+    path = write_drafter(tmp_path / "drafter.safetensors", target.config, SIGNATURE, **kwargs)
+    return BlockDrafter(BlockDrafterWeights(path, target.model, SIGNATURE), target.model)
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [SamplingSettings(seed=0), SamplingSettings(temperature=1.1, top_p=0.95, seed=5)],
+    ids=["greedy", "sampled"],
+)
+def test_block_drafter_never_changes_the_output(
+    pair: Pair, cases: list[Case], random_k: RandomK, tmp_path: Path, settings: SamplingSettings
+) -> None:
+    """Random draft lengths every step, drafts from a random drafter over the whole tiny
+    vocabulary: every reply is plain decoding's, and the state holds exactly it."""
+    drafter = make_drafter(pair.target, tmp_path, block=9)
+    drafted = 0
+    for i, case in enumerate(cases[:4]):
+        seeded = dataclasses.replace(settings, seed=settings.seed + i)
+        plain, _ = run(pair.target, case.prompt, case.max_tokens, settings=seeded)
+        random_k.restart()
+        result, state = run(pair.target, case.prompt, case.max_tokens, drafter, seeded)
+        assert result.token_ids == plain.token_ids, f"prompt {i}"
+        assert result.reason == plain.reason
+        assert_holds_output(state, case.prompt, result)
+        assert_exact(pair.target, state)
+        # the drafter's rows cover the committed context exactly
+        assert drafter.cursor == len(drafter.tokens) == len(state.tokens)
+        drafted += result.drafted
+    assert drafted > 0
+
+
+def fresh_rows(target: Any, tokens: list[int]) -> np.ndarray:
+    """The target's last-layer rows of `tokens` from a fresh prefill."""
+    got: list[np.ndarray] = []
+    prefill(
+        target,
+        target.new_state(),
+        tokens,
+        on_hidden=lambda s, r: got.append(target.ops.to_numpy(r)),
+    )
+    return np.concatenate(got)
+
+
+def test_context_rows_after_decoding_equal_a_fresh_prefill(
+    pair: Pair, cases: list[Case], random_k: RandomK, tmp_path: Path
+) -> None:
+    """After a reply with partial accepts, the drafter's next block equals the block of a
+    drafter given the whole context's rows at once: no draft row and no rolled-back verify
+    row stayed in its context."""
+    drafter = make_drafter(pair.target, tmp_path)
+    case = cases[0]
+    result, state = run(pair.target, case.prompt, case.max_tokens, drafter)
+    assert result.drafted > result.accepted  # some drafts were rejected
+    pending = result.token_ids[-1]
+    got = pair.target.ops.to_numpy(drafter.block_logits(pending, 5))
+    other = make_drafter(pair.target, tmp_path)
+    other.begin(list(state.tokens))
+    other.observe_hidden(fresh_rows(pair.target, list(state.tokens)), 0)
+    want = pair.target.ops.to_numpy(other.block_logits(pending, 5))
+    np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-3)
+
+
+def test_a_shorter_block_drafts_the_first_rows_of_a_longer_one(pair: Pair, tmp_path: Path) -> None:
+    """Causal inside the block: k + 1 rows give the first k rows of any longer pass."""
+    drafter = make_drafter(pair.target, tmp_path, block=9)
+    tokens = list(range(3, 20))
+    drafter.begin(tokens)
+    drafter.observe_hidden(fresh_rows(pair.target, tokens), 0)
+    ops = pair.target.ops
+    long = ops.to_numpy(drafter.block_logits(7, 8))
+    for k in (1, 3, 5):
+        np.testing.assert_allclose(
+            ops.to_numpy(drafter.block_logits(7, k)), long[:k], rtol=1e-5, atol=1e-5
+        )
+
+
+def test_drafts_come_from_the_draft_vocabulary(pair: Pair, tmp_path: Path) -> None:
+    drafter = make_drafter(pair.target, tmp_path, vocab=7, seed=3)
+    tokens = list(range(3, 30))
+    drafter.begin(tokens)
+    drafter.observe_hidden(fresh_rows(pair.target, tokens), 0)
+    draft = drafter.propose(5, 8)
+    assert len(draft.tokens) == 7  # block 8: at most 7 drafts
+    assert set(draft.tokens) <= set(drafter.w.vocab.tolist())
+
+
+def test_drafting_from_missing_or_stale_rows_fails_loudly(pair: Pair, tmp_path: Path) -> None:
+    drafter = make_drafter(pair.target, tmp_path)
+    tokens = list(range(3, 20))
+    drafter.begin(tokens)
+    with pytest.raises(StateError, match="stale rows"):  # the prompt's rows never came
+        drafter.propose(5, 3)
+    rows = fresh_rows(pair.target, [*tokens, 5, 6])
+    drafter.observe_hidden(rows[:-2], 0)
+    assert drafter.propose(5, 3).tokens
+    drafter.observe_hidden(rows[-2:-1])
+    with pytest.raises(StateError, match="capture was missed"):  # two tokens, one row
+        drafter.commit([5, 6])
+
+
+def test_a_new_request_keeps_the_rows_of_the_shared_prefix(pair: Pair, tmp_path: Path) -> None:
+    drafter = make_drafter(pair.target, tmp_path)
+    tokens = list(range(3, 25))
+    rows = fresh_rows(pair.target, tokens)
+    drafter.begin(tokens)
+    drafter.observe_hidden(rows, 0)
+    drafter.end()
+    edited = tokens[:15] + [40, 41]
+    drafter.begin(edited)
+    assert drafter.cursor == 15  # the rows after the edit point are gone
+    with pytest.raises(StateError):
+        drafter.propose(5, 2)
+    drafter.observe_hidden(fresh_rows(pair.target, edited)[15:], 15)
+    assert drafter.cursor == len(edited)
+    # a gap (rows of a far later start): the context restarts there
+    drafter.begin(tokens)
+    drafter.observe_hidden(rows[20:], 20)
+    assert (drafter.base, drafter.cursor) == (20, len(tokens))
+    assert drafter.propose(5, 2).tokens
+
+
+@pytest.fixture
+def target(pair: Pair) -> Any:
+    return pair.target
+
+
+def test_files_that_do_not_fit_are_refused_by_name(target: Any, tmp_path: Path) -> None:
+    cfg = target.config
+    good = drafter_tensors(cfg)
+
+    def refused(match: str, **kwargs: Any) -> None:
+        path = write_drafter(tmp_path / "bad.safetensors", cfg, SIGNATURE, **kwargs)
+        with pytest.raises(ModelLoadError, match=match) as info:
+            BlockDrafterWeights(path, target.model, SIGNATURE)
+        assert "bad.safetensors" in str(info.value)
+
+    refused("not a branchchat-block-drafter file", metadata={"format": "something-else"})
+    refused("version 1", metadata={"version": "2"})
+    refused("not this model", metadata={"target_check": "another model's"})
+    wide = dict(good, **{"fc.weight": np.zeros((cfg.hidden_size, cfg.hidden_size + 1), np.float32)})
+    refused("'fc.weight' is", tensors=wide)
+    refused(
+        "'layers.0.q_proj.weight' is missing",
+        tensors={k: v for k, v in good.items() if "q_proj" not in k},
+    )
+    refused("does not use", tensors=dict(good, extra=np.zeros(3, np.float32)))
+    far = dict(good, vocab=np.array([0, cfg.vocab_size], np.int32))
+    refused("outside this target's vocabulary", tensors=far)
+    refused("'layers' is missing", metadata={"layers": ""})
+    corrupt = tmp_path / "corrupt.safetensors"
+    corrupt.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json")
+    with pytest.raises(ModelLoadError, match="corrupt"):
+        BlockDrafterWeights(corrupt, target.model, SIGNATURE)
+    with pytest.raises(ModelLoadError, match="no block drafter file"):
+        BlockDrafterWeights(tmp_path / "absent.safetensors", target.model, SIGNATURE)
+
+
+def test_the_engine_drafts_with_it_and_replies_as_plain_decoding(
+    tiny_models: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through the engine: Block and Auto (lookup where it matches, the block drafter
+    elsewhere) draft and reply exactly as drafting off does, greedy and seeded."""
+    from engine import events as ev
+    from engine.block_drafter import target_signature
+    from engine.config import EngineConfig
+    from engine.loader import load_model
+    from tests.engine.engine_runner import Runner, always_draft, user
+
+    always_draft(monkeypatch)
+    model_path = tiny_models.gguf(qtype="F32", seed=0)[0]
+    loaded = load_model(model_path, EngineConfig(backend="numpy"))
+    signature = target_signature(loaded.config, loaded.tokenizer)
+    drafter_path = write_drafter(tmp_path / "d.safetensors", loaded.config, signature, block=6)
+    messages = (user("The sea is blue and the sky is wide. The sea is blue and"),)
+    with Runner(block_drafter=str(drafter_path)) as runner:
+        runner.engine.submit(ev.LoadModel(str(model_path)))
+        while not isinstance(event := runner.next_event(), ev.ModelLoaded):
+            assert not isinstance(event, ev.Failed), event
+        for sampling in (SamplingSettings(seed=1), SamplingSettings(temperature=0.9, seed=2)):
+            replies = {}
+            for drafter in ("off", "block", "auto"):
+                settings = ev.GenerationSettings(sampling, max_tokens=20, drafter=drafter)
+                finished = runner.generate(messages, settings)
+                assert finished.stats is not None
+                if drafter == "block":
+                    assert finished.stats.drafted > 0
+                replies[drafter] = finished.token_ids
+            assert replies["block"] == replies["off"] == replies["auto"]
+
+
+def test_a_drafter_for_another_model_is_reported_and_the_model_still_answers(
+    tiny_models: Any, tmp_path: Path
+) -> None:
+    from engine import events as ev
+    from engine.config import EngineConfig
+    from engine.loader import load_model
+    from tests.engine.engine_runner import Runner, user
+
+    model_path = tiny_models.gguf(qtype="F32", seed=0)[0]
+    cfg = load_model(model_path, EngineConfig(backend="numpy")).config
+    drafter_path = write_drafter(tmp_path / "other.safetensors", cfg, "another model's")
+    with Runner(block_drafter=str(drafter_path)) as runner:
+        runner.engine.submit(ev.LoadModel(str(model_path)))
+        events = []
+        while not isinstance(event := runner.next_event(), ev.Failed):
+            events.append(event)
+        assert "other.safetensors" in event.message and "not this model" in event.message
+        assert any(isinstance(e, ev.ModelLoaded) for e in events)
+        settings = ev.GenerationSettings(SamplingSettings(seed=0), max_tokens=5, drafter="block")
+        with pytest.raises(AssertionError, match="not this model"):
+            runner.generate((user("hello"),), settings)
+        assert runner.generate(
+            (user("hello"),), ev.GenerationSettings(SamplingSettings(seed=0), max_tokens=5)
+        ).token_ids
