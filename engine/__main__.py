@@ -48,9 +48,14 @@ def _parser() -> argparse.ArgumentParser:
         # engine.events.DrafterKind's values: that module loads NumPy, which must wait
         # for configure_process, so the parser spells them out
         p.add_argument(
-            "--drafter", choices=("auto", "off", "lookup", "draft_model"), default="auto"
+            "--drafter", choices=("auto", "off", "lookup", "draft_model", "block"), default="auto"
         )
         p.add_argument("--draft-model", help="a small model sharing the tokenizer")
+        p.add_argument(
+            "--block-drafter",
+            metavar="FILE",
+            help="a block drafter file, or 'off' (default: the one shipped for the model)",
+        )
         p.add_argument(
             "--prompt-cache",
             metavar="DIR",
@@ -123,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
             blas_threads=getattr(args, "threads", None) or None,  # 0: BLAS's own default
             kv_dtype=getattr(args, "kv_dtype", None),
             prompt_cache_dir=_prompt_cache_dir(args),
+            block_drafter=getattr(args, "block_drafter", None),
         )
     except ValueError as exc:  # a malformed BRANCHCHAT_* variable or flag
         print(f"error: {exc}", file=sys.stderr)

@@ -420,7 +420,7 @@ LOOKUP_TRUSTED_MATCH = 8
 
 
 def load_block_drafter(
-    setting: str | None, target: DecoderModel, tokenizer: Tokenizer, hands_out_hidden: bool
+    setting: str | None, target: DecoderModel, tokenizer: Tokenizer
 ) -> tuple[BlockDrafter | None, str]:
     """The block drafter `setting` names (None: the one shipped for this model, if any;
     "off": none) and "" or, when a named one cannot run here, why."""
@@ -437,11 +437,6 @@ def load_block_drafter(
         weights = BlockDrafterWeights(path, target, signature)
     except ModelLoadError as exc:
         return None, f"block drafter not used: {exc}"
-    if not hands_out_hidden:
-        return None, (
-            f"block drafter not used: {path.name} drafts from the target's hidden rows, and "
-            "the fused CUDA step does not hand them out (BRANCHCHAT_FUSED=0 does)"
-        )
     return BlockDrafter(weights, target), ""
 
 

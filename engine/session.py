@@ -76,7 +76,7 @@ class Session:
         self.draft = draft
         self.draft_drafter = DraftModelDrafter(draft.runner) if draft is not None else None
         self.block_drafter, self.block_drafter_problem = load_block_drafter(
-            config.block_drafter, loaded.model, loaded.tokenizer, self.runner.hands_out_hidden
+            config.block_drafter, loaded.model, loaded.tokenizer
         )
         if self.block_drafter_problem:
             log.warning("%s", self.block_drafter_problem)

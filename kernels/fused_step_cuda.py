@@ -86,6 +86,14 @@ def chunk_keys(head_dim: int, itemsize: int) -> int:
     return min(256 // (8 * itemsize) * keys_per_load, 64 // value_regs)
 
 
+def hidden_offset(shapes: Shapes) -> int:
+    """Where the residual rows [MAX_ROWS, D] lie in the scratch (after qs, ao: [MAX_ROWS,
+    heads * head_dim] each; hs [MAX_ROWS, D]; act [MAX_ROWS, F]: fused_step.cu's layout).
+    After a step they hold the last layer's output, which the head normalises."""
+    s = shapes
+    return MAX_ROWS * (2 * s.heads * s.head_dim + s.hidden + s.intermediate)
+
+
 def scratch_size(shapes: Shapes, capacity: int, itemsize: int) -> int:
     """float32 elements of the step's scratch: activations, then attention partials."""
     s = shapes

@@ -25,7 +25,7 @@ from engine.sequence import SequenceState
 from engine.state import FullKV, full_kv_layers
 from kernels import fused_decode_cuda
 from kernels.fused_decode_cuda import MAX_ROWS, Shapes
-from kernels.fused_step_cuda import step_unsupported
+from kernels.fused_step_cuda import hidden_offset, step_unsupported
 
 _CAPACITY_STEP = 1024  # compiled steps retrace per buffer shape: grow in large steps
 
@@ -138,6 +138,9 @@ class FusedDecode:
         self.mode = mode
         self.compiled = compiled
         self._traced: dict[str, Any] = {}
+        self.shapes = shapes
+        self.keep_hidden = False  # set around `forward_hidden`: the rows cost a copy
+        self.hidden: mx.array | None = None  # the latest step's last-layer rows, if kept
         if mode == "step":
             self._warm_up()
 
@@ -150,6 +153,19 @@ class FusedDecode:
         self([0, 0], state, "all")
 
     max_rows = MAX_ROWS
+
+    def forward_hidden(
+        self, token_ids: list[int], state: SequenceState, logits: str
+    ) -> tuple[Any, mx.array]:
+        """The step, and its last-layer rows [rows, D] in float32."""
+        self.keep_hidden = True
+        try:
+            out = self(token_ids, state, logits)
+        finally:
+            self.keep_hidden = False
+        hidden, self.hidden = self.hidden, None
+        assert hidden is not None
+        return out, hidden
 
     def supports(self, state: SequenceState, rows: int) -> bool:
         return 1 <= rows <= MAX_ROWS and full_kv_layers(state.layers) is not None
@@ -239,6 +255,15 @@ class FusedDecode:
             head_mode,
         )
         mx.eval(out, status)
+        if self.keep_hidden and not int(status.item()):
+            # the kernel leaves the residual rows in its scratch; copied before the next
+            # launch overwrites them
+            start = hidden_offset(self.shapes)
+            D = self.shapes.hidden
+            rows = int(ids.shape[0])
+            scratch = self.step_kernel._scratch
+            self.hidden = scratch[start : start + rows * D].reshape(rows, D) + 0.0
+            mx.eval(self.hidden)
         if int(status.item()):
             # A barrier timed out: not every block was resident (a smaller or shared GPU).
             # The rows it wrote lie past the state's length; redo the step kernel by kernel.
@@ -257,7 +282,10 @@ class FusedDecode:
             kv.replace_buffers(keys, values, kv.length)
             return keys, values
 
-        return self._head(self._layers(self._embed(ids), pos, kvs, write), logits)
+        x = self._layers(self._embed(ids), pos, kvs, write)
+        if self.keep_hidden:
+            self.hidden = x.astype(mx.float32)
+        return self._head(x, logits)
 
     def _compiled_step(self, ids: mx.array, pos: mx.array, kvs: list[FullKV], logits: str) -> Any:
         fn = self._traced.get(logits)
@@ -270,6 +298,9 @@ class FusedDecode:
         outputs = fn(ids, pos, *buffers)
         del buffers
         rest = outputs[1:] if logits != "none" else outputs
+        if self.keep_hidden:
+            self.hidden = rest[0].astype(mx.float32)
+        rest = rest[1:]
         for i, kv in enumerate(kvs):
             kv.replace_buffers(rest[2 * i], rest[2 * i + 1], kv.length)
         return outputs[0] if logits != "none" else None
@@ -283,8 +314,9 @@ class FusedDecode:
                 cache[1] = mx.slice_update(cache[1], v_rows, pos, axes=(1,))
                 return cache[0], cache[1]
 
-            out = self._head(self._layers(self._embed(ids), pos, caches, write), logits)
-            flat = [a for cache in caches for a in cache]
+            x = self._layers(self._embed(ids), pos, caches, write)
+            out = self._head(x, logits)
+            flat = [x, *(a for cache in caches for a in cache)]  # x: the last layer's rows
             return flat if out is None else [out, *flat]
 
         return step

@@ -16,7 +16,6 @@ from typing import Any
 import mlx.core as mx
 
 from engine.config import EngineConfig
-from engine.errors import StateError
 from engine.models.base import DecoderModel, ModelConfig
 from engine.runner import cpu_step
 from engine.runner.cpu_step import CpuStep
@@ -141,19 +140,14 @@ class ModelRunner:
         self.last_path = "model"
         return self.model.forward(token_ids, state, logits)
 
-    @property
-    def hands_out_hidden(self) -> bool:
-        """Whether `forward_hidden` serves this runner's steps: the fused CUDA step keeps
-        its hidden rows on the device inside one launch."""
-        return self.fused is None
-
     def forward_hidden(
         self, token_ids: list[int], state: SequenceState, logits: str = "last"
     ) -> tuple[Array, Array]:
         """`forward`, and the last decoder layer's output rows [L, D] (the target rows a
         block drafter's context is made of), on the path `forward` would take."""
-        if not self.hands_out_hidden:
-            raise StateError("the fused CUDA step does not hand out its hidden rows")
+        if self.fused is not None and self.fused.supports(state, len(token_ids)):
+            self.last_path = "fused"
+            return self.fused.forward_hidden(list(token_ids), state, logits)
         if self.cpu_step is not None and self.cpu_step.supports(state, len(token_ids)):
             self.last_path = "cpu_step"
             return self.cpu_step.forward_hidden(list(token_ids), state, logits)

@@ -263,3 +263,28 @@ def test_a_fused_path_that_fails_to_build_leaves_the_plain_path(mlx_llama, monke
     assert "plain MLX path" in caplog.text
     state = runner.new_state()
     assert runner.forward([3, 4, 5], state) is not None
+
+
+@pytest.mark.parametrize("mode,compiled", VARIANTS)
+def test_fused_steps_hand_out_the_last_layers_rows(mlx_llama, mode, compiled):
+    """`forward_hidden` on the fused path: the rows the plain forward's last layer gives
+    (a block drafter's context), for decode and verify rows, with the same logits."""
+    runner = mlx_llama.runner
+    plain_state = runner.new_state()
+    runner.forward(PROMPT, plain_state)
+    want_logits, want = runner.forward_hidden([5, 9, 33], plain_state, logits="all")
+    runner.enable_fused_decode(compiled=compiled, mode=mode)
+    state = runner.new_state()
+    runner.forward(PROMPT, state)
+    logits, got = runner.forward_hidden([5, 9, 33], state, logits="all")
+    assert runner.last_path == "fused"
+    assert got.shape == (3, mlx_llama.config.hidden_size)
+    ops = mlx_llama.ops
+    _assert_close_logits(mlx_llama, ops.to_numpy(logits), ops.to_numpy(want_logits))
+    got, want = (
+        np.asarray(ops.to_numpy(got), np.float64),
+        np.asarray(ops.to_numpy(want), np.float64),
+    )
+    assert _relative_l2(got, want) <= (1e-5 if "float32" in str(ops.dtype) else 0.03)
+    _, one = runner.forward_hidden([7], state, logits="none")  # the next step's row alone
+    assert one.shape == (1, mlx_llama.config.hidden_size)
