@@ -1,72 +1,100 @@
-"""Speculative decoding on the default model: plain decoding against lookup drafting.
+"""Speculative decoding on the default model: plain decoding against drafting.
 
     python -m bench speculative [--json] [--runs N] [--backend numpy|mlx] [--max-tokens N]
+                                [--modes plain,auto,block,lookup] [--workloads a,b]
 
-Workloads (greedy, so both modes must produce the same tokens):
+Workloads (greedy, so every mode must produce the same tokens):
 - regenerate: ask a question, then the same question with one word changed (an edit and
   regenerate); the second answer is measured.
 - chat: a fresh question in a fresh session; the drafter has little to go on there, so
   speculation must cost next to nothing.
 - code: ask for a function, then the same request with the function renamed.
+- open_chat: ten fresh questions held out from the block drafter's training
+  (bench/heldout_prompts.json), each in a fresh session.
+- mixed: ten held-out conversations of chat, code, lists and follow-ups (each earlier turn
+  answered by the model, the last one measured).
 
-Fairness: the lookup drafter learns from every request its session saw, so every measured
-request runs in its own fresh Session that first ran the workload's earlier request, in the
-same mode (drafter "off" or "auto"; without a draft model "auto" is the lookup drafter).
-Both modes therefore see the same token history. Every Session starts from one shared
-calibration of the forward cost (what Engine does at model load), and the modes alternate
-run by run so a burst of load hits both. Throughput is the engine's own decode tok/s of
-the measured request (after its first token); figures are medians over --runs.
+Modes: plain (drafter off), auto (what the engine picks: prompt lookup where it matches,
+the block drafter elsewhere when the model has one), block (the block drafter alone),
+lookup (prompt lookup alone). Fairness: the lookup drafter learns from every request its
+session saw, so every measured conversation runs in its own fresh Session that first ran
+the conversation's earlier requests, in the same mode; all modes see the same token
+history. Every Session starts from one shared calibration of the forward cost (what
+Engine does at model load), and the modes rotate run by run so a burst of load hits each.
+Throughput is the engine's own decode rate of the measured requests (tokens after the
+first over decode seconds, summed over a workload's conversations); figures are medians
+over --runs.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import json
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from bench import common
 from engine.config import EngineConfig
 
-MODES = {"plain": "off", "spec": "auto"}
+ALL_MODES = {"plain": "off", "auto": "auto", "block": "block", "lookup": "lookup"}
+HELD_OUT = json.loads((Path(__file__).parent / "heldout_prompts.json").read_text())
 
 
 @dataclass(frozen=True)
 class Workload:
-    earlier: tuple[str, ...]  # requests the session ran before the measured one
-    measured: str
+    # conversations: each a list of user turns, the last one measured
+    conversations: tuple[tuple[str, ...], ...]
 
 
 WORKLOADS = {
     "regenerate": Workload(
-        ("What are the main differences between a list and a tuple in Python?",),
-        "What are the key differences between a list and a tuple in Python?",
+        (
+            (
+                "What are the main differences between a list and a tuple in Python?",
+                "What are the key differences between a list and a tuple in Python?",
+            ),
+        )
     ),
-    "chat": Workload((), "Explain how photosynthesis works, step by step."),
+    "chat": Workload((("Explain how photosynthesis works, step by step.",),)),
     "code": Workload(
-        ("Write a Python function fibonacci(n) that returns the n-th Fibonacci number.",),
-        "Write a Python function fib(n) that returns the n-th Fibonacci number.",
+        (
+            (
+                "Write a Python function fibonacci(n) that returns the n-th Fibonacci number.",
+                "Write a Python function fib(n) that returns the n-th Fibonacci number.",
+            ),
+        )
     ),
+    "open_chat": Workload(tuple((q,) for q in HELD_OUT["open_chat"])),
+    "mixed": Workload(tuple(tuple(turns) for turns in HELD_OUT["mixed"])),
 }
+# a regenerate repeats the question as a fresh conversation (the edit), a follow-up
+# carries the history: which workloads' turns are follow-ups
+FOLLOW_UPS = {"mixed"}
 
 
 @dataclass
 class Sample:
-    tok_s: float
-    token_ids: tuple[int, ...]
+    tokens: int  # decoded after each measured request's first token, summed
+    seconds: float
+    token_ids: tuple[tuple[int, ...], ...]
     drafted: int
     accepted: int
 
+    @property
+    def tok_s(self) -> float:
+        return self.tokens / self.seconds if self.seconds else 0.0
 
-def ask(session: Any, question: str, drafter: str, max_tokens: int) -> Any:
+
+def ask(session: Any, messages: tuple[Any, ...], drafter: str, max_tokens: int) -> Any:
     """One greedy request on `session`; its Finished event."""
     from engine import events as ev
 
     events: list[Any] = []
     settings = ev.GenerationSettings(max_tokens=max_tokens, drafter=drafter)
-    cmd = ev.Generate("bench", (ev.Message("user", question),), settings)
-    session.generate(cmd, events.append, lambda: False)
+    session.generate(ev.Generate("bench", messages, settings), events.append, lambda: False)
     failed = [e for e in events if isinstance(e, ev.Failed)]
     if failed:
         raise RuntimeError(failed[0].message)
@@ -74,40 +102,65 @@ def ask(session: Any, question: str, drafter: str, max_tokens: int) -> Any:
 
 
 def measure(
-    loaded: Any, config: EngineConfig, costs: Any, work: Workload, mode: str, max_tokens: int
+    loaded: Any,
+    config: EngineConfig,
+    costs: Any,
+    work: Workload,
+    follow_up: bool,
+    drafter: str,
+    max_tokens: int,
 ) -> Sample:
-    """A fresh session runs the earlier requests, then the measured one."""
+    """Each conversation in a fresh session: its earlier turns, then the measured one."""
+    from engine import events as ev
     from engine.session import Session
 
-    session = Session(loaded, config=config)
-    session.costs = copy.deepcopy(costs)
-    for question in work.earlier:
-        ask(session, question, MODES[mode], max_tokens)
-    done = ask(session, work.measured, MODES[mode], max_tokens)
-    stats = done.stats
-    return Sample(stats.decode_tok_s, done.token_ids, stats.drafted, stats.accepted)
+    sample = Sample(0, 0.0, (), 0, 0)
+    for turns in work.conversations:
+        session = Session(loaded, config=config)
+        session.costs = copy.deepcopy(costs)
+        history: tuple[Any, ...] = ()
+        for turn in turns:
+            messages = (
+                (*history, ev.Message("user", turn)) if follow_up else (ev.Message("user", turn),)
+            )
+            done = ask(session, messages, drafter, max_tokens)
+            history = (*messages, ev.Message("assistant", done.text))
+        stats = done.stats
+        decoded = max(0, stats.generated_tokens - 1)
+        sample.tokens += decoded
+        sample.seconds += decoded / stats.decode_tok_s if stats.decode_tok_s else 0.0
+        sample.token_ids += (done.token_ids,)
+        sample.drafted += stats.drafted
+        sample.accepted += stats.accepted
+    return sample
 
 
 def summarize(samples: dict[str, list[Sample]]) -> dict[str, Any]:
-    plain, spec = samples["plain"], samples["spec"]
-    plain_tok_s = common.spread([s.tok_s for s in plain])
-    spec_tok_s = common.spread([s.tok_s for s in spec])
-    drafted = sum(s.drafted for s in spec)
-    accepted = sum(s.accepted for s in spec)
+    plain = samples["plain"]
     reference = plain[0].token_ids
-    return {
-        "plain_tok_s": plain_tok_s,
-        "spec_tok_s": spec_tok_s,
-        "speedup": spec_tok_s["median"] / plain_tok_s["median"],
-        "speedup_per_run": common.spread(
-            [s.tok_s / p.tok_s for s, p in zip(spec, plain, strict=True)]
-        ),
-        "acceptance": accepted / drafted if drafted else 0.0,
-        "drafted": drafted,
-        "accepted": accepted,
-        "identical": all(s.token_ids == reference for s in [*plain, *spec]),
-        "tokens": len(reference),
+    out: dict[str, Any] = {
+        "plain_tok_s": common.spread([s.tok_s for s in plain]),
+        "tokens": sum(len(ids) for ids in reference),
+        "identical": all(s.token_ids == reference for runs in samples.values() for s in runs),
     }
+    for mode, runs in samples.items():
+        if mode == "plain":
+            continue
+        drafted = sum(s.drafted for s in runs)
+        accepted = sum(s.accepted for s in runs)
+        tok_s = common.spread([s.tok_s for s in runs])
+        out[mode] = {
+            "tok_s": tok_s,
+            "speedup": tok_s["median"] / out["plain_tok_s"]["median"],
+            "speedup_per_run": common.spread(
+                [s.tok_s / p.tok_s for s, p in zip(runs, plain, strict=True)]
+            ),
+            "acceptance": accepted / drafted if drafted else 0.0,
+            # tokens a verify yields: the accepted drafts and the target's own token
+            "drafted": drafted,
+            "accepted": accepted,
+        }
+    return out
 
 
 def run(args: argparse.Namespace, config: EngineConfig) -> dict[str, Any]:
@@ -120,28 +173,39 @@ def run(args: argparse.Namespace, config: EngineConfig) -> dict[str, Any]:
     calibration = Session(loaded, config=config)
     calibration.calibrate()
     costs = calibration.costs
-    samples = {name: {mode: [] for mode in MODES} for name in WORKLOADS}
+    modes = {name: ALL_MODES[name] for name in args.modes}
+    if "block" in modes and calibration.block_drafter is None:
+        raise SystemExit(
+            calibration.block_drafter_problem or f"{loaded.name} has no block drafter: drop 'block'"
+        )
+    workloads = {name: WORKLOADS[name] for name in args.workloads}
+    samples: dict[str, dict[str, list[Sample]]] = {
+        name: {mode: [] for mode in modes} for name in workloads
+    }
     for run_index in range(args.runs):
-        for name, work in WORKLOADS.items():
-            modes = list(MODES) if run_index % 2 == 0 else list(reversed(MODES))
-            for mode in modes:
-                sample = measure(loaded, config, costs, work, mode, args.max_tokens)
+        for name, work in workloads.items():
+            order = list(modes)
+            order = order[run_index % len(order) :] + order[: run_index % len(order)]
+            for mode in order:
+                sample = measure(
+                    loaded, config, costs, work, name in FOLLOW_UPS, modes[mode], args.max_tokens
+                )
                 samples[name][mode].append(sample)
                 print(
-                    f"run {run_index + 1}/{args.runs} {name:<10} {mode:<5} "
-                    f"{sample.tok_s:6.1f} tok/s  {len(sample.token_ids)} tokens  "
+                    f"run {run_index + 1}/{args.runs} {name:<10} {mode:<6} "
+                    f"{sample.tok_s:6.1f} tok/s  {sample.tokens} tokens  "
                     f"accepted {sample.accepted}/{sample.drafted}",
                     file=sys.stderr,
                 )
+    block = calibration.block_drafter
     result: dict[str, Any] = {
         "command": _command(args),
         "date": common.now_iso(),
         "workloads": {name: summarize(s) for name, s in samples.items()},
-        "prompts": {
-            name: {"earlier": w.earlier, "measured": w.measured} for name, w in WORKLOADS.items()
-        },
+        "prompts": {name: w.conversations for name, w in workloads.items()},
         "calibrated_cost_s": {str(rows): s for rows, s in sorted(costs.seconds.items())},
-        "settings": {"runs": args.runs, "max_tokens": args.max_tokens, "modes": MODES},
+        "settings": {"runs": args.runs, "max_tokens": args.max_tokens, "modes": modes},
+        "block_drafter": None if block is None else {"file": block.w.path.name, **block.w.meta},
         "machine": {**common.machine(), "load_average_1m_at_start": load_at_start},
         "versions": common.versions(),
         "model": {**common.model_info(path), "backend": loaded.ops.name},
@@ -152,24 +216,40 @@ def run(args: argparse.Namespace, config: EngineConfig) -> dict[str, Any]:
 def _command(args: argparse.Namespace) -> str:
     parts = ["python -m bench speculative", f"--runs {args.runs}"]
     parts.append(f"--max-tokens {args.max_tokens}")
+    parts.append(f"--modes {','.join(args.modes)}")
+    parts.append(f"--workloads {','.join(args.workloads)}")
     if args.backend:
         parts.append(f"--backend {args.backend}")
     return " ".join(parts)
 
 
 def print_table(result: dict[str, Any]) -> None:
-    head = f"{'workload':<12}{'plain tok/s':>13}{'spec tok/s':>13}{'speedup':>9}"
-    print(head + f"{'accept':>8}{'identical':>11}{'tokens':>8}")
+    modes = [m for m in result["settings"]["modes"] if m != "plain"]
+    head = f"{'workload':<12}{'plain tok/s':>13}"
+    for mode in modes:
+        head += f"{mode + ' tok/s':>13}{'speedup':>9}{'accept':>8}"
+    print(head + f"{'identical':>11}{'tokens':>8}")
     for name, w in result["workloads"].items():
-        plain, spec = w["plain_tok_s"], w["spec_tok_s"]
-        print(
-            f"{name:<12}{plain['median']:>13.1f}{spec['median']:>13.1f}{w['speedup']:>8.2f}x"
-            f"{w['acceptance']:>8.2f}{str(w['identical']):>11}{w['tokens']:>8}"
-        )
+        line = f"{name:<12}{w['plain_tok_s']['median']:>13.1f}"
+        for mode in modes:
+            m = w[mode]
+            line += f"{m['tok_s']['median']:>13.1f}{m['speedup']:>8.2f}x{m['acceptance']:>8.2f}"
+        print(line + f"{str(w['identical']):>11}{w['tokens']:>8}")
     runs = result["settings"]["runs"]
     print(
         f"medians of {runs} runs; model {result['model']['name']} on {result['model']['backend']}"
     )
+
+
+def _names(choices: dict[str, Any]) -> Any:
+    def parse(value: str) -> list[str]:
+        names = [v for v in value.split(",") if v]
+        unknown = [v for v in names if v not in choices]
+        if unknown or not names:
+            raise argparse.ArgumentTypeError(f"choose from {', '.join(choices)}")
+        return names
+
+    return parse
 
 
 def main(argv: list[str] | None = None, config: EngineConfig | None = None) -> int:
@@ -178,8 +258,14 @@ def main(argv: list[str] | None = None, config: EngineConfig | None = None) -> i
     parser.add_argument("--runs", type=int, default=3, help="runs to take the median of")
     parser.add_argument("--max-tokens", type=int, default=128, help="tokens per answer")
     parser.add_argument("--backend", choices=("numpy", "mlx"), default=None)
+    parser.add_argument(
+        "--modes", type=_names(ALL_MODES), default=["plain", "auto"], help="plain is always run"
+    )
+    parser.add_argument("--workloads", type=_names(WORKLOADS), default=list(WORKLOADS))
     args = parser.parse_args(argv)
     if args.runs < 1 or args.max_tokens < 2:
         parser.error("--runs must be >= 1 and --max-tokens >= 2")
+    if "plain" not in args.modes:
+        args.modes = ["plain", *args.modes]
     result = run(args, common.engine_config(config, args.backend))
     return common.report("speculative", result, args.json, print_table)
