@@ -48,9 +48,11 @@ class DrafterConfig:
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """Llama's RMSNorm in float32, the weight not offset by 1."""
-    x32 = x.float()
-    return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps) * weight.float()).to(x.dtype)
+    """Llama's RMSNorm, the weight not offset by 1; in float32 at least (bfloat16 rows
+    under autocast), float64 rows stay float64."""
+    wide = x.to(torch.promote_types(x.dtype, torch.float32))
+    normed = wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + eps)
+    return (normed * weight.to(wide.dtype)).to(x.dtype)
 
 
 def rope(x: torch.Tensor, positions: torch.Tensor, base: float) -> torch.Tensor:

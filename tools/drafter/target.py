@@ -59,17 +59,16 @@ class Target:
             hidden_act="silu",
         )
         _check_rope_base(hf_config, cfg["rope_theta"])
-        with torch.device("meta"):
-            model = LlamaForCausalLM(hf_config)
+        model = LlamaForCausalLM(hf_config)  # random weights, all replaced just below
         state = self._state_dict(gguf)
         self.embedding = state["model.embed_tokens.weight"]
         self.check = embedding_check(self.embedding.numpy())
-        model.load_state_dict(state, strict=False, assign=True)
+        missing, unexpected = model.load_state_dict(state, strict=False)
+        if unexpected or set(missing) - {"lm_head.weight"}:
+            raise ValueError(f"{gguf_path}: weights do not fit: {missing} {unexpected}")
         model.tie_weights()
         self.model = model.to(device=device, dtype=dtype).eval().requires_grad_(False)
         self.device = torch.device(device)
-        if any(p.is_meta for p in self.model.parameters()):
-            raise ValueError(f"{gguf_path}: some target weights were not in the file")
         self._captured: torch.Tensor | None = None
         self.model.model.layers[-1].register_forward_hook(self._capture)
 

@@ -176,7 +176,7 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
         self.trained_tokens += batch.num_tokens
-        return float(loss)
+        return loss.item()
 
     @torch.no_grad()
     def evaluate(self) -> dict:
