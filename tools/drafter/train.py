@@ -24,7 +24,7 @@ import json
 import math
 import os
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -115,6 +115,8 @@ class Trainer:
         if args.resume and (self.out / CHECKPOINT).exists():
             saved = torch.load(self.out / CHECKPOINT, map_location="cpu", weights_only=True)
         self.settings = Settings(**saved["settings"]) if saved else _settings_from(args)
+        if saved and args.extend_to:  # a longer schedule: no longer an unbroken run's
+            self.settings = replace(self.settings, steps=args.extend_to)
         self.target = Target(args.model, str(self.device))
         self.seqs = data.Sequences.load(args.data)
         s = self.settings
@@ -328,6 +330,9 @@ def parser() -> argparse.ArgumentParser:
     tr.add_argument("--resume", action="store_true", help="continue DIR's checkpoint, if any")
     tr.add_argument("--minutes", type=float, default=0, help="stop and save after M minutes")
     tr.add_argument("--run-steps", type=int, default=1 << 30, help="at most K steps this run")
+    tr.add_argument(
+        "--extend-to", type=int, default=0, help="on --resume: the schedule's new length"
+    )
     tr.add_argument("--log-every", type=int, default=20)
     tr.add_argument("--eval-every", type=int, default=200)
     tr.add_argument("--save-every", type=int, default=500)
