@@ -32,12 +32,12 @@ fi
 if [ ! -f "$state/seqs.npz" ]; then
   # shellcheck disable=SC2086  # GEN_ARGS is a list of arguments
   $train generate --model "$gguf" --out "$state/seqs.partial.npz" ${GEN_ARGS:-} 2>&1 \
-    | grep -v -i warn | tee "$out/generate.log"
+    | tee "$out/generate.log"
   mv "$state/seqs.partial.npz" "$state/seqs.npz"  # a killed generation leaves no seqs.npz
 fi
 # shellcheck disable=SC2086
 $train train --model "$gguf" --data "$state/seqs.npz" --out "$state/run" --resume \
-  --minutes "$minutes" ${TRAIN_ARGS:-} 2>&1 | grep -v -i warn | tee "$out/train.log"
+  --minutes "$minutes" ${TRAIN_ARGS:-} 2>&1 | tee "$out/train.log"
 $train export --model "$gguf" --out "$state/run" --file "$out/block_drafter.safetensors" 2>&1 \
-  | grep -v -i warn | tee "$out/export.log"
+  | tee "$out/export.log"
 cp "$state/seqs.npz" "$state/run/log.jsonl" "$out/"
