@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from safetensors import safe_open
 
 from tools.drafter import data, train
 from tools.drafter.export import load_drafter, read_drafter_file
@@ -75,6 +76,15 @@ def test_export_writes_the_spec_file(runs):
     np.testing.assert_array_equal(tensors["vocab"], whole["drafter"]["vocab"].numpy())
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     assert Path(f"{path}.sha256").read_text().split() == [digest, path.name]
+    # the safetensors package reads our writer's file as we do
+    with safe_open(str(path), framework="numpy") as f:
+        assert f.metadata() == meta
+        for name in f.keys():  # noqa: SIM118 (safe_open is not iterable)
+            np.testing.assert_array_equal(f.get_tensor(name), tensors[name])
+    # and one checkpoint exports to the same bytes every time
+    again = tmp / "again.safetensors"
+    train.main(["export", "--model", str(MODEL), "--out", str(tmp / "whole"), "--file", str(again)])
+    assert again.read_bytes() == path.read_bytes()
     # the file's (float16) weights are the checkpoint's, rounded once
     drafter = load_drafter(path, torch.from_numpy(embedding))
     want = whole["drafter"]["layers.0.o_proj.weight"].half().float()
