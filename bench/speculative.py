@@ -43,36 +43,45 @@ ALL_MODES = {"plain": "off", "auto": "auto", "block": "block", "lookup": "lookup
 HELD_OUT = json.loads((Path(__file__).parent / "heldout_prompts.json").read_text())
 
 
+Step = tuple[tuple[str, str], ...]  # the (role, content) messages one request adds
+
+
 @dataclass(frozen=True)
 class Workload:
-    # conversations: each a list of user turns, the last one measured
-    conversations: tuple[tuple[str, ...], ...]
+    conversations: tuple[tuple[Step, ...], ...]  # each a session's requests, the last measured
+    follow_up: bool = False  # a request carries the earlier ones and the model's replies
+
+
+def _user(*turns: str) -> tuple[Step, ...]:
+    return tuple((("user", turn),) for turn in turns)
 
 
 WORKLOADS = {
     "regenerate": Workload(
         (
-            (
+            _user(
                 "What are the main differences between a list and a tuple in Python?",
                 "What are the key differences between a list and a tuple in Python?",
             ),
         )
     ),
-    "chat": Workload((("Explain how photosynthesis works, step by step.",),)),
+    "chat": Workload((_user("Explain how photosynthesis works, step by step."),)),
     "code": Workload(
         (
-            (
+            _user(
                 "Write a Python function fibonacci(n) that returns the n-th Fibonacci number.",
                 "Write a Python function fib(n) that returns the n-th Fibonacci number.",
             ),
         )
     ),
-    "open_chat": Workload(tuple((q,) for q in HELD_OUT["open_chat"])),
-    "mixed": Workload(tuple(tuple(turns) for turns in HELD_OUT["mixed"])),
+    "open_chat": Workload(
+        tuple(
+            (tuple((m["role"], m["content"]) for m in chat["messages"]),)
+            for chat in HELD_OUT["open_chat"]
+        )
+    ),
+    "mixed": Workload(tuple(_user(*turns) for turns in HELD_OUT["mixed"]), follow_up=True),
 }
-# a regenerate repeats the question as a fresh conversation (the edit), a follow-up
-# carries the history: which workloads' turns are follow-ups
-FOLLOW_UPS = {"mixed"}
 
 
 @dataclass
@@ -102,27 +111,20 @@ def ask(session: Any, messages: tuple[Any, ...], drafter: str, max_tokens: int) 
 
 
 def measure(
-    loaded: Any,
-    config: EngineConfig,
-    costs: Any,
-    work: Workload,
-    follow_up: bool,
-    drafter: str,
-    max_tokens: int,
+    loaded: Any, config: EngineConfig, costs: Any, work: Workload, drafter: str, max_tokens: int
 ) -> Sample:
-    """Each conversation in a fresh session: its earlier turns, then the measured one."""
+    """Each conversation in a fresh session: its earlier requests, then the measured one."""
     from engine import events as ev
     from engine.session import Session
 
     sample = Sample(0, 0.0, (), 0, 0)
-    for turns in work.conversations:
+    for steps in work.conversations:
         session = Session(loaded, config=config)
         session.costs = copy.deepcopy(costs)
         history: tuple[Any, ...] = ()
-        for turn in turns:
-            messages = (
-                (*history, ev.Message("user", turn)) if follow_up else (ev.Message("user", turn),)
-            )
+        for step in steps:
+            added = tuple(ev.Message(role, content) for role, content in step)
+            messages = (*history, *added) if work.follow_up else added
             done = ask(session, messages, drafter, max_tokens)
             history = (*messages, ev.Message("assistant", done.text))
         stats = done.stats
@@ -187,9 +189,7 @@ def run(args: argparse.Namespace, config: EngineConfig) -> dict[str, Any]:
             order = list(modes)
             order = order[run_index % len(order) :] + order[: run_index % len(order)]
             for mode in order:
-                sample = measure(
-                    loaded, config, costs, work, name in FOLLOW_UPS, modes[mode], args.max_tokens
-                )
+                sample = measure(loaded, config, costs, work, modes[mode], args.max_tokens)
                 samples[name][mode].append(sample)
                 print(
                     f"run {run_index + 1}/{args.runs} {name:<10} {mode:<6} "

@@ -1,7 +1,7 @@
 """The material tools/drafter/prompts.py combines into training conversations: topics,
 code tasks, comparisons, how-tos, passages to summarise and short exchanges whose
 assistant turns are written here. Plain data; the held-out prompts are elsewhere
-(heldout.json) and share none of these templates."""
+(bench/heldout_prompts.json) and share none of these templates."""
 
 # lists of short items, packed by hand to keep the file short
 # fmt: off

@@ -5,7 +5,7 @@ engine/session.py renders a chat) to prompt token ids, saved compact for the GPU
     python -m tools.drafter.prompts [--model GGUF] [--out tools/drafter/prompts.npz]
 
 Runs in the project's venv (it needs the engine's tokenizer); the GPU machine only reads
-the file. The 20 held-out prompts (heldout.json) are written by hand, not built here, and
+the file. The held-out prompts (bench/heldout_prompts.json) are written by hand, not built here, and
 a check below refuses a training prompt that repeats one of them.
 """
 
@@ -22,7 +22,7 @@ from tools.drafter import prompt_pools as pools
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_OUT = HERE / "prompts.npz"
-HELDOUT = HERE / "heldout.json"
+HELDOUT = HERE.parents[1] / "bench" / "heldout_prompts.json"  # the bench's held-out set
 # conversations per domain: ~3,000 in all
 QUOTAS = {"question": 900, "code": 700, "explain": 700, "writing": 250, "multi_turn": 450}
 SYSTEM_SHARE = 0.15  # of conversations that open with a custom system message
@@ -106,8 +106,13 @@ def build_conversations(seed: int = 20) -> list[tuple[str, list[dict]]]:
 
 
 def load_heldout() -> list[list[dict]]:
-    """The 20 held-out conversations (heldout.json: a list of {"name", "messages"})."""
-    return [item["messages"] for item in json.loads(HELDOUT.read_text(encoding="utf-8"))]
+    """The held-out conversations of bench/heldout_prompts.json: its open-chat ones
+    ({"name", "messages"}) and its mixed ones (user turns), as message lists."""
+    held = json.loads(HELDOUT.read_text(encoding="utf-8"))
+    chats = [item["messages"] for item in held["open_chat"]]
+    return chats + [
+        [{"role": "user", "content": turn} for turn in turns] for turns in held["mixed"]
+    ]
 
 
 def check_disjoint(conversations: list[tuple[str, list[dict]]]) -> None:
