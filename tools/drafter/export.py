@@ -5,18 +5,15 @@ checks against the loaded target; its sha256 printed and written beside it."""
 from __future__ import annotations
 
 import hashlib
-import json
-import struct
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from tools.drafter.model import BlockDrafter, DrafterConfig
+from tools.drafter.safetensors_io import read_drafter_file, write_safetensors
 
 FORMAT, VERSION = "branchchat-block-drafter", "1"
-# safetensors' dtype names (github.com/huggingface/safetensors, the format's README)
-_DTYPES = {"float16": "F16", "float32": "F32", "int32": "I32"}
 _LAYER_TENSORS = (
     "input_norm.weight", "q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight",
     "post_norm.weight", "gate_proj.weight", "up_proj.weight", "down_proj.weight",
@@ -85,45 +82,6 @@ def export_drafter(
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     Path(f"{path}.sha256").write_text(f"{digest}  {path.name}\n", encoding="utf-8")
     return digest
-
-
-def write_safetensors(path: Path, tensors: dict[str, np.ndarray], metadata: dict[str, str]) -> None:
-    """The safetensors layout (u64 header size, JSON header, raw little-endian data),
-    written here with sorted keys so one checkpoint always gives the same bytes and sha256
-    (the safetensors package orders the metadata as its hash map does)."""
-    header: dict = {"__metadata__": metadata}
-    offset = 0
-    for name in sorted(tensors):
-        t = tensors[name]
-        header[name] = {"dtype": _DTYPES[t.dtype.name], "shape": list(t.shape),
-                        "data_offsets": [offset, offset + t.nbytes]}  # fmt: skip
-        offset += t.nbytes
-    text = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)  # the data starts 8-byte aligned
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)) + text)
-        for name in sorted(tensors):
-            f.write(
-                np.ascontiguousarray(tensors[name])
-                .astype(tensors[name].dtype.newbyteorder("<"))
-                .tobytes()
-            )
-
-
-def read_drafter_file(path: str | Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    """(tensors, metadata) of a drafter file, as stored (read-only views of its bytes)."""
-    raw = Path(path).read_bytes()
-    (size,) = struct.unpack_from("<Q", raw)
-    header = json.loads(raw[8 : 8 + size])
-    metadata = header.pop("__metadata__", {})
-    names = {v: k for k, v in _DTYPES.items()}
-    tensors = {}
-    for name, info in header.items():
-        start, end = info["data_offsets"]
-        dtype = np.dtype(names[info["dtype"]]).newbyteorder("<")
-        data = np.frombuffer(raw, dtype, (end - start) // dtype.itemsize, 8 + size + start)
-        tensors[name] = data.reshape(info["shape"])
-    return tensors, metadata
 
 
 def load_drafter(path: str | Path, embedding: torch.Tensor) -> BlockDrafter:

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tools.drafter.export import read_drafter_file
 from tools.drafter.gguf_target import GGUFFile, embedding_check
+from tools.drafter.safetensors_io import read_drafter_file
 
 FIXTURE = Path(__file__).resolve().parents[2] / "tests/fixtures/block_drafter"
 MODEL = Path.home() / ".cache/branchchat/models/SmolLM2-135M-Instruct.Q4_1.gguf"

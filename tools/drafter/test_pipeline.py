@@ -14,8 +14,9 @@ import torch
 from safetensors import safe_open
 
 from tools.drafter import data, train
-from tools.drafter.export import load_drafter, read_drafter_file
+from tools.drafter.export import load_drafter
 from tools.drafter.gguf_target import GGUFFile, embedding_check
+from tools.drafter.safetensors_io import read_drafter_file
 
 MODEL = Path.home() / ".cache/branchchat/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 pytestmark = pytest.mark.skipif(not MODEL.exists(), reason="the default model is not fetched")

@@ -32,8 +32,9 @@ import torch
 import torch.nn.functional as F
 
 from tools.drafter import data
-from tools.drafter.export import export_drafter, read_drafter_file
+from tools.drafter.export import export_drafter
 from tools.drafter.model import BlockDrafter, DrafterConfig, init_weights
+from tools.drafter.safetensors_io import read_drafter_file
 from tools.drafter.target import Target
 
 CHECKPOINT = "checkpoint.pt"
