@@ -91,7 +91,7 @@ static void block_generic(const I8Mat *w, const I8X *x, Py_ssize_t r0, Py_ssize_
 
 typedef int32_t __attribute__((may_alias, aligned(1))) I8Quad; /* 4 bytes of xq */
 
-#define I8_MAX_MB 4 /* x rows per register tile */
+#define I8_MAX_MB 8 /* x rows per register tile */
 #define I8_MAX_NT 4 /* tiles per register tile */
 
 static inline __m512 params512(const I8Mat *w, const void *a, Py_ssize_t i) {
@@ -99,10 +99,18 @@ static inline __m512 params512(const I8Mat *w, const void *a, Py_ssize_t i) {
                    : _mm512_loadu_ps((const float *)a + i);
 }
 
+/* acc + w . the quad at q broadcast, as vpdpbusd's embedded broadcast: GCC 12 loads
+ * _mm512_set1_epi32(*q) with a separate vpbroadcastd, one more uop a dpbusd (the 8-bit
+ * heads' 64-row pieces ran 171 -> 185 GMAC/s without it). */
+static inline __attribute__((always_inline)) __m512i dpbusd_quad(__m512i acc, __m512i w,
+                                                                 const I8Quad *q) {
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*q));
+    return acc;
+}
+
 /* Weights of quads p and p + 1 of a tile: a nibble vector holds them as its low and high
  * nibbles; bits 5 and 6 add their planes' bits through byte masks. BITS 4 stands for 2,
- * 3 and 4, whose high nibbles stay in place (16 q: one and instead of a shift and an
- * and; the caller divides their exact sums by 16). */
+ * 3 and 4. */
 static inline __attribute__((always_inline)) void
 weights512(const uint8_t *qs, const uint64_t *hb, Py_ssize_t quads, Py_ssize_t p, const int BITS,
            __m512i *lo, __m512i *hi) {
@@ -113,10 +121,6 @@ weights512(const uint8_t *qs, const uint64_t *hb, Py_ssize_t quads, Py_ssize_t p
     }
     const __m512i low4 = _mm512_set1_epi8(15), raw = _mm512_loadu_si512(qs + p / 2 * 64);
     *lo = _mm512_and_si512(raw, low4);
-    if (BITS == 4) {
-        *hi = _mm512_andnot_si512(low4, raw);
-        return;
-    }
     *hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
     if (BITS >= 5) {
         const __m512i b4 = _mm512_set1_epi8(16);
@@ -131,12 +135,21 @@ weights512(const uint8_t *qs, const uint64_t *hb, Py_ssize_t quads, Py_ssize_t p
 }
 
 /* NT tiles from t against MB rows of x from r: the int8.h arithmetic, one output a lane.
- * Several tiles at once give a decode row independent dpbusd chains to overlap; several
- * rows reuse each weight vector. BITS, NT and MB are constants at each use. */
+ * Every 512-bit op shares the two ports vpdpbusd runs on, so the shape is chosen to
+ * spend the fewest other ops a dpbusd: each weight vector is unpacked once for all MB
+ * rows, both quads of a nibble vector sum into one int32 accumulator (exact), and the
+ * bias term (b * xb per group) runs after the integer pass, so only acc_s and the sums
+ * hold registers while dpbusd runs (its float steps and their order are int8.h's).
+ * Several tiles give a decode row independent dpbusd chains to overlap. GS: 16 or 32,
+ * the group size (a group within one block: its t never outlives the block, and the
+ * quads loop has a constant count); 0: any multiple of 32. BITS, NT, MB and GS are
+ * constants at each use. */
 static inline __attribute__((always_inline)) void
 tile512(const I8Mat *w, const I8X *x, Py_ssize_t r, Py_ssize_t t, float *out, Py_ssize_t ld,
-        const int BITS, const int NT, const int MB) {
-    const Py_ssize_t k = w->k, groups = k / w->group_size, quads = k / 4;
+        const int BITS, const int NT, const int MB, const int GS) {
+    const Py_ssize_t k = w->k, group_size = GS ? GS : w->group_size, quads = k / 4;
+    const Py_ssize_t groups = k / group_size, portion = GS ? GS : I8_BLOCK;
+    const Py_ssize_t portions = group_size / portion; /* blocks a group spans; 1 with GS */
     const uint8_t *qs[I8_MAX_NT];
     const uint64_t *hb[I8_MAX_NT];
     const int LEVELS = BITS == 8 ? 2 : 1;
@@ -158,32 +171,26 @@ tile512(const I8Mat *w, const I8X *x, Py_ssize_t r, Py_ssize_t t, float *out, Py
         }
     }
     for (Py_ssize_t g = 0; g < groups; g++) {
-        const Py_ssize_t end = (g + 1) * w->group_size;
         __m512 tsum[I8_MAX_NT][I8_MAX_MB];
         for (int c = 0; c < NT; c++)
             for (int i = 0; i < MB; i++) tsum[c][i] = _mm512_setzero_ps();
-        for (Py_ssize_t e = g * w->group_size; e < end;) {
-            const Py_ssize_t blk = e / I8_BLOCK;
-            const Py_ssize_t stop = (blk + 1) * I8_BLOCK < end ? (blk + 1) * I8_BLOCK : end;
-            __m512i lo_sum[I8_MAX_NT][I8_MAX_MB], hi_sum[I8_MAX_NT][I8_MAX_MB];
-            __m512i sum2[I8_MAX_NT][I8_MAX_MB];
+        for (Py_ssize_t part = 0; part < portions; part++) {
+            const Py_ssize_t e = g * group_size + part * portion, blk = e / I8_BLOCK;
+            __m512i isum[I8_MAX_NT][I8_MAX_MB], isum2[I8_MAX_NT][I8_MAX_MB];
             for (int c = 0; c < NT; c++)
-                for (int i = 0; i < MB; i++)
-                    lo_sum[c][i] = hi_sum[c][i] = sum2[c][i] = _mm512_setzero_si512();
-            for (Py_ssize_t p = e / 4; p < stop / 4; p += 2) {
+                for (int i = 0; i < MB; i++) isum[c][i] = isum2[c][i] = _mm512_setzero_si512();
+            /* a portion's 2 or 4 steps unrolled: the row pointers advance once a block */
+#pragma GCC unroll 4
+            for (Py_ssize_t p = e / 4; p < (e + portion) / 4; p += 2) {
                 for (int c = 0; c < NT; c++) {
                     __m512i lo, hi;
                     weights512(qs[c], hb[c], quads, p, BITS, &lo, &hi);
                     for (int i = 0; i < MB; i++) {
-                        lo_sum[c][i] =
-                            _mm512_dpbusd_epi32(lo_sum[c][i], lo, _mm512_set1_epi32(xq[i][p]));
-                        hi_sum[c][i] =
-                            _mm512_dpbusd_epi32(hi_sum[c][i], hi, _mm512_set1_epi32(xq[i][p + 1]));
+                        isum[c][i] = dpbusd_quad(isum[c][i], lo, xq[i] + p);
+                        isum[c][i] = dpbusd_quad(isum[c][i], hi, xq[i] + p + 1);
                         if (LEVELS == 2) {
-                            sum2[c][i] =
-                                _mm512_dpbusd_epi32(sum2[c][i], lo, _mm512_set1_epi32(xq2[i][p]));
-                            sum2[c][i] =
-                                _mm512_dpbusd_epi32(sum2[c][i], hi, _mm512_set1_epi32(xq2[i][p + 1]));
+                            isum2[c][i] = dpbusd_quad(isum2[c][i], lo, xq2[i] + p);
+                            isum2[c][i] = dpbusd_quad(isum2[c][i], hi, xq2[i] + p + 1);
                         }
                     }
                 }
@@ -191,25 +198,26 @@ tile512(const I8Mat *w, const I8X *x, Py_ssize_t r, Py_ssize_t t, float *out, Py
             for (int i = 0; i < MB; i++) {
                 const __m512 dv = _mm512_set1_ps(d[i][blk]);
                 for (int c = 0; c < NT; c++) {
-                    /* at 4 bits hi_sum is 16 times the high nibbles' sum, exactly */
-                    const __m512i hi = BITS == 4 ? _mm512_srai_epi32(hi_sum[c][i], 4) : hi_sum[c][i];
-                    const __m512i isum = _mm512_add_epi32(lo_sum[c][i], hi);
-                    tsum[c][i] = _mm512_fmadd_ps(dv, _mm512_cvtepi32_ps(isum), tsum[c][i]);
+                    tsum[c][i] = _mm512_fmadd_ps(dv, _mm512_cvtepi32_ps(isum[c][i]), tsum[c][i]);
                     if (LEVELS == 2)
                         tsum[c][i] = _mm512_fmadd_ps(_mm512_set1_ps(d2[i][blk]),
-                                                     _mm512_cvtepi32_ps(sum2[c][i]), tsum[c][i]);
+                                                     _mm512_cvtepi32_ps(isum2[c][i]), tsum[c][i]);
                 }
             }
-            e = stop;
         }
         for (int c = 0; c < NT; c++) {
             const __m512 sv = params512(w, w->scales, ((t + c) * groups + g) * I8_TILE);
-            const __m512 bv = w->zero ? _mm512_mul_ps(sv, _mm512_set1_ps((float)-w->zero))
-                                      : params512(w, w->biases, ((t + c) * groups + g) * I8_TILE);
-            for (int i = 0; i < MB; i++) {
-                acc_s[c][i] = _mm512_fmadd_ps(sv, tsum[c][i], acc_s[c][i]);
+            for (int i = 0; i < MB; i++) acc_s[c][i] = _mm512_fmadd_ps(sv, tsum[c][i], acc_s[c][i]);
+        }
+    }
+    for (Py_ssize_t g = 0; g < groups; g++) {
+        for (int c = 0; c < NT; c++) {
+            const Py_ssize_t at = ((t + c) * groups + g) * I8_TILE;
+            const __m512 bv = w->zero ? _mm512_mul_ps(params512(w, w->scales, at),
+                                                      _mm512_set1_ps((float)-w->zero))
+                                      : params512(w, w->biases, at);
+            for (int i = 0; i < MB; i++)
                 acc_b[c][i] = _mm512_fmadd_ps(bv, _mm512_set1_ps(xb[i][g]), acc_b[c][i]);
-            }
         }
     }
     for (int c = 0; c < NT; c++) {
@@ -221,35 +229,60 @@ tile512(const I8Mat *w, const I8X *x, Py_ssize_t r, Py_ssize_t t, float *out, Py
     }
 }
 
-/* Rows [r0, r1) x tiles [t0, t1) by register tiles: 4 tiles x 1 row, 2 x 2, or 1 tile x
- * up to 4 rows, each row computed the same way in any of them. */
-#define I8_ROWS_LOOP(TILE_FN, BITS)                                                        \
-    for (Py_ssize_t r = r0; r < r1;) {                                                     \
-        const Py_ssize_t mb = r1 - r < 4 ? r1 - r : 4;                                     \
-        Py_ssize_t t = t0;                                                                 \
-        if (mb == 1) {                                                                     \
-            for (; t + 4 <= t1; t += 4) TILE_FN(w, x, r, t, out, ld, BITS, 4, 1);          \
-        } else if (mb == 2) {                                                              \
-            for (; t + 2 <= t1; t += 2) TILE_FN(w, x, r, t, out, ld, BITS, 2, 2);          \
-        }                                                                                  \
-        for (; t < t1; t++) {                                                              \
-            switch (mb) {                                                                  \
-            case 1: TILE_FN(w, x, r, t, out, ld, BITS, 1, 1); break;                       \
-            case 2: TILE_FN(w, x, r, t, out, ld, BITS, 1, 2); break;                       \
-            case 3: TILE_FN(w, x, r, t, out, ld, BITS, 1, 3); break;                       \
-            default: TILE_FN(w, x, r, t, out, ld, BITS, 1, 4); break;                      \
-            }                                                                              \
-        }                                                                                  \
-        r += mb;                                                                           \
+/* Tiles [t0, t1) against MB rows from r: register tiles of NT tiles while they fit, then
+ * of fewer (halving), each row computed the same way in any of them. */
+static inline __attribute__((always_inline)) void
+tiles512(const I8Mat *w, const I8X *x, Py_ssize_t r, Py_ssize_t t0, Py_ssize_t t1, float *out,
+         Py_ssize_t ld, const int BITS, const int NT, const int MB, const int GS) {
+    Py_ssize_t t = t0;
+    if (NT >= 4)
+        for (; t + 4 <= t1; t += 4) tile512(w, x, r, t, out, ld, BITS, 4, MB, GS);
+    if (NT >= 2)
+        for (; t + 2 <= t1; t += 2) tile512(w, x, r, t, out, ld, BITS, 2, MB, GS);
+    for (; t < t1; t++) tile512(w, x, r, t, out, ld, BITS, 1, MB, GS);
+}
+
+/* Rows [r0, r1) x tiles [t0, t1) in passes of up to 8 rows, 4 to 8 accumulators a pass:
+ * 4 tiles x 1 row (a decode row's 4 dpbusd chains: 8 were slower, more pointers than
+ * GPRs), 4 x 2, 2 x 3 or 4, 1 tile x 5 to 8 rows. Groups of 64 and more (MLX's) keep
+ * each t across blocks: at most 4 rows a pass there, so nothing spills. */
+static inline __attribute__((always_inline)) void
+rows512(const I8Mat *w, const I8X *x, Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t t0, Py_ssize_t t1,
+        float *out, Py_ssize_t ld, const int BITS, const int GS) {
+    const Py_ssize_t most = GS ? I8_MAX_MB : 4;
+    for (Py_ssize_t r = r0; r < r1;) {
+        const Py_ssize_t mb = r1 - r < most ? r1 - r : most;
+        switch (mb) {
+        case 1: tiles512(w, x, r, t0, t1, out, ld, BITS, 4, 1, GS); break;
+        case 2: tiles512(w, x, r, t0, t1, out, ld, BITS, GS ? 4 : 2, 2, GS); break;
+        case 3: tiles512(w, x, r, t0, t1, out, ld, BITS, GS ? 2 : 1, 3, GS); break;
+        case 4: tiles512(w, x, r, t0, t1, out, ld, BITS, GS ? 2 : 1, 4, GS); break;
+        case 5: tiles512(w, x, r, t0, t1, out, ld, BITS, 1, GS ? 5 : 1, GS); break;
+        case 6: tiles512(w, x, r, t0, t1, out, ld, BITS, 1, GS ? 6 : 1, GS); break;
+        case 7: tiles512(w, x, r, t0, t1, out, ld, BITS, 1, GS ? 7 : 1, GS); break;
+        default: tiles512(w, x, r, t0, t1, out, ld, BITS, 1, GS ? 8 : 1, GS); break;
+        }
+        r += mb;
     }
+}
+
+static inline __attribute__((always_inline)) void
+groups512(const I8Mat *w, const I8X *x, Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t t0, Py_ssize_t t1,
+          float *out, Py_ssize_t ld, const int BITS) {
+    switch (w->group_size) {
+    case 16: rows512(w, x, r0, r1, t0, t1, out, ld, BITS, 16); break;
+    case 32: rows512(w, x, r0, r1, t0, t1, out, ld, BITS, 32); break;
+    default: rows512(w, x, r0, r1, t0, t1, out, ld, BITS, 0); break;
+    }
+}
 
 static void block_avx512vnni(const I8Mat *w, const I8X *x, Py_ssize_t r0, Py_ssize_t r1,
                              Py_ssize_t t0, Py_ssize_t t1, float *out, Py_ssize_t ld) {
     switch (w->bits) {
-    case 8: I8_ROWS_LOOP(tile512, 8); break;
-    case 6: I8_ROWS_LOOP(tile512, 6); break;
-    case 5: I8_ROWS_LOOP(tile512, 5); break;
-    default: I8_ROWS_LOOP(tile512, 4); break;
+    case 8: groups512(w, x, r0, r1, t0, t1, out, ld, 8); break;
+    case 6: groups512(w, x, r0, r1, t0, t1, out, ld, 6); break;
+    case 5: groups512(w, x, r0, r1, t0, t1, out, ld, 5); break;
+    default: groups512(w, x, r0, r1, t0, t1, out, ld, 4); break;
     }
 }
 

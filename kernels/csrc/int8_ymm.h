@@ -70,15 +70,17 @@ static inline __m256 I8_YMM(params_)(const I8Mat *w, const void *a, Py_ssize_t i
                    : _mm256_loadu_ps((const float *)a + i);
 }
 
-/* NU half tiles from u against MB rows of x from r; the int8.h arithmetic as tile512's. */
+/* NU half tiles from u against MB rows of x from r; the int8.h arithmetic as tile512's,
+ * and its moves: one int32 sum for both quads of a nibble vector, the bias term after the
+ * integer pass, so 3 rows of one half tile fit the 16 registers (one level). */
 static inline __attribute__((always_inline)) void
 I8_YMM(tile_)(const I8Mat *w, const I8X *x, Py_ssize_t r, Py_ssize_t u, float *out, Py_ssize_t ld,
               const int BITS, const int NU, const int MB) {
     const Py_ssize_t k = w->k, groups = k / w->group_size;
     const int LEVELS = BITS == 8 ? 2 : 1;
-    const I8Quad *xq[2], *xq2[2];
-    const float *d[2], *d2[2], *xb[2];
-    __m256 acc_s[2][2], acc_b[2][2];
+    const I8Quad *xq[3], *xq2[3];
+    const float *d[3], *d2[3], *xb[3];
+    __m256 acc_s[2][3], acc_b[2][3];
     for (int i = 0; i < MB; i++) {
         xq[i] = (const I8Quad *)(x->xq + (r + i) * k);
         d[i] = x->d + (r + i) * (k / I8_BLOCK);
@@ -91,26 +93,31 @@ I8_YMM(tile_)(const I8Mat *w, const I8X *x, Py_ssize_t r, Py_ssize_t u, float *o
     }
     for (Py_ssize_t g = 0; g < groups; g++) {
         const Py_ssize_t end = (g + 1) * w->group_size;
-        __m256 tsum[2][2];
+        __m256 tsum[2][3];
         for (int c = 0; c < NU; c++)
             for (int i = 0; i < MB; i++) tsum[c][i] = _mm256_setzero_ps();
         for (Py_ssize_t e = g * w->group_size; e < end;) {
             const Py_ssize_t blk = e / I8_BLOCK;
             const Py_ssize_t stop = (blk + 1) * I8_BLOCK < end ? (blk + 1) * I8_BLOCK : end;
-            __m256i lo_sum[2][2], hi_sum[2][2], sum2[2][2];
+            /* a decode row sums the high quads apart: 4 dpbusd chains instead of 2 */
+            __m256i isum[2][3], isum_hi[2][3], isum2[2][3];
             for (int c = 0; c < NU; c++)
                 for (int i = 0; i < MB; i++)
-                    lo_sum[c][i] = hi_sum[c][i] = sum2[c][i] = _mm256_setzero_si256();
+                    isum[c][i] = isum_hi[c][i] = isum2[c][i] = _mm256_setzero_si256();
             for (Py_ssize_t p = e / 4; p < stop / 4; p += 2) {
                 for (int c = 0; c < NU; c++) {
                     __m256i lo, hi;
                     I8_YMM(weights_)(w, u + c, p, BITS, &lo, &hi);
                     for (int i = 0; i < MB; i++) {
-                        lo_sum[c][i] = I8_YMM(dot4_)(lo_sum[c][i], lo, _mm256_set1_epi32(xq[i][p]), BITS);
-                        hi_sum[c][i] = I8_YMM(dot4_)(hi_sum[c][i], hi, _mm256_set1_epi32(xq[i][p + 1]), BITS);
+                        isum[c][i] = I8_YMM(dot4_)(isum[c][i], lo, _mm256_set1_epi32(xq[i][p]), BITS);
+                        const __m256i x_hi = _mm256_set1_epi32(xq[i][p + 1]);
+                        if (MB == 1)
+                            isum_hi[c][i] = I8_YMM(dot4_)(isum_hi[c][i], hi, x_hi, BITS);
+                        else
+                            isum[c][i] = I8_YMM(dot4_)(isum[c][i], hi, x_hi, BITS);
                         if (LEVELS == 2) {
-                            sum2[c][i] = I8_YMM(dot4_)(sum2[c][i], lo, _mm256_set1_epi32(xq2[i][p]), BITS);
-                            sum2[c][i] = I8_YMM(dot4_)(sum2[c][i], hi, _mm256_set1_epi32(xq2[i][p + 1]), BITS);
+                            isum2[c][i] = I8_YMM(dot4_)(isum2[c][i], lo, _mm256_set1_epi32(xq2[i][p]), BITS);
+                            isum2[c][i] = I8_YMM(dot4_)(isum2[c][i], hi, _mm256_set1_epi32(xq2[i][p + 1]), BITS);
                         }
                     }
                 }
@@ -118,11 +125,11 @@ I8_YMM(tile_)(const I8Mat *w, const I8X *x, Py_ssize_t r, Py_ssize_t u, float *o
             for (int i = 0; i < MB; i++) {
                 const __m256 dv = _mm256_set1_ps(d[i][blk]);
                 for (int c = 0; c < NU; c++) {
-                    const __m256i isum = _mm256_add_epi32(lo_sum[c][i], hi_sum[c][i]);
-                    tsum[c][i] = _mm256_fmadd_ps(dv, _mm256_cvtepi32_ps(isum), tsum[c][i]);
+                    const __m256i sum = MB == 1 ? _mm256_add_epi32(isum[c][i], isum_hi[c][i]) : isum[c][i];
+                    tsum[c][i] = _mm256_fmadd_ps(dv, _mm256_cvtepi32_ps(sum), tsum[c][i]);
                     if (LEVELS == 2)
                         tsum[c][i] = _mm256_fmadd_ps(_mm256_set1_ps(d2[i][blk]),
-                                                     _mm256_cvtepi32_ps(sum2[c][i]), tsum[c][i]);
+                                                     _mm256_cvtepi32_ps(isum2[c][i]), tsum[c][i]);
                 }
             }
             e = stop;
@@ -130,12 +137,17 @@ I8_YMM(tile_)(const I8Mat *w, const I8X *x, Py_ssize_t r, Py_ssize_t u, float *o
         for (int c = 0; c < NU; c++) {
             const Py_ssize_t at = ((u + c) / 2 * groups + g) * I8_TILE + 8 * ((u + c) % 2);
             const __m256 sv = I8_YMM(params_)(w, w->scales, at);
-            const __m256 bv = w->zero ? _mm256_mul_ps(sv, _mm256_set1_ps((float)-w->zero))
+            for (int i = 0; i < MB; i++) acc_s[c][i] = _mm256_fmadd_ps(sv, tsum[c][i], acc_s[c][i]);
+        }
+    }
+    for (Py_ssize_t g = 0; g < groups; g++) {
+        for (int c = 0; c < NU; c++) {
+            const Py_ssize_t at = ((u + c) / 2 * groups + g) * I8_TILE + 8 * ((u + c) % 2);
+            const __m256 bv = w->zero ? _mm256_mul_ps(I8_YMM(params_)(w, w->scales, at),
+                                                      _mm256_set1_ps((float)-w->zero))
                                       : I8_YMM(params_)(w, w->biases, at);
-            for (int i = 0; i < MB; i++) {
-                acc_s[c][i] = _mm256_fmadd_ps(sv, tsum[c][i], acc_s[c][i]);
+            for (int i = 0; i < MB; i++)
                 acc_b[c][i] = _mm256_fmadd_ps(bv, _mm256_set1_ps(xb[i][g]), acc_b[c][i]);
-            }
         }
     }
     for (int c = 0; c < NU; c++) {
@@ -149,18 +161,24 @@ I8_YMM(tile_)(const I8Mat *w, const I8X *x, Py_ssize_t r, Py_ssize_t u, float *o
     }
 }
 
-/* Rows [r0, r1) x tiles [t0, t1): 2 half tiles x 1 row, or 1 x 2 rows (16 ymm registers). */
+/* Rows [r0, r1) x tiles [t0, t1): 2 half tiles x 1 row, or 1 x 2 rows, or 1 x 3 against
+ * one level (16 ymm registers). */
 static inline __attribute__((always_inline)) void
 I8_YMM(rows_)(const I8Mat *w, const I8X *x, Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t t0,
               Py_ssize_t t1, float *out, Py_ssize_t ld, const int BITS) {
+    const Py_ssize_t most = BITS == 8 ? 2 : 3;
     for (Py_ssize_t r = r0; r < r1;) {
-        const Py_ssize_t mb = r1 - r < 2 ? r1 - r : 2;
+        const Py_ssize_t mb = r1 - r < most ? r1 - r : most;
         for (Py_ssize_t u = 2 * t0; u < 2 * t1; u += 2) {
             if (mb == 1) {
                 I8_YMM(tile_)(w, x, r, u, out, ld, BITS, 2, 1);
             } else {
-                I8_YMM(tile_)(w, x, r, u, out, ld, BITS, 1, 2);
-                I8_YMM(tile_)(w, x, r, u + 1, out, ld, BITS, 1, 2);
+                for (Py_ssize_t v = u; v < u + 2; v++) {
+                    if (mb == 3 && BITS != 8) /* mb <= 2 at 8 bits: no such tile */
+                        I8_YMM(tile_)(w, x, r, v, out, ld, BITS, 1, 3);
+                    else
+                        I8_YMM(tile_)(w, x, r, v, out, ld, BITS, 1, 2);
+                }
             }
         }
         r += mb;

@@ -118,6 +118,24 @@ def test_rows_do_not_depend_on_row_count_or_threads(int8_path: str, bits: int) -
             )
 
 
+@pytest.mark.parametrize("bits", [2, 3, 4, 5, 6, 8])
+@pytest.mark.parametrize("group_size", [16, 32, 64])
+def test_every_register_tile_gives_a_row_its_single_row_bits(
+    int8_path: str, bits: int, group_size: int
+) -> None:
+    """m = 1..17 meets every register tile (1 to 8 rows a pass and each remainder; 4, 2
+    and 1 tiles: 100 rows are 7 tiles, the pool's runs of 4 and 3, the last one partial):
+    each row equals that row alone bit for bit, and the reference."""
+    q, scales, biases, qm = random_case(100, 128, bits, group_size, seed=13 + bits)
+    w = Int8Matrix.from_qmatrix(qm)
+    x = np.random.default_rng(14).standard_normal((17, 128)).astype(np.float32)
+    x[3, 64:96] = 0.0  # a block whose d is 0
+    alone = np.concatenate([int8_matmul.matmul(x[i : i + 1], w) for i in range(17)])
+    assert_close(alone, int8_ref.matmul_reference(x, q, scales, biases, group_size, bits))
+    for m in range(2, 18):
+        assert np.array_equal(int8_matmul.matmul(x[:m], w), alone[:m]), m
+
+
 def test_out_may_be_columns_of_a_wider_array(int8_path: str) -> None:
     *_, qm = random_case(48, 64, 4, 32)
     w = Int8Matrix.from_qmatrix(qm)
