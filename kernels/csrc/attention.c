@@ -13,7 +13,10 @@
  * equals its decode step bit for bit) on a code path: AVX-512 tiles (head dims a multiple
  * of 16), AVX2 tiles (of 8), else portable C. Masked keys are skipped, never weighted by 0
  * (a ring's unwritten rows may hold anything), and a block no row sees is not read. Past
- * ATTN_MANY_ROWS rows per head (a prefill chunk) attention_prefill.c's tiles take over. */
+ * ATTN_MANY_ROWS rows per head (a prefill chunk) attention_prefill.c's tiles take over.
+ * A sliding window's ring is read the same way, its keys by position (block b: positions
+ * [64 b, 64 b + 64), from the slots or the call's own rows), from the block of the first
+ * key any row sees: a row meets the same blocks whatever rows come with it. */
 #include "attention.h"
 
 #include <stdlib.h>
@@ -227,7 +230,8 @@ static void attention_block(const void *ctx, Py_ssize_t item) {
         return;
     }
 #endif
-    const Py_ssize_t s0 = b * ATTN_BLOCK, n = j->S - s0 < ATTN_BLOCK ? j->S - s0 : ATTN_BLOCK;
+    const Py_ssize_t s0 = (run->first_block + b) * ATTN_BLOCK;
+    const Py_ssize_t n = j->S - s0 < ATTN_BLOCK ? j->S - s0 : ATTN_BLOCK;
     for (Py_ssize_t r0 = 0; r0 < rows; r0 += ATTN_ROWS) {
         const Py_ssize_t num_rows = rows - r0 < ATTN_ROWS ? rows - r0 : ATTN_ROWS;
 #if ATTN_AVX512
@@ -282,11 +286,13 @@ int run_attention(const AttnJob *job, Py_ssize_t Hq, Py_ssize_t L) {
         memset(job->out, 0, (size_t)(Hq * L * D) * sizeof(float));
         return 0;
     }
-    const Py_ssize_t Hkv = Hq / job->G, num_kb = (S + ATTN_BLOCK - 1) / ATTN_BLOCK;
+    const Py_ssize_t Hkv = Hq / job->G, first_block = job->key_lo / ATTN_BLOCK;
+    const Py_ssize_t num_kb = (S + ATTN_BLOCK - 1) / ATTN_BLOCK - first_block;
+    const Py_ssize_t num_keys = S - first_block * ATTN_BLOCK; /* the keys a pass reads */
     const int simd = isa == ISA_AVX512 && D % 16 == 0;
     const int many = simd && L > ATTN_MANY_ROWS && D % 64 == 0 && D <= ATTN_PREFILL_DIM;
     /* a prefill chunk: spans of blocks, still ~8 units of work per call for the pool (a
-     * span depends on S and Hkv only, never on the thread count) */
+     * span depends on S, key_lo and Hkv only, never on the thread count) */
     Py_ssize_t span = many ? num_kb * Hkv / 8 : 1;
     span = span < 1 ? 1 : span > ATTN_PREFILL_SPAN ? ATTN_PREFILL_SPAN : span;
     const Py_ssize_t nb = (num_kb + span - 1) / span;
@@ -302,7 +308,7 @@ int run_attention(const AttnJob *job, Py_ssize_t Hq, Py_ssize_t L) {
         free_aligned(acc);
         return -1;
     }
-    AttnRun run = {.job = job, .num_blocks = nb, .span = span, .m = m, .sum = sum,
+    AttnRun run = {.job = job, .first_block = first_block, .num_blocks = nb, .span = span, .m = m, .sum = sum,
                    .acc = acc, .simd = simd, .many = many};
     run.avx2 = !simd && (isa == ISA_AVX2 || isa == ISA_AVX512) && D % 8 == 0;
     /* workers poll after a decode or verify call (a packed matmul follows within
@@ -310,7 +316,7 @@ int run_attention(const AttnJob *job, Py_ssize_t Hq, Py_ssize_t L) {
     const long long spin = L > ATTN_MANY_ROWS ? 0 : SPIN_NS;
     for (run.l0 = 0; run.l0 < L; run.l0 += run.lc) {
         run.lc = L - run.l0 < lc_max ? L - run.l0 : lc_max;
-        if (Hq * run.lc * S >= ATTN_PARALLEL_KEYS) {
+        if (Hq * run.lc * num_keys >= ATTN_PARALLEL_KEYS) {
             parallel_for(attention_block, &run, Hkv * nb, SPIN_NS);
             parallel_for(attention_merge, &run, Hq * run.lc, spin);
         } else { /* a short context: waking a worker costs more than it saves */
@@ -322,4 +328,18 @@ int run_attention(const AttnJob *job, Py_ssize_t Hq, Py_ssize_t L) {
     free_aligned(sum);
     free_aligned(acc);
     return 0;
+}
+
+int run_ring_attention(AttnJob *job, const int64_t *positions, Py_ssize_t window,
+                       uint8_t *mask, Py_ssize_t Hq) {
+    const Py_ssize_t S = job->S, first_new = job->first_new, size = job->ring_rows;
+    job->key_lo = first_new - window + 1 > 0 ? first_new - window + 1 : 0;
+    for (Py_ssize_t l = 0; l < job->L; l++) { /* only key_lo's block on is read */
+        const Py_ssize_t pos = first_new + l;
+        uint8_t *row = mask + l * S;
+        for (Py_ssize_t s = job->key_lo / ATTN_BLOCK * ATTN_BLOCK; s < S; s++)
+            row[s] = s <= pos && s > pos - window && (s >= first_new || positions[s % size] == s);
+    }
+    job->mask = mask;
+    return run_attention(job, Hq, job->L);
 }
