@@ -100,6 +100,28 @@ static inline __m512 scores16(const float *q, const float *const *k, Py_ssize_t 
     return sum16(a);
 }
 
+/* scores16 for two rows at once, each key's vector loaded once for both (half the loads
+ * per FMA): the same sums, key by key, as scores16 gives each row alone. */
+static inline void scores16_pair(const float *q0, const float *q1, const float *const *k,
+                                 Py_ssize_t D, __m512 *s0, __m512 *s1) {
+    __m512 a0[ATTN_TILE], a1[ATTN_TILE];
+    for (int h = 0; h < ATTN_TILE; h += 8) { /* 8 keys x 2 rows: 16 accumulators */
+        __m512 x0[8], x1[8];
+        for (int i = 0; i < 8; i++) x0[i] = x1[i] = _mm512_setzero_ps();
+        for (Py_ssize_t d = 0; d < D; d += 16) {
+            const __m512 qa = _mm512_loadu_ps(q0 + d), qb = _mm512_loadu_ps(q1 + d);
+            for (int i = 0; i < 8; i++) {
+                const __m512 kv = _mm512_loadu_ps(k[h + i] + d);
+                x0[i] = _mm512_fmadd_ps(qa, kv, x0[i]);
+                x1[i] = _mm512_fmadd_ps(qb, kv, x1[i]);
+            }
+        }
+        for (int i = 0; i < 8; i++) a0[h + i] = x0[i], a1[h + i] = x1[i];
+    }
+    *s0 = sum16(a0);
+    *s1 = sum16(a1);
+}
+
 /* acc[0, 16 NV) += sum over the set bits i of `live` of p[i] v[i][0, 16 NV): a row's
  * accumulators stay in registers across the tile, in two sets (even and odd keys taken)
  * so that consecutive keys' FMAs do not wait on each other. */
@@ -140,6 +162,35 @@ PV_TILE(8)
 PV_TILE(4)
 PV_TILE(1)
 
+/* pv_tile for two rows that weight all 16 keys (most of a prefill piece's tiles), 64 or
+ * 16 dims at a time: each row's sums as pv_tile forms them (even keys into acc, odd ones
+ * apart, then added), each V vector loaded once for both. */
+#define PV_PAIR(NV)                                                                           \
+    static inline void pv_pair_##NV(float *acc0, float *acc1, const float *p0, const float *p1, \
+                                    const float *const *v, Py_ssize_t d0) {                   \
+        __m512 a0[NV], b0[NV], a1[NV], b1[NV];                                                \
+        for (int c = 0; c < NV; c++) {                                                        \
+            a0[c] = _mm512_loadu_ps(acc0 + 16 * c), a1[c] = _mm512_loadu_ps(acc1 + 16 * c);   \
+            b0[c] = b1[c] = _mm512_setzero_ps();                                              \
+        }                                                                                     \
+        for (int i = 0; i < ATTN_TILE; i += 2) {                                              \
+            const __m512 e0 = _mm512_set1_ps(p0[i]), e1 = _mm512_set1_ps(p1[i]);              \
+            const __m512 o0 = _mm512_set1_ps(p0[i + 1]), o1 = _mm512_set1_ps(p1[i + 1]);      \
+            for (int c = 0; c < NV; c++) {                                                    \
+                const __m512 ve = _mm512_loadu_ps(v[i] + d0 + 16 * c);                        \
+                const __m512 vo = _mm512_loadu_ps(v[i + 1] + d0 + 16 * c);                    \
+                a0[c] = _mm512_fmadd_ps(e0, ve, a0[c]), a1[c] = _mm512_fmadd_ps(e1, ve, a1[c]); \
+                b0[c] = _mm512_fmadd_ps(o0, vo, b0[c]), b1[c] = _mm512_fmadd_ps(o1, vo, b1[c]); \
+            }                                                                                 \
+        }                                                                                     \
+        for (int c = 0; c < NV; c++) {                                                        \
+            _mm512_storeu_ps(acc0 + 16 * c, _mm512_add_ps(a0[c], b0[c]));                     \
+            _mm512_storeu_ps(acc1 + 16 * c, _mm512_add_ps(a1[c], b1[c]));                     \
+        }                                                                                     \
+    }
+PV_PAIR(4)
+PV_PAIR(1)
+
 /* acc[0, D) += the tile's p-weighted V rows, in chunks of 128, 64 and 16 dims. */
 static inline void pv_tile(float *acc, const float *p, const float *const *v, Py_ssize_t D,
                            unsigned live) {
@@ -176,20 +227,30 @@ static void block_rows_avx512(const AttnRun *run, Py_ssize_t g, Py_ssize_t s0, P
     }
     if (!num_live) return;
     const __m512 neg_inf = _mm512_set1_ps(-INFINITY), scale = _mm512_set1_ps(j->scale);
+    int order[ATTN_ROWS]; /* the live rows, taken in pairs */
+    for (int r = 0, i = 0; r < num_rows; r++)
+        if (live[r]) order[i++] = r;
     for (Py_ssize_t t0 = 0; t0 < n; t0 += ATTN_TILE) {
         const Py_ssize_t nt = n - t0 < ATTN_TILE ? n - t0 : ATTN_TILE;
         const __mmask16 in_range = (__mmask16)((1u << nt) - 1);
         tile_rows(j, 0, g, s0 + t0, nt, buf, rows);
-        for (Py_ssize_t r = 0; r < num_rows; r++) {
-            if (!live[r]) continue;
-            __mmask16 visible = in_range;
-            const uint8_t *mask = masks[r];
-            if (mask)
-                visible = _mm_mask_test_epi8_mask(
-                    in_range, _mm_maskz_loadu_epi8(in_range, mask + s0 + t0),
-                    _mm_set1_epi8((char)0xff));
-            const __m512 s = _mm512_mul_ps(scores16(q[r], rows, D), scale);
-            _mm512_store_ps(sc[r] + t0, _mm512_mask_mov_ps(neg_inf, visible, s));
+        for (int i = 0; i < num_live; i += 2) {
+            const int pair = i + 1 < num_live, r0 = order[i], r1 = order[i + pair];
+            __m512 s[2];
+            if (pair)
+                scores16_pair(q[r0], q[r1], rows, D, &s[0], &s[1]);
+            else
+                s[0] = scores16(q[r0], rows, D);
+            for (int t = 0; t <= pair; t++) {
+                const int r = t ? r1 : r0;
+                __mmask16 visible = in_range;
+                if (masks[r])
+                    visible = _mm_mask_test_epi8_mask(
+                        in_range, _mm_maskz_loadu_epi8(in_range, masks[r] + s0 + t0),
+                        _mm_set1_epi8((char)0xff));
+                _mm512_store_ps(sc[r] + t0, _mm512_mask_mov_ps(neg_inf, visible,
+                                                               _mm512_mul_ps(s[t], scale)));
+            }
         }
     }
     const Py_ssize_t num_tiles = (n + ATTN_TILE - 1) / ATTN_TILE;
@@ -203,14 +264,28 @@ static void block_rows_avx512(const AttnRun *run, Py_ssize_t g, Py_ssize_t s0, P
     for (Py_ssize_t t0 = 0; t0 < n; t0 += ATTN_TILE) {
         const Py_ssize_t nt = n - t0 < ATTN_TILE ? n - t0 : ATTN_TILE;
         tile_rows(j, 1, g, s0 + t0, nt, buf, rows);
-        for (Py_ssize_t r = 0; r < num_rows; r++) {
-            if (!live[r]) continue;
+        int held = -1; /* a row weighting every key, waiting for another */
+        for (int i = 0; i < num_live; i++) {
+            const int r = order[i];
             const float *p = sc[r] + t0;
+            float *acc = run->acc + ((R0 + r) * nb + b) * D;
             /* keys it sees with a nonzero weight (a masked key's row may hold anything) */
             const unsigned weighted = _mm512_cmp_ps_mask(_mm512_load_ps(p), _mm512_setzero_ps(),
                                                          _CMP_NEQ_OQ) & ((1u << nt) - 1);
-            pv_tile(run->acc + ((R0 + r) * nb + b) * D, p, rows, D, weighted);
+            if (weighted != 0xffffu) {
+                pv_tile(acc, p, rows, D, weighted);
+            } else if (held < 0) {
+                held = r;
+            } else {
+                float *acc0 = run->acc + ((R0 + held) * nb + b) * D;
+                const float *p0 = sc[held] + t0;
+                Py_ssize_t d = 0;
+                for (; d + 64 <= D; d += 64) pv_pair_4(acc0 + d, acc + d, p0, p, rows, d);
+                for (; d < D; d += 16) pv_pair_1(acc0 + d, acc + d, p0, p, rows, d);
+                held = -1;
+            }
         }
+        if (held >= 0) pv_tile(run->acc + ((R0 + held) * nb + b) * D, sc[held] + t0, rows, D, 0xffffu);
     }
 }
 #endif

@@ -14,7 +14,7 @@
 
 #define ATTN_BLOCK 64  /* keys per unit of work: fixed, so a row's sums never depend on the split */
 #define ATTN_TILE 16   /* keys converted and scored together (one AVX-512 register of scores) */
-#define ATTN_ROWS 16   /* decode tiles: query rows scored per pass over a tile of keys */
+#define ATTN_ROWS 64   /* decode tiles: query rows scored per pass over a tile of keys */
 #define ATTN_CHUNK_L 32 /* query rows per head per pass: bounds the partials' memory */
 /* Above this many rows per head (a prefill chunk; decode and verify rows stay below) the
  * prefill tiles serve head dims that are multiples of 64 up to ATTN_PREFILL_DIM. */
