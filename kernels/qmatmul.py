@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-ABI_VERSION = 3  # kernels/csrc/module.c's; a stale build from older sources is not used
+ABI_VERSION = 4  # kernels/csrc/module.c's; a stale build from older sources is not used
 
 
 def _load_extension() -> Any:

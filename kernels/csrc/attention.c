@@ -285,7 +285,8 @@ static void block_rows_avx512(const AttnRun *run, Py_ssize_t g, Py_ssize_t s0, P
                 held = -1;
             }
         }
-        if (held >= 0) pv_tile(run->acc + ((R0 + held) * nb + b) * D, sc[held] + t0, rows, D, 0xffffu);
+        if (held >= 0)
+            pv_tile(run->acc + ((R0 + held) * nb + b) * D, sc[held] + t0, rows, D, 0xffffu);
     }
 }
 #endif
@@ -383,8 +384,8 @@ int run_attention(const AttnJob *job, Py_ssize_t Hq, Py_ssize_t L) {
         free_aligned(acc);
         return -1;
     }
-    AttnRun run = {.job = job, .first_block = first_block, .num_blocks = nb, .span = span, .m = m, .sum = sum,
-                   .acc = acc, .simd = simd, .many = many};
+    AttnRun run = {.job = job, .first_block = first_block, .num_blocks = nb, .span = span,
+                   .m = m, .sum = sum, .acc = acc, .simd = simd, .many = many};
     run.avx2 = !simd && (isa == ISA_AVX2 || isa == ISA_AVX512) && D % 8 == 0;
     /* workers poll after a decode or verify call (a packed matmul follows within
      * microseconds), not after a prefill chunk's: BLAS's threads want the cores next */

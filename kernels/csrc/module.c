@@ -419,7 +419,7 @@ static struct PyModuleDef module = {
     -1, methods, NULL, NULL, NULL, NULL};
 
 /* Bumped whenever an entry point's arguments change; kernels/qmatmul.py checks it. */
-#define ABI_VERSION 3
+#define ABI_VERSION 4
 
 PyMODINIT_FUNC PyInit__qmatmul(void) {
     if (pool_register_fork_handlers())
