@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-ABI_VERSION = 3  # kernels/csrc/module.c's; a stale build from older sources is not used
+ABI_VERSION = 4  # kernels/csrc/module.c's; a stale build from older sources is not used
 
 
 def _load_extension() -> Any:
@@ -297,4 +297,33 @@ def attention(
     out = np.empty(q.shape, dtype=F32)
     m = None if mask is None else np.ascontiguousarray(mask, dtype=np.bool_)
     _require_ext().attention(np.ascontiguousarray(q, dtype=F32), k, v, float(scale), m, out)
+    return out
+
+
+def ring_attention(
+    q: np.ndarray,
+    ring: tuple[np.ndarray, np.ndarray, np.ndarray],
+    new_rows: tuple[np.ndarray, np.ndarray],
+    offset: int,
+    window: int,
+    scale: float,
+) -> np.ndarray:
+    """A sliding window's attention as the C step computes it (kernels/csrc/step.c): query
+    row l of q [Hq, L, D], at position offset + l, over keys (pos - window, pos] by
+    position: below offset from the ring (keys, values [Hkv, size, D], positions [size]:
+    position p in slot p % size where positions[slot] == p), from offset on the call's own
+    rows new_rows (k, v [Hkv, L, D]). K/V all float32 or all float16, C-contiguous."""
+    keys, values, positions = ring
+    out = np.empty(q.shape, dtype=F32)
+    _require_ext().ring_attention(
+        np.ascontiguousarray(q, dtype=F32),
+        keys,
+        values,
+        np.ascontiguousarray(positions, dtype=np.int64),
+        *new_rows,
+        int(offset),
+        int(window),
+        float(scale),
+        out,
+    )
     return out

@@ -13,7 +13,10 @@
  * equals its decode step bit for bit) on a code path: AVX-512 tiles (head dims a multiple
  * of 16), AVX2 tiles (of 8), else portable C. Masked keys are skipped, never weighted by 0
  * (a ring's unwritten rows may hold anything), and a block no row sees is not read. Past
- * ATTN_MANY_ROWS rows per head (a prefill chunk) attention_prefill.c's tiles take over. */
+ * ATTN_MANY_ROWS rows per head (a prefill chunk) attention_prefill.c's tiles take over.
+ * A sliding window's ring is read the same way, its keys by position (block b: positions
+ * [64 b, 64 b + 64), from the slots or the call's own rows), from the block of the first
+ * key any row sees: a row meets the same blocks whatever rows come with it. */
 #include "attention.h"
 
 #include <stdlib.h>
@@ -97,6 +100,28 @@ static inline __m512 scores16(const float *q, const float *const *k, Py_ssize_t 
     return sum16(a);
 }
 
+/* scores16 for two rows at once, each key's vector loaded once for both (half the loads
+ * per FMA): the same sums, key by key, as scores16 gives each row alone. */
+static inline void scores16_pair(const float *q0, const float *q1, const float *const *k,
+                                 Py_ssize_t D, __m512 *s0, __m512 *s1) {
+    __m512 a0[ATTN_TILE], a1[ATTN_TILE];
+    for (int h = 0; h < ATTN_TILE; h += 8) { /* 8 keys x 2 rows: 16 accumulators */
+        __m512 x0[8], x1[8];
+        for (int i = 0; i < 8; i++) x0[i] = x1[i] = _mm512_setzero_ps();
+        for (Py_ssize_t d = 0; d < D; d += 16) {
+            const __m512 qa = _mm512_loadu_ps(q0 + d), qb = _mm512_loadu_ps(q1 + d);
+            for (int i = 0; i < 8; i++) {
+                const __m512 kv = _mm512_loadu_ps(k[h + i] + d);
+                x0[i] = _mm512_fmadd_ps(qa, kv, x0[i]);
+                x1[i] = _mm512_fmadd_ps(qb, kv, x1[i]);
+            }
+        }
+        for (int i = 0; i < 8; i++) a0[h + i] = x0[i], a1[h + i] = x1[i];
+    }
+    *s0 = sum16(a0);
+    *s1 = sum16(a1);
+}
+
 /* acc[0, 16 NV) += sum over the set bits i of `live` of p[i] v[i][0, 16 NV): a row's
  * accumulators stay in registers across the tile, in two sets (even and odd keys taken)
  * so that consecutive keys' FMAs do not wait on each other. */
@@ -137,6 +162,35 @@ PV_TILE(8)
 PV_TILE(4)
 PV_TILE(1)
 
+/* pv_tile for two rows that weight all 16 keys (most of a prefill piece's tiles), 64 or
+ * 16 dims at a time: each row's sums as pv_tile forms them (even keys into acc, odd ones
+ * apart, then added), each V vector loaded once for both. */
+#define PV_PAIR(NV)                                                                           \
+    static inline void pv_pair_##NV(float *acc0, float *acc1, const float *p0, const float *p1, \
+                                    const float *const *v, Py_ssize_t d0) {                   \
+        __m512 a0[NV], b0[NV], a1[NV], b1[NV];                                                \
+        for (int c = 0; c < NV; c++) {                                                        \
+            a0[c] = _mm512_loadu_ps(acc0 + 16 * c), a1[c] = _mm512_loadu_ps(acc1 + 16 * c);   \
+            b0[c] = b1[c] = _mm512_setzero_ps();                                              \
+        }                                                                                     \
+        for (int i = 0; i < ATTN_TILE; i += 2) {                                              \
+            const __m512 e0 = _mm512_set1_ps(p0[i]), e1 = _mm512_set1_ps(p1[i]);              \
+            const __m512 o0 = _mm512_set1_ps(p0[i + 1]), o1 = _mm512_set1_ps(p1[i + 1]);      \
+            for (int c = 0; c < NV; c++) {                                                    \
+                const __m512 ve = _mm512_loadu_ps(v[i] + d0 + 16 * c);                        \
+                const __m512 vo = _mm512_loadu_ps(v[i + 1] + d0 + 16 * c);                    \
+                a0[c] = _mm512_fmadd_ps(e0, ve, a0[c]), a1[c] = _mm512_fmadd_ps(e1, ve, a1[c]); \
+                b0[c] = _mm512_fmadd_ps(o0, vo, b0[c]), b1[c] = _mm512_fmadd_ps(o1, vo, b1[c]); \
+            }                                                                                 \
+        }                                                                                     \
+        for (int c = 0; c < NV; c++) {                                                        \
+            _mm512_storeu_ps(acc0 + 16 * c, _mm512_add_ps(a0[c], b0[c]));                     \
+            _mm512_storeu_ps(acc1 + 16 * c, _mm512_add_ps(a1[c], b1[c]));                     \
+        }                                                                                     \
+    }
+PV_PAIR(4)
+PV_PAIR(1)
+
 /* acc[0, D) += the tile's p-weighted V rows, in chunks of 128, 64 and 16 dims. */
 static inline void pv_tile(float *acc, const float *p, const float *const *v, Py_ssize_t D,
                            unsigned live) {
@@ -173,20 +227,30 @@ static void block_rows_avx512(const AttnRun *run, Py_ssize_t g, Py_ssize_t s0, P
     }
     if (!num_live) return;
     const __m512 neg_inf = _mm512_set1_ps(-INFINITY), scale = _mm512_set1_ps(j->scale);
+    int order[ATTN_ROWS]; /* the live rows, taken in pairs */
+    for (int r = 0, i = 0; r < num_rows; r++)
+        if (live[r]) order[i++] = r;
     for (Py_ssize_t t0 = 0; t0 < n; t0 += ATTN_TILE) {
         const Py_ssize_t nt = n - t0 < ATTN_TILE ? n - t0 : ATTN_TILE;
         const __mmask16 in_range = (__mmask16)((1u << nt) - 1);
         tile_rows(j, 0, g, s0 + t0, nt, buf, rows);
-        for (Py_ssize_t r = 0; r < num_rows; r++) {
-            if (!live[r]) continue;
-            __mmask16 visible = in_range;
-            const uint8_t *mask = masks[r];
-            if (mask)
-                visible = _mm_mask_test_epi8_mask(
-                    in_range, _mm_maskz_loadu_epi8(in_range, mask + s0 + t0),
-                    _mm_set1_epi8((char)0xff));
-            const __m512 s = _mm512_mul_ps(scores16(q[r], rows, D), scale);
-            _mm512_store_ps(sc[r] + t0, _mm512_mask_mov_ps(neg_inf, visible, s));
+        for (int i = 0; i < num_live; i += 2) {
+            const int pair = i + 1 < num_live, r0 = order[i], r1 = order[i + pair];
+            __m512 s[2];
+            if (pair)
+                scores16_pair(q[r0], q[r1], rows, D, &s[0], &s[1]);
+            else
+                s[0] = scores16(q[r0], rows, D);
+            for (int t = 0; t <= pair; t++) {
+                const int r = t ? r1 : r0;
+                __mmask16 visible = in_range;
+                if (masks[r])
+                    visible = _mm_mask_test_epi8_mask(
+                        in_range, _mm_maskz_loadu_epi8(in_range, masks[r] + s0 + t0),
+                        _mm_set1_epi8((char)0xff));
+                _mm512_store_ps(sc[r] + t0, _mm512_mask_mov_ps(neg_inf, visible,
+                                                               _mm512_mul_ps(s[t], scale)));
+            }
         }
     }
     const Py_ssize_t num_tiles = (n + ATTN_TILE - 1) / ATTN_TILE;
@@ -200,14 +264,29 @@ static void block_rows_avx512(const AttnRun *run, Py_ssize_t g, Py_ssize_t s0, P
     for (Py_ssize_t t0 = 0; t0 < n; t0 += ATTN_TILE) {
         const Py_ssize_t nt = n - t0 < ATTN_TILE ? n - t0 : ATTN_TILE;
         tile_rows(j, 1, g, s0 + t0, nt, buf, rows);
-        for (Py_ssize_t r = 0; r < num_rows; r++) {
-            if (!live[r]) continue;
+        int held = -1; /* a row weighting every key, waiting for another */
+        for (int i = 0; i < num_live; i++) {
+            const int r = order[i];
             const float *p = sc[r] + t0;
+            float *acc = run->acc + ((R0 + r) * nb + b) * D;
             /* keys it sees with a nonzero weight (a masked key's row may hold anything) */
             const unsigned weighted = _mm512_cmp_ps_mask(_mm512_load_ps(p), _mm512_setzero_ps(),
                                                          _CMP_NEQ_OQ) & ((1u << nt) - 1);
-            pv_tile(run->acc + ((R0 + r) * nb + b) * D, p, rows, D, weighted);
+            if (weighted != 0xffffu) {
+                pv_tile(acc, p, rows, D, weighted);
+            } else if (held < 0) {
+                held = r;
+            } else {
+                float *acc0 = run->acc + ((R0 + held) * nb + b) * D;
+                const float *p0 = sc[held] + t0;
+                Py_ssize_t d = 0;
+                for (; d + 64 <= D; d += 64) pv_pair_4(acc0 + d, acc + d, p0, p, rows, d);
+                for (; d < D; d += 16) pv_pair_1(acc0 + d, acc + d, p0, p, rows, d);
+                held = -1;
+            }
         }
+        if (held >= 0)
+            pv_tile(run->acc + ((R0 + held) * nb + b) * D, sc[held] + t0, rows, D, 0xffffu);
     }
 }
 #endif
@@ -227,7 +306,8 @@ static void attention_block(const void *ctx, Py_ssize_t item) {
         return;
     }
 #endif
-    const Py_ssize_t s0 = b * ATTN_BLOCK, n = j->S - s0 < ATTN_BLOCK ? j->S - s0 : ATTN_BLOCK;
+    const Py_ssize_t s0 = (run->first_block + b) * ATTN_BLOCK;
+    const Py_ssize_t n = j->S - s0 < ATTN_BLOCK ? j->S - s0 : ATTN_BLOCK;
     for (Py_ssize_t r0 = 0; r0 < rows; r0 += ATTN_ROWS) {
         const Py_ssize_t num_rows = rows - r0 < ATTN_ROWS ? rows - r0 : ATTN_ROWS;
 #if ATTN_AVX512
@@ -282,11 +362,13 @@ int run_attention(const AttnJob *job, Py_ssize_t Hq, Py_ssize_t L) {
         memset(job->out, 0, (size_t)(Hq * L * D) * sizeof(float));
         return 0;
     }
-    const Py_ssize_t Hkv = Hq / job->G, num_kb = (S + ATTN_BLOCK - 1) / ATTN_BLOCK;
+    const Py_ssize_t Hkv = Hq / job->G, first_block = job->key_lo / ATTN_BLOCK;
+    const Py_ssize_t num_kb = (S + ATTN_BLOCK - 1) / ATTN_BLOCK - first_block;
+    const Py_ssize_t num_keys = S - first_block * ATTN_BLOCK; /* the keys a pass reads */
     const int simd = isa == ISA_AVX512 && D % 16 == 0;
     const int many = simd && L > ATTN_MANY_ROWS && D % 64 == 0 && D <= ATTN_PREFILL_DIM;
     /* a prefill chunk: spans of blocks, still ~8 units of work per call for the pool (a
-     * span depends on S and Hkv only, never on the thread count) */
+     * span depends on S, key_lo and Hkv only, never on the thread count) */
     Py_ssize_t span = many ? num_kb * Hkv / 8 : 1;
     span = span < 1 ? 1 : span > ATTN_PREFILL_SPAN ? ATTN_PREFILL_SPAN : span;
     const Py_ssize_t nb = (num_kb + span - 1) / span;
@@ -302,15 +384,15 @@ int run_attention(const AttnJob *job, Py_ssize_t Hq, Py_ssize_t L) {
         free_aligned(acc);
         return -1;
     }
-    AttnRun run = {.job = job, .num_blocks = nb, .span = span, .m = m, .sum = sum,
-                   .acc = acc, .simd = simd, .many = many};
+    AttnRun run = {.job = job, .first_block = first_block, .num_blocks = nb, .span = span,
+                   .m = m, .sum = sum, .acc = acc, .simd = simd, .many = many};
     run.avx2 = !simd && (isa == ISA_AVX2 || isa == ISA_AVX512) && D % 8 == 0;
     /* workers poll after a decode or verify call (a packed matmul follows within
      * microseconds), not after a prefill chunk's: BLAS's threads want the cores next */
     const long long spin = L > ATTN_MANY_ROWS ? 0 : SPIN_NS;
     for (run.l0 = 0; run.l0 < L; run.l0 += run.lc) {
         run.lc = L - run.l0 < lc_max ? L - run.l0 : lc_max;
-        if (Hq * run.lc * S >= ATTN_PARALLEL_KEYS) {
+        if (Hq * run.lc * num_keys >= ATTN_PARALLEL_KEYS) {
             parallel_for(attention_block, &run, Hkv * nb, SPIN_NS);
             parallel_for(attention_merge, &run, Hq * run.lc, spin);
         } else { /* a short context: waking a worker costs more than it saves */
@@ -322,4 +404,18 @@ int run_attention(const AttnJob *job, Py_ssize_t Hq, Py_ssize_t L) {
     free_aligned(sum);
     free_aligned(acc);
     return 0;
+}
+
+int run_ring_attention(AttnJob *job, const int64_t *positions, Py_ssize_t window,
+                       uint8_t *mask, Py_ssize_t Hq) {
+    const Py_ssize_t S = job->S, first_new = job->first_new, size = job->ring_rows;
+    job->key_lo = first_new - window + 1 > 0 ? first_new - window + 1 : 0;
+    for (Py_ssize_t l = 0; l < job->L; l++) { /* only key_lo's block on is read */
+        const Py_ssize_t pos = first_new + l;
+        uint8_t *row = mask + l * S;
+        for (Py_ssize_t s = job->key_lo / ATTN_BLOCK * ATTN_BLOCK; s < S; s++)
+            row[s] = s <= pos && s > pos - window && (s >= first_new || positions[s % size] == s);
+    }
+    job->mask = mask;
+    return run_attention(job, Hq, job->L);
 }

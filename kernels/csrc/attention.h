@@ -14,7 +14,7 @@
 
 #define ATTN_BLOCK 64  /* keys per unit of work: fixed, so a row's sums never depend on the split */
 #define ATTN_TILE 16   /* keys converted and scored together (one AVX-512 register of scores) */
-#define ATTN_ROWS 16   /* decode tiles: query rows scored per pass over a tile of keys */
+#define ATTN_ROWS 64   /* decode tiles: query rows scored per pass over a tile of keys */
 #define ATTN_CHUNK_L 32 /* query rows per head per pass: bounds the partials' memory */
 /* Above this many rows per head (a prefill chunk; decode and verify rows stay below) the
  * prefill tiles serve head dims that are multiples of 64 up to ATTN_PREFILL_DIM. */
@@ -37,7 +37,8 @@
 typedef struct {
     const AttnJob *job;
     Py_ssize_t l0, lc;         /* this pass's query rows [l0, l0 + lc) of each head */
-    Py_ssize_t num_blocks;     /* partials per row: ceil(S / ATTN_BLOCK / span) */
+    Py_ssize_t first_block;    /* key_lo's block: the blocks before it are seen by no row */
+    Py_ssize_t num_blocks;     /* partials per row: blocks from first_block, over span */
     Py_ssize_t span;           /* key blocks per partial: 1, or more for a prefill chunk */
     float *m, *sum, *acc;      /* partials of row R = h * lc + (l - l0), block b at R * num_blocks + b */
     int simd;                  /* the AVX-512 tiles (D a multiple of 16) */
@@ -64,11 +65,19 @@ static inline int any_visible(const uint8_t *mask, Py_ssize_t s0, Py_ssize_t n) 
     return 0;
 }
 
-/* Row s of kv head g of K (is_v 0) or V (1) as float32: in place, or converted into dst. */
+/* Row s of kv head g of K (is_v 0) or V (1) as float32: in place, or converted into dst;
+ * a ring's key s from its slot, or from the call's own rows. */
 static inline const float *kv_row(const AttnJob *j, int is_v, Py_ssize_t g, Py_ssize_t s,
                                   float *dst) {
-    const Py_ssize_t at = g * (is_v ? j->v_head : j->k_head) + s * (is_v ? j->v_row : j->k_row);
     const void *base = is_v ? j->v : j->k;
+    Py_ssize_t at;
+    if (j->ring_rows && s >= j->first_new) {
+        base = is_v ? j->new_v : j->new_k;
+        at = g * j->new_head + (s - j->first_new) * j->D;
+    } else {
+        const Py_ssize_t row = j->ring_rows ? s % j->ring_rows : s;
+        at = g * (is_v ? j->v_head : j->k_head) + row * (is_v ? j->v_row : j->k_row);
+    }
     if (!j->kv_half) return (const float *)base + at;
     const uint16_t *h = (const uint16_t *)base + at;
     Py_ssize_t d = 0;

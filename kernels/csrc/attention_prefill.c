@@ -146,7 +146,8 @@ void span_prefill(const AttnRun *run, Py_ssize_t g, Py_ssize_t p, Py_ssize_t R0,
                   Py_ssize_t num_rows) {
     const AttnJob *j = run->job;
     _Alignas(64) float kt[ATTN_PREFILL_DIM * ATTN_BLOCK], vb[ATTN_BLOCK * ATTN_PREFILL_DIM];
-    const Py_ssize_t num_kb = (j->S + ATTN_BLOCK - 1) / ATTN_BLOCK, b0 = p * run->span;
+    const Py_ssize_t num_kb = (j->S + ATTN_BLOCK - 1) / ATTN_BLOCK;
+    const Py_ssize_t b0 = run->first_block + p * run->span;
     const Py_ssize_t b1 = b0 + run->span < num_kb ? b0 + run->span : num_kb;
     for (Py_ssize_t kb = b0; kb < b1; kb++) {
         const Py_ssize_t s0 = kb * ATTN_BLOCK, n = j->S - s0 < ATTN_BLOCK ? j->S - s0 : ATTN_BLOCK;

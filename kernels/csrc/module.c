@@ -2,6 +2,7 @@
  * layout, shapes), releases the GIL and calls into matmul.c, attention.c or pool.c. */
 #include "qmatmul.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 static const char *const ISA_NAMES[] = {"generic", "avx2", "avx512"};
@@ -226,6 +227,74 @@ fail:
     return NULL;
 }
 
+PyDoc_STRVAR(ring_attention_doc,
+             "ring_attention(q, keys, values, positions, new_k, new_v, offset, window, scale, "
+             "out)\n\n"
+             "A sliding window's attention as the C step computes it: query row l, at position\n"
+             "offset + l, over the keys (pos - window, pos] by position, those below offset from\n"
+             "the ring keys/values [Hkv, size, D] (slot p % size, where positions[slot] == p),\n"
+             "the others from new_k/new_v [Hkv, L, D]; all four float32 or all float16,\n"
+             "C-contiguous; positions int64 [size]; q, out float32 [Hq, L, D].");
+
+static PyObject *py_ring_attention(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 10) {
+        PyErr_SetString(PyExc_TypeError, "ring_attention takes 10 arguments");
+        return NULL;
+    }
+    Views v = {.count = 0};
+    const Py_ssize_t offset = PyLong_AsSsize_t(args[6]), window = PyLong_AsSsize_t(args[7]);
+    const double scale = PyFloat_AsDouble(args[8]);
+    if (PyErr_Occurred()) return NULL;
+    Py_buffer *q = get_view(&v, args[0], "q", 'f', 3, 0);
+    Py_buffer *out = q ? get_view(&v, args[9], "out", 'f', 3, 1) : NULL;
+    Py_buffer *pos = out ? get_view(&v, args[3], "positions", 'i', 1, 0) : NULL;
+    Py_buffer *rows[4] = {NULL};
+    const char *names[4] = {"keys", "values", "new_k", "new_v"};
+    const int arg_of[4] = {1, 2, 4, 5};
+    for (int i = 0; pos && i < 4; i++) {
+        rows[i] = get_view(&v, args[arg_of[i]], names[i], 'p', 3, 0);
+        if (!rows[i]) goto fail;
+    }
+    if (!pos) goto fail;
+    const Py_ssize_t Hq = q->shape[0], L = q->shape[1], D = q->shape[2];
+    const Py_ssize_t Hkv = rows[0]->shape[0], size = rows[0]->shape[1];
+    int agree = Hkv > 0 && Hq % Hkv == 0 && pos->shape[0] == size && offset >= 0 &&
+                window > 0 && out->shape[0] == Hq && out->shape[1] == L && out->shape[2] == D;
+    for (int i = 0; i < 4; i++)
+        agree = agree && rows[i]->itemsize == rows[0]->itemsize && rows[i]->shape[0] == Hkv &&
+                rows[i]->shape[1] == (i < 2 ? size : L) && rows[i]->shape[2] == D;
+    if (!agree || D > ATTN_MAX_DIM) {
+        PyErr_SetString(PyExc_ValueError, "ring_attention: shapes, dtypes or window disagree");
+        goto fail;
+    }
+    uint8_t *mask = malloc((size_t)(L * (offset + L)) + 1);
+    if (!mask) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    AttnJob job = {.q = (const float *)q->buf, .k = rows[0]->buf, .v = rows[1]->buf,
+                   .out = (float *)out->buf, .L = L, .S = offset + L, .D = D, .G = Hq / Hkv,
+                   .k_head = size * D, .k_row = D, .v_head = size * D, .v_row = D,
+                   .scale = (float)scale, .kv_half = rows[0]->itemsize == 2,
+                   .new_k = rows[2]->buf, .new_v = rows[3]->buf, .ring_rows = size,
+                   .first_new = offset, .new_head = L * D};
+    int status;
+    Py_BEGIN_ALLOW_THREADS;
+    status = run_ring_attention(&job, (const int64_t *)pos->buf, window, mask, Hq);
+    Py_END_ALLOW_THREADS;
+    free(mask);
+    if (status < 0) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    release_views(&v);
+    Py_RETURN_NONE;
+fail:
+    release_views(&v);
+    return NULL;
+}
+
 PyDoc_STRVAR(dequantize_doc,
              "dequantize(packed, scales, biases, group_size, bits, out, rows=None)\n\n"
              "out[i, :] = dequantize(W)[rows[i], :] (all rows when rows is None); rows int64.");
@@ -335,6 +404,8 @@ static PyMethodDef methods[] = {
     {"matmul", (PyCFunction)(void (*)(void))py_matmul, METH_FASTCALL, matmul_doc},
     {"dequantize", (PyCFunction)(void (*)(void))py_dequantize, METH_FASTCALL, dequantize_doc},
     {"attention", (PyCFunction)(void (*)(void))py_attention, METH_FASTCALL, attention_doc},
+    {"ring_attention", (PyCFunction)(void (*)(void))py_ring_attention, METH_FASTCALL,
+     ring_attention_doc},
     {"set_num_threads", py_set_num_threads, METH_O, "Threads for later calls (1 where built without threads)."},
     {"get_num_threads", py_get_num_threads, METH_NOARGS, "Threads calls use."},
     {"set_isa", py_set_isa, METH_O, "Use one built code path: 'avx512', 'avx2' or 'generic'."},
@@ -348,7 +419,7 @@ static struct PyModuleDef module = {
     -1, methods, NULL, NULL, NULL, NULL};
 
 /* Bumped whenever an entry point's arguments change; kernels/qmatmul.py checks it. */
-#define ABI_VERSION 3
+#define ABI_VERSION 4
 
 PyMODINIT_FUNC PyInit__qmatmul(void) {
     if (pool_register_fork_handlers())

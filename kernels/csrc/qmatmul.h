@@ -140,11 +140,26 @@ typedef struct {
     Py_ssize_t k_head, k_row, v_head, v_row;
     float scale;
     int kv_half; /* K and V are float16 (1) or float32 (0) */
+    /* A sliding layer's ring (ring_rows > 0; S counts positions): key s < first_new lies
+     * in slot s % ring_rows of k/v, key s >= first_new at row s - first_new of new_k/new_v
+     * (kv head g at g * new_head, rows D apart). */
+    const void *new_k, *new_v;
+    Py_ssize_t ring_rows, first_new, new_head;
+    /* The first key any row may see: blocks wholly below it are never read, their mask
+     * entries included (a sliding window's keys, not the whole history). */
+    Py_ssize_t key_lo;
 } AttnJob;
 
 /* out for every (head, row), split over the pool; needs no Python (call it with the GIL
  * released). Returns 0, or -1 when its scratch memory could not be allocated. */
 int run_attention(const AttnJob *job, Py_ssize_t Hq, Py_ssize_t L);
+
+/* A sliding window's attention over a ring (the job's ring fields set, S = first_new + L):
+ * query row l, at position first_new + l, sees keys (pos - window, pos] that the ring
+ * still holds (positions[slot] == key) or the call brought, as the Python path's mask;
+ * mask [L, S] is scratch, and the job's mask and key_lo are set here. */
+int run_ring_attention(AttnJob *job, const int64_t *positions, Py_ssize_t window,
+                       uint8_t *mask, Py_ssize_t Hq);
 
 /* -- pool.c ---------------------------------------------------------------------------- */
 

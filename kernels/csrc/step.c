@@ -11,21 +11,23 @@
  * BLAS), all split over the thread pool by output columns, so a column's value never
  * depends on the thread count.
  *
- * A full-attention layer's attention is attention.c's, over the buffer's rows in place. A
- * sliding layer's walks each query's visible keys in position order, whichever slot of
- * the ring or row of this call holds them: the same keys in the same order whether a row
- * comes alone or inside a verify, which keeps speculation exact. (The Python path walks
- * a ring slot by slot, so its sums may round differently once the ring wraps.)
+ * Attention is attention.c's: a full layer's over the buffer's rows in place, a sliding
+ * layer's over its window's keys by position, whichever slot of the ring or row of this
+ * call holds them, in blocks of absolute positions: the same blocks in the same order
+ * whether a row comes alone, inside a verify or in a prefill piece, which keeps
+ * speculation and chunking exact. (The Python path walks a ring slot by slot, so its sums
+ * may round differently.)
  */
 #include "step.h"
+
+#include "attention.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define LANES 8           /* partial sums of a dot product: one SIMD register's worth */
-#define DENSE_COLS 64     /* output columns of a dense matmul per unit of work */
-#define PARALLEL_KEYS 3072 /* (head, row) pairs x keys from which the pool pays (attention.c) */
+#define LANES 8       /* partial sums of a dot product: one SIMD register's worth */
+#define DENSE_COLS 64 /* output columns of a dense matmul per unit of work */
 
 /* -- small row operations ------------------------------------------------------------- */
 
@@ -72,6 +74,39 @@ static inline float activation(int act, float x) {
     return 0.5f * x * (1.0f + (1.0f - 2.0f / (expf(2.0f * inner) + 1.0f)));
 }
 
+#if ATTN_AVX512
+/* activation(ACT_GELU_TANH, x) * up in 16 lanes, in the same order of operations, e^2u by
+ * attention.h's exp512 (within 2 ulp of expf; the scalar loop was ~10% of Gemma's prefill) */
+static inline __m512 gelu_tanh_times16(__m512 x, __m512 up) {
+    const __m512 one = _mm512_set1_ps(1.0f), two = _mm512_set1_ps(2.0f);
+    const __m512 ax = _mm512_mul_ps(_mm512_set1_ps(0.044715f), x);
+    const __m512 cube = _mm512_mul_ps(_mm512_mul_ps(ax, x), x);
+    const __m512 inner =
+        _mm512_mul_ps(_mm512_set1_ps(0.7978845608028654f), _mm512_add_ps(x, cube));
+    const __m512 e = exp512(_mm512_mul_ps(two, inner));
+    const __m512 t = _mm512_sub_ps(one, _mm512_div_ps(two, _mm512_add_ps(e, one)));
+    const __m512 half_x = _mm512_mul_ps(_mm512_set1_ps(0.5f), x);
+    return _mm512_mul_ps(_mm512_mul_ps(half_x, _mm512_add_ps(one, t)), up);
+}
+#endif
+
+/* out[j] = activation(gate[j]) * up[j] for j < n: a lane's value never depends on where
+ * it falls in a register (the tail goes through the same operations, masked). */
+static void activate_row(int act, const float *gate, const float *up, float *out, Py_ssize_t n) {
+#if ATTN_AVX512
+    if (act == ACT_GELU_TANH && isa == ISA_AVX512) {
+        for (Py_ssize_t j = 0; j < n; j += 16) {
+            const __mmask16 live = n - j >= 16 ? 0xffff : (__mmask16)((1u << (n - j)) - 1);
+            const __m512 x = _mm512_maskz_loadu_ps(live, gate + j);
+            const __m512 u = _mm512_maskz_loadu_ps(live, up + j);
+            _mm512_mask_storeu_ps(out + j, live, gelu_tanh_times16(x, u));
+        }
+        return;
+    }
+#endif
+    for (Py_ssize_t j = 0; j < n; j++) out[j] = activation(act, gate[j]) * up[j];
+}
+
 /* float32 -> float16, rounded to nearest even (numpy's astype, F16C's conversion). */
 static inline uint16_t float_to_half(float f) {
 #if defined(__F16C__)
@@ -102,19 +137,6 @@ static void store_row(void *base, int half, Py_ssize_t at, const float *src, Py_
     }
     uint16_t *dst = (uint16_t *)base + at;
     for (Py_ssize_t i = 0; i < n; i++) dst[i] = float_to_half(src[i]);
-}
-
-/* The row at `at` as float32: in place, or converted into dst. */
-static const float *load_row(const void *base, int half, Py_ssize_t at, float *dst, Py_ssize_t n) {
-    if (!half) return (const float *)base + at;
-    const uint16_t *h = (const uint16_t *)base + at;
-    Py_ssize_t i = 0;
-#if defined(__F16C__)
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))));
-#endif
-    for (; i < n; i++) dst[i] = half_to_float(h[i]);
-    return dst;
 }
 
 /* -- projections ---------------------------------------------------------------------- */
@@ -171,92 +193,12 @@ static int linear_run(const Linear *lin, const float *x, Py_ssize_t m, float *ou
     return 0;
 }
 
-/* -- attention ------------------------------------------------------------------------ */
-
-typedef struct {
-    const StepPlan *plan;
-    const StepLayer *layer;
-    const StepKV *kv;
-    const float *q; /* [H, L, Dh] */
-    float *out;     /* [L, H * Dh] */
-    float *scores;  /* [H * L, smax] */
-    Py_ssize_t L, offset, smax;
-} AttnStep;
-
-/* Where the key or value row of position p for kv head g lies (element offset into
- * *base), or -1 where a ring slot no longer holds it (the Python path's mask hides such a
- * slot too). */
-static inline Py_ssize_t kv_at(const AttnStep *a, int is_v, Py_ssize_t g, Py_ssize_t p,
-                               const void **base) {
-    const StepKV *kv = a->kv;
-    const Py_ssize_t Dh = a->plan->Dh;
-    if (kv->positions && p >= a->offset) {
-        *base = is_v ? kv->new_v : kv->new_k;
-        return (g * a->L + p - a->offset) * Dh;
-    }
-    *base = is_v ? kv->values : kv->keys;
-    if (!kv->positions) return (g * kv->rows + p) * Dh;
-    const Py_ssize_t slot = p % kv->rows;
-    return kv->positions[slot] == p ? (g * kv->rows + slot) * Dh : -1;
-}
-
-#define GROUP_HEADS 16 /* query heads of one kv head an item carries at a time */
-
-/* Item (kv head g, row l): the rows of g's query heads, each key and value row converted
- * once for all of them (a query head's own arithmetic is the same as alone). */
-static void attention_item(const void *ctx, Py_ssize_t item) {
-    const AttnStep *a = ctx;
-    const StepPlan *pl = a->plan;
-    const Py_ssize_t G = pl->H / pl->Hkv, g = item / a->L, l = item % a->L, Dh = pl->Dh;
-    const Py_ssize_t pos = a->offset + l, window = a->layer->window;
-    const Py_ssize_t lo = window && pos - window + 1 > 0 ? pos - window + 1 : 0;
-    const int half = a->kv->half;
-    float row[ATTN_MAX_DIM];
-    const void *base;
-    for (Py_ssize_t h0 = g * G; h0 < (g + 1) * G; h0 += GROUP_HEADS) {
-        const int nh = (int)((g + 1) * G - h0 < GROUP_HEADS ? (g + 1) * G - h0 : GROUP_HEADS);
-        float m[GROUP_HEADS], total[GROUP_HEADS];
-        static _Thread_local float acc[GROUP_HEADS][ATTN_MAX_DIM];
-        for (int t = 0; t < nh; t++) {
-            m[t] = -INFINITY, total[t] = 0.f;
-            memset(acc[t], 0, (size_t)Dh * sizeof(float));
-        }
-        for (Py_ssize_t p = lo; p <= pos; p++) {
-            const Py_ssize_t at = kv_at(a, 0, g, p, &base);
-            const float *k = at < 0 ? NULL : load_row(base, half, at, row, Dh);
-            for (int t = 0; t < nh; t++) {
-                const Py_ssize_t h = h0 + t;
-                float *sc = a->scores + (h * a->L + l) * a->smax;
-                sc[p - lo] = k ? dot_lanes(a->q + (h * a->L + l) * Dh, k, Dh) * a->layer->scale
-                               : -INFINITY;
-                if (sc[p - lo] > m[t]) m[t] = sc[p - lo];
-            }
-        }
-        for (Py_ssize_t p = lo; p <= pos; p++) {
-            const float *restrict v = NULL;
-            for (int t = 0; t < nh; t++) {
-                const float s_p = a->scores[((h0 + t) * a->L + l) * a->smax + p - lo];
-                if (m[t] == -INFINITY || s_p == -INFINITY) continue;
-                if (!v) v = load_row(base, half, kv_at(a, 1, g, p, &base), row, Dh);
-                const float e = expf(s_p - m[t]);
-                total[t] += e;
-                for (Py_ssize_t d = 0; d < Dh; d++) acc[t][d] += e * v[d];
-            }
-        }
-        for (int t = 0; t < nh; t++) {
-            float *out = a->out + l * pl->H * Dh + (h0 + t) * Dh;
-            const float inv = total[t] > 0.f ? 1.0f / total[t] : 0.f; /* no visible key: zeros */
-            for (Py_ssize_t d = 0; d < Dh; d++) out[d] = acc[t][d] * inv;
-        }
-    }
-}
-
 /* -- the step ------------------------------------------------------------------------- */
 
 /* Scratch of one call, floats; `pack` is matmul.c's repacked x (cache-line aligned). */
 typedef struct {
-    float *xn, *qkv, *q, *o, *ao, *proj, *gu, *act, *tmp, *scores, *pack;
-    uint8_t *mask; /* [L, smax]: a full layer's causal mask for attention.c */
+    float *xn, *qkv, *q, *o, *ao, *proj, *gu, *act, *tmp, *pack;
+    uint8_t *mask; /* [L, smax]: the layer's mask for attention.c */
 } Scratch;
 
 static Py_ssize_t max_part_cols(const Linear *lin) {
@@ -278,10 +220,9 @@ static int scratch_alloc(const StepPlan *p, Py_ssize_t L, Py_ssize_t smax, Scrat
             if (most[j] > tmp) tmp = most[j];
     }
     const Py_ssize_t mask_floats = (smax + 3) / 4;
-    const Py_ssize_t sizes[11] = {p->D,      nqkv, hd,  hd,          hd,         p->D,
-                                  2 * p->F, p->F, tmp, p->H * smax, mask_floats};
+    const Py_ssize_t sizes[10] = {p->D, nqkv, hd, hd, hd, p->D, 2 * p->F, p->F, tmp, mask_floats};
     Py_ssize_t total = 0;
-    for (int i = 0; i < 11; i++) total += L * sizes[i];
+    for (int i = 0; i < 10; i++) total += L * sizes[i];
     float *base = malloc((size_t)(total > 0 ? total : 1) * sizeof(float));
     s->pack = alloc_aligned((size_t)(L * kmax) * sizeof(float));
     if (!base || !s->pack) {
@@ -290,9 +231,9 @@ static int scratch_alloc(const StepPlan *p, Py_ssize_t L, Py_ssize_t smax, Scrat
         return -1;
     }
     float *mask = NULL;
-    float **slots[11] = {&s->xn,  &s->qkv, &s->q,   &s->o,      &s->ao, &s->proj,
-                         &s->gu,  &s->act, &s->tmp, &s->scores, &mask};
-    for (int i = 0; i < 11; i++) {
+    float **slots[10] = {&s->xn, &s->qkv, &s->q,   &s->o,   &s->ao,
+                         &s->proj, &s->gu, &s->act, &s->tmp, &mask};
+    for (int i = 0; i < 10; i++) {
         *slots[i] = base;
         base += L * sizes[i];
     }
@@ -329,45 +270,58 @@ static void project_heads(const StepPlan *p, const StepLayer *ly, const StepKV *
     }
 }
 
-/* A full layer's attention through attention.c, as the Python path calls it: keys
- * [0, offset + L) in place, a causal mask for a verify's rows; out [H, L, Dh] into o. */
+/* attention.c's out [H, L, Dh] in ao as the o projection's rows [L, H * Dh] in o. */
+static void heads_to_rows(const StepPlan *p, const Scratch *s, Py_ssize_t L) {
+    const Py_ssize_t Dh = p->Dh;
+    for (Py_ssize_t h = 0; h < p->H; h++)
+        for (Py_ssize_t l = 0; l < L; l++)
+            memcpy(s->o + (l * p->H + h) * Dh, s->ao + (h * L + l) * Dh, (size_t)Dh * sizeof(float));
+}
+
+/* A full layer's attention, as the Python path calls it: keys [0, offset + L) in place, a
+ * causal mask for a verify's rows. */
 static int full_attention(const StepPlan *p, const StepLayer *ly, const StepKV *kv,
                           const Scratch *s, Py_ssize_t L, Py_ssize_t offset) {
     const Py_ssize_t S = offset + L, Dh = p->Dh;
-    for (Py_ssize_t l = 0; l < L && L > 1; l++)
-        for (Py_ssize_t j = 0; j < S; j++) s->mask[l * S + j] = j <= offset + l;
+    for (Py_ssize_t l = 0; l < L && L > 1; l++) {
+        memset(s->mask + l * S, 1, (size_t)(offset + l + 1));
+        memset(s->mask + l * S + offset + l + 1, 0, (size_t)(L - l - 1));
+    }
     const AttnJob job = {.q = s->q, .k = kv->keys, .v = kv->values,
                          .mask = L > 1 ? s->mask : NULL, .out = s->ao, .L = L, .S = S, .D = Dh,
                          .G = p->H / p->Hkv, .k_head = kv->rows * Dh, .k_row = Dh,
                          .v_head = kv->rows * Dh, .v_row = Dh, .scale = ly->scale,
                          .kv_half = kv->half};
     if (run_attention(&job, p->H, L) < 0) return -1;
-    for (Py_ssize_t h = 0; h < p->H; h++)
-        for (Py_ssize_t l = 0; l < L; l++)
-            memcpy(s->o + (l * p->H + h) * Dh, s->ao + (h * L + l) * Dh, (size_t)Dh * sizeof(float));
+    heads_to_rows(p, s, L);
+    return 0;
+}
+
+/* A sliding layer's attention, its keys by position: below offset from the ring's slots,
+ * from offset on the call's rows. */
+static int sliding_attention(const StepPlan *p, const StepLayer *ly, const StepKV *kv,
+                             const Scratch *s, Py_ssize_t L, Py_ssize_t offset) {
+    const Py_ssize_t Dh = p->Dh;
+    AttnJob job = {.q = s->q, .k = kv->keys, .v = kv->values, .out = s->ao, .L = L,
+                   .S = offset + L, .D = Dh, .G = p->H / p->Hkv, .k_head = kv->rows * Dh,
+                   .k_row = Dh, .v_head = kv->rows * Dh, .v_row = Dh, .scale = ly->scale,
+                   .kv_half = kv->half, .new_k = kv->new_k, .new_v = kv->new_v,
+                   .ring_rows = kv->rows, .first_new = offset, .new_head = L * Dh};
+    if (run_ring_attention(&job, kv->positions, ly->window, s->mask, p->H) < 0) return -1;
+    heads_to_rows(p, s, L);
     return 0;
 }
 
 static int run_layer(const StepPlan *p, const StepLayer *ly, const StepKV *kv,
                       const RopeTable *tables, float *x, Py_ssize_t L, Py_ssize_t offset,
-                      const Scratch *s, Py_ssize_t smax) {
+                      const Scratch *s) {
     const Py_ssize_t D = p->D, F = p->F;
     const int sandwich = ly->pre_ffw_norm != NULL;
     for (Py_ssize_t l = 0; l < L; l++) rms_row(x + l * D, ly->input_norm, s->xn + l * D, D, p->eps);
     if (linear_run(&ly->qkv, s->xn, L, s->qkv, s->pack, s->tmp) < 0) return -1;
     project_heads(p, ly, kv, &tables[ly->rope], s, L, offset);
 
-    if (ly->window) {
-        const AttnStep attn = {p, ly, kv, s->q, s->o, s->scores, L, offset, smax};
-        const Py_ssize_t items = p->Hkv * L;
-        if (p->H * L * (offset + L) >= PARALLEL_KEYS) {
-            parallel_for(attention_item, &attn, items, SPIN_NS);
-        } else { /* a short context: waking a worker costs more than it saves */
-            for (Py_ssize_t i = 0; i < items; i++) attention_item(&attn, i);
-        }
-    } else if (full_attention(p, ly, kv, s, L, offset) < 0) {
-        return -1;
-    }
+    if ((ly->window ? sliding_attention : full_attention)(p, ly, kv, s, L, offset) < 0) return -1;
 
     if (linear_run(&ly->o, s->o, L, s->proj, s->pack, s->tmp) < 0) return -1;
     for (Py_ssize_t l = 0; l < L; l++) {
@@ -377,10 +331,8 @@ static int run_layer(const StepPlan *p, const StepLayer *ly, const StepKV *kv,
         rms_row(xr, sandwich ? ly->pre_ffw_norm : ly->post_norm, s->xn + l * D, D, p->eps);
     }
     if (linear_run(&ly->gate_up, s->xn, L, s->gu, s->pack, s->tmp) < 0) return -1;
-    for (Py_ssize_t l = 0; l < L; l++) {
-        const float *gate = s->gu + l * 2 * F, *up = gate + F;
-        for (Py_ssize_t j = 0; j < F; j++) s->act[l * F + j] = activation(p->act, gate[j]) * up[j];
-    }
+    for (Py_ssize_t l = 0; l < L; l++)
+        activate_row(p->act, s->gu + l * 2 * F, s->gu + l * 2 * F + F, s->act + l * F, F);
     if (linear_run(&ly->down, s->act, L, s->proj, s->pack, s->tmp) < 0) return -1;
     for (Py_ssize_t l = 0; l < L; l++) {
         float *proj = s->proj + l * D, *xr = x + l * D;
@@ -397,7 +349,7 @@ int step_run(const StepPlan *plan, float *x, Py_ssize_t L, Py_ssize_t offset, co
     if (scratch_alloc(plan, L, smax, &s) < 0) return -1;
     int rc = 0;
     for (int i = 0; i < plan->num_layers && rc == 0; i++)
-        rc = run_layer(plan, &plan->layers[i], &kv[i], tables, x, L, offset, &s, smax);
+        rc = run_layer(plan, &plan->layers[i], &kv[i], tables, x, L, offset, &s);
     if (rc == 0 && logit_rows > 0) {
         const Py_ssize_t D = plan->D, first = L - logit_rows;
         for (Py_ssize_t r = 0; r < logit_rows; r++)
