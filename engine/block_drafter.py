@@ -377,48 +377,6 @@ class BlockDrafter:
         )
 
 
-class LookupOrBlock:
-    """Prompt lookup where the conversation offers a continuation (a regenerate, quoted
-    text, code being edited), the block drafter elsewhere: both see every committed token,
-    so each is ready whenever the other is not used."""
-
-    wants_hidden = True
-    drafts_in_one_pass = True
-
-    def __init__(self, lookup: Any, block: BlockDrafter) -> None:
-        self.lookup, self.block = lookup, block
-        self.parts = (lookup, block)
-
-    def couple(self, sample: Sampler | None) -> None:
-        self.block.couple(sample)  # a lookup draft is a function of the context alone
-
-    def begin(self, context: list[int]) -> None:
-        self.lookup.begin(context)
-        self.block.begin(context)
-
-    def observe_hidden(self, rows: Any, start: int | None = None) -> None:
-        self.block.observe_hidden(rows, start)
-
-    def propose(self, pending: int, k: int) -> Draft:
-        draft = self.lookup.propose(pending, k)
-        if draft.tokens and self.lookup.match_length >= LOOKUP_TRUSTED_MATCH:
-            return draft
-        return self.block.propose(pending, k)
-
-    def commit(self, tokens: list[int]) -> None:
-        self.lookup.commit(tokens)
-        self.block.commit(tokens)
-
-    def end(self) -> None:
-        self.lookup.end()
-        self.block.end()
-
-
-# a lookup continuation after this many matching tokens is taken over the block drafter's:
-# a regenerate or a quote repeats long runs exactly, a short match is often chance
-LOOKUP_TRUSTED_MATCH = 8
-
-
 def load_block_drafter(
     setting: str | None, target: DecoderModel, tokenizer: Tokenizer
 ) -> tuple[BlockDrafter | None, str]:

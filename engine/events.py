@@ -20,8 +20,8 @@ from engine.sampling import SamplingSettings
 class DrafterKind(StrEnum):
     """What proposes draft tokens for speculative decoding."""
 
-    # the draft model when one is loaded; else prompt lookup where the conversation offers
-    # a continuation and the block drafter elsewhere (when the model has one)
+    # the draft model when one is loaded, else prompt lookup (the shipped block drafter
+    # does not pay yet: docs/BENCHMARKS.md, "The block drafter")
     AUTO = "auto"
     OFF = "off"
     LOOKUP = "lookup"  # prompt lookup over everything seen (engine.drafters.SuffixDrafter)

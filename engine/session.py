@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from engine import events as ev
-from engine.block_drafter import LookupOrBlock, load_block_drafter
+from engine.block_drafter import load_block_drafter
 from engine.branch_cache import BranchCache
 from engine.chat_template import ChatTemplateError, render_chat
 from engine.config import EngineConfig
@@ -80,9 +80,6 @@ class Session:
         )
         if self.block_drafter_problem:
             log.warning("%s", self.block_drafter_problem)
-        self.lookup_or_block = (
-            LookupOrBlock(self.lookup, self.block_drafter) if self.block_drafter else None
-        )
         self.acceptance = {kind: AcceptanceModel() for kind in ev.DrafterKind}
         self.template = self.tokenizer.chat_template  # None: plain text completion only
         self._warned_inexact = False
@@ -272,8 +269,7 @@ class Session:
         )
         row = np.asarray(self.loaded.ops.to_numpy(logits))[-1]
         result = decode(self.runner, self.state, row, req, self.costs)
-        if self.lookup not in getattr(drafter, "parts", (drafter,)):
-            # the lookup index sees every reply, drafted or not
+        if drafter is not self.lookup:  # the lookup index sees every reply, drafted or not
             self.lookup.begin(ids)
             self.lookup.commit(result.token_ids)
             self.lookup.end()
@@ -383,8 +379,6 @@ class Session:
                     or f"{self.loaded.name} has no block drafter; use Auto or prompt lookup."
                 )
             return self.block_drafter, self.acceptance[ev.DrafterKind.BLOCK]
-        if choice == ev.DrafterKind.AUTO and self.lookup_or_block is not None:
-            return self.lookup_or_block, self.acceptance[ev.DrafterKind.AUTO]
         return self.lookup, self.acceptance[ev.DrafterKind.LOOKUP]
 
     # -- persistent prompt cache ------------------------------------------------------------

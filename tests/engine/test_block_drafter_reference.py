@@ -58,3 +58,24 @@ def test_a_draft_pass_equals_the_torch_reference(loaded: LoadedModel, case: dict
     drafted = drafter.propose(int(case["pending"]), block - 1).tokens
     # near-ties aside, the drafts are the reference's
     assert np.mean(np.asarray(drafted) == case["draft_tokens"]) >= 0.9
+
+
+def test_the_shipped_drafter_fits_the_default_model_and_is_checked(tmp_path: Path) -> None:
+    """The file shipped in engine/drafters loads for the default model by its sha256, and
+    a copy whose bytes changed is refused by name."""
+    import shutil
+
+    from engine.block_drafter import DEFAULT_FILE, load_block_drafter
+
+    lm = load_model(default_model_path(), EngineConfig(backend="numpy"))
+    drafter, problem = load_block_drafter(None, lm.model, lm.tokenizer)
+    assert problem == "" and drafter is not None
+    assert drafter.w.meta["target"] == "SmolLM2-135M-Instruct.Q4_1"
+    copy = tmp_path / DEFAULT_FILE.name
+    shutil.copyfile(DEFAULT_FILE, copy)
+    shutil.copyfile(DEFAULT_FILE.with_name(DEFAULT_FILE.name + ".sha256"), f"{copy}.sha256")
+    data = bytearray(copy.read_bytes())
+    data[-1] ^= 1  # one bit of the last weight
+    copy.write_bytes(bytes(data))
+    drafter, problem = load_block_drafter(str(copy), lm.model, lm.tokenizer)
+    assert drafter is None and "sha256" in problem and copy.name in problem
