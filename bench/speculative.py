@@ -178,7 +178,7 @@ def run(args: argparse.Namespace, config: EngineConfig) -> dict[str, Any]:
     modes = {name: ALL_MODES[name] for name in args.modes}
     if "block" in modes and calibration.block_drafter is None:
         raise SystemExit(
-            calibration.block_drafter_problem or f"{loaded.name} has no block drafter: drop 'block'"
+            calibration.block_problem or f"{loaded.name} has no block drafter: drop 'block'"
         )
     workloads = {name: WORKLOADS[name] for name in args.workloads}
     samples: dict[str, dict[str, list[Sample]]] = {

@@ -14,6 +14,8 @@ Two facts organise the state kept here:
    concatenates them to the context for its attention and drops them, so nothing a draft
    wrote can be read as context later. `propose` checks that every committed token has
    its row (cursor == len(tokens)) and fails loudly rather than draft from stale rows.
+   Rows are queued as they come and projected in one pass when a draft needs them, so a
+   plain step costs the drafter nothing while the cost model keeps k at 0.
 
 Causal attention inside the block makes the first k + 1 rows of a pass exactly what the
 full block gives those rows, so any k <= block - 1 drafts the same tokens.
@@ -21,195 +23,26 @@ full block gives those rows, so any k <= block - 1 drafts the same tokens.
 
 from __future__ import annotations
 
-import hashlib
-import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from engine.drafter_file import (
+    DEFAULT_FILE,
+    BlockDrafterWeights,
+    check_digest,
+    fits,
+    target_signature,
+)
 from engine.drafters import Draft, Sampler
 from engine.errors import ModelLoadError, StateError
 from engine.kv_state import FullKV
-from engine.models.base import DecoderModel, ModelConfig
-from engine.tokenizer import Tokenizer
+from engine.models.base import DecoderModel
+from engine.sequence import SequenceState
 from kernels.ops import Array, Ops
 
-FORMAT = "branchchat-block-drafter"
-VERSION = "1"
-DEFAULT_FILE = Path(__file__).parent / "drafters" / "smollm2-135m-instruct-block.safetensors"
-
-
-def target_signature(config: ModelConfig, tokenizer: Tokenizer) -> str:
-    """What a drafter file must name to run on this target: its shapes and its token
-    strings (any quantization of the model fits; another model or tokenizer does not)."""
-    hf = tokenizer.hf
-    vocab = tokenizer.vocab_size
-    dims = {
-        "hidden": config.hidden_size,
-        "layers": config.num_layers,
-        "heads": config.num_heads,
-        "kv_heads": config.num_kv_heads,
-        "head_dim": config.head_dim,
-        "vocab": config.vocab_size,
-    }
-    digest = hashlib.sha256(json.dumps(dims, sort_keys=True).encode())
-    for i in range(vocab):
-        digest.update((hf.id_to_token(i) or "").encode() + b"\0")
-    return digest.hexdigest()
-
-
-@dataclass(frozen=True)
-class DrafterShape:
-    layers: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    hidden: int
-    intermediate: int
-    block: int  # rows of a pass in training: the pending token and block - 1 masks
-    rope_base: float
-    eps: float
-
-
-_LAYER_TENSORS = (
-    "input_norm.weight",
-    "q_proj.weight",
-    "k_proj.weight",
-    "v_proj.weight",
-    "o_proj.weight",
-    "post_norm.weight",
-    "gate_proj.weight",
-    "up_proj.weight",
-    "down_proj.weight",
-)
-
-
-def _read(path: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    import mlx.core as mx  # the one safetensors reader the engine already uses
-
-    if not path.is_file():
-        raise ModelLoadError(path, "no block drafter file here")
-    try:
-        loaded: Any = mx.load(str(path), format="safetensors", return_metadata=True)
-    except Exception as exc:
-        raise ModelLoadError(path, f"corrupt or truncated drafter file ({exc})") from None
-    arrays, meta = loaded
-    return {name: np.array(a) for name, a in arrays.items()}, dict(meta or {})
-
-
-def _int(meta: dict[str, str], key: str, path: Path) -> int:
-    try:
-        return int(meta[key])
-    except (KeyError, ValueError):
-        raise ModelLoadError(path, f"drafter metadata {key!r} is missing or not a number") from None
-
-
-class BlockDrafterWeights:
-    """A drafter file checked against the target it is to run on, its weights in the
-    target's ops. Every refusal names the file and what does not fit."""
-
-    def __init__(self, path: Path, target: DecoderModel, signature: str) -> None:
-        """`signature`: the target's `target_signature`."""
-        arrays, meta = _read(path)
-        self.path = path
-        if meta.get("format") != FORMAT or meta.get("version") != VERSION:
-            raise ModelLoadError(
-                path,
-                f"not a {FORMAT} file of version {VERSION} "
-                f"(format {meta.get('format')!r}, version {meta.get('version')!r})",
-            )
-        cfg = target.config
-        if meta.get("target_check") != signature:
-            raise ModelLoadError(
-                path,
-                f"trained for {meta.get('target', 'another model')!r}, not this model "
-                "(its shapes or token strings differ)",
-            )
-        shape = DrafterShape(
-            layers=_int(meta, "layers", path),
-            heads=_int(meta, "heads", path),
-            kv_heads=_int(meta, "kv_heads", path),
-            head_dim=_int(meta, "head_dim", path),
-            hidden=cfg.hidden_size,
-            intermediate=_int(meta, "intermediate", path),
-            block=_int(meta, "block", path),
-            rope_base=float(meta.get("rope_base", cfg.rope_theta)),
-            eps=float(meta.get("rms_eps", cfg.rms_norm_eps)),
-        )
-        self.shape, self.meta = shape, meta
-        D, F = shape.hidden, shape.intermediate
-        q_out, kv_out = shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim
-        expected = {
-            "fc.weight": (D, D),
-            "hidden_norm.weight": (D,),
-            "mask_embedding": (D,),
-            "final_norm.weight": (D,),
-        }
-        per_layer = dict(
-            zip(
-                _LAYER_TENSORS,
-                [
-                    (D,),
-                    (q_out, D),
-                    (kv_out, D),
-                    (kv_out, D),
-                    (D, q_out),
-                    (D,),
-                    (F, D),
-                    (F, D),
-                    (D, F),
-                ],
-                strict=True,
-            )
-        )
-        for i in range(shape.layers):
-            expected.update({f"layers.{i}.{name}": dims for name, dims in per_layer.items()})
-        for name, dims in expected.items():
-            if name not in arrays:
-                raise ModelLoadError(path, f"tensor {name!r} is missing")
-            if tuple(arrays[name].shape) != dims:
-                raise ModelLoadError(
-                    path,
-                    f"tensor {name!r} is {tuple(arrays[name].shape)}, this target needs {dims}",
-                )
-        vocab = arrays.get("vocab")
-        if vocab is None or vocab.ndim != 1 or not len(vocab):
-            raise ModelLoadError(
-                path, "tensor 'vocab' (the draft vocabulary's token ids) is missing"
-            )
-        vocab = vocab.astype(np.int64)
-        if vocab.min() < 0 or vocab.max() >= cfg.vocab_size or len(np.unique(vocab)) != len(vocab):
-            raise ModelLoadError(
-                path, "the draft vocabulary names ids outside this target's vocabulary"
-            )
-        unused = sorted(set(arrays) - set(expected) - {"vocab"})
-        if unused:  # a tensor nothing consumes: a file of another layout, refused
-            raise ModelLoadError(path, f"tensors this drafter format does not use: {unused[:4]}")
-
-        ops = target.ops
-        f32 = {
-            name: np.asarray(a, dtype=np.float32) for name, a in arrays.items() if name != "vocab"
-        }
-        self.vocab = vocab
-        self.fc = ops.weight(f32["fc.weight"])
-        self.hidden_norm = ops.norm_weight(f32["hidden_norm.weight"])
-        self.mask_embedding = ops.asarray(f32["mask_embedding"][None, :])
-        self.final_norm = ops.norm_weight(f32["final_norm.weight"])
-        # the head: the target's own (tied) embedding rows of the draft vocabulary
-        head_rows = np.asarray(ops.to_numpy(ops.embed(target.embed, vocab)), dtype=np.float32)
-        self.head = ops.weight(head_rows)
-        self.layers = [
-            {
-                name.split(".")[0]: (ops.norm_weight if "norm" in name else ops.weight)(
-                    f32[f"layers.{i}.{name}"]
-                )
-                for name in _LAYER_TENSORS
-            }
-            for i in range(shape.layers)
-        ]
-        self.nbytes = sum(a.nbytes for a in f32.values()) + head_rows.nbytes
+QUEUE_ROWS = 256  # queued target rows projected at once when no draft asked for them
 
 
 class BlockDrafter:
@@ -227,12 +60,16 @@ class BlockDrafter:
         self.tokens: list[int] = []  # the committed context
         self.base = 0  # first position with a row
         self.kv = [FullKV(self.ops, s.kv_heads, s.head_dim) for _ in range(s.layers)]
+        # rows after the computed ones, projected into the context only when a draft needs
+        # them: a plain step costs the drafter nothing while the cost model keeps k at 0
+        self._queued: list[Array] = []
+        self._queued_rows = 0
         self._sample: Sampler | None = None
 
     @property
     def cursor(self) -> int:
-        """The position after the last target-derived row."""
-        return self.base + self.kv[0].length
+        """The position after the last target-derived row (computed or queued)."""
+        return self.base + self.kv[0].length + self._queued_rows
 
     @property
     def max_draft(self) -> int:
@@ -269,7 +106,10 @@ class BlockDrafter:
                 rows, n, start = rows[self.base - start :], n - (self.base - start), self.base
             self._cut(start)
         if n > 0:
-            self._append(rows, start)
+            self._queued.append(rows)
+            self._queued_rows += n
+            if self._queued_rows >= QUEUE_ROWS:
+                self._flush()
 
     def commit(self, tokens: list[int]) -> None:
         """`tokens` (the pending one first) joined the context; their rows came before."""
@@ -284,32 +124,37 @@ class BlockDrafter:
         self._sample = None
 
     def _cut(self, position: int) -> None:
+        self._flush()
         keep = max(0, position - self.base)
         for kv in self.kv:
             kv.length = min(kv.length, keep)
 
     def _reset(self, base: int) -> None:
+        self._queued, self._queued_rows = [], 0
         self.base = base
         for kv in self.kv:
             kv.length = 0
 
-    def _append(self, h: Array, start: int) -> None:
-        """Context K/V of positions start.. from the target's rows h."""
+    def _flush(self) -> None:
+        """Context K/V of the queued rows, in one pass."""
+        if not self._queued:
+            return
         ops, s = self.ops, self.w.shape
+        h = self._queued[0] if len(self._queued) == 1 else ops.concat(self._queued, axis=0)
+        start = self.base + self.kv[0].length
+        self._queued, self._queued_rows = [], 0
         c = ops.rms_norm(ops.linear(h, self.w.fc), self.w.hidden_norm, s.eps)
-        n = int(h.shape[0])
         for layer, kv in zip(self.w.layers, self.kv, strict=True):
             k = self._heads(ops.linear(c, layer["k_proj"]), s.kv_heads)
             v = self._heads(ops.linear(c, layer["v_proj"]), s.kv_heads)
             kv.append(self._rope(k, start), v)
-        assert self.cursor == start + n
 
     # -- drafting -----------------------------------------------------------------------
     def propose(self, pending: int, k: int) -> Draft:
         k = min(k, self.max_draft)
         if k <= 0:
             return Draft([])
-        if self.cursor != len(self.tokens) or self.kv[0].length == 0:
+        if self.cursor != len(self.tokens) or self.cursor == self.base:
             raise StateError(
                 f"the block drafter's rows end at position {self.cursor}, its context at "
                 f"{len(self.tokens)}: it would draft from stale rows"
@@ -330,6 +175,7 @@ class BlockDrafter:
 
     def block_logits(self, pending: int, k: int) -> Array:
         """Draft-vocabulary logits [k, N] of the block rows 1..k after `pending`."""
+        self._flush()
         ops, s, w = self.ops, self.w.shape, self.w
         P, L = self.cursor, k + 1
         x0 = ops.embed(self.target.embed, np.asarray([pending], dtype=np.int64))
@@ -369,51 +215,40 @@ class BlockDrafter:
         s = self.w.shape
         return self.ops.rope(x, offset, s.head_dim, s.rope_base, False)
 
-    @property
-    def nbytes(self) -> int:
-        """Weights and context rows held."""
-        return self.w.nbytes + sum(
-            self.ops.nbytes(b) for kv in self.kv for b in (kv.keys, kv.values) if b is not None
-        )
 
-
-def load_block_drafter(
-    setting: str | None, target: DecoderModel, tokenizer: Tokenizer
-) -> tuple[BlockDrafter | None, str]:
-    """The block drafter `setting` names (None: the one shipped for this model, if any;
-    "off": none) and "" or, when a named one cannot run here, why."""
+def load_block_drafter(setting: str | None, loaded: Any) -> tuple[BlockDrafter | None, str]:
+    """The block drafter `setting` names for `loaded` (a LoadedModel; None: the one shipped
+    for the model, if any; "off": none), and why there is none ("" when it loaded)."""
+    target = loaded.model
+    none = f"{loaded.name} has no block drafter; use Auto or prompt lookup."
     if setting == "off":
-        return None, ""
+        return None, "the block drafter is off (BRANCHCHAT_BLOCK_DRAFTER=off)"
     path = DEFAULT_FILE if setting is None else Path(setting).expanduser()
     if setting is None and not path.is_file():
-        return None, ""
+        return None, none
     try:
-        signature = target_signature(target.config, tokenizer)
-        if setting is None and not _fits(path, signature):
-            return None, ""  # shipped for another model: this one has none
-        _check_digest(path)
+        signature = target_signature(target.config, loaded.tokenizer)
+        if setting is None and not fits(path, signature):
+            return None, none  # shipped for another model
+        check_digest(path)
         weights = BlockDrafterWeights(path, target, signature)
     except ModelLoadError as exc:
         return None, f"block drafter not used: {exc}"
     return BlockDrafter(weights, target), ""
 
 
-def _fits(path: Path, signature: str) -> bool:
-    import mlx.core as mx
+class CapturingForward:
+    """A runner whose forwards also hand their last-layer rows to `on_rows(start, rows)`:
+    what a prefill is given when the request's drafter wants the prompt's rows."""
 
-    try:
-        loaded: Any = mx.load(str(path), format="safetensors", return_metadata=True)
-    except Exception:
-        return True  # unreadable: the full load says what is wrong
-    return dict(loaded[1] or {}).get("target_check") == signature
+    def __init__(self, runner: Any, on_rows: Any) -> None:
+        self.runner, self.on_rows = runner, on_rows
 
+    def forward(self, token_ids: list[int], state: SequenceState, logits: str = "last") -> Any:
+        start = state.offset
+        out, rows = self.runner.forward_hidden(token_ids, state, logits)
+        self.on_rows(start, rows)
+        return out
 
-def _check_digest(path: Path) -> None:
-    """A file with a `.sha256` beside it (the shipped one) must match it."""
-    sidecar = path.with_name(path.name + ".sha256")
-    if not sidecar.is_file():
-        return
-    want = sidecar.read_text().split()[0]
-    got = hashlib.sha256(path.read_bytes()).hexdigest()
-    if got != want:
-        raise ModelLoadError(path, f"sha256 {got[:16]}... is not the recorded {want[:16]}...")
+    def prefill_chunk(self, requested: int) -> int:
+        return self.runner.prefill_chunk(requested)

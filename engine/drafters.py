@@ -23,8 +23,9 @@ model's own MTP head plug into the same Protocol with one extension: the drafter
 loop then passes the target's hidden-state rows for the committed tokens (one row per
 token of the following `commit`, in order), before that `commit`. `propose` drafts a
 block from the last observed rows plus the pending token's embedding; `begin` gets the
-prompt's rows through `observe_hidden` after the target's prefill. Nothing here
-implements one: the decode loop only needs to check `getattr(d, "wants_hidden", False)`.
+prompt's rows through `observe_hidden(rows, start)` after the target's prefill.
+`engine/block_drafter.py` implements one; the decode loop only checks
+`getattr(d, "wants_hidden", False)`.
 """
 
 from __future__ import annotations

@@ -195,8 +195,8 @@ class Engine:
         )
         if draft_error:  # shown like every failure; the main model answers meanwhile
             self._load_failed(command.draft_model_path or "", draft_error, loaded)
-        if session.block_drafter_problem and self._config.block_drafter:  # one asked for
-            self._load_failed(self._config.block_drafter, session.block_drafter_problem, loaded)
+        if session.block_problem and self._config.block_drafter not in (None, "off"):
+            self._load_failed(self._config.block_drafter, session.block_problem, loaded)
 
     def _load_draft(self, path: str | None, loaded: LoadedModel) -> tuple[LoadedModel | None, str]:
         """The draft model at `path` for `loaded`, or None and why it could not be."""

@@ -344,10 +344,6 @@ class Forward(Protocol):
         self, token_ids: list[int], state: SequenceState, logits: str = "last"
     ) -> Array: ...
 
-    def forward_hidden(
-        self, token_ids: list[int], state: SequenceState, logits: str = "last"
-    ) -> tuple[Array, Array]: ...
-
 
 INNER_SNAPSHOT_ROWS = 64  # the most rows a recurrent layer folds again for an inner snapshot
 
@@ -360,12 +356,10 @@ def prefill(
     chunk_size: int = 512,
     on_chunk: Callable[[int], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
-    on_hidden: Callable[[int, Array], None] | None = None,
 ) -> Array | None:
     """Append `token_ids` in chunks, stopping at far snapshot positions; last-row logits,
     or None when `should_stop` asked to stop between chunks (the state then holds
-    exactly the chunks already appended). `on_hidden(start, rows)` gets each chunk's
-    last-layer rows (a block drafter's context), from a runner's `forward_hidden`."""
+    exactly the chunks already appended)."""
     logits = None
     done = 0
     chunk_size = getattr(model, "prefill_chunk", lambda n: n)(chunk_size)  # a runner's pieces
@@ -381,13 +375,10 @@ def prefill(
         cp = None
         if due and due[0] < state.offset + end - done:  # the tape stays short: a capped chunk
             end, cp = min(end, done + 2 * INNER_SNAPSHOT_ROWS), state.checkpoint(record=True)
-        start, wanted = state.offset, "last" if end == len(token_ids) else "none"
         try:
-            if on_hidden is None:
-                logits = model.forward(token_ids[done:end], state, logits=wanted)
-            else:
-                logits, rows = model.forward_hidden(token_ids[done:end], state, logits=wanted)
-                on_hidden(start, rows)
+            logits = model.forward(
+                token_ids[done:end], state, logits="last" if end == len(token_ids) else "none"
+            )
         except BaseException:
             if cp is not None:  # the failed forward was undone; close its recording
                 state.rollback(cp)

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from engine import events as ev
-from engine.block_drafter import load_block_drafter
+from engine.block_drafter import CapturingForward, load_block_drafter
 from engine.branch_cache import BranchCache
 from engine.chat_template import ChatTemplateError, render_chat
 from engine.config import EngineConfig
@@ -75,11 +75,7 @@ class Session:
         self.lookup = SuffixDrafter()
         self.draft = draft
         self.draft_drafter = DraftModelDrafter(draft.runner) if draft is not None else None
-        self.block_drafter, self.block_drafter_problem = load_block_drafter(
-            config.block_drafter, loaded.model, loaded.tokenizer
-        )
-        if self.block_drafter_problem:
-            log.warning("%s", self.block_drafter_problem)
+        self.block_drafter, self.block_problem = load_block_drafter(config.block_drafter, loaded)
         self.acceptance = {kind: AcceptanceModel() for kind in ev.DrafterKind}
         self.template = self.tokenizer.chat_template  # None: plain text completion only
         self._warned_inexact = False
@@ -201,12 +197,10 @@ class Session:
         saved = self._enter_conversation(cmd.conversation_id)
         self.enforce_memory()  # the shares this request's parts keep to
         drafter, acceptance = self._drafter(cmd.settings.drafter)
-        # a block drafter's context is the prompt's last-layer rows, taken as it is prefilled
-        prompt_hidden: list[tuple[int, Any]] = []
-        wants_hidden = getattr(drafter, "wants_hidden", False)
-        on_hidden = (
-            (lambda start, rows: prompt_hidden.append((start, rows))) if wants_hidden else None
-        )
+        prompt_hidden: list[tuple[int, Any]] = []  # a block drafter's context, as prefilled
+        forward: Any = self.runner
+        if getattr(drafter, "wants_hidden", False):
+            forward = CapturingForward(self.runner, lambda *rows: prompt_hidden.append(rows))
         plan = plan_resume(self.state, ids, self.branches, saved)
         reused, replayed = plan.num_reused, plan.num_replayed
         # one progress over all the work the person waits for: the replay from a snapshot
@@ -233,13 +227,12 @@ class Session:
             for pos in rendered.boundaries:
                 self.state.mark(pos)
             logits = prefill(
-                self.runner,
+                forward,
                 self.state,
                 ids[self.state.offset :],
                 chunk_size=PREFILL_CHUNK,
                 on_chunk=lambda done: on_chunk(replayed + done),
                 should_stop=should_stop,
-                on_hidden=on_hidden,
             )
         prefilled = self.state.offset - reused  # computed here: replayed, then prompt tokens
         replayed = min(replayed, prefilled)
@@ -301,8 +294,7 @@ class Session:
         verify that failed left its recording open, and rolling it back is exact too.
         Only a state that says it could not undo the forward (a partly written sliding
         ring stays poisoned) is recomputed from the start."""
-        states = [self.state] + ([self.draft_drafter.state] if self.draft_drafter else [])
-        for state in states:
+        for state in [self.state] + ([self.draft_drafter.state] if self.draft_drafter else []):
             if state.is_poisoned:
                 log.warning("a previous request failed mid-forward; recomputing its state")
                 state.reset()
@@ -374,10 +366,7 @@ class Session:
             raise EngineError("No draft model is loaded; pick one in the settings or use lookup.")
         if choice == ev.DrafterKind.BLOCK:
             if self.block_drafter is None:
-                raise EngineError(
-                    self.block_drafter_problem
-                    or f"{self.loaded.name} has no block drafter; use Auto or prompt lookup."
-                )
+                raise EngineError(self.block_problem)
             return self.block_drafter, self.acceptance[ev.DrafterKind.BLOCK]
         return self.lookup, self.acceptance[ev.DrafterKind.LOOKUP]
 

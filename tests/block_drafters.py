@@ -8,7 +8,7 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
-from engine.block_drafter import FORMAT, VERSION
+from engine.drafter_file import FORMAT, VERSION
 
 
 def drafter_tensors(

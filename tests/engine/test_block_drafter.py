@@ -12,7 +12,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from engine.block_drafter import BlockDrafter, BlockDrafterWeights
+from engine.block_drafter import BlockDrafter, CapturingForward
+from engine.drafter_file import BlockDrafterWeights
 from engine.errors import ModelLoadError, StateError
 from engine.sampling import SamplingSettings
 from engine.sequence import prefill
@@ -69,12 +70,8 @@ def test_block_drafter_never_changes_the_output(
 def fresh_rows(target: Any, tokens: list[int]) -> np.ndarray:
     """The target's last-layer rows of `tokens` from a fresh prefill."""
     got: list[np.ndarray] = []
-    prefill(
-        target,
-        target.new_state(),
-        tokens,
-        on_hidden=lambda s, r: got.append(target.ops.to_numpy(r)),
-    )
+    capture = CapturingForward(target, lambda start, rows: got.append(target.ops.to_numpy(rows)))
+    prefill(capture, target.new_state(), tokens)
     return np.concatenate(got)
 
 
@@ -209,8 +206,8 @@ def test_the_engine_drafts_with_it_and_replies_as_plain_decoding(
     """Through the engine: Block drafts and replies exactly as drafting off and Auto do,
     greedy and seeded."""
     from engine import events as ev
-    from engine.block_drafter import target_signature
     from engine.config import EngineConfig
+    from engine.drafter_file import target_signature
     from engine.loader import load_model
     from tests.engine.engine_runner import Runner, always_draft, user
 
@@ -263,12 +260,14 @@ def test_a_drafter_for_another_model_is_reported_and_the_model_still_answers(
 
 
 def test_a_model_without_a_shipped_drafter_gets_none_quietly(tiny_models: Any) -> None:
-    """The shipped file names the default model: another model loads without it, and no
-    problem is reported for a drafter nobody asked for."""
+    """The shipped file names the default model: another model loads without it (the
+    reason is kept for a request that asks for the block drafter; nothing is reported at
+    load for a drafter nobody asked for)."""
     from engine.block_drafter import load_block_drafter
     from engine.config import EngineConfig
     from engine.loader import load_model
 
     lm = load_model(tiny_models.gguf(qtype="F32", seed=0)[0], EngineConfig(backend="numpy"))
-    assert load_block_drafter(None, lm.model, lm.tokenizer) == (None, "")
-    assert load_block_drafter("off", lm.model, lm.tokenizer) == (None, "")
+    drafter, problem = load_block_drafter(None, lm)
+    assert drafter is None and "has no block drafter" in problem
+    assert load_block_drafter("off", lm)[0] is None

@@ -9,9 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.block_drafter import BlockDrafter, BlockDrafterWeights, _read
+from engine.block_drafter import BlockDrafter
 from engine.config import EngineConfig
 from engine.default_model import default_model_path, is_default_model_present
+from engine.drafter_file import BlockDrafterWeights, _read
 from engine.loader import LoadedModel, load_model
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "block_drafter"
@@ -65,10 +66,11 @@ def test_the_shipped_drafter_fits_the_default_model_and_is_checked(tmp_path: Pat
     a copy whose bytes changed is refused by name."""
     import shutil
 
-    from engine.block_drafter import DEFAULT_FILE, load_block_drafter
+    from engine.block_drafter import load_block_drafter
+    from engine.drafter_file import DEFAULT_FILE
 
     lm = load_model(default_model_path(), EngineConfig(backend="numpy"))
-    drafter, problem = load_block_drafter(None, lm.model, lm.tokenizer)
+    drafter, problem = load_block_drafter(None, lm)
     assert problem == "" and drafter is not None
     assert drafter.w.meta["target"] == "SmolLM2-135M-Instruct.Q4_1"
     copy = tmp_path / DEFAULT_FILE.name
@@ -77,5 +79,5 @@ def test_the_shipped_drafter_fits_the_default_model_and_is_checked(tmp_path: Pat
     data = bytearray(copy.read_bytes())
     data[-1] ^= 1  # one bit of the last weight
     copy.write_bytes(bytes(data))
-    drafter, problem = load_block_drafter(str(copy), lm.model, lm.tokenizer)
+    drafter, problem = load_block_drafter(str(copy), lm)
     assert drafter is None and "sha256" in problem and copy.name in problem

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from engine import decoding
+from engine.block_drafter import CapturingForward
 from engine.config import EngineConfig
 from engine.decoding import (
     AcceptanceModel,
@@ -168,9 +169,10 @@ def run(
     """Prefill a fresh state with `prompt` and decode from it; the result and the state."""
     state = model.new_state()
     prompt_hidden: list[tuple[int, Any]] = []  # a block drafter's context: the prompt's rows
-    wants = getattr(drafter, "wants_hidden", False)
-    on_hidden = (lambda start, rows: prompt_hidden.append((start, rows))) if wants else None
-    last = as_f64(model, prefill(model, state, prompt, on_hidden=on_hidden))
+    forward = model
+    if getattr(drafter, "wants_hidden", False):
+        forward = CapturingForward(model, lambda *rows: prompt_hidden.append(rows))
+    last = as_f64(model, prefill(forward, state, prompt))
     emitted: list[int] = []
     from_draft: list[bool] = []
 

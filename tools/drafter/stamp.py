@@ -21,9 +21,9 @@ from tools.drafter.safetensors_io import read_drafter_file, write_safetensors
 
 
 def main(argv: list[str] | None = None) -> int:
-    from engine.block_drafter import DEFAULT_FILE, BlockDrafterWeights, target_signature
     from engine.config import EngineConfig
     from engine.default_model import default_model_path
+    from engine.drafter_file import DEFAULT_FILE, BlockDrafterWeights, target_signature
     from engine.loader import load_model
 
     parser = argparse.ArgumentParser(prog="python -m tools.drafter.stamp", description=__doc__)
