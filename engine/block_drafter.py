@@ -32,7 +32,7 @@ from engine.drafter_file import (
     DEFAULT_FILE,
     BlockDrafterWeights,
     check_digest,
-    fits,
+    read_metadata,
     target_signature,
 )
 from engine.drafters import Draft, Sampler
@@ -227,9 +227,12 @@ def load_block_drafter(setting: str | None, loaded: Any) -> tuple[BlockDrafter |
     if setting is None and not path.is_file():
         return None, none
     try:
-        signature = target_signature(target.config, loaded.tokenizer)
-        if setting is None and not fits(path, signature):
-            return None, none  # shipped for another model
+        meta, cfg = read_metadata(path), target.config
+        if setting is None and meta.get("target_vocab", str(cfg.vocab_size)) != str(cfg.vocab_size):
+            return None, none  # shipped for another model (its vocabulary says so at once)
+        signature = target_signature(cfg, loaded.tokenizer)
+        if setting is None and meta and meta.get("target_check") != signature:
+            return None, none
         check_digest(path)
         weights = BlockDrafterWeights(path, target, signature)
     except ModelLoadError as exc:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -75,7 +76,10 @@ def _read(path: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     except Exception as exc:
         raise ModelLoadError(path, f"corrupt or truncated drafter file ({exc})") from None
     arrays, meta = loaded
-    return {name: np.array(a) for name, a in arrays.items()}, dict(meta or {})
+    try:
+        return {name: np.array(a) for name, a in arrays.items()}, dict(meta or {})
+    except (TypeError, ValueError, RuntimeError) as exc:  # a dtype NumPy lacks (bfloat16)
+        raise ModelLoadError(path, f"tensors of a type this format does not use ({exc})") from None
 
 
 def _int(meta: dict[str, str], key: str, path: Path) -> int:
@@ -190,14 +194,16 @@ class BlockDrafterWeights:
         ]
 
 
-def fits(path: Path, signature: str) -> bool:
-    import mlx.core as mx
-
+def read_metadata(path: Path) -> dict[str, str]:
+    """A drafter file's metadata from its header alone ({} when unreadable: the full load
+    says what is wrong)."""
     try:
-        loaded: Any = mx.load(str(path), format="safetensors", return_metadata=True)
-    except Exception:
-        return True  # unreadable: the full load says what is wrong
-    return dict(loaded[1] or {}).get("target_check") == signature
+        with open(path, "rb") as f:
+            (size,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(size))
+        return {str(k): str(v) for k, v in (header.get("__metadata__") or {}).items()}
+    except (OSError, ValueError, AttributeError, struct.error):
+        return {}
 
 
 def check_digest(path: Path) -> None:

@@ -271,3 +271,18 @@ def test_a_model_without_a_shipped_drafter_gets_none_quietly(tiny_models: Any) -
     drafter, problem = load_block_drafter(None, lm)
     assert drafter is None and "has no block drafter" in problem
     assert load_block_drafter("off", lm)[0] is None
+
+
+def test_a_bfloat16_file_is_refused_by_name(target: Any, tmp_path: Path) -> None:
+    """The format stores float16 or float32: a bfloat16 tensor is named, not misread."""
+    import mlx.core as mx
+
+    from tests.block_drafters import drafter_metadata
+
+    cfg = target.config
+    arrays = {k: mx.array(v) for k, v in drafter_tensors(cfg).items()}
+    arrays["fc.weight"] = arrays["fc.weight"].astype(mx.bfloat16)
+    path = tmp_path / "bf16.safetensors"
+    mx.save_safetensors(str(path), arrays, drafter_metadata(cfg, SIGNATURE, 1, 32, 8))
+    with pytest.raises(ModelLoadError, match="bf16.safetensors.*type this format does not use"):
+        BlockDrafterWeights(path, target.model, SIGNATURE)
