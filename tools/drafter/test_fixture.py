@@ -30,7 +30,7 @@ def _rope(x, pos, base):  # x [L, heads, hd], rotate-half
 
 
 def spec_forward(t, meta, E, h, pending, rows):
-    """Logits [rows - 1, N] of one draft pass, straight from drafter_spec's text."""
+    """Logits [rows - 1, N] of one draft pass, straight from the format's text (docs/DESIGN.md)."""
     eps, base = float(meta["rms_eps"]), float(meta["rope_base"])
     H, KV, hd = int(meta["heads"]), int(meta["kv_heads"]), int(meta["head_dim"])
     w = {k: v.astype(np.float64) for k, v in t.items() if k != "vocab"}
