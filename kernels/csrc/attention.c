@@ -217,14 +217,8 @@ static void block_rows_avx512(const AttnRun *run, Py_ssize_t g, Py_ssize_t s0, P
     _Alignas(64) float buf[ATTN_TILE * ATTN_MAX_DIM];
     const float *rows[ATTN_TILE], *q[ATTN_ROWS];
     const uint8_t *masks[ATTN_ROWS];
-    int live[ATTN_ROWS], num_live = 0;
-    for (Py_ssize_t r = 0; r < num_rows; r++) {
-        q[r] = q_row(run, R0 + r);
-        masks[r] = mask_row(run, R0 + r);
-        live[r] = any_visible(masks[r], s0, n);
-        num_live += live[r];
-        if (!live[r]) run->m[(R0 + r) * nb + b] = -INFINITY;
-    }
+    int live[ATTN_ROWS];
+    const int num_live = block_rows_setup(run, s0, n, R0, num_rows, b, q, masks, live);
     if (!num_live) return;
     const __m512 neg_inf = _mm512_set1_ps(-INFINITY), scale = _mm512_set1_ps(j->scale);
     int order[ATTN_ROWS]; /* the live rows, taken in pairs */

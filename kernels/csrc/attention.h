@@ -65,6 +65,23 @@ static inline int any_visible(const uint8_t *mask, Py_ssize_t s0, Py_ssize_t n) 
     return 0;
 }
 
+/* Rows [R0, R0 + num_rows) of a block over keys [s0, s0 + n): their queries, masks and
+ * whether each sees a key there (a row that sees none gets partial max -inf in block b);
+ * how many do. Both code paths' block kernels start here. */
+static inline int block_rows_setup(const AttnRun *run, Py_ssize_t s0, Py_ssize_t n,
+                                   Py_ssize_t R0, Py_ssize_t num_rows, Py_ssize_t b,
+                                   const float **q, const uint8_t **masks, int *live) {
+    int num_live = 0;
+    for (Py_ssize_t r = 0; r < num_rows; r++) {
+        q[r] = q_row(run, R0 + r);
+        masks[r] = mask_row(run, R0 + r);
+        live[r] = any_visible(masks[r], s0, n);
+        num_live += live[r];
+        if (!live[r]) run->m[(R0 + r) * run->num_blocks + b] = -INFINITY;
+    }
+    return num_live;
+}
+
 /* Row s of kv head g of K (is_v 0) or V (1) as float32: in place, or converted into dst;
  * a ring's key s from its slot, or from the call's own rows. */
 static inline const float *kv_row(const AttnJob *j, int is_v, Py_ssize_t g, Py_ssize_t s,

@@ -115,15 +115,8 @@ void block_rows_avx2(const AttnRun *run, Py_ssize_t g, Py_ssize_t s0, Py_ssize_t
     _Alignas(32) float buf[TILE * ATTN_MAX_DIM];
     const float *rows[TILE], *q[ATTN_ROWS];
     const uint8_t *masks[ATTN_ROWS];
-    int live[ATTN_ROWS], num_live = 0;
-    for (Py_ssize_t r = 0; r < num_rows; r++) {
-        q[r] = q_row(run, R0 + r);
-        masks[r] = mask_row(run, R0 + r);
-        live[r] = any_visible(masks[r], s0, n);
-        num_live += live[r];
-        if (!live[r]) run->m[(R0 + r) * nb + b] = -INFINITY;
-    }
-    if (!num_live) return;
+    int live[ATTN_ROWS];
+    if (!block_rows_setup(run, s0, n, R0, num_rows, b, q, masks, live)) return;
     const __m256 neg_inf = _mm256_set1_ps(-INFINITY), scale = _mm256_set1_ps(j->scale);
     for (Py_ssize_t t0 = 0; t0 < n; t0 += TILE) {
         const Py_ssize_t nt = n - t0 < TILE ? n - t0 : TILE;
