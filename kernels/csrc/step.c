@@ -88,18 +88,26 @@ static inline __m512 gelu_tanh_times16(__m512 x, __m512 up) {
     const __m512 half_x = _mm512_mul_ps(_mm512_set1_ps(0.5f), x);
     return _mm512_mul_ps(_mm512_mul_ps(half_x, _mm512_add_ps(one, t)), up);
 }
+
+/* activation(ACT_SILU, x) * up in 16 lanes: x / (1 + e^-x), e^-x by exp512 (the scalar
+ * expf was 9% of an 8-row verify of the default model) */
+static inline __m512 silu_times16(__m512 x, __m512 up) {
+    const __m512 e = exp512(_mm512_sub_ps(_mm512_setzero_ps(), x));
+    return _mm512_mul_ps(_mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), e)), up);
+}
 #endif
 
 /* out[j] = activation(gate[j]) * up[j] for j < n: a lane's value never depends on where
  * it falls in a register (the tail goes through the same operations, masked). */
 static void activate_row(int act, const float *gate, const float *up, float *out, Py_ssize_t n) {
 #if ATTN_AVX512
-    if (act == ACT_GELU_TANH && isa == ISA_AVX512) {
+    if (isa == ISA_AVX512) {
         for (Py_ssize_t j = 0; j < n; j += 16) {
             const __mmask16 live = n - j >= 16 ? 0xffff : (__mmask16)((1u << (n - j)) - 1);
             const __m512 x = _mm512_maskz_loadu_ps(live, gate + j);
             const __m512 u = _mm512_maskz_loadu_ps(live, up + j);
-            _mm512_mask_storeu_ps(out + j, live, gelu_tanh_times16(x, u));
+            _mm512_mask_storeu_ps(out + j, live,
+                                  act == ACT_SILU ? silu_times16(x, u) : gelu_tanh_times16(x, u));
         }
         return;
     }
