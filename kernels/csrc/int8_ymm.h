@@ -46,6 +46,8 @@ I8_YMM(weights_)(const I8Mat *w, Py_ssize_t u, Py_ssize_t p, const int BITS, __m
                  __m256i *hi) {
     const Py_ssize_t quads = w->k / 4, t = u / 2, half = u % 2;
     const uint8_t *qs = w->qs + t * i8_tile_qs_bytes(w) + 32 * half;
+    _mm_prefetch((const char *)qs + (BITS == 8 ? p : p / 2) * 64 + I8_PREFETCH, _MM_HINT_T0);
+    if (BITS == 8) _mm_prefetch((const char *)qs + (p + 1) * 64 + I8_PREFETCH, _MM_HINT_T0);
     if (BITS == 8) {
         *lo = _mm256_loadu_si256((const __m256i *)(qs + p * 64));
         *hi = _mm256_loadu_si256((const __m256i *)(qs + (p + 1) * 64));
