@@ -45,6 +45,13 @@ def _concat_quantized(ws: list[QuantizedWeight]) -> QuantizedWeight:
     )
 
 
+# MLX 0.32.4's CUDA kernel for more than one row of x gets a weight row of one group of
+# 64 wrong (max error 4.1 on products of 2.3, 30-40 s a call; tools/gpu/qmm_probe.py on
+# the H200): at or below this many in-features such products go dense. Real models' rows
+# are hundreds of groups long; the tiny test models' are one or two.
+_CUDA_QMM_MAX_BAD_K = 64
+
+
 def default_dtype() -> Any:
     return mx.float32 if mx.default_device() == mx.cpu else mx.bfloat16
 
@@ -62,6 +69,7 @@ class MlxOps:
         self.act_dtype = mx.float32
         self.kv_dtype = self.dtype  # K/V rows in the compute dtype (make_ops refuses others)
         self._cuda_recurrent = gated_delta_cuda.is_available()
+        self._cuda = mx.default_device() == mx.gpu and not mx.metal.is_available()
         self._freqs_cache: dict[bytes, mx.array] = {}
 
     # -- weights -------------------------------------------------------------------
@@ -114,6 +122,8 @@ class MlxOps:
     def linear(self, x: mx.array, w: Any) -> mx.array:
         if isinstance(w, RowParts):  # each part's columns of x @ W^T, side by side
             return mx.concatenate([self.linear(x, p) for p in w.parts], axis=-1)
+        if isinstance(w, QuantizedWeight) and self._bad_cuda_qmm(x, w):
+            return x @ self._dense(w).T
         if isinstance(w, QuantizedWeight):
             return mx.quantized_matmul(
                 x,
@@ -125,6 +135,10 @@ class MlxOps:
                 bits=w.bits,
             )
         return x @ w.T
+
+    def _bad_cuda_qmm(self, x: mx.array, w: QuantizedWeight) -> bool:
+        """More than one row of x (CUDA's matrix kernel) against rows it gets wrong."""
+        return self._cuda and w.shape[1] <= _CUDA_QMM_MAX_BAD_K and x.size > x.shape[-1]
 
     def embed(self, table: Any, ids: np.ndarray) -> mx.array:
         return self._embed(table, ids).astype(self.act_dtype)

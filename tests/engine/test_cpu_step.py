@@ -187,7 +187,9 @@ def test_runner_reports_the_path_and_the_switch_turns_it_off(
 
     assert EngineConfig().cpu_step is True
     assert EngineConfig.from_environment({"BRANCHCHAT_CPU_STEP": "0"}).cpu_step is False
-    off = load_model(_build("llama-q5", tmp_path / "m.gguf"), EngineConfig(cpu_step=False))
+    # the NumPy backend's switch (on a GPU machine the default backend is MLX's)
+    off_config = EngineConfig(backend="numpy", cpu_step=False)
+    off = load_model(_build("llama-q5", tmp_path / "m.gguf"), off_config)
     assert off.runner.cpu_step is None
     off.runner.forward([1], off.runner.new_state(), logits="last")
     assert off.runner.last_path == "model"
