@@ -287,19 +287,10 @@ static void block_rows_avx512(const AttnRun *run, Py_ssize_t g, Py_ssize_t s0, P
 
 /* -- the two passes -------------------------------------------------------------------- */
 
-/* Unit (kv head g, partial b): the kv head's G * lc query rows over key block b, or over
- * the span of blocks of partial b for a prefill chunk. */
-static void attention_block(const void *ctx, Py_ssize_t item) {
-    const AttnRun *run = (const AttnRun *)ctx;
+/* Rows [R0, R0 + rows) of kv head g over key block b (decode tiles: not a prefill chunk's). */
+static void block_unit(const AttnRun *run, Py_ssize_t g, Py_ssize_t b, Py_ssize_t R0,
+                       Py_ssize_t rows) {
     const AttnJob *j = run->job;
-    const Py_ssize_t g = item / run->num_blocks, b = item % run->num_blocks;
-    const Py_ssize_t rows = j->G * run->lc, R0 = g * rows;
-#if ATTN_AVX512
-    if (run->many) {
-        span_prefill(run, g, b, R0, rows);
-        return;
-    }
-#endif
     const Py_ssize_t s0 = (run->first_block + b) * ATTN_BLOCK;
     const Py_ssize_t n = j->S - s0 < ATTN_BLOCK ? j->S - s0 : ATTN_BLOCK;
     for (Py_ssize_t r0 = 0; r0 < rows; r0 += ATTN_ROWS) {
@@ -326,6 +317,21 @@ static void attention_block(const void *ctx, Py_ssize_t item) {
     }
 }
 
+/* Unit (kv head g, partial b): the kv head's G * lc query rows over key block b, or over
+ * the span of blocks of partial b for a prefill chunk. */
+static void attention_block(const void *ctx, Py_ssize_t item) {
+    const AttnRun *run = (const AttnRun *)ctx;
+    const Py_ssize_t g = item / run->num_blocks, b = item % run->num_blocks;
+    const Py_ssize_t rows = run->job->G * run->lc, R0 = g * rows;
+#if ATTN_AVX512
+    if (run->many) {
+        span_prefill(run, g, b, R0, rows);
+        return;
+    }
+#endif
+    block_unit(run, g, b, R0, rows);
+}
+
 /* Row R: its blocks' partials merged in block order into out. */
 static void attention_merge(const void *ctx, Py_ssize_t R) {
     const AttnRun *run = (const AttnRun *)ctx;
@@ -347,6 +353,22 @@ static void attention_merge(const void *ctx, Py_ssize_t R) {
     }
     const float inv = 1.0f / total;
     for (Py_ssize_t d = 0; d < D; d++) out[d] *= inv;
+}
+
+/* Unit (kv head g, group of ATTN_GROUP_ROWS of its rows): every key block for those rows,
+ * then their merges: one pass over the pool where a verify's few blocks would leave the
+ * two passes' units short and the threads waiting between them (an 8-row verify of the
+ * default model at context 128: 9 units of blocks, 72 of merges). A row's partials and
+ * merge are the two passes' own, so its bits are too. */
+static void attention_rows(const void *ctx, Py_ssize_t item) {
+    const AttnRun *run = (const AttnRun *)ctx;
+    const Py_ssize_t rows = run->job->G * run->lc;
+    const Py_ssize_t groups = (rows + ATTN_GROUP_ROWS - 1) / ATTN_GROUP_ROWS;
+    const Py_ssize_t g = item / groups, R0 = g * rows + item % groups * ATTN_GROUP_ROWS;
+    const Py_ssize_t end = g * rows + rows < R0 + ATTN_GROUP_ROWS ? g * rows + rows
+                                                                  : R0 + ATTN_GROUP_ROWS;
+    for (Py_ssize_t b = 0; b < run->num_blocks; b++) block_unit(run, g, b, R0, end - R0);
+    for (Py_ssize_t R = R0; R < end; R++) attention_merge(run, R);
 }
 
 int run_attention(const AttnJob *job, Py_ssize_t Hq, Py_ssize_t L) {
@@ -386,12 +408,17 @@ int run_attention(const AttnJob *job, Py_ssize_t Hq, Py_ssize_t L) {
     const long long spin = L > ATTN_MANY_ROWS ? 0 : SPIN_NS;
     for (run.l0 = 0; run.l0 < L; run.l0 += run.lc) {
         run.lc = L - run.l0 < lc_max ? L - run.l0 : lc_max;
-        if (Hq * run.lc * num_keys >= ATTN_PARALLEL_KEYS) {
-            parallel_for(attention_block, &run, Hkv * nb, SPIN_NS);
-            parallel_for(attention_merge, &run, Hq * run.lc, spin);
-        } else { /* a short context: waking a worker costs more than it saves */
+        const Py_ssize_t rows = job->G * run.lc;
+        const Py_ssize_t groups = (rows + ATTN_GROUP_ROWS - 1) / ATTN_GROUP_ROWS;
+        if (Hq * run.lc * num_keys < ATTN_PARALLEL_KEYS) {
+            /* a short context: waking a worker costs more than it saves */
             for (Py_ssize_t i = 0; i < Hkv * nb; i++) attention_block(&run, i);
             for (Py_ssize_t R = 0; R < Hq * run.lc; R++) attention_merge(&run, R);
+        } else if (!many && nb <= ATTN_GROUP_BLOCKS && groups >= 2) {
+            parallel_for(attention_rows, &run, Hkv * groups, spin);
+        } else {
+            parallel_for(attention_block, &run, Hkv * nb, SPIN_NS);
+            parallel_for(attention_merge, &run, Hq * run.lc, spin);
         }
     }
     free_aligned(m);

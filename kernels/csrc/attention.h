@@ -27,6 +27,10 @@
 /* rows x keys from which the pool pays: one decode row of the default model (9 heads of
  * 64) at a short context runs faster on the calling thread alone */
 #define ATTN_PARALLEL_KEYS 3072
+/* Up to this many key blocks (a verify's or a short prefill piece's), a kv head's rows go
+ * to the pool in groups of ATTN_GROUP_ROWS, each with its every block and its merges */
+#define ATTN_GROUP_BLOCKS 8
+#define ATTN_GROUP_ROWS 8
 /* the tiles' mask loads need AVX-512 BW and VL beside F */
 #if HAVE_AVX512 && defined(__AVX512BW__) && defined(__AVX512VL__)
 #define ATTN_AVX512 1
