@@ -45,13 +45,6 @@ def _concat_quantized(ws: list[QuantizedWeight]) -> QuantizedWeight:
     )
 
 
-# MLX 0.32.4's CUDA kernel for more than one row of x gets a weight row of one group of
-# 64 wrong (max error 4.1 on products of 2.3, 30-40 s a call; tools/gpu/qmm_probe.py on
-# the H200): at or below this many in-features such products go dense. Real models' rows
-# are hundreds of groups long; the tiny test models' are one or two.
-_CUDA_QMM_MAX_BAD_K = 64
-
-
 def default_dtype() -> Any:
     return mx.float32 if mx.default_device() == mx.cpu else mx.bfloat16
 
@@ -137,8 +130,13 @@ class MlxOps:
         return x @ w.T
 
     def _bad_cuda_qmm(self, x: mx.array, w: QuantizedWeight) -> bool:
-        """More than one row of x (CUDA's matrix kernel) against rows it gets wrong."""
-        return self._cuda and w.shape[1] <= _CUDA_QMM_MAX_BAD_K and x.size > x.shape[-1]
+        """More than one row of x (CUDA's matrix kernel) against rows it gets wrong.
+
+        MLX 0.32.4's CUDA kernel for several rows of x gets a weight row of a single group
+        wrong (max error 4.1 on products of 2.3 for rows of one group of 64, 30-40 s a
+        call; rows of two groups came out right: tools/gpu/qmm_probe.py on the H200).
+        Real models' rows are hundreds of groups long; a tiny test model's can be one."""
+        return self._cuda and w.shape[1] <= w.group_size and x.size > x.shape[-1]
 
     def embed(self, table: Any, ids: np.ndarray) -> mx.array:
         return self._embed(table, ids).astype(self.act_dtype)
