@@ -437,12 +437,16 @@ int i8_matmul(const I8Mat *w, const float *x, Py_ssize_t m, float *out, Py_ssize
     float *d2 = levels == 2 ? (float *)(hsum + m * (k / 16)) : NULL;
     int32_t *hsum2 = levels == 2 ? (int32_t *)(d2 + m * (k / I8_BLOCK)) : NULL;
     const I8BlockFn fn = block_fn();
-    const Py_ssize_t quant_rows = (1 << 14) / k + 1;
+    /* rows a unit of the quantization: ~16k elements, or a verify's rows over the threads
+     * (serial, 8 rows' quantization kept the other threads waiting before each matmul) */
+    const Py_ssize_t threads = pool_num_threads(), spin = m <= 8 ? SPIN_NS : 0;
+    Py_ssize_t quant_rows = (1 << 14) / k + 1;
+    if (m >= 4 && m < quant_rows * threads) quant_rows = (m + threads - 1) / threads;
     const QuantJob qjob = {x, m, k, quant_rows, w->group_size, xq, xq2, d, xb, d2, hsum, hsum2};
     if (m <= quant_rows)
         quant_chunk(&qjob, 0);
     else
-        parallel_for(quant_chunk, &qjob, (m + quant_rows - 1) / quant_rows, 0);
+        parallel_for(quant_chunk, &qjob, (m + quant_rows - 1) / quant_rows, spin);
     const I8X xs = {xq, d, xb, xq2, d2};
     const Py_ssize_t tiles = i8_tiles(w);
     Py_ssize_t panel = I8_PANEL_BYTES / k;
@@ -457,7 +461,7 @@ int i8_matmul(const I8Mat *w, const float *x, Py_ssize_t m, float *out, Py_ssize
     if (per_chunk > tiles) per_chunk = tiles;
     const Py_ssize_t per_panel = (tiles + per_chunk - 1) / per_chunk;
     const I8Job job = {w, &xs, out, ld_out, m, panel, per_chunk, per_panel, fn};
-    parallel_for(matmul_chunk, &job, (m + panel - 1) / panel * per_panel, m <= 8 ? SPIN_NS : 0);
+    parallel_for(matmul_chunk, &job, (m + panel - 1) / panel * per_panel, spin);
     free_aligned(scratch);
     return 0;
 }
