@@ -292,10 +292,14 @@ def _pip_download(
 
 
 def _bytes_under(folder: Path) -> int:
+    """Bytes of the files under folder now, while pip writes and removes them: os.walk
+    skips a folder pip removed meanwhile (Path.rglob raised FileNotFoundError from its
+    scandir, and the fetch failed as "could not write")."""
     total = 0
-    for path in folder.rglob("*"):
-        with contextlib.suppress(OSError):  # pip removed it meanwhile
-            total += path.stat().st_size if path.is_file() else 0
+    for root, _dirs, files in os.walk(folder):
+        for name in files:
+            with contextlib.suppress(OSError):  # pip removed it meanwhile
+                total += os.stat(os.path.join(root, name)).st_size
     return total
 
 

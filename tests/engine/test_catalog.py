@@ -4,9 +4,11 @@ network), checked, joined, kept; a failure leaves nothing behind and says why.""
 from __future__ import annotations
 
 import hashlib
+import os
 import zipfile
 from collections import namedtuple
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -186,3 +188,23 @@ def test_the_fetched_gemma_is_the_published_file_with_its_terms_beside_it() -> N
     assert model_catalog.sha256_of(path) == gemma.file_sha256
     terms = path.with_name("gemma-3-270m-q4_k_m.GEMMA_TERMS.html")
     assert b"Gemma Terms of Use" in terms.read_bytes()
+
+
+def test_the_download_progress_skips_a_folder_pip_removed_meanwhile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pip removes its temporary folders while the progress sums their bytes: a folder gone
+    between listing and reading is skipped, not an error (a fetch failed on it once)."""
+    (tmp_path / "kept").mkdir()
+    (tmp_path / "kept" / "wheel").write_bytes(b"x" * 10)
+    (tmp_path / "gone").mkdir()
+    (tmp_path / "gone" / "part").write_bytes(b"y" * 5)
+    real_scandir = os.scandir
+
+    def scandir(path: Any = ".") -> Any:
+        if str(path).endswith("gone"):
+            raise FileNotFoundError(2, "No such file or directory", str(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    assert model_catalog._bytes_under(tmp_path) == 10
