@@ -365,8 +365,8 @@ static void attention_rows(const void *ctx, Py_ssize_t item) {
     const Py_ssize_t rows = run->job->G * run->lc;
     const Py_ssize_t groups = (rows + ATTN_GROUP_ROWS - 1) / ATTN_GROUP_ROWS;
     const Py_ssize_t g = item / groups, R0 = g * rows + item % groups * ATTN_GROUP_ROWS;
-    const Py_ssize_t end = g * rows + rows < R0 + ATTN_GROUP_ROWS ? g * rows + rows
-                                                                  : R0 + ATTN_GROUP_ROWS;
+    const Py_ssize_t last = (g + 1) * rows; /* the kv head's rows end here */
+    const Py_ssize_t end = R0 + ATTN_GROUP_ROWS < last ? R0 + ATTN_GROUP_ROWS : last;
     for (Py_ssize_t b = 0; b < run->num_blocks; b++) block_unit(run, g, b, R0, end - R0);
     for (Py_ssize_t R = R0; R < end; R++) attention_merge(run, R);
 }

@@ -455,7 +455,7 @@ int i8_matmul(const I8Mat *w, const float *x, Py_ssize_t m, float *out, Py_ssize
     /* at least 4 chunks a thread, so a thread's last chunk is a small part of its work
      * (5 chunks of 9 tiles over 2 threads left one with 27 of 40), in runs of 4 tiles:
      * a decode row's register tile */
-    const Py_ssize_t balanced = tiles / (4 * pool_num_threads());
+    const Py_ssize_t balanced = tiles / (4 * threads);
     if (per_chunk > balanced) per_chunk = balanced;
     per_chunk = per_chunk < 4 ? 4 : (per_chunk + 3) / 4 * 4;
     if (per_chunk > tiles) per_chunk = tiles;
