@@ -160,7 +160,7 @@ tile512(const I8Mat *w, const I8X *x, Py_ssize_t r, Py_ssize_t t, float *out, Py
     const Py_ssize_t portions = group_size / portion; /* blocks a group spans; 1 with GS */
     const uint8_t *qs[I8_MAX_NT];
     const uint64_t *hb[I8_MAX_NT];
-    const int LEVELS = BITS == 8 ? 2 : 1;
+    const int LEVELS = i8_levels(BITS);
     const I8Quad *xq[I8_MAX_MB], *xq2[I8_MAX_MB];
     const float *d[I8_MAX_MB], *d2[I8_MAX_MB], *xb[I8_MAX_MB];
     __m512 acc_s[I8_MAX_NT][I8_MAX_MB], acc_b[I8_MAX_NT][I8_MAX_MB];
@@ -401,7 +401,15 @@ static I8BlockFn block_fn(void) {
     }
 }
 
-#define I8_CHUNK_WORK (1 << 17) /* multiply-adds per chunk of the pool */
+/* Chunks of the pool a thread: few, as each costs more than its claim. Two atomics on the
+ * pool's shared line, and a chunk's first weights come cold: the prefetch of a tile loop
+ * runs ahead into the next tile, which another thread may have. An 8-row verify of the
+ * default model in chunks of 4 tiles took 8.5 ms, in 2 chunks a thread 7.3 ms; a decode
+ * row's chunks are ~2-3x smaller than the old ~128k multiply-adds each (192 in the head,
+ * now 16) and a decode step 4.2 -> 3.9 ms. A thread's last chunk is still a part of its
+ * work that the other threads can take when it is late (they claim from one counter). */
+#define CHUNKS_A_THREAD 2
+#define CHUNKS_A_THREAD_DECODE 8
 #define I8_PANEL_BYTES (1 << 18) /* of quantized x per panel (L2 holds it with the tiles) */
 
 typedef struct {
@@ -419,6 +427,18 @@ static void matmul_chunk(const void *ctx, Py_ssize_t chunk) {
     const Py_ssize_t t0 = chunk % job->chunks_per_panel * job->tiles_per_chunk;
     const Py_ssize_t r1 = r0 + job->panel_rows < job->m ? r0 + job->panel_rows : job->m;
     const Py_ssize_t t1 = t0 + job->tiles_per_chunk < tiles ? t0 + job->tiles_per_chunk : tiles;
+    { /* the chunk's first weights and parameters, before its loop asks for them */
+        const I8Mat *w = job->w;
+        const char *qs = (const char *)(w->qs + t0 * i8_tile_qs_bytes(w));
+        for (int b = 0; b < I8_PREFETCH; b += 64) __builtin_prefetch(qs + b, 0, 3);
+        const Py_ssize_t pbytes = (w->half ? 2 : 4) * I8_TILE * (w->k / w->group_size);
+        const char *sc = (const char *)w->scales + t0 * pbytes;
+        const char *bi = w->biases ? (const char *)w->biases + t0 * pbytes : NULL;
+        for (Py_ssize_t b = 0; b < pbytes && b < 1024; b += 64) {
+            __builtin_prefetch(sc + b, 0, 3);
+            if (bi) __builtin_prefetch(bi + b, 0, 3);
+        }
+    }
     job->fn(job->w, job->x, r0, r1, t0, t1, job->out, job->ld);
 }
 
@@ -451,13 +471,11 @@ int i8_matmul(const I8Mat *w, const float *x, Py_ssize_t m, float *out, Py_ssize
     const Py_ssize_t tiles = i8_tiles(w);
     Py_ssize_t panel = I8_PANEL_BYTES / k;
     panel = panel < 8 ? 8 : panel > m ? m : panel;
-    Py_ssize_t per_chunk = I8_CHUNK_WORK / (panel * k * I8_TILE) + 1;
-    /* at least 4 chunks a thread, so a thread's last chunk is a small part of its work
-     * (5 chunks of 9 tiles over 2 threads left one with 27 of 40), in runs of 4 tiles:
-     * a decode row's register tile */
-    const Py_ssize_t balanced = tiles / (4 * threads);
-    if (per_chunk > balanced) per_chunk = balanced;
-    per_chunk = per_chunk < 4 ? 4 : (per_chunk + 3) / 4 * 4;
+    /* CHUNKS_A_THREAD chunks a thread, of whole register tiles (rows512: 4 tiles for 1 or
+     * 2 rows, 2 for 3 or 4, 1 from 5) */
+    const Py_ssize_t unit = m <= 2 ? 4 : m <= 4 ? 2 : 1;
+    Py_ssize_t per_chunk = tiles / ((m <= 2 ? CHUNKS_A_THREAD_DECODE : CHUNKS_A_THREAD) * threads);
+    per_chunk = per_chunk < unit ? unit : (per_chunk + unit - 1) / unit * unit;
     if (per_chunk > tiles) per_chunk = tiles;
     const Py_ssize_t per_panel = (tiles + per_chunk - 1) / per_chunk;
     const I8Job job = {w, &xs, out, ld_out, m, panel, per_chunk, per_panel, fn};

@@ -79,7 +79,7 @@ static inline __attribute__((always_inline)) void
 I8_YMM(tile_)(const I8Mat *w, const I8X *x, Py_ssize_t r, Py_ssize_t u, float *out, Py_ssize_t ld,
               const int BITS, const int NU, const int MB) {
     const Py_ssize_t k = w->k, groups = k / w->group_size;
-    const int LEVELS = BITS == 8 ? 2 : 1;
+    const int LEVELS = i8_levels(BITS);
     const I8Quad *xq[3], *xq2[3];
     const float *d[3], *d2[3], *xb[3];
     __m256 acc_s[2][3], acc_b[2][3];
