@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from bench import common
+from bench import common, llama_bench
 from bench.decode_report import VERIFY_ROWS, print_table, summarize
 from bench.peers import make_peers
 from engine.config import EngineConfig
@@ -236,7 +236,9 @@ def run(args: argparse.Namespace, config: EngineConfig, peer_factory: Any = None
     with tempfile.TemporaryDirectory() as tmp:
         if args.peers:
             factory = peer_factory or _real_peers
-            peers, missing = factory(gguf, Path(tmp), n_ctx)
+            # with --llama-bench its binary is llama.cpp, not llama-cpp-python
+            names = [n for n in PEERS if not (args.llama_bench and n == "llama_cpp")]
+            peers, missing = factory(gguf, Path(tmp), n_ctx, names)
             runners += peers
             for name, why in missing.items():
                 print(f"{name}: {why}", file=sys.stderr)
@@ -255,6 +257,13 @@ def run(args: argparse.Namespace, config: EngineConfig, peer_factory: Any = None
                 samples[(runner.name, runner.setting)].append(sample)
             if not args.json:
                 print(f"run {run_index + 1}/{args.runs}: done", file=sys.stderr)
+    if args.llama_bench:
+        by_setting, build = llama_bench.measure(
+            args.llama_bench, gguf, contexts, args.steps, args.paste_tokens, args.runs
+        )
+        for setting, runs in by_setting.items():
+            samples[("llama_cpp", setting)] = runs
+        llama_build = {**build, "flash_attn": "off and on: each figure the better of the two"}
     result: dict[str, Any] = {"command": _command(args), "date": date}
     result.update(summarize(samples, missing))
     settings: dict[str, Any] = {
@@ -265,6 +274,8 @@ def run(args: argparse.Namespace, config: EngineConfig, peer_factory: Any = None
         "paste_tokens": args.paste_tokens,
         "ours": {**ours.settings, "kernels": kernel_info()},
     }
+    if args.llama_bench:
+        settings["llama_cpp"] = llama_build
     for runner in runners[1:]:
         if runner.name == "llama_cpp":
             by_setting = settings.setdefault("llama_cpp", {**(llama_build or {}), "runs": {}})
@@ -281,9 +292,11 @@ def run(args: argparse.Namespace, config: EngineConfig, peer_factory: Any = None
     return common.rounded(result)
 
 
-def _real_peers(gguf: Path, tmp: Path, n_ctx: int) -> tuple[list[Any], dict[str, str]]:
-    mlx_dir = _converted(gguf, tmp)
-    return make_peers(list(PEERS), gguf, mlx_dir, n_ctx, llama_flash_attn=(False, True))
+def _real_peers(
+    gguf: Path, tmp: Path, n_ctx: int, names: list[str]
+) -> tuple[list[Any], dict[str, str]]:
+    mlx_dir = _converted(gguf, tmp) if "mlx_lm" in names else None
+    return make_peers(names, gguf, mlx_dir, n_ctx, llama_flash_attn=(False, True))
 
 
 def _command(args: argparse.Namespace) -> str:
@@ -295,6 +308,8 @@ def _command(args: argparse.Namespace) -> str:
     parts += [f"--runs {args.runs}", f"--steps {args.steps}"]
     parts.append("--contexts " + ",".join(str(c) for c in args.contexts))
     parts.append(f"--paste-tokens {args.paste_tokens}")
+    if args.llama_bench:
+        parts.append(f"--llama-bench {args.llama_bench}")
     if args.peers and args.mlx_lm_runs != 1:
         parts.append(f"--mlx-lm-runs {args.mlx_lm_runs}")
     if args.backend:
@@ -351,6 +366,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--mlx-lm-runs", type=int, default=1, help="runs for mlx-lm (slow)")
     parser.add_argument("--backend", choices=("numpy", "mlx"), default=None)
+    parser.add_argument(
+        "--llama-bench",
+        type=Path,
+        help="llama.cpp's llama-bench binary (its CUDA build on a GPU) as the llama.cpp peer",
+    )
     args = parser.parse_args(argv)
     defaults = QUICK if args.quick else FULL
     for name, value in defaults.items():
@@ -367,7 +387,7 @@ def main(argv: list[str] | None = None, config: EngineConfig | None = None) -> i
     args = parse_args(argv)
     try:
         result = run(args, common.engine_config(config, args.backend))
-    except BenchRefused as exc:
+    except (BenchRefused, llama_bench.LlamaBenchFailed) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return common.report("decode", result, args.json, print_table)

@@ -94,8 +94,11 @@ def test_summarize_divides_ours_by_the_peers_best_and_checks_the_targets():
 def test_run_with_fake_peers_writes_every_figure_and_its_ratio(tiny_llama_q4_gguf, capsys):
     gguf, _ = tiny_llama_q4_gguf
 
-    def peers(model: Path, _tmp: Path, n_ctx: int) -> tuple[list[Any], dict[str, str]]:
+    def peers(
+        model: Path, _tmp: Path, n_ctx: int, names: list[str]
+    ) -> tuple[list[Any], dict[str, str]]:
         assert n_ctx == PASTE  # the paste is the longest sequence asked for
+        assert names == ["llama_cpp", "mlx_lm"]
         fakes = [FakeLlamaCpp(model, f"flash_attn={s}") for s in ("off", "on")]
         return fakes, {"mlx_lm": "left out by the test"}
 

@@ -22,6 +22,14 @@ def relative_rms(got: mx.array, want: np.ndarray) -> float:
     return float(np.sqrt(np.mean(diff**2) / np.mean(want**2)))
 
 
+# float32 activations' error over bfloat16 ones'. MLX's CPU rounds bfloat16 products more
+# often: 0.044 against 0.071 (Q4_1), 0.034 against 0.075 (Q8_0). Its CUDA kernels sum in
+# float32 and round once an op, so there the tiny model's error is mostly its bfloat16
+# weights': 0.034 against 0.038 (Q4_1) on the H200. A path that ignored act_dtype gives 1.0
+# and fails on either.
+BOUND = {mx.DeviceType.cpu: 0.8, mx.DeviceType.gpu: 0.95}
+
+
 @pytest.mark.parametrize("qtype", ["Q4_1", "Q8_0"])
 def test_float32_activations_are_closer_to_float64_than_bfloat16_ones(
     tiny_models: TinyModels, qtype: str
@@ -38,5 +46,5 @@ def test_float32_activations_are_closer_to_float64_than_bfloat16_ones(
         # the KV rows stay in the compute dtype whatever the activations
         assert {a.dtype for layer in state.layers for a in layer.live_arrays()} == {mx.bfloat16}
         errors[str(activations)] = relative_rms(logits, want)
-    # measured on MLX's CPU: 0.044 against 0.071 (Q4_1), 0.034 against 0.075 (Q8_0)
-    assert errors["mlx.core.float32"] <= 0.8 * errors["mlx.core.bfloat16"], errors
+    bound = BOUND[mx.default_device().type]
+    assert errors["mlx.core.float32"] <= bound * errors["mlx.core.bfloat16"], errors
