@@ -144,6 +144,7 @@ class MlxLmRunner:
     float32 is mlx-lm's best setting on this machine. On a GPU leave them as they are."""
 
     name = "mlx_lm"
+    setting = ""  # one setting (the decode bench keys samples by engine and setting)
     prefill_step_size = 2048  # mlx_lm.generate's default
 
     def __init__(self, model_dir: Path, float32: bool = True) -> None:

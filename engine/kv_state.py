@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from kernels.ops import Array, Ops
+from kernels.ops import Array, CausalMask, Ops
 
 _GROW = 256  # KV rows are allocated in whole chunks of this many positions
 _GROWTH = 1.5  # a full buffer grows by this factor: amortised O(1) copies per row
@@ -104,7 +104,7 @@ class FullKV(CursorRows):
         self.keys = self.ops.write_rows(self.keys, start, k)
         self.values = self.ops.write_rows(self.values, start, v)
         self.length = end
-        mask = None if L == 1 else causal_mask(start, L, np.arange(end))
+        mask = None if L == 1 else CausalMask(start, L)
         return self.keys[:, :end], self.values[:, :end], mask
 
     def _make_room(self, end: int) -> None:

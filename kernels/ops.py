@@ -17,10 +17,12 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from kernels.masks import CausalMask
 from kernels.quantized import QuantizedWeight
 
-# QuantizedWeight is what `Ops.weight` takes, so model code imports it with the op set
-__all__ = ["Array", "Ops", "QuantizedWeight", "default_backend", "make_ops"]
+# QuantizedWeight is what `Ops.weight` takes and CausalMask what `Ops.attention` may, so
+# model code imports them with the op set
+__all__ = ["Array", "CausalMask", "Ops", "QuantizedWeight", "default_backend", "make_ops"]
 
 Array = Any  # np.ndarray or mx.array, depending on the backend
 
@@ -54,7 +56,11 @@ class Ops(Protocol):
         multiplies the rotated features (YaRN's attention factor on cos and sin)."""
         ...
 
-    def attention(self, q: Array, k: Array, v: Array, scale: float, mask: Any) -> Array: ...
+    def attention(self, q: Array, k: Array, v: Array, scale: float, mask: Any) -> Array:
+        """softmax(scale q k^T) v over [H, L, Dh] heads (GQA); mask: None (every key), a
+        CausalMask, or bool [L, S] (True = attend)."""
+        ...
+
     def silu(self, x: Array) -> Array: ...
     def gelu_tanh(self, x: Array) -> Array: ...
     def sigmoid(self, x: Array) -> Array: ...

@@ -16,6 +16,7 @@ import mlx.core as mx
 import numpy as np
 
 from kernels import gated_delta_cuda, gated_delta_mlx, quantized
+from kernels.masks import CausalMask
 from kernels.quantized import QuantizedWeight
 from kernels.row_parts import RowParts, join_runs
 
@@ -204,7 +205,10 @@ class MlxOps:
         return cached
 
     def attention(self, q: mx.array, k: mx.array, v: mx.array, scale: float, mask: Any) -> Any:
-        m = mask if mask is None or isinstance(mask, mx.array) else mx.array(mask)
+        if isinstance(mask, CausalMask):  # aligned to the last key, as CausalMask is
+            m: Any = "causal"
+        else:
+            m = mask if mask is None or isinstance(mask, mx.array) else mx.array(mask)
         # in the cache's dtype: a float32 query would promote the whole cache every step
         q = q.astype(k.dtype)
         out = mx.fast.scaled_dot_product_attention(q[None], k[None], v[None], scale=scale, mask=m)
