@@ -68,6 +68,7 @@ class OursRunner:
         self.state = self.runner.new_state()
         self.chunk = PREFILL_CHUNK
         self.context_length = self.lm.config.context_length
+        self.on_gpu = self.ops.name == "mlx" and _mlx_on_gpu()
         self.settings = {
             "backend": self.ops.name,
             "runner": type(self.runner).__name__,
@@ -265,7 +266,7 @@ def run(args: argparse.Namespace, config: EngineConfig, peer_factory: Any = None
             samples[("llama_cpp", setting)] = runs
         llama_build = {**build, "flash_attn": "off and on: each figure the better of the two"}
     result: dict[str, Any] = {"command": _command(args), "date": date}
-    result.update(summarize(samples, missing))
+    result.update(summarize(samples, missing, gpu=ours.on_gpu))
     settings: dict[str, Any] = {
         "steps": args.steps,
         "contexts": list(contexts),
@@ -290,6 +291,12 @@ def run(args: argparse.Namespace, config: EngineConfig, peer_factory: Any = None
     if any(name == "mlx_lm" for name, _ in samples):
         result["mlx_lm_runs"] = min(args.runs, args.mlx_lm_runs)
     return common.rounded(result)
+
+
+def _mlx_on_gpu() -> bool:
+    import mlx.core as mx
+
+    return mx.default_device() == mx.gpu
 
 
 def _real_peers(

@@ -91,6 +91,25 @@ def test_summarize_divides_ours_by_the_peers_best_and_checks_the_targets():
     }
 
 
+def test_on_a_gpu_the_targets_are_issue_15s_against_both_peers():
+    samples = {
+        ("ours", ""): [{"decode_tok_s_2048": 900.0, "prefill_tok_s_1024": 18000.0}],
+        ("llama_cpp", "flash_attn=on"): [{"decode_tok_s_2048": 850.0, "prefill_tok_s_1024": 57000}],
+        ("mlx_lm", ""): [{"decode_tok_s_2048": 500.0, "prefill_tok_s_1024": 10000.0}],
+    }
+    result = summarize(samples, {}, gpu=True)
+    assert result["targets_issue"] == 15
+    got = {k: (v["at_least"], v["met"]) for k, v in result["targets"].items()}
+    assert got == {
+        "decode_tok_s_2048_vs_llama_cpp": (1.0, True),
+        "decode_tok_s_2048_vs_mlx_lm": (2.0, False),  # 1.8x
+        "prefill_tok_s_1024_vs_llama_cpp": (1.0, False),
+        "prefill_tok_s_1024_vs_mlx_lm": (1.5, True),
+    }
+    # the CPU's targets (issue 21) have no 1024 prefill and no mlx-lm bound
+    assert set(summarize(samples, {})["targets"]) == {"decode_tok_s_2048_vs_llama_cpp"}
+
+
 def test_run_with_fake_peers_writes_every_figure_and_its_ratio(tiny_llama_q4_gguf, capsys):
     gguf, _ = tiny_llama_q4_gguf
 
