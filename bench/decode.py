@@ -2,7 +2,7 @@
 
     python -m bench decode [--peers] [--json] [--runs N] [--steps N] [--contexts C,C,...]
                            [--paste-tokens N] [--quick] [--model M] [--backend numpy|mlx]
-                           [--mlx-lm-runs N]
+                           [--mlx-lm-runs N] [--warmup N] [--llama-bench PATH]
 
 For each context length C (default 128, 512, 1024, 2048, 4096, 8192) every engine starts a
 fresh sequence and prefills C tokens of the same prompt (timed: prefill tok/s at C), keeps
@@ -250,6 +250,11 @@ def run(args: argparse.Namespace, config: EngineConfig, peer_factory: Any = None
         samples: dict[tuple[str, str], list[dict[str, float]]] = {
             (r.name, r.setting): [] for r in runners
         }
+        warmup = args.warmup if args.warmup is not None else int(ours.on_gpu)
+        for _ in range(warmup):  # a GPU's first call of each shape compiles its kernels
+            measure_all(runners, ids, paste, contexts, args.steps)
+            if not args.json:
+                print("warm-up run: done (not counted)", file=sys.stderr)
         for run_index in range(args.runs):
             active = [r for r in runners if r.name != "mlx_lm" or run_index < args.mlx_lm_runs]
             for runner, sample in zip(
@@ -288,6 +293,7 @@ def run(args: argparse.Namespace, config: EngineConfig, peer_factory: Any = None
     result["versions"] = versions
     result["model"] = {**common.model_info(gguf), "context_length": ours.context_length}
     result["runs"] = args.runs
+    result["warmup_runs"] = warmup
     if any(name == "mlx_lm" for name, _ in samples):
         result["mlx_lm_runs"] = min(args.runs, args.mlx_lm_runs)
     return common.rounded(result)
@@ -321,6 +327,8 @@ def _command(args: argparse.Namespace) -> str:
         parts.append(f"--mlx-lm-runs {args.mlx_lm_runs}")
     if args.backend:
         parts.append(f"--backend {args.backend}")
+    if args.warmup is not None:
+        parts.append(f"--warmup {args.warmup}")
     return " ".join(parts)
 
 
@@ -374,6 +382,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--mlx-lm-runs", type=int, default=1, help="runs for mlx-lm (slow)")
     parser.add_argument("--backend", choices=("numpy", "mlx"), default=None)
     parser.add_argument(
+        "--warmup",
+        type=int,
+        help="uncounted runs of every figure first (default: 1 on a GPU, whose first call of "
+        "each shape compiles kernels; 0 on a CPU)",
+    )
+    parser.add_argument(
         "--llama-bench",
         type=Path,
         help="llama.cpp's llama-bench binary (its CUDA build on a GPU) as the llama.cpp peer",
@@ -387,6 +401,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--runs, --steps and --mlx-lm-runs must be >= 1")
     if args.paste_tokens < 0:
         parser.error("--paste-tokens must be >= 0")
+    if args.warmup is not None and args.warmup < 0:
+        parser.error("--warmup must be >= 0")
     return args
 
 

@@ -147,6 +147,28 @@ def test_run_with_fake_peers_writes_every_figure_and_its_ratio(tiny_llama_q4_ggu
     json.dumps(result)  # the report writes it as it is
 
 
+def test_warmup_runs_every_figure_first_and_counts_none_of_it(tiny_llama_q4_gguf):
+    gguf, _ = tiny_llama_q4_gguf
+    prefills: list[int] = []
+
+    def peers(model: Path, _tmp: Path, n_ctx: int, names: list[str]) -> Any:
+        fake = FakeLlamaCpp(model, "flash_attn=on")
+        inner_prefill = fake.prefill
+        fake.prefill = lambda ids: prefills.append(len(ids)) or inner_prefill(ids)  # type: ignore[method-assign]
+        return [fake], {}
+
+    for warmup, expected in ((0, 1), (2, 3)):
+        prefills.clear()
+        args = decode.parse_args([*_args(gguf), "--peers", "--warmup", str(warmup)])
+        result = decode.run(args, EngineConfig(), peer_factory=peers)
+        # each run: a 16-token warm-up prefill, then each context's and the paste's
+        assert prefills == [16, *CONTEXTS, PASTE] * expected
+        assert result["warmup_runs"] == warmup and result["runs"] == 1
+        assert result["command"].endswith(f"--warmup {warmup}")
+    # on a CPU no warm-up unless asked
+    assert decode.run(decode.parse_args(_args(gguf)), EngineConfig())["warmup_runs"] == 0
+
+
 def test_a_context_past_the_models_is_refused_before_anything_runs(
     tiny_llama_q4_gguf, tmp_path, monkeypatch, capsys
 ):
