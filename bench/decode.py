@@ -42,6 +42,7 @@ from engine.config import EngineConfig
 
 # the options' defaults, and --quick's (a smoke run): each where the option is not given
 PEERS = ("llama_cpp", "mlx_lm")
+FLASH_BOTH = "off and on: each figure the better of the two (llama_cpp_setting)"
 
 
 class BenchRefused(ValueError):
@@ -242,8 +243,7 @@ def run(args: argparse.Namespace, config: EngineConfig, peer_factory: Any = None
                 print(f"{name}: {why}", file=sys.stderr)
             builds = [r.build for r in peers if r.name == "llama_cpp"]
             if builds:
-                flash = "off and on: each figure the better of the two (llama_cpp_setting)"
-                llama_build = {**builds[0], "flash_attn": flash}
+                llama_build = {**builds[0], "flash_attn": FLASH_BOTH}
         samples: dict[tuple[str, str], list[dict[str, float]]] = {
             (r.name, r.setting): [] for r in runners
         }
@@ -266,7 +266,7 @@ def run(args: argparse.Namespace, config: EngineConfig, peer_factory: Any = None
         )
         for setting, runs in by_setting.items():
             samples[("llama_cpp", setting)] = runs
-        llama_build = {**build, "flash_attn": "off and on: each figure the better of the two"}
+        llama_build = {**build, "flash_attn": FLASH_BOTH}
     result: dict[str, Any] = {"command": command_line(args), "date": date}
     result.update(summarize(samples, missing, gpu=ours.on_gpu))
     settings: dict[str, Any] = {

@@ -76,17 +76,17 @@ def measure(
     samples: dict[str, list[dict[str, float]]] = {
         s: [{} for _ in range(runs)] for s in SETTINGS.values()
     }
+    paste = f"prefill_tok_s_{paste_tokens}"
     for entry in entries:
         name = figure_name(entry, steps)
-        if name == f"prefill_tok_s_{paste_tokens}" and paste_tokens not in contexts:
-            name = f"paste_prefill_tok_s_{paste_tokens}"
+        # the paste's prompt is a prefill figure too where it is also one of the contexts
+        names = [n for n in (name,) if n != paste or paste_tokens in contexts]
+        names += [f"paste_{paste}"] if paste_tokens and name == paste else []
         values = [float(v) for v in entry["samples_ts"]]
         if len(values) != runs:
             raise LlamaBenchFailed(f"{name}: {len(values)} samples for -r {runs}")
         for sample, value in zip(samples[flash_setting(entry["flash_attn"])], values, strict=True):
-            sample[name] = value
-            if name == f"prefill_tok_s_{paste_tokens}":
-                sample[f"paste_prefill_tok_s_{paste_tokens}"] = value
+            sample.update(dict.fromkeys(names, value))
     build = {k: entries[0][k] for k in BUILD_FIELDS if k in entries[0]}
     build["binary"] = str(binary)
     build["n_gpu_layers"] = 99

@@ -404,10 +404,10 @@ static I8BlockFn block_fn(void) {
 /* Chunks of the pool a thread: few, as each costs more than its claim. Two atomics on the
  * pool's shared line, and a chunk's first weights come cold: the prefetch of a tile loop
  * runs ahead into the next tile, which another thread may have. An 8-row verify of the
- * default model in chunks of 4 tiles took 8.5 ms, in 2 chunks a thread 7.3 ms; a decode
- * row's chunks are ~2-3x smaller than the old ~128k multiply-adds each (192 in the head,
- * now 16) and a decode step 4.2 -> 3.9 ms. A thread's last chunk is still a part of its
- * work that the other threads can take when it is late (they claim from one counter). */
+ * default model in chunks of 4 tiles took 8.5 ms, in 2 chunks a thread 7.3 ms (timed by
+ * hand, one process alternating the two); a decode row's head went from 192 chunks of
+ * ~128k multiply-adds to 16, a decode step 4.2 -> 3.9 ms. A late thread's chunks are still
+ * taken by the others (they claim from one counter). */
 #define CHUNKS_A_THREAD 2
 #define CHUNKS_A_THREAD_DECODE 8
 #define I8_PANEL_BYTES (1 << 18) /* of quantized x per panel (L2 holds it with the tiles) */
