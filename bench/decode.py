@@ -58,19 +58,18 @@ class OursRunner:
     def __init__(self, gguf_path: Path, config: EngineConfig) -> None:
         from engine.kv_state import dtype_name
         from engine.loader import load_model
-        from engine.session import PREFILL_CHUNK
         from kernels import qmatmul
 
         self.lm = load_model(gguf_path, config)
         self.runner, self.ops = self.lm.runner, self.lm.ops
         self.state = self.runner.new_state()
-        self.chunk = PREFILL_CHUNK
+        self.chunk = self.runner.prefill_rows
         self.context_length = self.lm.config.context_length
         self.on_gpu = self.ops.name == "mlx" and _mlx_on_gpu()
         self.settings = {
             "backend": self.ops.name,
             "runner": type(self.runner).__name__,
-            "prefill_chunk": PREFILL_CHUNK,
+            "prefill_chunk": self.chunk,
             # the C kernel on packed 4/8-bit rows (kernels/qmatmul.py), else float32 BLAS
             "packed_matmul": bool(getattr(self.ops, "packed", False)),
             # how: "int8" (kernels/int8_matmul.py) or "float" (EngineConfig.cpu_matmul)
@@ -80,7 +79,7 @@ class OursRunner:
             "config": config_fields(config),
             # which path served the rows: the C step (decode, verify, prefill pieces) or not
             "cpu_step": self.runner.cpu_step is not None,
-            "prefill_pieces": self.runner.prefill_chunk(PREFILL_CHUNK),
+            "prefill_pieces": self.runner.prefill_chunk(self.chunk),
         }
 
     def _greedy(self, logits: Any) -> int:

@@ -78,7 +78,6 @@ def sync(state: Any) -> None:
 def run(args: argparse.Namespace, config: EngineConfig) -> dict[str, Any]:
     from engine.loader import load_model
     from engine.sequence import prefill, truncate
-    from engine.session import PREFILL_CHUNK
 
     on_gpu = mx.default_device() == mx.gpu
     context = args.context or (8192 if on_gpu else 2048)
@@ -90,18 +89,19 @@ def run(args: argparse.Namespace, config: EngineConfig) -> dict[str, Any]:
         dtype = mx.bfloat16 if on_gpu else mx.float32
         loaded = load_model(write_model(Path(tmp) / "hybrid", shapes, dtype), config)
     model = loaded.runner
+    chunk = model.prefill_rows
 
     def truncate_then_next_logits(state: Any, n: int) -> None:
-        truncate(model, state, n, chunk_size=PREFILL_CHUNK)
+        truncate(model, state, n, chunk_size=chunk)
         model.forward([probe], state)
 
     def reprefill_then_next_logits(n: int) -> None:
         fresh = model.new_state()
-        prefill(model, fresh, ids[:n], chunk_size=PREFILL_CHUNK)
+        prefill(model, fresh, ids[:n], chunk_size=chunk)
         model.forward([probe], fresh)
 
     state = model.new_state()
-    build_s = common.timed(lambda: prefill(model, state, ids[:context], chunk_size=PREFILL_CHUNK))
+    build_s = common.timed(lambda: prefill(model, state, ids[:context], chunk_size=chunk))
     say(args, f"prefilled {context} tokens in {build_s:.2f} s")
 
     positions = sorted(rng.randrange(context // 8, context) for _ in range(args.positions))

@@ -22,6 +22,7 @@ DTYPES = ("bfloat16", "float16", "float32")
 KV_DTYPES = ("float16", "float32")
 FUSED_MODES = ("step", "layers")
 CPU_MATMULS = ("int8", "float")
+GPU_MATMULS = ("quantized", "dense32", "dense16")
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,13 @@ class EngineConfig:
     # products, kernels/int8_matmul.py) or "float" (weights dequantized to float32 in
     # registers, kernels/qmatmul.py); None: "int8" where an int8 SIMD path runs
     cpu_matmul: str | None = None
+    # how a GPU multiplies a prefill chunk's rows by a quantized weight (kernels/ops_mlx.py):
+    # "quantized" (MLX's quantized_matmul), "dense32" (the weight dequantized to float32,
+    # one float32 GEMM) or "dense16" (rows and weight in the compute dtype); None: the default
+    gpu_matmul: str | None = None
+    # rows a prefill chunk carries (None: the runner's default for its device, see
+    # engine/runner/runner.py); the C step still cuts them into its own pieces
+    prefill_chunk: int | None = None
     threads: int | None = None  # the C kernel's threads; None: the cores this process may use
     cpu_step: bool = True  # NumPy backend: decode and verify rows as one C call (cpu_step.py)
     # what the NumPy backend stores K/V rows in (None: float16, each row rounded once when
@@ -64,9 +72,13 @@ class EngineConfig:
             raise ValueError(f"fused_mode must be 'step' or 'layers', not {self.fused_mode!r}")
         if self.cpu_matmul is not None and self.cpu_matmul not in CPU_MATMULS:
             raise ValueError(f"cpu_matmul must be 'int8' or 'float', not {self.cpu_matmul!r}")
+        if self.gpu_matmul is not None and self.gpu_matmul not in GPU_MATMULS:
+            raise ValueError(
+                f"gpu_matmul must be one of {list(GPU_MATMULS)}, not {self.gpu_matmul!r}"
+            )
         if self.kv_dtype is not None and self.kv_dtype not in KV_DTYPES:
             raise ValueError(f"kv_dtype must be one of {list(KV_DTYPES)}, not {self.kv_dtype!r}")
-        for name in ("threads", "blas_threads"):
+        for name in ("threads", "blas_threads", "prefill_chunk"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 1):
                 raise ValueError(f"{name} must be a positive integer, not {value!r}")
@@ -140,6 +152,18 @@ def _cpu_matmul(value: str) -> str | None:
     return value or None
 
 
+def _gpu_matmul(value: str) -> str | None:
+    if value and value not in GPU_MATMULS:
+        raise ValueError(f"BRANCHCHAT_GPU_MATMUL must be one of {list(GPU_MATMULS)}, not {value!r}")
+    return value or None
+
+
+def _prefill_chunk(value: str) -> int | None:
+    if value and not (value.isdigit() and int(value) > 0):
+        raise ValueError(f"BRANCHCHAT_PREFILL_CHUNK must be a positive integer, not {value!r}")
+    return int(value) if value else None
+
+
 def _threads(value: str) -> int | None:
     if not value:
         return None
@@ -173,6 +197,8 @@ _VARIABLES = {
     "fused_compile": ("BRANCHCHAT_FUSED_COMPILE", _on_unless_zero),
     "qmatmul": ("BRANCHCHAT_QMATMUL", _qmatmul),
     "cpu_matmul": ("BRANCHCHAT_CPU_MATMUL", _cpu_matmul),
+    "gpu_matmul": ("BRANCHCHAT_GPU_MATMUL", _gpu_matmul),
+    "prefill_chunk": ("BRANCHCHAT_PREFILL_CHUNK", _prefill_chunk),
     "threads": ("BRANCHCHAT_THREADS", _threads),
     "cpu_step": ("BRANCHCHAT_CPU_STEP", _on_unless_zero),
     "kv_dtype": ("BRANCHCHAT_KV_DTYPE", _kv_dtype),

@@ -110,6 +110,7 @@ def load_model(
         qmatmul=config.qmatmul,
         cpu_matmul=_cpu_matmul(config, files.config),
         kv_dtype=config.kv_dtype,
+        gpu_matmul=config.gpu_matmul,
     )
     report("preparing layers", 0.5)
     model: DecoderModel = files.family.build(ops, files.config, files.weights)

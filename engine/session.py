@@ -37,7 +37,6 @@ from engine.thinking import ReplyStream, opens_thinking
 log = logging.getLogger(__name__)
 
 Emit = Callable[[ev.Event], None]
-PREFILL_CHUNK = 256
 REPLY_SHARE = 4  # fitting the context leaves a reply min(max_tokens, 1 / REPLY_SHARE of it)
 
 
@@ -216,7 +215,7 @@ class Session:
             self.state,
             plan,
             self.branches,
-            chunk_size=PREFILL_CHUNK,
+            chunk_size=self.runner.prefill_rows,
             on_chunk=on_chunk,
             should_stop=should_stop,
         )
@@ -230,7 +229,7 @@ class Session:
                 forward,
                 self.state,
                 ids[self.state.offset :],
-                chunk_size=PREFILL_CHUNK,
+                chunk_size=self.runner.prefill_rows,
                 on_chunk=lambda done: on_chunk(replayed + done),
                 should_stop=should_stop,
             )

@@ -93,6 +93,7 @@ def make_ops(
     qmatmul: bool | None = None,
     cpu_matmul: str | None = None,
     kv_dtype: str | None = None,
+    gpu_matmul: str | None = None,
 ) -> Ops:
     """The op set for `backend` (None: by MLX's default device, see `default_backend`).
 
@@ -104,6 +105,8 @@ def make_ops(
     see `kernels.ops_numpy.NumpyOps`).
     kv_dtype: what the numpy backend stores K/V rows in ("float16" or "float32"; None:
     float16). MLX keeps them in its compute dtype and refuses any other.
+    gpu_matmul: how the MLX backend multiplies a prefill's rows by a quantized weight on a
+    GPU (`kernels.ops_mlx.WIDE_MATMULS`; None: its default).
     """
     backend = backend or default_backend()
     if backend == "numpy":
@@ -113,7 +116,7 @@ def make_ops(
     if backend == "mlx":
         from kernels.ops_mlx import MlxOps
 
-        ops = MlxOps(dtype or None)
+        ops = MlxOps(dtype or None, wide_matmul=gpu_matmul)
         computes_in = str(ops.dtype).rsplit(".", 1)[-1]
         if kv_dtype is not None and kv_dtype != computes_in:
             raise ValueError(

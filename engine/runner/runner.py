@@ -27,6 +27,12 @@ from kernels.ops import Array, Ops
 
 log = logging.getLogger(__name__)
 
+# rows a prefill chunk carries where EngineConfig.prefill_chunk does not say: on a GPU a
+# chunk is ~600 MLX ops of host work whatever its rows, and its products want wide rows
+# (bench/gpu/prefill_probe.py); on a CPU the C step cuts a chunk into its 64-row pieces
+PREFILL_ROWS = 256
+GPU_PREFILL_ROWS = 2048
+
 
 def fused_decode_for(model: DecoderModel, config: EngineConfig) -> FusedDecode | None:
     """GPU decode is launch-bound: on CUDA, small full-attention models take the fused
@@ -72,8 +78,10 @@ class ModelRunner:
         fused: FusedDecode | None = None,
         snapshot_policy: SnapshotPolicy | None = None,
         cpu_step: CpuStep | None = None,
+        prefill_rows: int = PREFILL_ROWS,
     ) -> None:
         self.model = model
+        self.prefill_rows = prefill_rows  # the chunk size the session and benches prefill in
         self.fused = fused  # the fused CUDA kernels for calls of 1..16 rows, or None
         self.cpu_step = cpu_step  # the C step for calls of 1..64 rows on the CPU, or None
         self.snapshot_policy = snapshot_policy or SnapshotPolicy()
@@ -85,7 +93,8 @@ class ModelRunner:
         on_gpu = model.ops.name == "mlx" and mx.default_device() == mx.gpu
         fused = fused_decode_for(model, config) if on_gpu else None
         cpu = cpu_step_for(model, config) if model.ops.name == "numpy" else None
-        return cls(model, fused, config.snapshot_policy, cpu)
+        rows = config.prefill_chunk or (GPU_PREFILL_ROWS if on_gpu else PREFILL_ROWS)
+        return cls(model, fused, config.snapshot_policy, cpu, rows)
 
     @property
     def ops(self) -> Ops:

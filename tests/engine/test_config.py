@@ -47,6 +47,20 @@ def test_cpu_matmul_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
         EngineConfig(cpu_matmul="int4")
 
 
+def test_gpu_prefill_settings_from_environment(tiny_llama_gguf) -> None:
+    """BRANCHCHAT_GPU_MATMUL reaches the MLX backend's wide products, and
+    BRANCHCHAT_PREFILL_CHUNK the runner's prefill rows (unset: 256 rows off a GPU)."""
+    from engine.loader import load_model
+
+    environ = {"BRANCHCHAT_GPU_MATMUL": "dense32", "BRANCHCHAT_PREFILL_CHUNK": "48"}
+    config = EngineConfig.from_environment(environ, backend="mlx")
+    assert (config.gpu_matmul, config.prefill_chunk) == ("dense32", 48)
+    loaded = load_model(tiny_llama_gguf[0], config)
+    assert loaded.ops.wide_matmul == "dense32" and loaded.runner.prefill_rows == 48
+    plain = load_model(tiny_llama_gguf[0], EngineConfig(backend="mlx"))
+    assert plain.ops.wide_matmul == "quantized" and plain.runner.prefill_rows == 256
+
+
 def test_thread_count_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("BRANCHCHAT_THREADS", "3")
     assert EngineConfig.from_environment().threads == 3
@@ -97,6 +111,9 @@ def test_unset_variables_give_the_defaults() -> None:
         ("BRANCHCHAT_DTYPE", "fp8", "BRANCHCHAT_DTYPE must be one of"),
         ("BRANCHCHAT_FUSED_MODE", "fast", "BRANCHCHAT_FUSED_MODE must be 'step' or 'layers'"),
         ("BRANCHCHAT_THREADS", "two", "BRANCHCHAT_THREADS must be a positive integer, not 'two'"),
+        ("BRANCHCHAT_GPU_MATMUL", "int4", "BRANCHCHAT_GPU_MATMUL must be one of"),
+        ("BRANCHCHAT_PREFILL_CHUNK", "0", "BRANCHCHAT_PREFILL_CHUNK must be a positive integer"),
+        ("BRANCHCHAT_PREFILL_CHUNK", "2k", "BRANCHCHAT_PREFILL_CHUNK must be a positive integer"),
     ],
 )
 def test_malformed_variables_are_named(variable: str, value: str, message: str) -> None:
@@ -121,6 +138,8 @@ def test_overrides_take_precedence_and_skip_their_variable() -> None:
         ("threads", 0),
         ("blas_threads", -1),
         ("memory_budget_bytes", -1),
+        ("gpu_matmul", "int4"),
+        ("prefill_chunk", 0),
     ],
 )
 def test_invalid_fields_raise_value_error(field: str, value: object) -> None:

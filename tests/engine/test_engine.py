@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 
 from engine import events as ev
-from engine import session as session_module
 from engine.branch_cache import common_prefix
 from engine.config import EngineConfig
 from engine.engine import Engine
@@ -40,10 +39,7 @@ KINDS = ["llama", "hybrid"]
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_stop_during_prefill_keeps_exactly_the_chunks_done(
-    kind: str, models: dict, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(session_module, "PREFILL_CHUNK", 16)
+def test_stop_during_prefill_keeps_exactly_the_chunks_done(kind: str, models: dict) -> None:
     messages = (user(" ".join(USERS * 4)),)
     ids = prompt_ids(messages)
     progress: list[ev.PrefillProgress] = []
@@ -54,7 +50,7 @@ def test_stop_during_prefill_keeps_exactly_the_chunks_done(
             if event.done > 0 and len(progress) == 2:
                 runner.engine.submit(ev.Stop(event.request_id))
 
-    with Runner() as runner:
+    with Runner(prefill_chunk=16) as runner:
         runner.load(models[kind])
         runner.on_event = stop_on_first_chunk
         events = runner.request(ev.Generate("long", messages, greedy()))

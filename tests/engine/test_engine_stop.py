@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from engine import events as ev
-from engine import session as session_module
 from engine.sequence import prefill
 from engine.state import SnapshotPolicy
 from tests.engine.engine_runner import (
@@ -66,13 +65,10 @@ def test_a_request_stopped_in_the_queue_leaves_the_state_untouched(kind: str, mo
         assert_same_reply(reply, want)
 
 
-def test_the_replay_to_an_edit_point_reports_progress(
-    models: dict, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_replay_to_an_edit_point_reports_progress(models: dict) -> None:
     """Without snapshots a hybrid replays from the start: the replay is prefill work the
     person waits for, so it is counted in the progress, beside the prompt's new tokens."""
-    monkeypatch.setattr(session_module, "PREFILL_CHUNK", 16)
-    with Runner(snapshot_policy=NO_SNAPSHOTS) as runner:
+    with Runner(snapshot_policy=NO_SNAPSHOTS, prefill_chunk=16) as runner:
         runner.load(models["hybrid"])
         messages = (user(" ".join(USERS * 3)),)
         runner.generate(messages)
@@ -91,11 +87,8 @@ def test_the_replay_to_an_edit_point_reports_progress(
         assert done == sorted(done) and len(done) > len(ids) // 16  # chunk by chunk
 
 
-def test_a_stop_during_the_replay_leaves_an_exact_state(
-    models: dict, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(session_module, "PREFILL_CHUNK", 16)
-    with Runner(snapshot_policy=NO_SNAPSHOTS) as runner:
+def test_a_stop_during_the_replay_leaves_an_exact_state(models: dict) -> None:
+    with Runner(snapshot_policy=NO_SNAPSHOTS, prefill_chunk=16) as runner:
         runner.load(models["hybrid"])
         messages = (user(" ".join(USERS * 3)),)
         runner.generate(messages)
