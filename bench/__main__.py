@@ -22,6 +22,7 @@ COMMANDS = {
     "plots": "bench.plots",
     "remote": "bench.remote",
     "rollback": "bench.rollback",
+    "shapes": "bench.shapes",
     "speculative": "bench.speculative",
     "verify": "bench.verify",
 }
