@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from bench import common, decode_args, llama_bench
+from bench import common, decode_args, llama_bench, roofline
 from bench.decode_args import command_line
 from bench.decode_report import VERIFY_ROWS, print_table, summarize
 from bench.peers import make_peers
@@ -285,6 +285,9 @@ def run(args: argparse.Namespace, config: EngineConfig, peer_factory: Any = None
         else:
             settings[runner.name] = runner.settings
     result["settings"] = settings
+    bandwidth = args.bandwidth or (roofline.H200_BYTES_PER_S if ours.on_gpu else None)
+    if bandwidth is not None:
+        result["roofline"] = decode_roofline(gguf, ours.lm.config, result, bandwidth)
     result["machine"] = {**machine, "load_average_1m_end": round(os.getloadavg()[0], 2)}
     result["versions"] = versions
     result["model"] = {**common.model_info(gguf), "context_length": ours.context_length}
@@ -293,6 +296,21 @@ def run(args: argparse.Namespace, config: EngineConfig, peer_factory: Any = None
     if any(name == "mlx_lm" for name, _ in samples):
         result["mlx_lm_runs"] = min(args.runs, args.mlx_lm_runs)
     return common.rounded(result)
+
+
+def decode_roofline(gguf: Path, cfg: Any, result: dict, bandwidth: float) -> dict[str, Any]:
+    """bench/roofline.py over every engine's decode figures in `result`."""
+    prefix = "decode_tok_s_"
+    decode = {
+        name: {
+            int(key[len(prefix) :]): value
+            for key, value in result[name].items()
+            if key.startswith(prefix)
+        }
+        for name in (*PEERS, "ours")
+        if isinstance(result.get(name), dict)
+    }
+    return roofline.decode_roofline(gguf, cfg, decode, bandwidth)
 
 
 def _mlx_on_gpu() -> bool:

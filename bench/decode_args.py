@@ -77,6 +77,13 @@ def parse_args(argv: list[str] | None, description: str) -> argparse.Namespace:
         "each shape compiles kernels; 0 on a CPU)",
     )
     parser.add_argument(
+        "--bandwidth",
+        type=float,
+        help="the device's memory bandwidth in bytes/s: each decode figure is also given as "
+        "a fraction of what it could feed (bench/roofline.py; default on a GPU: the H200's "
+        "4.8e12; on a CPU: none)",
+    )
+    parser.add_argument(
         "--llama-bench",
         type=Path,
         help="llama.cpp's llama-bench binary (its CUDA build on a GPU) as the llama.cpp peer",
@@ -90,6 +97,8 @@ def parse_args(argv: list[str] | None, description: str) -> argparse.Namespace:
         parser.error("--runs, --steps and --mlx-lm-runs must be >= 1")
     if args.paste_tokens < 0:
         parser.error("--paste-tokens must be >= 0")
+    if args.bandwidth is not None and args.bandwidth <= 0:
+        parser.error("--bandwidth must be > 0")
     if args.warmup is not None and args.warmup < 0:
         parser.error("--warmup must be >= 0")
     return args

@@ -135,6 +135,8 @@ def print_table(result: dict[str, Any]) -> None:
             print(_row("paste " + key.rsplit("_", 1)[1] + " tokens", key, result, peers, setting))
     if VERIFY_KEY in result["ours"]:
         print(f"verify of {VERIFY_ROWS} rows: {result['ours'][VERIFY_KEY]:.2f} decode steps (ours)")
+    if "roofline" in result:
+        print_roofline(result["roofline"])
     if result.get("targets"):
         print(f"targets of issue {result.get('targets_issue', 21)}:")
     for key, target in result.get("targets", {}).items():
@@ -144,6 +146,21 @@ def print_table(result: dict[str, Any]) -> None:
     for name in PEER_ORDER:
         if name in result and "missing" in result[name]:
             print(f"{name}: {result[name]['missing']}")
+
+
+def print_roofline(roof: dict[str, Any]) -> None:
+    """Decode as a share of the bandwidth limit: a row per context, a column per engine."""
+    names = list(roof["fraction"])
+    print(f"decode / bandwidth limit ({roof['bandwidth_bytes_per_s'] / 1e12:.3g} TB/s)")
+    print(
+        f"{'context':<10}{'MB a step':>10}{'limit tok/s':>13}" + "".join(f"{n:>11}" for n in names)
+    )
+    for context, step in roof["step_bytes"].items():
+        row = f"{context:<10}{step / 1e6:>10.1f}{roof['limit_tok_s'][context]:>13.0f}"
+        for name in names:
+            share = roof["fraction"][name].get(context)
+            row += f"{share:>11.1%}" if share is not None else f"{'-':>11}"
+        print(row)
 
 
 def _row(
