@@ -133,7 +133,8 @@ def converted_default_model(directory: Path, gguf: Path | None = None) -> Path:
     """The default model (or `gguf`) converted to an MLX directory (mlx-lm's input) under
     directory.
 
-    Converted afresh on every run (~2 s), so a figure never comes from a stale conversion."""
+    Converted afresh on every run (~2 s for the default model), so a figure never comes
+    from a stale conversion."""
     from engine.convert import convert_gguf
 
     source = gguf or default_model()

@@ -250,7 +250,7 @@ def make_peers(
                 runners += [LlamaCppRunner(gguf_path, n_ctx, flash) for flash in llama_flash_attn]
             elif name == "mlx_lm":
                 if mlx_dir is None:
-                    raise PeerMissing("no converted MLX directory for mlx-lm")
+                    raise PeerMissing(_why_not_converted(gguf_path))
                 import mlx.core as mx
 
                 # float32 on the CPU (float16 is ~40x slower there); as stored on a GPU
@@ -260,3 +260,16 @@ def make_peers(
         except PeerMissing as exc:
             missing[name] = str(exc)
     return runners, missing
+
+
+def _why_not_converted(gguf_path: Path) -> str:
+    """Why mlx-lm has no directory: the converter's refusal of the file (a Qwen3 GGUF), so
+    the result records why, as it records a package that is not installed."""
+    from engine.convert import check_convertible
+    from engine.errors import EngineError
+
+    try:
+        check_convertible(gguf_path)
+    except EngineError as exc:
+        return f"no MLX directory for mlx-lm: {exc}"
+    return "no converted MLX directory for mlx-lm"

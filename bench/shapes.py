@@ -266,7 +266,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         choices=("q6_k", "q8_0"),
         default="q6_k",
         help="the output matrix's type (llama-quantize --output-tensor-type; default q6_k, as "
-        "llama.cpp picks): q8_0 with --quant q4_0 leaves no group of 16, which mlx-lm needs",
+        "llama.cpp picks; mlx-lm's conversion holds Q6_K dense in float32)",
     )
     write.add_argument("--seed", type=int, default=0)
     return parser.parse_args(argv)

@@ -38,7 +38,11 @@ def run(args: argparse.Namespace, config: EngineConfig) -> int:
     if args.command == "convert":
         from engine.convert import convert_gguf
 
-        out = convert_gguf(args.gguf, args.out_dir)
+        try:
+            out = convert_gguf(args.gguf, args.out_dir)
+        except EngineError as exc:  # a refused file or architecture: its reason, no traceback
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
         print(f"wrote {out}")
         return 0
     model = str(_model_path(args.model))

@@ -1,5 +1,7 @@
 """GGUF -> MLX directory conversion: the directory loads back to the same logits, keeps the
-quantized weights as they were, and (when mlx-lm is installed) mlx-lm reads it too."""
+quantized weights as they were, and (when mlx-lm is installed) mlx-lm reads it too; what it
+cannot convert (a Qwen3 file, a rope table that is no llama3 scaling's) it refuses by name.
+K-quants: test_convert_kquants.py; llama.cpp's own files: test_convert_oracles.py."""
 
 from __future__ import annotations
 
@@ -12,10 +14,15 @@ import numpy as np
 import pytest
 from mlx.utils import tree_map
 
+from bench.shapes import SHAPES
+from bench.shapes_gguf import write_gguf
 from engine.config import EngineConfig
-from engine.convert import convert_gguf
+from engine.convert import _llama3_rope, check_convertible, convert_gguf
 from engine.default_model import default_model_path, is_default_model_present
-from engine.loader import load_model
+from engine.errors import ModelLoadError, UnsupportedArchitecture
+from engine.loader import load_model, read_gguf
+from tests.oracles.fixture_files import FIXTURES
+from tests.tiny_families import make_family_gguf
 from tests.tiny_models import reference_forward
 from tests.tolerances import BACKENDS, as_f64, assert_logits_close, compute_dtype, engine_config
 
@@ -107,6 +114,62 @@ def test_tokenizer_and_chat_template_survive(tiny_models, tmp_path: Path):
     assert b.encode(text) == a.encode(text)
     assert (b.bos_id, b.eos_id, b.eos_ids, b.add_bos) == (a.bos_id, a.eos_id, a.eos_ids, a.add_bos)
     assert b.chat_template == a.chat_template
+
+
+@pytest.mark.parametrize(("shape", "arch"), [("tiny-qwen3", "qwen3"), ("tiny-qwen3.5", "qwen35")])
+def test_qwen_ggufs_are_refused_by_their_architecture(tmp_path: Path, shape: str, arch: str):
+    path = write_gguf(SHAPES[shape], tmp_path / f"{shape}.gguf")
+    message = f"takes Llama-architecture GGUF files, not '{arch}'"
+    with pytest.raises(UnsupportedArchitecture, match=message):
+        check_convertible(path)
+    with pytest.raises(UnsupportedArchitecture, match=message):
+        convert_gguf(path, tmp_path / "mlx")
+    assert not (tmp_path / "mlx").exists()
+
+
+def test_the_convert_command_prints_a_refusal_without_a_traceback(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    path = write_gguf(SHAPES["tiny-qwen3"], tmp_path / "q.gguf")
+    argv = [sys.executable, "-m", "engine", "convert", str(path), str(tmp_path / "mlx")]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert "error:" in done.stderr and "not 'qwen3'" in done.stderr
+    assert "Traceback" not in done.stderr and not (tmp_path / "mlx").exists()
+
+
+@pytest.mark.parametrize(
+    ("table", "overrides", "message"),
+    [
+        ([1, 1, 1, 8, 8, 8, 8, 8], {}, "cannot be derived from fewer than 2"),
+        ([1, 1.3, 2, 7.9, 8, 8, 8, 8], {}, "not the table of a llama3 rope scaling"),
+        ([1, 2, 4, 8, 8, 8, 8, 8], {"rope_scaling": {"rope_type": "linear", "factor": 2.0}},
+         "rope_freqs beside a linear rope scaling"),
+    ],
+)  # fmt: skip
+def test_a_rope_table_with_no_llama3_form_is_refused(tmp_path: Path, table, overrides, message):
+    path = tmp_path / "llama.gguf"
+    extra = {"rope_freqs.weight": np.array(table, dtype=np.float32)}  # head_dim 16: 8 entries
+    make_family_gguf(path, "llama", extra=extra, **overrides)
+    with pytest.raises(ModelLoadError, match=message):
+        convert_gguf(path, tmp_path / "mlx")
+
+
+def test_the_headers_original_context_length_is_the_llama3_one_written():
+    """The table fixes only L / low_freq_factor and L / high_freq_factor: a header's L is
+    kept, and the two factors follow from it (the oracle's are 1 and 4 at L = 64)."""
+    path = FIXTURES / "llama_rope_llama3" / "F16.gguf"
+    files = read_gguf(path)
+    table = np.array(files.weights.tensors["rope_freqs.weight"], dtype=np.float64)
+    header = {"general.architecture": "llama", "llama.rope.scaling.original_context_length": 128}
+    assert _llama3_rope(path, files.config, table, header) == {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 2.0,
+        "high_freq_factor": 8.0,
+        "original_max_position_embeddings": 128,
+    }
 
 
 def _float32_scales(model: Any) -> None:
