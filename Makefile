@@ -7,7 +7,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run chat test lint model system-libs clean
+.PHONY: run chat test lint model system-libs test-libs clean
 
 # The [server] extra is llama-cpp-python's OpenAI-compatible server, which the remote
 # engine's tests run on loopback, built from source: 462 s of CPU, so ~4-5 minutes on two
@@ -34,6 +34,11 @@ model: $(STAMP)
 system-libs: $(STAMP)
 	$(PY) -m app.system_check --install
 
+# the suite also checks the real X11 plugin's libraries, as a window would load it (a
+# headless machine too: DISPLAY is set for the check alone)
+test-libs: $(STAMP)
+	DISPLAY=$${DISPLAY:-:0} $(PY) -m app.system_check --install
+
 run: model system-libs
 	$(PY) -m app
 
@@ -48,7 +53,7 @@ lint: $(STAMP)
 	$(PY) tools/check_import_cycles.py engine kernels
 	$(PY) tools/check_line_budget.py
 
-test: model lint
+test: model test-libs lint
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q -p no:cacheprovider
 
 clean:
