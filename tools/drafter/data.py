@@ -74,11 +74,18 @@ def load_prompts(path: str | Path) -> list[np.ndarray]:
     return [tokens[offsets[i] : offsets[i + 1]].astype(np.int64) for i in range(len(offsets) - 1)]
 
 
-def split_heldout(num: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """(train, held-out) sequence indices: a fixed random slice held out for evaluation."""
-    order = np.random.default_rng([seed, 1]).permutation(num)
-    held = max(1, int(round(num * fraction))) if num > 1 else 0
-    return np.sort(order[held:]), np.sort(order[:held])
+def split_heldout(
+    prompt_index: np.ndarray, fraction: float, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(train, held-out) sequence indices: every reply of a fixed random slice of the
+    prompts held out for evaluation. Split by prompt, not by sequence: a held-out reply
+    whose prompt's other reply is trained on scores what the drafter memorised of that
+    conversation (the shipped run's 2% slice: 112 of its 120 replies)."""
+    prompts = np.unique(prompt_index)
+    order = np.random.default_rng([seed, 1]).permutation(prompts)
+    held = max(1, int(round(len(prompts) * fraction))) if len(prompts) > 1 else 0
+    is_held = np.isin(prompt_index, order[:held])
+    return np.flatnonzero(~is_held), np.flatnonzero(is_held)
 
 
 def draft_vocabulary(seqs: Sequences, indices: np.ndarray, size: int) -> tuple[np.ndarray, float]:

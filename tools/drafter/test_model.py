@@ -98,3 +98,15 @@ def test_draft_vocabulary_is_the_most_frequent_reply_tokens_sorted():
     vocab, coverage = data.draft_vocabulary(seqs, np.array([0]), 2)
     np.testing.assert_array_equal(vocab, [3, 5])
     assert coverage == pytest.approx(5 / 8)
+
+
+def test_the_held_out_slice_holds_whole_prompts():
+    """No held-out reply shares its prompt with a trained one (two replies per prompt, as
+    generate writes them): the slice scores unseen conversations, not memorised ones."""
+    prompt_index = np.concatenate([np.arange(50), np.arange(50)])  # pass 0, then pass 1
+    train_idx, held_idx = data.split_heldout(prompt_index, 0.1, 0)
+    assert len(held_idx) == 10 and len(train_idx) == 90
+    assert not set(prompt_index[held_idx]) & set(prompt_index[train_idx])
+    assert sorted([*train_idx, *held_idx]) == list(range(100))
+    again = data.split_heldout(prompt_index, 0.1, 0)  # a resumed run splits the same way
+    np.testing.assert_array_equal(again[1], held_idx)

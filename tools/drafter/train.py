@@ -38,6 +38,8 @@ from tools.drafter.safetensors_io import read_drafter_file
 from tools.drafter.target import Target
 
 CHECKPOINT = "checkpoint.pt"
+# the target's greedy replies to the bench's held-out chats (engine_accuracy.py --sequences)
+EVAL_CHAT = Path(__file__).parent / "heldout_greedy.npz"
 
 
 @dataclass(frozen=True)
@@ -120,9 +122,11 @@ class Trainer:
             self.settings = replace(self.settings, steps=args.extend_to)
         self.target = Target(args.model, str(self.device))
         self.seqs = data.Sequences.load(args.data)
+        chat = args.eval_data
+        self.eval_chat = data.Sequences.load(chat) if chat and Path(chat).exists() else None
         s = self.settings
         self.train_idx, self.held_idx = data.split_heldout(
-            len(self.seqs), s.heldout_fraction, s.seed
+            self.seqs.prompt_index, s.heldout_fraction, s.seed
         )
         vocab, self.coverage = data.draft_vocabulary(self.seqs, self.train_idx, s.vocab_size)
         vocab_t = saved["drafter"]["vocab"] if saved else torch.from_numpy(vocab)
@@ -152,12 +156,10 @@ class Trainer:
         return torch.autocast("cuda", torch.bfloat16, enabled=self.device.type == "cuda")
 
     def batch(
-        self, indices: np.ndarray, rng: np.random.Generator
+        self, indices: np.ndarray, rng: np.random.Generator, seqs: data.Sequences | None = None
     ) -> tuple[data.Batch, torch.Tensor]:
-        s = self.settings
-        batch = data.make_batch(
-            self.seqs, indices, self.vocab_index, s.block, s.anchors, s.max_len, rng
-        )
+        s, seqs = self.settings, self.seqs if seqs is None else seqs
+        batch = data.make_batch(seqs, indices, self.vocab_index, s.block, s.anchors, s.max_len, rng)
         return batch, self.target.captures(batch.tokens)
 
     def train_step(self) -> float:
@@ -182,17 +184,18 @@ class Trainer:
         return loss.item()
 
     @torch.no_grad()
-    def evaluate(self) -> dict:
+    def evaluate(self, seqs: data.Sequences | None = None) -> dict:
         """Per-row top-1 accuracy and the mean acceptance length (1 + the leading run of
-        correct rows, a greedy verify's tokens per round) on the held-out sequences, at
-        anchors fixed for the whole run."""
+        correct rows, a greedy verify's tokens per round) on the held-out sequences (or on
+        all of `seqs`), at anchors fixed for the whole run."""
         s = self.settings
         rng = np.random.default_rng([s.seed, 3])
+        indices = self.held_idx if seqs is None else np.arange(len(seqs))
         correct = torch.zeros(s.block - 1)
         counted = torch.zeros(s.block - 1)
         runs, blocks = 0.0, 0
-        for b0 in range(0, len(self.held_idx), s.batch):
-            batch, captures = self.batch(self.held_idx[b0 : b0 + s.batch], rng)
+        for b0 in range(0, len(indices), s.batch):
+            batch, captures = self.batch(indices[b0 : b0 + s.batch], rng, seqs)
             with self.autocast():
                 logits = self.drafter.train_forward(
                     captures, batch.tokens.to(self.device), batch.anchors.to(self.device)
@@ -210,6 +213,14 @@ class Trainer:
             "acc": [round(a, 4) for a in accuracy],
             "acceptance": round(1 + runs / max(blocks, 1), 3),
         }
+
+    def evaluations(self) -> dict:
+        """`eval` on the held-out slice; `eval_chat` on --eval-data (the engine's greedy
+        replies to bench/heldout_prompts.json, unlike any training prompt), when given."""
+        out = {"eval": self.evaluate()}
+        if self.eval_chat is not None:
+            out["eval_chat"] = self.evaluate(self.eval_chat)
+        return out
 
     def save(self) -> None:
         state = {
@@ -249,11 +260,11 @@ class Trainer:
                           "lr": s.lr_at(self.step - 1), "steps_per_s": round(rate, 2)})  # fmt: skip
                 losses = []
             if self.step % args.eval_every == 0:
-                self.log({"step": self.step, "eval": self.evaluate()})
+                self.log({"step": self.step, **self.evaluations()})
             if self.step % args.save_every == 0:
                 self.save()
         self.save()
-        self.log({"event": "stop", "step": self.step, "eval": self.evaluate(),
+        self.log({"event": "stop", "step": self.step, **self.evaluations(),
                   "seconds": round(time.time() - started, 1)})  # fmt: skip
 
 
@@ -333,6 +344,9 @@ def parser() -> argparse.ArgumentParser:
     tr.add_argument("--run-steps", type=int, default=1 << 30, help="at most K steps this run")
     tr.add_argument(
         "--extend-to", type=int, default=0, help="on --resume: the schedule's new length"
+    )
+    tr.add_argument(
+        "--eval-data", default=str(EVAL_CHAT), help="sequences also evaluated ('': none)"
     )
     tr.add_argument("--log-every", type=int, default=20)
     tr.add_argument("--eval-every", type=int, default=200)
