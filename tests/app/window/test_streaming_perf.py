@@ -2,7 +2,13 @@
 
 A stall is measured as the GUI thread's own CPU time between two timer ticks
 (`time.thread_time`): wall-clock gaps also count the time other processes took the
-cores, and failed this test on a busy machine when no work had changed."""
+cores, and failed this test on a busy machine when no work had changed.
+
+The bound is 100 ms, the usual limit of a response that feels instant. The worst gap is
+the first one: the stand-in engine hands over all 2,000 tokens in one batch, and one
+repaint renders the whole reply. That gap measured 50-66 ms on an Intel Xeon VM (2026-12-02),
+which failed the old 50 ms bound 3 runs in 6 with nothing changed. A busy loop of 80 ms
+injected into the token handler still fails this bound (133-136 ms)."""
 
 from __future__ import annotations
 
@@ -10,7 +16,7 @@ import time
 
 from PySide6.QtCore import QTimer
 
-MAX_STALL_S = 0.050
+MAX_STALL_S = 0.100
 NUM_TOKENS = 2000
 NUM_EARLIER_TURNS = 150  # 300 messages above the streamed reply
 
