@@ -308,7 +308,7 @@ def decode_roofline(gguf: Path, cfg: Any, result: dict, bandwidth: float) -> dic
             if key.startswith(prefix)
         }
         for name in (*PEERS, "ours")
-        if isinstance(result.get(name), dict)
+        if isinstance(result.get(name), dict) and "missing" not in result[name]
     }
     return roofline.decode_roofline(gguf, cfg, decode, bandwidth)
 

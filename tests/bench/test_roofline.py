@@ -54,8 +54,12 @@ def test_the_decode_bench_gives_each_engines_share_of_the_bandwidth(
 ) -> None:
     gguf, _ = tiny_llama_q4_gguf
     argv = ["--model", str(gguf), "--runs", "1", "--json", "--contexts", "32,64", "--steps", "4"]
-    args = decode.parse_args([*argv, "--paste-tokens", "0", "--bandwidth", "1e11"])
-    result = decode.run(args, EngineConfig(backend="numpy"))
+    args = decode.parse_args([*argv, "--paste-tokens", "0", "--bandwidth", "1e11", "--peers"])
+
+    def no_peers(*_args: object) -> tuple[list, dict[str, str]]:
+        return [], {"llama_cpp": "left out by the test", "mlx_lm": "left out by the test"}
+
+    result = decode.run(args, EngineConfig(backend="numpy"), peer_factory=no_peers)
     roof = result["roofline"]
     assert roof["bandwidth_bytes_per_s"] == 1e11
     for context in (32, 64):
@@ -64,5 +68,6 @@ def test_the_decode_bench_gives_each_engines_share_of_the_bandwidth(
         share = result["ours"][f"decode_tok_s_{context}"] * step / 1e11
         assert roof["fraction"]["ours"][context] == pytest.approx(share, rel=1e-3)
         assert roof["limit_tok_s"][context] == pytest.approx(1e11 / step, rel=1e-3)
+    assert set(roof["fraction"]) == {"ours"}  # a peer left out gets no empty column
     plain = decode.run(decode.parse_args([*argv, "--paste-tokens", "0"]), EngineConfig())
     assert "roofline" not in plain  # a CPU's bandwidth is not assumed
