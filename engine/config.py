@@ -22,7 +22,7 @@ DTYPES = ("bfloat16", "float16", "float32")
 KV_DTYPES = ("float16", "float32")
 FUSED_MODES = ("step", "layers")
 CPU_MATMULS = ("int8", "float")
-GPU_MATMULS = ("quantized", "dense32", "dense16")
+GPU_MATMULS = ("quantized", "dense32", "dense16", "quantized16")
 
 
 @dataclass(frozen=True)
@@ -39,8 +39,13 @@ class EngineConfig:
     cpu_matmul: str | None = None
     # how a GPU multiplies a prefill chunk's rows by a quantized weight (kernels/ops_mlx.py):
     # "quantized" (MLX's quantized_matmul), "dense32" (the weight dequantized to float32,
-    # one float32 GEMM) or "dense16" (rows and weight in the compute dtype); None: the default
+    # one float32 GEMM), "dense16" (rows and weight in the compute dtype) or "quantized16"
+    # (quantized_matmul on rows rounded to the compute dtype); None: the default
     gpu_matmul: str | None = None
+    # whether a GPU forward hands each layer's rows to the device as soon as they are built,
+    # so the device computes while Python builds the next layer; None: the default
+    # (kernels/ops_mlx.py's OVERLAP_LAYERS)
+    gpu_overlap: bool | None = None
     # rows a prefill chunk carries (None: the runner's default for its device, see
     # engine/runner/runner.py); the C step still cuts them into its own pieces
     prefill_chunk: int | None = None
@@ -152,6 +157,12 @@ def _cpu_matmul(value: str) -> str | None:
     return value or None
 
 
+def _gpu_overlap(value: str) -> bool | None:
+    if value not in ("", "0", "1"):
+        raise ValueError(f"BRANCHCHAT_GPU_OVERLAP must be 0 or 1, not {value!r}")
+    return None if not value else value == "1"
+
+
 def _gpu_matmul(value: str) -> str | None:
     if value and value not in GPU_MATMULS:
         raise ValueError(f"BRANCHCHAT_GPU_MATMUL must be one of {list(GPU_MATMULS)}, not {value!r}")
@@ -198,6 +209,7 @@ _VARIABLES = {
     "qmatmul": ("BRANCHCHAT_QMATMUL", _qmatmul),
     "cpu_matmul": ("BRANCHCHAT_CPU_MATMUL", _cpu_matmul),
     "gpu_matmul": ("BRANCHCHAT_GPU_MATMUL", _gpu_matmul),
+    "gpu_overlap": ("BRANCHCHAT_GPU_OVERLAP", _gpu_overlap),
     "prefill_chunk": ("BRANCHCHAT_PREFILL_CHUNK", _prefill_chunk),
     "threads": ("BRANCHCHAT_THREADS", _threads),
     "cpu_step": ("BRANCHCHAT_CPU_STEP", _on_unless_zero),

@@ -111,6 +111,7 @@ def load_model(
         cpu_matmul=_cpu_matmul(config, files.config),
         kv_dtype=config.kv_dtype,
         gpu_matmul=config.gpu_matmul,
+        gpu_overlap=config.gpu_overlap,
     )
     report("preparing layers", 0.5)
     model: DecoderModel = files.family.build(ops, files.config, files.weights)

@@ -73,6 +73,7 @@ class Ops(Protocol):
     def snapshot(self, x: Array) -> Array: ...
     def nbytes(self, x: Array) -> int: ...
     def evaluate(self, *xs: Any) -> None: ...
+    def start(self, *xs: Any) -> None: ...  # begin computing xs, not waiting for them
     def gated_delta_recurrent(self, q, k, v, g, beta, state) -> tuple[Array, Array]: ...
     def gated_delta_chunked(self, q, k, v, g, beta, state) -> tuple[Array, Array]: ...
     def causal_conv1d(self, x, weight, conv_state) -> tuple[Array, Array]: ...
@@ -94,6 +95,7 @@ def make_ops(
     cpu_matmul: str | None = None,
     kv_dtype: str | None = None,
     gpu_matmul: str | None = None,
+    gpu_overlap: bool | None = None,
 ) -> Ops:
     """The op set for `backend` (None: by MLX's default device, see `default_backend`).
 
@@ -106,7 +108,8 @@ def make_ops(
     kv_dtype: what the numpy backend stores K/V rows in ("float16" or "float32"; None:
     float16). MLX keeps them in its compute dtype and refuses any other.
     gpu_matmul: how the MLX backend multiplies a prefill's rows by a quantized weight on a
-    GPU (`kernels.ops_mlx.WIDE_MATMULS`; None: its default).
+    GPU (`kernels.ops_mlx.WIDE_MATMULS`; None: its default); gpu_overlap whether a GPU
+    forward starts each layer's rows as they are built (None: `OVERLAP_LAYERS`).
     """
     backend = backend or default_backend()
     if backend == "numpy":
@@ -116,7 +119,7 @@ def make_ops(
     if backend == "mlx":
         from kernels.ops_mlx import MlxOps
 
-        ops = MlxOps(dtype or None, wide_matmul=gpu_matmul)
+        ops = MlxOps(dtype or None, wide_matmul=gpu_matmul, overlap_layers=gpu_overlap)
         computes_in = str(ops.dtype).rsplit(".", 1)[-1]
         if kv_dtype is not None and kv_dtype != computes_in:
             raise ValueError(

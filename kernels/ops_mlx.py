@@ -23,15 +23,20 @@ from kernels.row_parts import RowParts, join_runs
 _DTYPES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
 # How a GPU multiplies WIDE_ROWS or more rows of x (a prefill chunk) by a quantized weight:
 # "quantized" (MLX's quantized_matmul), "dense32" (the weight dequantized to float32, one
-# float32 GEMM) or "dense16" (rows and weight in the compute dtype, so bfloat16 rows).
+# float32 GEMM), "dense16" (rows and weight in the compute dtype, so bfloat16 rows) or
+# "quantized16" (MLX's quantized_matmul on the rows rounded to the compute dtype, the
+# weight read as stored, the product back in float32).
 # Measured on the H200 at 2,048-row chunks (docs/h200/prefill-probe-20261202-s10.json):
 # 62k / 67k / 105k tok/s for a 2,048-token prompt, 32k / 18k / 26k for a 512-token one;
 # top-1 against float64 0.985 / 0.989 / 0.969, mean KL 5.3e-4 / 5.4e-4 / 1.3e-3.
 # "quantized" stays the default: dense16's speed costs 2.4x the KL, and dense32 gains 8%
 # on long prompts but loses 44% on short ones.
-WIDE_MATMULS = ("quantized", "dense32", "dense16")
+WIDE_MATMULS = ("quantized", "dense32", "dense16", "quantized16")
 DEFAULT_WIDE_MATMUL = "quantized"
 WIDE_ROWS = 64
+# Whether a forward hands each layer's output to the GPU as soon as it is built
+# (`MlxOps.start`), so the device runs layer i while Python builds layer i + 1.
+OVERLAP_LAYERS = False
 
 
 def _gelu_tanh(x: mx.array) -> mx.array:
@@ -64,7 +69,12 @@ def default_dtype() -> Any:
 class MlxOps:
     name = "mlx"
 
-    def __init__(self, dtype: str | None = None, wide_matmul: str | None = None) -> None:
+    def __init__(
+        self,
+        dtype: str | None = None,
+        wide_matmul: str | None = None,
+        overlap_layers: bool | None = None,
+    ) -> None:
         if dtype is not None and dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, not {dtype!r}")
         if wide_matmul is not None and wide_matmul not in WIDE_MATMULS:
@@ -80,6 +90,9 @@ class MlxOps:
         self._cuda = self._gpu and not mx.metal.is_available()
         self._freqs_cache: dict[bytes, mx.array] = {}
         self.wide_matmul = wide_matmul or DEFAULT_WIDE_MATMUL
+        # asked for, it is done on any device (MLX's CPU evaluates asynchronously too)
+        default = self._gpu and OVERLAP_LAYERS
+        self.overlap_layers = default if overlap_layers is None else overlap_layers
 
     # -- weights -------------------------------------------------------------------
     def weight(self, w: Any) -> Any:
@@ -136,16 +149,13 @@ class MlxOps:
         if isinstance(w, QuantizedWeight) and self._wide(x):
             return self._wide_product(x, w)
         if isinstance(w, QuantizedWeight):
-            return mx.quantized_matmul(
-                x,
-                w.packed,
-                w.scales,
-                w.biases,
-                transpose=True,
-                group_size=w.group_size,
-                bits=w.bits,
-            )
+            return self._quantized_product(x, w)
         return x @ w.T
+
+    def _quantized_product(self, x: mx.array, w: QuantizedWeight) -> mx.array:
+        return mx.quantized_matmul(
+            x, w.packed, w.scales, w.biases, transpose=True, group_size=w.group_size, bits=w.bits
+        )
 
     def _bad_cuda_qmm(self, x: mx.array, w: QuantizedWeight) -> bool:
         """More than one row of x (CUDA's matrix kernel) against rows it gets wrong.
@@ -162,6 +172,8 @@ class MlxOps:
     def _wide_product(self, x: mx.array, w: QuantizedWeight) -> mx.array:
         if self.wide_matmul == "dense16":
             return (x.astype(self.dtype) @ self._dense(w).T).astype(x.dtype)
+        if self.wide_matmul == "quantized16":
+            return self._quantized_product(x.astype(self.dtype), w).astype(x.dtype)
         dense = mx.dequantize(  # the same s * q + b as quantized_matmul's, in float32
             w.packed,
             w.scales.astype(mx.float32),
@@ -286,6 +298,12 @@ class MlxOps:
 
     def evaluate(self, *xs: Any) -> None:
         mx.eval(*xs)
+
+    def start(self, *xs: Any) -> None:
+        """On a GPU with `overlap_layers`, the device computes xs while Python builds the
+        graph of what follows (a forward's next layer); the values are the same either way."""
+        if self.overlap_layers:
+            mx.async_eval(*xs)
 
     # -- recurrent kernels -----------------------------------------------------------
     def gated_delta_recurrent(self, q, k, v, g, beta, state):  # type: ignore[no-untyped-def]

@@ -305,6 +305,9 @@ class NumpyOps:
     def evaluate(self, *xs: Any) -> None:
         return None
 
+    def start(self, *xs: Any) -> None:
+        return None
+
     # -- recurrent kernels -----------------------------------------------------------
     def gated_delta_recurrent(self, q, k, v, g, beta, state):  # type: ignore[no-untyped-def]
         return gated_delta.gated_delta_recurrent(q, k, v, g, beta, state)

@@ -4,8 +4,8 @@ several R (its fixed part is what a short prompt pays); the time of each op of l
 --rows rows alone, evaluated op by op; and the host cost of one small MLX op (a chain of
 600 additions, evaluated once). Then the same forwards with each layer's output handed to
 `mx.async_eval` as it is built (`pipelined_forward_ms`), so the GPU runs layer i while
-Python builds layer i + 1: whether that hides the graph's host time is what it measures
-(the engine does not do it yet). Prints one JSON object and writes it to --out.
+Python builds layer i + 1 (`MlxOps.overlap_layers`): whether that hides the graph's host
+time is what it measures. Prints one JSON object and writes it to --out.
 """
 
 from __future__ import annotations
@@ -22,18 +22,6 @@ import mlx.core as mx
 from engine.config import EngineConfig
 from engine.default_model import default_model_path
 from engine.loader import load_model
-from engine.models.base import DecoderModel
-
-
-def pipelined_hidden(self: DecoderModel, ids: Any, layer_states: list[Any], offset: Any) -> Any:
-    """DecoderModel.hidden with every layer's rows evaluated asynchronously as they come."""
-    x = self.ops.embed(self.embed, ids)
-    if self.config.embed_scale != 1.0:
-        x = x * self.config.embed_scale
-    for layer, layer_state in zip(self.layers, layer_states, strict=True):
-        x = layer(x, layer_state, offset)
-        mx.async_eval(x)
-    return x
 
 
 def best_ms(fn: Any, runs: int) -> float:
@@ -52,7 +40,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--out", type=Path, default=Path("forward_probe.json"))
     args = parser.parse_args()
-    runner = load_model(default_model_path(), replace(EngineConfig(), backend="mlx")).runner
+    config = replace(EngineConfig.from_environment(), backend="mlx")  # BRANCHCHAT_GPU_MATMUL
+    runner = load_model(default_model_path(), config).runner
     ops, model = runner.ops, runner.model
     result: dict[str, Any] = {"device": str(mx.default_device()), "forward_ms": {}}
 
@@ -61,20 +50,19 @@ def main() -> None:
         out = model.forward([7] * rows, state, logits=logits)
         mx.eval(out) if out is not None else mx.eval(state.layers[-1].keys)
 
-    for rows in (16, 64, 256, 512, 1024, 2048):
+    for rows in (1, 16, 64, 256, 512, 1024, 2048):
         result["forward_ms"][rows] = {
             "last": round(best_ms(lambda r=rows: forward(r, "last"), args.runs), 3),
             "none": round(best_ms(lambda r=rows: forward(r, "none"), args.runs), 3),
         }
-    plain_hidden = DecoderModel.hidden
-    DecoderModel.hidden = pipelined_hidden  # type: ignore[method-assign]
+    ops.overlap_layers = True
     try:
         result["pipelined_forward_ms"] = {
             rows: round(best_ms(lambda r=rows: forward(r, "last"), args.runs), 3)
-            for rows in (16, 64, 256, 512, 1024, 2048)
+            for rows in (1, 16, 64, 256, 512, 1024, 2048)
         }
     finally:
-        DecoderModel.hidden = plain_hidden  # type: ignore[method-assign]
+        ops.overlap_layers = False
     one = mx.zeros((4,))
     mx.eval(one)
 

@@ -1,7 +1,8 @@
 """Which product and chunk make a GPU prefill fastest, and what each costs in agreement
 with float64: python -m bench.gpu.prefill_probe (on the H200, the default model fetched).
 
-For every `MlxOps.wide_matmul` (quantized / dense32 / dense16) and chunk: prefill tok/s at
+For every `MlxOps.wide_matmul` (--modes) and chunk, with each layer's output handed to the
+GPU as it is built or not (--overlap, `MlxOps.overlap_layers`): prefill tok/s at
 each context (the best of --runs after one uncounted warm-up: a first call of a shape
 compiles MLX's kernels), and teacher-forced top-1 / mean KL against the fixture's float64
 forward in forwards of the chunk's rows; and one projection's time per mode and row count.
@@ -55,6 +56,7 @@ def main() -> None:
     parser.add_argument("--modes", default=",".join(WIDE_MATMULS))
     parser.add_argument("--chunks", default="256,512,1024,2048")
     parser.add_argument("--contexts", default="512,1024,2048,8192")
+    parser.add_argument("--overlap", default="off", help="off, on, or off,on: both")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--out", type=Path, default=Path("prefill_probe.json"))
     args = parser.parse_args()
@@ -73,12 +75,19 @@ def main() -> None:
         for rows in (16, 64, 256, 1024, 2048):
             entry["projection_ms"][rows] = round(projection_ms(ops, up, rows), 4)
         for chunk in [int(c) for c in args.chunks.split(",")]:
-            rates = {c: round(prefill_rate(runner, ids[:c], chunk, args.runs)) for c in contexts}
             got = topk_stats.figures(
                 ref, **topk_stats.teacher_forced(runner, text_ids, ref["f64_top_ids"], chunk)
             )
-            entry["chunks"][chunk] = {"tok_s": rates, **{k: round(v, 6) for k, v in got.items()}}
-            print(mode, chunk, json.dumps(entry["chunks"][chunk]), flush=True)
+            figures: dict[str, Any] = {k: round(v, 6) for k, v in got.items()}
+            for overlap in args.overlap.split(","):
+                ops.overlap_layers = overlap == "on"
+                key = "tok_s" if overlap == "off" else "overlapped_tok_s"
+                figures[key] = {
+                    c: round(prefill_rate(runner, ids[:c], chunk, args.runs)) for c in contexts
+                }
+            ops.overlap_layers = False
+            entry["chunks"][chunk] = figures
+            print(mode, chunk, json.dumps(figures), flush=True)
         result["modes"][mode] = entry
     text = json.dumps(result, indent=1)
     args.out.write_text(text)

@@ -358,6 +358,7 @@ class DecoderModel:
             x = x * self.config.embed_scale
         for layer, layer_state in zip(self.layers, layer_states, strict=True):
             x = layer(x, layer_state, offset)
+            self.ops.start(x)  # a GPU may run this layer while the next one is built
         return x
 
     def logits(self, h: Array) -> Array:

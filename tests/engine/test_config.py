@@ -51,14 +51,23 @@ def test_gpu_prefill_settings_from_environment(tiny_llama_gguf) -> None:
     """BRANCHCHAT_GPU_MATMUL reaches the MLX backend's wide products, and
     BRANCHCHAT_PREFILL_CHUNK the runner's prefill rows (unset: 256 rows off a GPU)."""
     from engine.loader import load_model
+    from kernels.ops_mlx import DEFAULT_WIDE_MATMUL
 
-    environ = {"BRANCHCHAT_GPU_MATMUL": "dense32", "BRANCHCHAT_PREFILL_CHUNK": "48"}
+    environ = {
+        "BRANCHCHAT_GPU_MATMUL": "dense32",
+        "BRANCHCHAT_PREFILL_CHUNK": "48",
+        "BRANCHCHAT_GPU_OVERLAP": "1",
+    }
     config = EngineConfig.from_environment(environ, backend="mlx")
-    assert (config.gpu_matmul, config.prefill_chunk) == ("dense32", 48)
+    assert (config.gpu_matmul, config.prefill_chunk, config.gpu_overlap) == ("dense32", 48, True)
     loaded = load_model(tiny_llama_gguf[0], config)
     assert loaded.ops.wide_matmul == "dense32" and loaded.runner.prefill_rows == 48
+    assert loaded.ops.overlap_layers is True  # asked for: on any device
     plain = load_model(tiny_llama_gguf[0], EngineConfig(backend="mlx"))
-    assert plain.ops.wide_matmul == "quantized" and plain.runner.prefill_rows == 256
+    assert plain.ops.wide_matmul == DEFAULT_WIDE_MATMUL and plain.runner.prefill_rows == 256
+    assert plain.ops.overlap_layers is False  # off a GPU, not by default
+    off = EngineConfig.from_environment({"BRANCHCHAT_GPU_OVERLAP": "0"}, backend="mlx")
+    assert load_model(tiny_llama_gguf[0], off).ops.overlap_layers is False
 
 
 def test_thread_count_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -112,6 +121,7 @@ def test_unset_variables_give_the_defaults() -> None:
         ("BRANCHCHAT_FUSED_MODE", "fast", "BRANCHCHAT_FUSED_MODE must be 'step' or 'layers'"),
         ("BRANCHCHAT_THREADS", "two", "BRANCHCHAT_THREADS must be a positive integer, not 'two'"),
         ("BRANCHCHAT_GPU_MATMUL", "int4", "BRANCHCHAT_GPU_MATMUL must be one of"),
+        ("BRANCHCHAT_GPU_OVERLAP", "yes", "BRANCHCHAT_GPU_OVERLAP must be 0 or 1"),
         ("BRANCHCHAT_PREFILL_CHUNK", "0", "BRANCHCHAT_PREFILL_CHUNK must be a positive integer"),
         ("BRANCHCHAT_PREFILL_CHUNK", "2k", "BRANCHCHAT_PREFILL_CHUNK must be a positive integer"),
     ],

@@ -83,6 +83,22 @@ def test_dense16_rounds_the_rows_to_the_compute_dtype() -> None:
     assert 1e-5 < error < 2**-6  # bfloat16's rounding of rows, weights and outputs
 
 
+def test_quantized16_rounds_only_the_rows_and_returns_float32() -> None:
+    ops = MlxOps("bfloat16", wide_matmul="quantized16")
+    ops._gpu = True
+    w = quantized_weight(mx.bfloat16)
+    x = rows(WIDE_ROWS)
+    got = np.array(ops.linear(x, w))
+    assert got.dtype == np.float32 and got.shape == (WIDE_ROWS, OUT)
+    # exactly MLX's product of the weights as quantized and the rows rounded to bfloat16
+    # (how close that is depends on the device's kernel: the agreement bench measures it)
+    np.testing.assert_array_equal(got, qmm(x.astype(mx.bfloat16), w))
+    assert relative_error(got, exact_product(x, w)) > 1e-5  # the rows were rounded
+    below = ops.linear(rows(WIDE_ROWS - 1), w)  # fewer rows: the float32 product
+    assert below.dtype == mx.float32
+    np.testing.assert_array_equal(np.array(below), qmm(rows(WIDE_ROWS - 1), w))
+
+
 def test_an_unknown_product_is_refused() -> None:
     with pytest.raises(ValueError, match="wide_matmul must be one of"):
         MlxOps("float32", wide_matmul="int4")
