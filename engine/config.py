@@ -38,9 +38,10 @@ class EngineConfig:
     # registers, kernels/qmatmul.py); None: "int8" where an int8 SIMD path runs
     cpu_matmul: str | None = None
     # how a GPU multiplies a prefill chunk's rows by a quantized weight (kernels/ops_mlx.py):
-    # "quantized" (MLX's quantized_matmul), "dense32" (the weight dequantized to float32,
-    # one float32 GEMM), "dense16" (rows and weight in the compute dtype) or "quantized16"
-    # (quantized_matmul on rows rounded to the compute dtype); None: the default
+    # "quantized" (MLX's quantized_matmul on float32 rows), "dense32" (the weight
+    # dequantized to float32, one float32 GEMM), "dense16" (rows and weight in the compute
+    # dtype) or "quantized16" (quantized_matmul on rows rounded to the compute dtype);
+    # None: the default, quantized16
     gpu_matmul: str | None = None
     # whether a GPU forward hands each layer's rows to the device as soon as they are built,
     # so the device computes while Python builds the next layer; None: the default

@@ -29,13 +29,18 @@ _DTYPES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16
 # Measured on the H200 at 2,048-row chunks (docs/h200/prefill-probe-20261202-s10.json):
 # 62k / 67k / 105k tok/s for a 2,048-token prompt, 32k / 18k / 26k for a 512-token one;
 # top-1 against float64 0.985 / 0.989 / 0.969, mean KL 5.3e-4 / 5.4e-4 / 1.3e-3.
-# "quantized" stays the default: dense16's speed costs 2.4x the KL, and dense32 gains 8%
-# on long prompts but loses 44% on short ones.
+# quantized16 (docs/h200/prefill-probe-20261202-s11.json, beside quantized in one run):
+# 46k against 33k tok/s at 512 tokens, 135k against 63k at 2,048, and the same agreement as
+# dense16 to the last digit (MLX's kernel rounds the weights it dequantizes to bfloat16
+# too, in registers): top-1 0.969 and mean KL 1.28e-3 against llama.cpp's 0.964 and
+# 2.47e-3 on the CPU. It is the default: short prompts were 0.64x llama.cpp's CUDA build.
 WIDE_MATMULS = ("quantized", "dense32", "dense16", "quantized16")
-DEFAULT_WIDE_MATMUL = "quantized"
+DEFAULT_WIDE_MATMUL = "quantized16"
 WIDE_ROWS = 64
 # Whether a forward hands each layer's output to the GPU as soon as it is built
-# (`MlxOps.start`), so the device runs layer i while Python builds layer i + 1.
+# (`MlxOps.start`), so the device runs layer i while Python builds layer i + 1. Off: on the
+# H200 it gained 20-25% at 2,048 rows and lost 10-20% at 1 to 1,024 (a 512-token prefill
+# 46k -> 42k tok/s; docs/h200/forward-probe-quantized16-20261202-s11.json).
 OVERLAP_LAYERS = False
 
 

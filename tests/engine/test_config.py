@@ -49,9 +49,13 @@ def test_cpu_matmul_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_gpu_prefill_settings_from_environment(tiny_llama_gguf) -> None:
     """BRANCHCHAT_GPU_MATMUL reaches the MLX backend's wide products, and
-    BRANCHCHAT_PREFILL_CHUNK the runner's prefill rows (unset: 256 rows off a GPU)."""
+    BRANCHCHAT_PREFILL_CHUNK the runner's prefill rows (unset: 256 rows off a GPU, 2,048 on
+    one), BRANCHCHAT_GPU_OVERLAP whether layers are started as they are built."""
+    import mlx.core as mx
+
     from engine.loader import load_model
-    from kernels.ops_mlx import DEFAULT_WIDE_MATMUL
+    from engine.runner.runner import GPU_PREFILL_ROWS, PREFILL_ROWS
+    from kernels.ops_mlx import DEFAULT_WIDE_MATMUL, OVERLAP_LAYERS
 
     environ = {
         "BRANCHCHAT_GPU_MATMUL": "dense32",
@@ -64,8 +68,10 @@ def test_gpu_prefill_settings_from_environment(tiny_llama_gguf) -> None:
     assert loaded.ops.wide_matmul == "dense32" and loaded.runner.prefill_rows == 48
     assert loaded.ops.overlap_layers is True  # asked for: on any device
     plain = load_model(tiny_llama_gguf[0], EngineConfig(backend="mlx"))
-    assert plain.ops.wide_matmul == DEFAULT_WIDE_MATMUL and plain.runner.prefill_rows == 256
-    assert plain.ops.overlap_layers is False  # off a GPU, not by default
+    on_gpu = mx.default_device() == mx.gpu
+    rows = GPU_PREFILL_ROWS if on_gpu else PREFILL_ROWS
+    assert plain.ops.wide_matmul == DEFAULT_WIDE_MATMUL and plain.runner.prefill_rows == rows
+    assert plain.ops.overlap_layers is (on_gpu and OVERLAP_LAYERS)  # the default
     off = EngineConfig.from_environment({"BRANCHCHAT_GPU_OVERLAP": "0"}, backend="mlx")
     assert load_model(tiny_llama_gguf[0], off).ops.overlap_layers is False
 

@@ -17,13 +17,15 @@ models=$(cd "$root" && .venv/bin/python -c 'from engine.model_catalog import mod
 rm -rf payload p[0-9][0-9] && mkdir -p payload/wheels payload/models
 cat g1/cuda.00 g2/cuda.01 g3/cuda.02 > "payload/wheels/$(cat g3/wheel-name)"
 cp g1/mlx-*.whl g3/wheels/*.whl payload/wheels/
-# the remote client's (tests/engine/remote): openai 3 on httpx2, pydantic and theirs
+# the remote client's (tests/engine/remote): openai 3 on httpx2, pydantic and theirs; and
+# grimp, which tests/tools' import-cycle check reads
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
   --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
   --platform manylinux2014_x86_64 -d payload/wheels openai==3.57.0 httpx2==2.16.2 \
   httpcore2==2.16.2 pydantic==2.14.4 pydantic_core==2.50.5 jiter==0.19.0 \
   typing-inspection==0.4.5 annotated-types==0.8.0 sniffio==1.3.1 distro==1.9.0 \
-  truststore==0.10.5 typing_extensions==4.16.0 anyio==4.16.0 idna==3.20 h11==0.16.0 2>&1 \
+  truststore==0.10.5 typing_extensions==4.16.0 anyio==4.16.0 idna==3.20 h11==0.16.0 \
+  grimp==3.20 2>&1 \
   | { grep -v WARN || true; }
 cp "$models"/SmolLM2-135M-Instruct.Q4_1.gguf payload/models/
 [ "${PACK_MODELS:-all}" = smollm2 ] || cp "$models"/gemma-3-270m-q4_k_m.* payload/models/
