@@ -33,7 +33,7 @@ from engine.drafters import Draft, Drafter
 from engine.events import FinishReason
 from engine.runner import ModelRunner
 from engine.sampling import SamplingSettings
-from engine.sequence import SequenceState
+from engine.sequence import SequenceState, prefill
 from kernels.ops import Array, Ops
 
 MAX_DRAFT = 16
@@ -68,6 +68,18 @@ class CostModel:
 
     def _ema(self, old: float | None, new: float) -> float:
         return new if old is None else self.decay * old + (1 - self.decay) * new
+
+    def calibrate(self, runner: ModelRunner) -> None:
+        """Observe forwards of 1, 2, 4, 8 and 16 rows (twice each) on a 32-token state."""
+        state = runner.new_state()
+        prefill(runner, state, [1] * 32)
+        for rows in (1, 2, 4, 8, 16):
+            for _ in range(2):
+                cp = state.checkpoint()
+                t0 = time.perf_counter()
+                runner.forward([1] * rows, state, logits="all")
+                self.observe(rows, time.perf_counter() - t0)
+                state.rollback(cp)
 
     def cost(self, rows: int) -> float:
         step = 1.0 if self.step_seconds is None else self.step_seconds
@@ -135,6 +147,12 @@ def _ema(old: float, new: float) -> float:
     return new if not old else 0.8 * old + 0.2 * new
 
 
+def expected_tokens(alpha: float, k: int) -> float:
+    """Tokens a verify of k drafts yields when each is accepted with probability alpha (the
+    accepted run plus the target's own token after it)."""
+    return sum(alpha**i for i in range(k + 1))
+
+
 def best_draft_length(
     alpha: float,
     costs: CostModel,
@@ -147,8 +165,7 @@ def best_draft_length(
     a token at a time or in one pass)."""
     best_k, best_rate = 0, 1.0 / costs.cost(1)
     for k in range(1, min(available, MAX_DRAFT) + 1):
-        expected = sum(alpha**i for i in range(k + 1))
-        rate = expected / (costs.cost(k + 1) + k * draft_token_s + draft_pass_s)
+        rate = expected_tokens(alpha, k) / (costs.cost(k + 1) + k * draft_token_s + draft_pass_s)
         if rate > best_rate * 1.02:  # a margin: never speculate for a rounding error
             best_k, best_rate = k, rate
     return best_k
@@ -341,6 +358,9 @@ def _choose_k(
         row_limit - 1,
         state.max_verify_rows() - 1,
     )
+    choose = getattr(req.drafter, "choose_k", None)
+    if choose is not None:  # a pool of drafters picks the drafter and its k together
+        return int(choose(costs, max(0, room)))
     acc = req.acceptance
     room = min(room, getattr(req.drafter, "max_draft", room))
     return best_draft_length(acc.rate, costs, max(0, room), acc.token_seconds, acc.pass_seconds)

@@ -26,7 +26,9 @@ class DrafterKind(StrEnum):
     OFF = "off"
     LOOKUP = "lookup"  # prompt lookup over everything seen (engine.drafters.SuffixDrafter)
     DRAFT_MODEL = "draft_model"
-    BLOCK = "block"  # the trained block drafter (engine.block_drafter.BlockDrafter)
+    # the trained block drafter (engine.block_drafter.BlockDrafter), pooled with prompt
+    # lookup: each round the one promising more proposes (engine.drafter_pool)
+    BLOCK = "block"
 
 
 class FinishReason(StrEnum):

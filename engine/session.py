@@ -25,6 +25,7 @@ from engine.branch_cache import BranchCache
 from engine.chat_template import ChatTemplateError, render_chat
 from engine.config import EngineConfig
 from engine.decoding import AcceptanceModel, CostModel, DecodeRequest, decode
+from engine.drafter_pool import DrafterPool
 from engine.drafters import Drafter, DraftModelDrafter
 from engine.errors import ContextOverflow, EngineError
 from engine.loader import LoadedModel
@@ -76,6 +77,12 @@ class Session:
         self.draft_drafter = DraftModelDrafter(draft.runner) if draft is not None else None
         self.block_drafter, self.block_problem = load_block_drafter(config.block_drafter, loaded)
         self.acceptance = {kind: AcceptanceModel() for kind in ev.DrafterKind}
+        # "block": the block drafter, and prompt lookup where it promises more (a regenerate)
+        self.block_pool = None
+        if self.block_drafter is not None:
+            blocks = (self.block_drafter, self.acceptance[ev.DrafterKind.BLOCK])
+            looks = (self.lookup, self.acceptance[ev.DrafterKind.LOOKUP])
+            self.block_pool = DrafterPool.of(block=blocks, lookup=looks)
         self.template = self.tokenizer.chat_template  # None: plain text completion only
         self._warned_inexact = False
 
@@ -261,7 +268,7 @@ class Session:
         )
         row = np.asarray(self.loaded.ops.to_numpy(logits))[-1]
         result = decode(self.runner, self.state, row, req, self.costs)
-        if drafter is not self.lookup:  # the lookup index sees every reply, drafted or not
+        if drafter not in (self.lookup, self.block_pool):  # lookup sees every reply once
             self.lookup.begin(ids)
             self.lookup.commit(result.token_ids)
             self.lookup.end()
@@ -364,9 +371,9 @@ class Session:
         if choice == ev.DrafterKind.DRAFT_MODEL:
             raise EngineError("No draft model is loaded; pick one in the settings or use lookup.")
         if choice == ev.DrafterKind.BLOCK:
-            if self.block_drafter is None:
+            if self.block_pool is None:
                 raise EngineError(self.block_problem)
-            return self.block_drafter, self.acceptance[ev.DrafterKind.BLOCK]
+            return self.block_pool, self.block_pool.acceptance
         return self.lookup, self.acceptance[ev.DrafterKind.LOOKUP]
 
     # -- persistent prompt cache ------------------------------------------------------------
@@ -388,12 +395,4 @@ class Session:
 
     def calibrate(self) -> None:
         """Measure forward costs of 1..16 rows so the draft length is chosen from facts."""
-        state = self.runner.new_state()
-        prefill(self.runner, state, [1] * 32)
-        for rows in (1, 2, 4, 8, 16):
-            for _ in range(2):
-                cp = state.checkpoint()
-                t0 = time.perf_counter()
-                self.runner.forward([1] * rows, state, logits="all")
-                self.costs.observe(rows, time.perf_counter() - t0)
-                state.rollback(cp)
+        self.costs.calibrate(self.runner)

@@ -187,7 +187,8 @@ def run(
         emit=emit,
         should_stop=lambda: False,
         drafter=drafter,
-        acceptance=AcceptanceModel() if drafter is not None else None,
+        # a pool of drafters brings the acceptance model that routes to its members
+        acceptance=getattr(drafter, "acceptance", None) or AcceptanceModel() if drafter else None,
         prompt_hidden=prompt_hidden,
     )
     result = decode(model, state, last, req, costs or CostModel())

@@ -1,0 +1,137 @@
+"""Several drafters behind one: each round, the one whose measured acceptance and drafting
+cost promise the most tokens per second proposes (engine/decoding.py's cost model, per
+member), or none when plain decoding promises more.
+
+Every member sees every committed token (and, if it wants them, the target's hidden rows),
+so whichever is picked next proposes from the whole context. A member that has nothing to
+propose (prompt lookup without a match) gives way to the next best. Output is still exactly
+plain decoding's: the pool only chooses who proposes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.decoding import AcceptanceModel, CostModel, best_draft_length, expected_tokens
+from engine.drafters import Draft, Drafter
+
+
+@dataclass
+class Member:
+    name: str
+    drafter: Drafter
+    acceptance: AcceptanceModel = field(default_factory=AcceptanceModel)
+
+    @property
+    def one_pass(self) -> bool:
+        return bool(getattr(self.drafter, "drafts_in_one_pass", False))
+
+
+@dataclass
+class Choice:
+    member: Member
+    k: int
+    tokens_per_second: float
+
+
+class PoolAcceptance(AcceptanceModel):
+    """The decode loop's acceptance model for a pool: what it learns goes to the member
+    that drafted last (its cost per token or per pass as that member drafts), and a plain
+    step or a new request ages or clears every member's evidence."""
+
+    def __init__(self, pool: DrafterPool) -> None:
+        super().__init__()
+        self.pool = pool
+
+    def observe_cost(self, drafted: int, seconds: float, per_pass: bool = False) -> None:
+        member = self.pool.last
+        if member is not None:
+            member.acceptance.observe_cost(drafted, seconds, member.one_pass)
+
+    def observe(self, drafted: int, accepted: int) -> None:
+        if self.pool.last is not None:
+            self.pool.last.acceptance.observe(drafted, accepted)
+
+    def idle(self) -> None:
+        for member in self.pool.members:
+            member.acceptance.idle()
+
+    def forget(self) -> None:
+        for member in self.pool.members:
+            member.acceptance.forget()
+
+    @property
+    def rate(self) -> float:
+        member = self.pool.last
+        return member.acceptance.rate if member is not None else 0.0
+
+
+class DrafterPool:
+    def __init__(self, members: list[Member]) -> None:
+        if not members:
+            raise ValueError("a drafter pool needs at least one drafter")
+        self.members = members
+        self.acceptance = PoolAcceptance(self)
+        self.wants_hidden = any(getattr(m.drafter, "wants_hidden", False) for m in members)
+        self.last: Member | None = None  # the member whose draft is being verified
+        self._ranked: list[Choice] = []
+        self.proposals: dict[str, int] = {m.name: 0 for m in members}  # drafts, by member
+
+    @classmethod
+    def of(cls, **members: tuple[Drafter, AcceptanceModel]) -> DrafterPool:
+        """A pool of name=(drafter, its acceptance model), in order of preference on a tie."""
+        return cls([Member(name, d, acc) for name, (d, acc) in members.items()])
+
+    # -- the choice --------------------------------------------------------------------
+    def choose_k(self, costs: CostModel, room: int) -> int:
+        """Rank the members by expected tokens per second at their best k; the best one's k
+        (0: plain decoding beats every member)."""
+        ranked = []
+        for member in self.members:
+            acc = member.acceptance
+            cap = min(room, getattr(member.drafter, "max_draft", room))
+            k = best_draft_length(acc.rate, costs, max(0, cap), acc.token_seconds, acc.pass_seconds)
+            if k:
+                seconds = costs.cost(k + 1) + k * acc.token_seconds + acc.pass_seconds
+                ranked.append(Choice(member, k, expected_tokens(acc.rate, k) / seconds))
+        self._ranked = sorted(ranked, key=lambda c: -c.tokens_per_second)
+        return self._ranked[0].k if self._ranked else 0
+
+    # -- the Drafter protocol ----------------------------------------------------------
+    def begin(self, context: list[int]) -> None:
+        for member in self.members:
+            member.drafter.begin(context)
+        self.last = None
+
+    def couple(self, sample: Any) -> None:
+        for member in self.members:
+            couple = getattr(member.drafter, "couple", None)
+            if couple is not None:
+                couple(sample)
+
+    def observe_hidden(self, rows: Any, start: int | None = None) -> None:
+        for member in self.members:
+            if getattr(member.drafter, "wants_hidden", False):
+                args = (rows,) if start is None else (rows, start)
+                member.drafter.observe_hidden(*args)  # type: ignore[attr-defined]
+
+    def propose(self, pending: int, k: int) -> Draft:
+        """The best-ranked member's draft of its own k (at most `k`), else the next one's."""
+        for choice in self._ranked:
+            draft = choice.member.drafter.propose(pending, min(k, choice.k))
+            if draft.tokens:
+                self.last = choice.member
+                self.proposals[choice.member.name] += 1
+                return draft
+        self.last = None
+        return Draft([])
+
+    def commit(self, tokens: list[int]) -> None:
+        for member in self.members:
+            member.drafter.commit(tokens)
+        self.last = None
+
+    def end(self) -> None:
+        for member in self.members:
+            member.drafter.end()

@@ -1,0 +1,152 @@
+"""A pool of drafters (engine/drafter_pool.py): each round the member whose own acceptance
+and cost promise the most proposes, a member with nothing to propose gives way, every
+member follows the context, and the output stays plain decoding's token for token."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from engine.config import EngineConfig
+from engine.decoding import AcceptanceModel
+from engine.drafter_pool import DrafterPool, Member
+from engine.drafters import Draft
+from engine.loader import load_model
+from tests.conftest import TinyModels
+from tests.engine.test_draft_length import cost_model, cpu_linear, gpu_flat
+from tests.engine.test_speculative import ScriptedDrafter, make_prompts, run
+from tests.tiny_models import EOS_ID
+
+
+@pytest.fixture(scope="module")
+def target(tiny_models: TinyModels) -> Any:
+    return load_model(
+        tiny_models.gguf(qtype="F32", seed=0)[0], EngineConfig(backend="numpy")
+    ).runner
+
+
+@pytest.fixture(scope="module")
+def cases(target: Any) -> list[tuple[list[int], int, list[int]]]:
+    """(prompt, max_tokens, the target's plain greedy script: prompt, reply and EOS)."""
+    out = []
+    for prompt, max_tokens in make_prompts(6, seed=3):
+        reference, _ = run(target, prompt, max_tokens)
+        eos = [EOS_ID] if reference.reason == "eos" else []
+        out.append((prompt, max_tokens, [*prompt, *reference.token_ids, *eos]))
+    return out
+
+
+class Silent:
+    """A drafter with nothing to propose (prompt lookup without a match)."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+        self.committed: list[int] = []
+
+    def begin(self, context: list[int]) -> None:
+        self.committed = list(context)
+
+    def propose(self, pending: int, k: int) -> Draft:
+        self.asked += 1
+        return Draft([])
+
+    def commit(self, tokens: list[int]) -> None:
+        self.committed += tokens
+
+    def end(self) -> None:
+        pass
+
+
+class Watching(ScriptedDrafter):
+    """An oracle that wants the target's hidden rows, counting those it is handed."""
+
+    wants_hidden = True
+
+    def __init__(self, script: list[int]) -> None:
+        super().__init__(script)
+        self.rows = 0
+
+    def observe_hidden(self, rows: Any, start: int | None = None) -> None:
+        self.rows += int(np.asarray(rows).shape[0])
+
+
+def test_the_pool_learns_which_member_pays_and_keeps_the_output(target: Any, cases) -> None:
+    for prompt, max_tokens, script in cases:
+        wrong, right = ScriptedDrafter(script, corrupt=1.0), ScriptedDrafter(script)
+        pool = DrafterPool([Member("wrong", wrong), Member("right", right)])  # wrong first
+        result, state = run(target, prompt, max_tokens, pool, costs=cost_model(gpu_flat))
+        assert [*prompt, *result.token_ids] == script[: len(prompt) + len(result.token_ids)]
+        assert result.accepted >= len(result.token_ids) // 2
+        # the adversary opens (a tie goes to the first), misses once, and is dropped
+        assert pool.proposals["wrong"] == 1 and pool.proposals["right"] >= 2
+        assert len(wrong.proposals) == pool.proposals["wrong"]
+        assert wrong.position == right.position == len(state.tokens)  # both followed along
+
+
+def test_a_member_with_nothing_to_propose_gives_way(target: Any, cases) -> None:
+    prompt, max_tokens, script = cases[0]
+    silent, right = Silent(), ScriptedDrafter(script)
+    pool = DrafterPool([Member("silent", silent), Member("right", right)])
+    result, state = run(target, prompt, max_tokens, pool, costs=cost_model(gpu_flat))
+    assert [*prompt, *result.token_ids] == script[: len(prompt) + len(result.token_ids)]
+    assert silent.asked > 0 and pool.proposals["silent"] == 0
+    assert result.accepted > 0 and pool.proposals["right"] > 0
+    assert silent.committed == state.tokens  # it saw every committed token all the same
+
+
+def test_hidden_rows_reach_only_the_members_that_want_them(target: Any, cases) -> None:
+    prompt, max_tokens, script = cases[1]
+    watching, plain = Watching(script), Silent()  # Silent has no observe_hidden: a call fails
+    pool = DrafterPool([Member("plain", plain), Member("watching", watching)])
+    assert pool.wants_hidden
+    result, state = run(target, prompt, max_tokens, pool, costs=cost_model(gpu_flat))
+    assert result.accepted > 0
+    assert watching.rows == len(state.tokens)  # the prompt's rows, then each kept row
+
+
+def test_where_no_member_pays_nothing_is_drafted(target: Any, cases) -> None:
+    prompt, max_tokens, script = cases[2]
+    right = ScriptedDrafter(script)
+    pool = DrafterPool([Member("right", right, AcceptanceModel(accepted=50.0, trials=50.0))])
+    result, _ = run(target, prompt, max_tokens, pool, costs=cost_model(cpu_linear))
+    assert result.drafted == 0 and not right.proposals  # a verify costs its rows' steps
+    assert [*prompt, *result.token_ids] == script[: len(prompt) + len(result.token_ids)]
+
+
+def test_each_member_learns_its_own_acceptance() -> None:
+    a, b = Member("a", Silent()), Member("b", Silent())
+    pool = DrafterPool([a, b])
+    pool.last = b
+    pool.acceptance.observe(4, 0)
+    assert a.acceptance.trials == 0 and b.acceptance.trials == 1
+    assert b.acceptance.rate < a.acceptance.rate
+    pool.acceptance.forget()
+    assert a.acceptance.rate == b.acceptance.rate == 0.5
+    with pytest.raises(ValueError, match="at least one drafter"):
+        DrafterPool([])
+
+
+def test_the_block_choice_pools_the_block_drafter_with_lookup(
+    tiny_models: TinyModels, tmp_path: Any
+) -> None:
+    """Settings' "block": the trained drafter, and prompt lookup where it promises more."""
+    from engine import events as ev
+    from engine.drafter_file import target_signature
+    from engine.session import Session
+    from tests.block_drafters import write_drafter
+
+    model_path = tiny_models.gguf(qtype="F32", seed=0)[0]
+    plain = load_model(model_path, EngineConfig(backend="numpy"))
+    signature = target_signature(plain.config, plain.tokenizer)
+    drafter = write_drafter(tmp_path / "d.safetensors", plain.config, signature, block=6)
+    config = EngineConfig(backend="numpy", block_drafter=str(drafter))
+    session = Session(load_model(model_path, config), config=config)
+    pool, acceptance = session._drafter(ev.DrafterKind.BLOCK)
+    assert isinstance(pool, DrafterPool) and acceptance is pool.acceptance
+    members = {m.name: m for m in pool.members}
+    assert members["block"].drafter is session.block_drafter
+    assert members["lookup"].drafter is session.lookup
+    assert members["lookup"].acceptance is session.acceptance[ev.DrafterKind.LOOKUP]
+    assert session._drafter(ev.DrafterKind.AUTO)[0] is session.lookup  # Auto: lookup alone
