@@ -14,9 +14,9 @@ Workloads (greedy, so every mode must produce the same tokens):
 - mixed: ten held-out conversations of chat, code, lists and follow-ups (each earlier turn
   answered by the model, the last one measured).
 
-Modes: plain (drafter off), auto (what the engine picks: prompt lookup where it matches,
-the block drafter elsewhere when the model has one), block (the block drafter alone),
-lookup (prompt lookup alone). Fairness: the lookup drafter learns from every request its
+Modes: plain (drafter off), auto (what the engine picks: a draft model when one is
+loaded, else prompt lookup), block (the block drafter pooled with prompt lookup, each round
+the one promising more: engine/drafter_pool.py), lookup (prompt lookup alone). Fairness: the lookup drafter learns from every request its
 session saw, so every measured conversation runs in its own fresh Session that first ran
 the conversation's earlier requests, in the same mode; all modes see the same token
 history. Every Session starts from one shared calibration of the forward cost (what
