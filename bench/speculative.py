@@ -14,17 +14,16 @@ Workloads (greedy, so every mode must produce the same tokens):
 - mixed: ten held-out conversations of chat, code, lists and follow-ups (each earlier turn
   answered by the model, the last one measured).
 
-Modes: plain (drafter off), auto (what the engine picks: a draft model when one is
-loaded, else prompt lookup), block (the block drafter pooled with prompt lookup, each round
-the one promising more: engine/drafter_pool.py), lookup (prompt lookup alone). Fairness: the lookup drafter learns from every request its
-session saw, so every measured conversation runs in its own fresh Session that first ran
-the conversation's earlier requests, in the same mode; all modes see the same token
-history. Every Session starts from one shared calibration of the forward cost (what
-Engine does at model load), and the modes rotate run by run so a burst of load hits each.
-Throughput is the engine's own decode rate of the measured requests (tokens after the
-first over decode seconds, summed over a workload's conversations); figures are medians
-over --runs.
-"""
+Modes: plain (drafter off), auto (what the engine picks: a draft model when one is loaded,
+else prompt lookup), block (the block drafter pooled with prompt lookup, each round the one
+promising more: engine/drafter_pool.py), lookup (prompt lookup alone). Fairness: the lookup
+drafter learns from every request its session saw, so every measured conversation runs in
+its own fresh Session that first ran the conversation's earlier requests, in the same mode;
+all modes see the same token history. Every Session starts from one shared calibration of
+the forward cost (what Engine does at model load), and the modes rotate run by run so a
+burst of load hits each. Throughput is the engine's own decode rate of the measured
+requests (tokens after the first over decode seconds, summed over a workload's
+conversations); figures are medians over --runs."""
 
 from __future__ import annotations
 

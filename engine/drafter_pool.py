@@ -13,7 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.decoding import AcceptanceModel, CostModel, best_draft_length, expected_tokens
+from engine.decoding import (
+    MAX_DRAFT,
+    AcceptanceModel,
+    CostModel,
+    best_draft_length,
+    expected_tokens,
+)
 from engine.drafters import Draft, Drafter
 
 
@@ -116,9 +122,19 @@ class DrafterPool:
                 args = (rows,) if start is None else (rows, start)
                 member.drafter.observe_hidden(*args)  # type: ignore[attr-defined]
 
+    @property
+    def max_draft(self) -> int:
+        return max(getattr(m.drafter, "max_draft", MAX_DRAFT) for m in self.members)
+
     def propose(self, pending: int, k: int) -> Draft:
-        """The best-ranked member's draft of its own k (at most `k`), else the next one's."""
-        for choice in self._ranked:
+        """The best-ranked member's draft of its own k (at most `k`), else the next one's.
+        Asked without `choose_k` this round (a k forced from outside), the members by
+        acceptance rate, each drafting up to k."""
+        ranked, self._ranked = self._ranked, []
+        if not ranked:
+            by_rate = sorted(self.members, key=lambda m: -m.acceptance.rate)
+            ranked = [Choice(m, k, m.acceptance.rate) for m in by_rate]
+        for choice in ranked:
             draft = choice.member.drafter.propose(pending, min(k, choice.k))
             if draft.tokens:
                 self.last = choice.member

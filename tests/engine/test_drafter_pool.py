@@ -115,6 +115,24 @@ def test_where_no_member_pays_nothing_is_drafted(target: Any, cases) -> None:
     assert [*prompt, *result.token_ids] == script[: len(prompt) + len(result.token_ids)]
 
 
+def test_a_k_forced_from_outside_goes_to_the_member_with_the_best_rate(
+    target: Any, cases, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without `choose_k` (a tool forcing the draft length, as tools/drafter's
+    engine_accuracy does): the members by acceptance rate, each up to the forced k."""
+    from engine import decoding
+
+    monkeypatch.setattr(decoding, "_choose_k", lambda req, *_: 3)
+    prompt, max_tokens, script = cases[3]
+    right, wrong = ScriptedDrafter(script), ScriptedDrafter(script, corrupt=1.0)
+    pool = DrafterPool([Member("wrong", wrong), Member("right", right)])
+    assert pool.max_draft == 16  # neither caps its drafts: decoding's MAX_DRAFT
+    result, _ = run(target, prompt, max_tokens, pool)
+    assert [*prompt, *result.token_ids] == script[: len(prompt) + len(result.token_ids)]
+    assert all(len(p) <= 3 for p in right.proposals + wrong.proposals)
+    assert pool.proposals["wrong"] == 1 and pool.proposals["right"] >= 3
+
+
 def test_each_member_learns_its_own_acceptance() -> None:
     a, b = Member("a", Silent()), Member("b", Silent())
     pool = DrafterPool([a, b])

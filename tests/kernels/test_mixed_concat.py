@@ -222,7 +222,9 @@ def test_mixed_model_on_every_path(mixed_llama: Path) -> None:
 
 @pytest.mark.real_model
 @needs_kernel
-@pytest.mark.parametrize("backend", ["numpy", "mlx-float32"])
+# K/V rows in float32: float16 ones round the two products' last-bit differences apart
+# (1e-4 of the logits on AVX2, where the kernel's sums and OpenBLAS's differ the most)
+@pytest.mark.parametrize("backend", ["numpy-float32", "mlx-float32"])
 def test_real_gemma_logits_are_the_dense_copys(backend: str) -> None:
     """Gemma 3 270M Q4_K_M: the nine layers with a Q8_0 v keep q|k and v packed (numpy:
     109.9 -> 81.7 MB of layer weights), and the logits of a prefill through the kernel (20
@@ -233,14 +235,14 @@ def test_real_gemma_logits_are_the_dense_copys(backend: str) -> None:
         pytest.skip("Gemma 3 270M is not downloaded (python -m engine fetch gemma3-270m)")
     lm = load_model(path, engine_config(backend))
     ops: Any = lm.ops
-    if backend == "numpy" and not ops.packed:
+    if backend.startswith("numpy") and not ops.packed:
         pytest.skip("the numpy backend keeps nothing packed on this build")
     parted = [layer.mixer for layer in lm.runner.model.layers]
     parted = [mixer for mixer in parted if isinstance(mixer.qkv.w, RowParts)]
     assert len(parted) == 9
     assert all([p.bits for p in m.qkv.w.parts] == [5, 8] for m in parted)
     prompts = [[2, *range(1000, 1019)], [2, *range(3000, 3099)]]
-    if backend != "numpy":  # the 100 rows are for numpy's BLAS path; MLX on a CPU is slow
+    if not backend.startswith("numpy"):  # the 100 rows are for numpy's BLAS; MLX is slow here
         prompts = prompts[:1]
 
     def run() -> list[np.ndarray]:
@@ -254,7 +256,7 @@ def test_real_gemma_logits_are_the_dense_copys(backend: str) -> None:
     got = run()
     for mixer in parted:
         parts = mixer.qkv.w.parts
-        if backend == "numpy":  # dense float32 [in, out]
+        if backend.startswith("numpy"):  # dense float32 [in, out]
             dense = np.concatenate([qmatmul.dequantize(p) for p in parts]).T
             mixer.qkv.w = np.ascontiguousarray(dense)
         else:
