@@ -31,6 +31,7 @@ from engine.block_drafter import BlockDrafter
 from engine.config import EngineConfig
 from engine.default_model import default_model_path
 from engine.drafter_file import BlockDrafterWeights, target_signature
+from engine.drafter_pool import DrafterPool
 from engine.loader import load_model
 from engine.session import Session
 
@@ -180,6 +181,10 @@ def main(argv: list[str] | None = None) -> None:
     for n, messages in enumerate(chats):
         session = Session(loaded, config=config)  # a fresh one each, as bench speculative's
         session.block_drafter = RecordingDrafter(weights, loaded.model)
+        # the block drafter alone: lookup's drafts would hand it no other rows, but would
+        # muddle the live acceptance this prints
+        own = (session.block_drafter, session.acceptance[ev.DrafterKind.BLOCK])
+        session.block_pool = DrafterPool.of(block=own)
         seq = record(session, messages, args.max_tokens)
         logits = replay(weights, loaded.model, seq, args.rows)
         h, c = score(vocab, seq, logits)

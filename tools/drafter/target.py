@@ -112,6 +112,13 @@ class Target:
                 raise RuntimeError("the last decoder layer's hook did not fire")
             return rows.float()
 
+    @torch.no_grad()
+    def vocab_logits(self, rows: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        """The target's logits on token ids `ids` [N] from captured rows [..., D]: its
+        final norm and LM head, as its own forward applies them after the last layer."""
+        head = self.model.lm_head.weight[ids.to(self.device)]
+        return self.model.model.norm(rows.to(self.device)).float() @ head.float().T
+
 
 def _check_rope_base(config: LlamaConfig, base: float) -> None:
     """transformers 5 moved rope_theta into rope_parameters: make sure ours arrived."""

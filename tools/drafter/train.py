@@ -1,108 +1,52 @@
-"""Train the block drafter: generate the target's replies, train on them, export the file.
+"""Train the block drafter: prompts and replies from the target, training, the file.
 
-    python -m tools.drafter.train generate --model GGUF --prompts tools/drafter/prompts.npz \
-        --out SEQS.npz [--limit N] [--max-new-tokens 320] [--batch-size 384] [--passes 2]
+    python -m tools.drafter.train prompts --model GGUF --count N --out SELF.npz \
+        [--state DIR] [--minutes M] [--chunk 1024] [--batch-size 512] [--max-turn-tokens 128]
+    python -m tools.drafter.train generate --model GGUF --prompts P.npz [SELF.npz ...] \
+        --out SEQS.npz [--passes 2 [1 ...]] [--state DIR] [--minutes M] [--chunk 1536] \
+        [--limit N] [--max-new-tokens 320] [--batch-size 384]
     python -m tools.drafter.train train --model GGUF --data SEQS.npz --out DIR \
-        [--resume] [--minutes M] [--run-steps K] [--steps S] [...]
-    python -m tools.drafter.train export --model GGUF --out DIR --file drafter.safetensors
+        [--resume] [--minutes M] [--run-steps K] [--steps S] [--distill [W] | --hard-labels]
+        [--patience E] [...]
+    python -m tools.drafter.train export --model GGUF --out DIR --file drafter.safetensors [--best]
 
 Training: the frozen target computes its last layer's rows for each batch on the fly
 (float32; TF32 matmuls on CUDA), the drafter runs under bfloat16 autocast on CUDA and
-float32 on the CPU. Blocks are anchored at random reply positions; the loss is the
-cross-entropy of rows 1..B-1 against the true next tokens in the draft vocabulary, rows
-whose token lies outside it ignored (the file has no catch-all id to propose), weighted
-exp(-(j-1)/gamma) toward the early rows as in DFlash. AdamW, linear warm-up then cosine
-decay to 10%, gradient clipping. DIR/checkpoint.pt holds everything a resumed run needs
-to continue exactly: the weights, the optimizer, the step and the settings (batches are
-drawn from (seed, step), so no sampler state is saved).
+float32 on the CPU. Blocks are anchored at random reply positions; the loss (losses.py)
+over rows 1..B-1 is the KL from the target's own next-token distribution on the draft
+vocabulary (`distill` 1, the default of a fresh run: from the same forward that gives
+the captures), the cross-entropy against the true next tokens (`distill` 0,
+--hard-labels) or a mix; rows whose token lies outside the vocabulary are ignored (the
+file has no catch-all id to propose), rows weighted exp(-(j-1)/gamma) toward the early
+ones as in DFlash. AdamW, linear warm-up then cosine decay to 10%, gradient clipping.
+DIR/checkpoint.pt holds everything a resumed run needs to continue exactly: the weights,
+the optimizer, the step, the settings and the best eval_chat so far (batches are drawn
+from (seed, step), so no sampler state is saved). DIR/best.pt: the weights of the best
+eval_chat mean acceptance length (ties: row-1 accuracy, then the earlier step), export-able
+(export --best); --patience E stops after E evaluations without a new best.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import time
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, fields, replace
 from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from tools.drafter import data
-from tools.drafter.export import export_drafter
-from tools.drafter.model import BlockDrafter, DrafterConfig, init_weights
-from tools.drafter.safetensors_io import read_drafter_file
+from tools.drafter.commands import BEST, CHECKPOINT, cmd_export, cmd_generate
+from tools.drafter.losses import mixed_loss, row_target_logp, row_weights
+from tools.drafter.model import BlockDrafter, init_weights
+from tools.drafter.settings import LEGACY_SETTINGS, Settings, better, drafter_config
 from tools.drafter.target import Target
 
-CHECKPOINT = "checkpoint.pt"
 # the target's greedy replies to the bench's held-out chats (engine_accuracy.py --sequences)
 EVAL_CHAT = Path(__file__).parent / "heldout_greedy.npz"
-
-
-@dataclass(frozen=True)
-class Settings:
-    """Everything that shapes the run's trajectory; a resumed run keeps the saved ones."""
-
-    layers: int = 2
-    intermediate: int = 1536
-    block: int = 16
-    vocab_size: int = 8192
-    batch: int = 32  # sequences per step
-    anchors: int = 32  # blocks per sequence
-    max_len: int = 768
-    steps: int = 3000  # the schedule's length
-    lr: float = 6e-4
-    warmup: int = 100
-    weight_decay: float = 0.01
-    clip: float = 1.0
-    decay_gamma: float = 7.0  # 0: every row weighs the same
-    heldout_fraction: float = 0.02
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if self.steps < 1 or self.batch < 1 or self.anchors < 1 or self.warmup < 0:
-            raise ValueError(f"steps, batch and anchors must be positive: {self}")
-        if not 0 <= self.heldout_fraction < 1:
-            raise ValueError(f"heldout_fraction {self.heldout_fraction} is not in [0, 1)")
-
-    def lr_at(self, step: int) -> float:
-        warm = min(1.0, (step + 1) / self.warmup) if self.warmup else 1.0
-        progress = min(1.0, step / self.steps)
-        return self.lr * warm * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
-
-
-def drafter_config(target: dict, s: Settings, vocab_size: int) -> DrafterConfig:
-    """The drafter's shape: attention and numerics from the target, the rest from `s`."""
-    return DrafterConfig(
-        hidden=target["hidden_size"],
-        num_layers=s.layers,
-        num_heads=target["num_attention_heads"],
-        num_kv_heads=target["num_key_value_heads"],
-        head_dim=target["head_dim"],
-        intermediate=s.intermediate,
-        block=s.block,
-        rope_base=target["rope_theta"],
-        rms_eps=target["rms_norm_eps"],
-        vocab_size=vocab_size,
-    )
-
-
-def row_weights(settings: Settings, device) -> torch.Tensor:
-    """[B-1] loss weight of rows 1..B-1."""
-    j = torch.arange(settings.block - 1, dtype=torch.float32, device=device)
-    return torch.exp(-j / settings.decay_gamma) if settings.decay_gamma > 0 else torch.ones_like(j)
-
-
-def block_loss(logits, targets, weights) -> torch.Tensor:
-    """Weighted mean cross-entropy over the supervised rows; logits [..., B-1, N]."""
-    ce = F.cross_entropy(
-        logits.float().flatten(0, -2), targets.flatten(), ignore_index=-100, reduction="none"
-    )
-    w = weights.expand_as(targets).flatten() * (targets.flatten() != -100)
-    return (ce * w).sum() / w.sum().clamp_min(1.0)
 
 
 class Trainer:
@@ -117,7 +61,9 @@ class Trainer:
         saved = None
         if args.resume and (self.out / CHECKPOINT).exists():
             saved = torch.load(self.out / CHECKPOINT, map_location="cpu", weights_only=True)
-        self.settings = Settings(**saved["settings"]) if saved else _settings_from(args)
+        self.settings = (
+            Settings(**{**LEGACY_SETTINGS, **saved["settings"]}) if saved else _settings_from(args)
+        )
         if saved and args.extend_to:  # a longer schedule: no longer an unbroken run's
             self.settings = replace(self.settings, steps=args.extend_to)
         self.target = Target(args.model, str(self.device))
@@ -145,12 +91,14 @@ class Trainer:
             lr=s.lr,
             betas=(0.9, 0.95),
         )
-        self.step, self.trained_tokens = 0, 0
+        self.step, self.trained_tokens, self.best = 0, 0, None
         if saved:
             self.drafter.load_state_dict(saved["drafter"])
             self.optimizer.load_state_dict(saved["optimizer"])
             self.step, self.trained_tokens = saved["step"], saved["trained_tokens"]
-        self.weights = row_weights(s, self.device)
+            self.best = saved.get("best")
+        self.weights = row_weights(s.block, s.decay_gamma, self.device)
+        self._cache: dict[int, dict[int, torch.Tensor]] = {}
 
     def autocast(self):
         return torch.autocast("cuda", torch.bfloat16, enabled=self.device.type == "cuda")
@@ -160,9 +108,29 @@ class Trainer:
     ) -> tuple[data.Batch, torch.Tensor]:
         s, seqs = self.settings, self.seqs if seqs is None else seqs
         batch = data.make_batch(seqs, indices, self.vocab_index, s.block, s.anchors, s.max_len, rng)
-        return batch, self.target.captures(batch.tokens)
+        if not getattr(self.args, "cache_captures", False):
+            return batch, self.target.captures(batch.tokens)
+        # small CPU runs: each sequence's rows computed once (the same rows, to rounding)
+        cache = self._cache.setdefault(id(seqs), {})
+        missing = [n for n, i in enumerate(indices) if int(i) not in cache]
+        if missing:
+            rows = self.target.captures(batch.tokens[missing])
+            for n, r in zip(missing, rows, strict=True):
+                i = int(indices[n])
+                cache[i] = r[: min(len(seqs.sequence(i)), s.max_len)].clone()
+        D = self.target.config["hidden_size"]
+        captures = torch.zeros(*batch.tokens.shape, D, device=self.target.device)
+        for n, i in enumerate(indices):
+            captures[n, : len(cache[int(i)])] = cache[int(i)]
+        return batch, captures
 
-    def train_step(self) -> float:
+    def target_logp(self, captures: torch.Tensor, batch: data.Batch) -> torch.Tensor:
+        """[N, m, B-1, vocab] the target's log-distribution for each row (losses.py)."""
+        s = self.settings
+        return row_target_logp(self.target, captures, batch.anchors, self.drafter.vocab,
+                               s.block, s.distill_temperature)  # fmt: skip
+
+    def train_step(self) -> tuple[float, float]:
         s = self.settings
         rng = np.random.default_rng([s.seed, 2, self.step])
         indices = rng.choice(self.train_idx, size=s.batch, replace=len(self.train_idx) < s.batch)
@@ -172,7 +140,8 @@ class Trainer:
             logits = self.drafter.train_forward(
                 captures, batch.tokens.to(dev), batch.anchors.to(dev)
             )
-        loss = block_loss(logits, batch.targets.to(dev), self.weights)
+        target_logp = self.target_logp(captures, batch) if s.distill > 0 else None
+        loss, hard = mixed_loss(logits, batch.targets.to(dev), self.weights, target_logp, s.distill)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.drafter.parameters(), s.clip)
         for group in self.optimizer.param_groups:
@@ -181,7 +150,7 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
         self.trained_tokens += batch.num_tokens
-        return loss.item()
+        return loss.item(), hard.item()
 
     @torch.no_grad()
     def evaluate(self, seqs: data.Sequences | None = None) -> dict:
@@ -222,19 +191,38 @@ class Trainer:
             out["eval_chat"] = self.evaluate(self.eval_chat)
         return out
 
-    def save(self) -> None:
-        state = {
+    def exportable(self) -> dict:
+        return {
             "drafter": self.drafter.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
             "step": self.step,
             "trained_tokens": self.trained_tokens,
             "settings": asdict(self.settings),
             "target_check": self.target.check,
             "coverage": self.coverage,
         }
-        tmp = self.out / (CHECKPOINT + ".tmp")
+
+    def _write(self, state: dict, name: str) -> None:
+        tmp = self.out / (name + ".tmp")
         torch.save(state, tmp)
-        os.replace(tmp, self.out / CHECKPOINT)  # a run killed mid-save keeps the last one
+        os.replace(tmp, self.out / name)  # a run killed mid-save keeps the last one
+
+    def save(self) -> None:
+        state = {**self.exportable(), "optimizer": self.optimizer.state_dict(), "best": self.best}
+        self._write(state, CHECKPOINT)
+
+    def consider(self, evals: dict) -> None:
+        """Keep DIR/best.pt at the best eval_chat so far."""
+        chat = evals.get("eval_chat")
+        if chat is None or not better(chat, self.best):
+            return
+        self.best = {"step": self.step, "acceptance": chat["acceptance"], "acc": chat["acc"]}
+        self._write({**self.exportable(), "eval": chat}, BEST)
+        self.log({"event": "best", "step": self.step, "acceptance": chat["acceptance"],
+                  "acc1": chat["acc"][0]})  # fmt: skip
+
+    def patience_out(self) -> bool:
+        patience, every = getattr(self.args, "patience", 0), self.args.eval_every
+        return bool(patience and self.best and self.step - self.best["step"] >= patience * every)
 
     def log(self, record: dict) -> None:
         print(json.dumps(record), flush=True)
@@ -249,93 +237,67 @@ class Trainer:
                   "train_seqs": len(self.train_idx), "heldout_seqs": len(self.held_idx),
                   "train_reply_tokens": n_train, "vocab": self.drafter.cfg.vocab_size,
                   "coverage": round(self.coverage, 4), "settings": asdict(s)})  # fmt: skip
-        first, losses = self.step, []
-        while self.step < s.steps and self.step - first < args.run_steps:
+        first, losses, stopped = self.step, [], self.patience_out()  # an early stop stays
+        while self.step < s.steps and self.step - first < args.run_steps and not stopped:
             if args.minutes and time.time() - started > args.minutes * 60:
                 break
             losses.append(self.train_step())
             if self.step % args.log_every == 0:
                 rate = (self.step - first) / (time.time() - started)
-                self.log({"step": self.step, "loss": round(float(np.mean(losses)), 4),
-                          "lr": s.lr_at(self.step - 1), "steps_per_s": round(rate, 2)})  # fmt: skip
+                loss, hard = np.mean(losses, axis=0)
+                self.log({"step": self.step, "loss": round(float(loss), 4),
+                          "hard": round(float(hard), 4), "lr": s.lr_at(self.step - 1),
+                          "steps_per_s": round(rate, 2)})  # fmt: skip
                 losses = []
             if self.step % args.eval_every == 0:
-                self.log({"step": self.step, **self.evaluations()})
-            if self.step % args.save_every == 0:
+                evals = self.evaluations()
+                self.log({"step": self.step, **evals})
+                self.consider(evals)
+                stopped = self.patience_out()
+            if self.step % args.save_every == 0 or stopped:
                 self.save()
+        evals = self.evaluations()
+        self.consider(evals)
         self.save()
-        self.log({"event": "stop", "step": self.step, **self.evaluations(),
-                  "seconds": round(time.time() - started, 1)})  # fmt: skip
+        self.log({"event": "early stop" if stopped else "stop", "step": self.step, **evals,
+                  "best": self.best, "seconds": round(time.time() - started, 1)})  # fmt: skip
 
 
 def _settings_from(args: argparse.Namespace) -> Settings:
     return Settings(**{f.name: getattr(args, f.name) for f in fields(Settings)})
 
 
-def cmd_generate(args: argparse.Namespace) -> None:
-    from tools.drafter.generate import generate_replies
-
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    if device.startswith("cuda"):
-        torch.backends.cuda.matmul.allow_tf32 = True
-    target = Target(args.model, device)
-    prompts = data.load_prompts(args.prompts)[: args.limit or None]
-    seqs = generate_replies(
-        target,
-        prompts,
-        max_new_tokens=args.max_new_tokens,
-        batch_size=args.batch_size,
-        passes=args.passes,
-        greedy_every=args.greedy_every,
-        seed=args.seed,
-    )
-    seqs.save(args.out)
-    replies = seqs.lengths() - seqs.reply_start
-    ended = sum(int(seqs.reply(i)[-1] == target.eos_id) for i in range(len(seqs)))
-    print(f"{len(seqs)} sequences, {int(replies.sum())} reply tokens (mean {replies.mean():.0f}), "
-          f"{ended} ended at EOS -> {args.out}")  # fmt: skip
-
-
-def cmd_export(args: argparse.Namespace) -> None:
-    saved = torch.load(Path(args.out) / CHECKPOINT, map_location="cpu", weights_only=True)
-    target = Target(args.model, "cpu")
-    if saved["target_check"] != target.check:
-        raise SystemExit(f"{args.model} is not the target this checkpoint was trained on")
-    s = Settings(**saved["settings"])
-    vocab = saved["drafter"]["vocab"]
-    cfg = drafter_config(target.config, s, len(vocab))
-    drafter = BlockDrafter(cfg, target.embedding, vocab)
-    drafter.load_state_dict(saved["drafter"])
-    notes = (
-        f"DFlash-style block drafter for {Path(args.model).name}, trained by "
-        f"tools/drafter/train.py on replies the target generated; the draft vocabulary "
-        f"covers {saved['coverage']:.4f} of the training replies' tokens; "
-        f"settings {json.dumps(saved['settings'])}"
-    )
-    digest = export_drafter(
-        drafter, args.file, target_check=target.check, target_vocab=target.config["vocab_size"],
-        trained_tokens=saved["trained_tokens"], steps=saved["step"], notes=notes,
-    )  # fmt: skip
-    tensors, meta = read_drafter_file(args.file)
-    size = Path(args.file).stat().st_size
-    print(f"{args.file}: {size / 2**20:.2f} MiB, {len(tensors)} tensors, step {meta['steps']}, "
-          f"vocab {len(tensors['vocab'])}\nsha256 {digest}")  # fmt: skip
-
-
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
+    pr = sub.add_parser("prompts", help="user turns sampled from the target (self_prompts.py)")
+    pr.add_argument("--count", type=int, required=True)
+    pr.add_argument("--out", type=Path, required=True)
+    pr.add_argument("--state", type=Path, default=None, help="chunks (default: OUT.chunks)")
+    pr.add_argument("--chunk", type=int, default=1024, help="seeds per chunk")
+    pr.add_argument("--batch-size", type=int, default=1024)
+    pr.add_argument("--max-turn-tokens", type=int, default=128)
+    pr.add_argument("--temperature", type=float, default=1.0)
+    pr.add_argument("--top-p", type=float, default=0.95)
     gen = sub.add_parser("generate", help="replies from the target for the prompt set")
-    gen.add_argument("--prompts", type=Path, default=Path(__file__).parent / "prompts.npz")
+    gen.add_argument(
+        "--prompts", type=Path, nargs="+", default=[Path(__file__).parent / "prompts.npz"]
+    )
     gen.add_argument("--limit", type=int, default=0, help="only the first N prompts (0: all)")
     gen.add_argument("--max-new-tokens", type=int, default=320)
     gen.add_argument("--batch-size", type=int, default=384)
-    gen.add_argument("--passes", type=int, default=2, help="replies per prompt")
+    gen.add_argument(
+        "--passes", type=int, nargs="+", default=[2], help="replies per prompt (per file)"
+    )
+    gen.add_argument("--chunk", type=int, default=1536, help="replies per chunk")
+    gen.add_argument("--state", type=Path, default=None, help="finished chunks (resumable)")
     gen.add_argument(
         "--greedy-every", type=int, default=4, help="every Nth prompt of pass 0 greedy"
     )
-    gen.add_argument("--seed", type=int, default=0)
     gen.add_argument("--out", type=Path, required=True)
+    for command in (pr, gen):
+        command.add_argument("--seed", type=int, default=0)
+        command.add_argument("--minutes", type=float, default=0, help="stop after M minutes")
     tr = sub.add_parser("train", help="train (or --resume) the drafter, checkpoints in --out")
     tr.add_argument("--data", type=Path, required=True)
     tr.add_argument("--out", type=Path, required=True)
@@ -351,12 +313,20 @@ def parser() -> argparse.ArgumentParser:
     tr.add_argument("--log-every", type=int, default=20)
     tr.add_argument("--eval-every", type=int, default=200)
     tr.add_argument("--save-every", type=int, default=500)
+    tr.add_argument("--patience", type=int, default=0, help="stop after E evals with no best")
+    tr.add_argument("--cache-captures", action="store_true", help="small CPU runs: rows once")
     for f in fields(Settings):
-        tr.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=f.default)
+        flag = "--" + f.name.replace("_", "-")
+        if f.name == "distill":  # --distill alone: 1.0
+            tr.add_argument(flag, type=float, nargs="?", const=1.0, default=f.default)
+            tr.add_argument("--hard-labels", dest="distill", action="store_const", const=0.0)
+        else:
+            tr.add_argument(flag, type=type(f.default), default=f.default)
     ex = sub.add_parser("export", help="the safetensors file of DIR's checkpoint")
     ex.add_argument("--out", type=Path, required=True, help="the training DIR")
     ex.add_argument("--file", type=Path, required=True)
-    for command in (gen, tr, ex):
+    ex.add_argument("--best", action="store_true", help="DIR/best.pt, not the last checkpoint")
+    for command in (pr, gen, tr, ex):
         command.add_argument("--model", type=Path, required=True, help="the target GGUF")
         command.add_argument(
             "--device", default=None, help="cuda or cpu (default: cuda if present)"
@@ -367,7 +337,11 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     torch.manual_seed(0)
-    if args.command == "generate":
+    if args.command == "prompts":
+        from tools.drafter.self_prompts import cmd_prompts
+
+        cmd_prompts(args)
+    elif args.command == "generate":
         cmd_generate(args)
     elif args.command == "train":
         Trainer(args).run()
