@@ -31,7 +31,7 @@ DRAFTER_LABELS: dict[str, str] = {
     DrafterKind.OFF: "Off",
     DrafterKind.LOOKUP: "Prompt lookup",
     DrafterKind.DRAFT_MODEL: "Draft model",
-    DrafterKind.BLOCK: "Block drafter (trained for the model)",
+    DrafterKind.BLOCK: "Block drafter + prompt lookup",
 }
 
 

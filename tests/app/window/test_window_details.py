@@ -70,7 +70,7 @@ def test_the_settings_dialog_round_trips(harness, qtbot):
     dialog.tint_drafted.setChecked(True)
     result = dialog.result_settings()
     assert (result.temperature, result.drafter, result.tint_drafted) == (1.3, "lookup", True)
-    dialog.drafter.setCurrentIndex(dialog.drafter.findText("Block drafter (trained for the model)"))
+    dialog.drafter.setCurrentIndex(dialog.drafter.findText("Block drafter + prompt lookup"))
     assert dialog.result_settings().drafter == "block"
 
 
