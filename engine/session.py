@@ -268,7 +268,8 @@ class Session:
         )
         row = np.asarray(self.loaded.ops.to_numpy(logits))[-1]
         result = decode(self.runner, self.state, row, req, self.costs)
-        if drafter not in (self.lookup, self.block_pool):  # lookup sees every reply once
+        # lookup sees every reply once: a decode that drafted with it has committed it there
+        if drafter is None or all(drafter is not d for d in (self.lookup, self.block_pool)):
             self.lookup.begin(ids)
             self.lookup.commit(result.token_ids)
             self.lookup.end()
