@@ -47,7 +47,7 @@ _BODIES = {
 }
 
 
-def constants(shapes: Shapes, **extra: int) -> str:
+def constants(shapes: Shapes, **extra: int | str) -> str:
     """The model's shapes as C++ constants (D, H, HKV, DH, F, V, EPS, LOG2_BASE,
     TRADITIONAL), then `extra`, one line each, for a kernel body to start with."""
     s = shapes

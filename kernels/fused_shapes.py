@@ -21,6 +21,7 @@ class Shapes:
     eps: float
     rope_base: float
     rope_traditional: bool
+    qk_norm: bool = False  # q and k RMS-normed per head before the rotation (Qwen3)
 
     def check(self) -> str | None:
         """Why these shapes can't run through the kernels, or None."""

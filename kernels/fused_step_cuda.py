@@ -15,10 +15,14 @@ and the next layer's weights are fetched into L2 while this one runs. Attention 
 order. `bench/gpu/step_probe.py` times each phase in a build of its own, which adds cycle
 stamps at the barriers (bench/gpu/step_stamps.cuh); the engine's build has no such code.
 
-Every row is computed with the same instructions in the same order whatever the row
-count (the attention split depends only on the row's own key count): a verify's logits
-equal one-row steps bit for bit, which keeps greedy speculation exact. The five kernels
-round differently; only one path is in use at a time.
+The weights are read as stored, from one table of every matrix (kernels/step_weights.py):
+4-bit blocks as 4-bit words and their float32 scales, no dense copy, so no rounding to the
+compute dtype and no size limit. Every row is computed with the same operations in the
+same order whatever the row count (the dot products pin their rounding with intrinsics;
+the attention split depends only on the row's own key count): a verify's logits, from the
+build for up to MAX_ROWS rows, equal the one-row build's steps bit for bit, which keeps
+greedy speculation exact. The five kernels round differently (they read a dense copy);
+only one path is in use at a time.
 
 Memory rules inside the launch: activations, partials and KV rows written by one block
 are read by others after a barrier or a fenced counter, so those reads bypass L1
@@ -41,6 +45,7 @@ import mlx.core as mx
 from kernels import cuda
 from kernels.fused_decode_cuda import MAX_ROWS, constants, header
 from kernels.fused_shapes import Shapes
+from kernels.step_weights import WeightTable
 
 THREADS = 256
 _PRIVATE_PAGE_FLOATS = 1 << 14  # 64 KiB: large enough for an allocation of its own
@@ -55,11 +60,16 @@ STEP_HEADER = header() + cuda.source("fused_step.cuh")  # kernels/cuda/
 _BODY = cuda.source("fused_step.cu")
 _SM_COUNT = cuda.source("sm_count.cu")
 
-_WEIGHTS = ["nw1", "wqkv", "wo", "nw2", "wgu", "wdown", "nwf", "whead"]
+_WEIGHTS = ["meta", "words", "scales", "biases"]  # a WeightTable's arrays
+# float32 [L, D], [L, D], [D]; [DH / 2]; [L, DH] twice (one element each without q/k norm)
+_NORMS = ["nw1", "nw2", "nwf", "freqs", "qnorm", "knorm"]
+# a layer's weights up to this size are fetched into L2 while the layer before runs
+PREFETCH_LAYER_BYTES = 16 << 20
 
 
 def step_source(shapes: Shapes, num_layers: int) -> str:
-    lines = [constants(shapes, L=num_layers, THREADS=THREADS)]
+    qk_norm = "true" if shapes.qk_norm else "false"
+    lines = [constants(shapes, L=num_layers, THREADS=THREADS, QK_NORM=qk_norm)]
     keys = ", ".join(f"k{i}" for i in range(num_layers))
     values = ", ".join(f"v{i}" for i in range(num_layers))
     lines.append(f"  const T* KEYS[L] = {{{keys}}};")
@@ -69,7 +79,12 @@ def step_source(shapes: Shapes, num_layers: int) -> str:
 
 def input_names(num_layers: int) -> list[str]:
     caches = [f"k{i}" for i in range(num_layers)] + [f"v{i}" for i in range(num_layers)]
-    return ["ids", "pos", "table", "scratch", *_WEIGHTS, *caches]
+    return ["ids", "pos", "scratch", *_WEIGHTS, *_NORMS, *caches]
+
+
+def formats_header(formats: tuple[int, ...]) -> str:
+    """The FQ_FORMATS list the weight dispatch is built for (before the step header)."""
+    return "#define FQ_FORMATS(X) " + " ".join(f"X({f})" for f in formats) + "\n"
 
 
 def output_names() -> list[str]:
@@ -78,12 +93,13 @@ def output_names() -> list[str]:
 
 def chunk_keys(head_dim: int, itemsize: int) -> int:
     """Keys one warp's attention item takes: as many as keep its K and V loads within
-    ~64 registers each (64 for head_dim 64 in bfloat16)."""
+    ~32 registers each (32 for head_dim 64 in bfloat16). 64 keys (64 registers each)
+    spilled once the weight table's dot products shared the kernel's registers."""
     lanes_per_key = head_dim // 8
     keys_per_load = 32 // lanes_per_key
     value_dims = max(1, head_dim // 32)
     value_regs = max(1, value_dims * itemsize // 4)
-    return min(256 // (8 * itemsize) * keys_per_load, 64 // value_regs)
+    return min(128 // (8 * itemsize) * keys_per_load, 32 // value_regs)
 
 
 def hidden_offset(shapes: Shapes) -> int:
@@ -129,13 +145,16 @@ class StepKernel:
 
     name = "fs_step"
 
-    def __init__(self, shapes: Shapes, num_layers: int, prefetch: bool = True) -> None:
+    def __init__(
+        self, shapes: Shapes, num_layers: int, formats: tuple[int, ...], prefetch: bool = True
+    ) -> None:
         reason = shapes.check() or step_unsupported(shapes)
         if reason:
             raise ValueError(f"fused step kernel: unsupported {reason}")
         self.s, self.L = shapes, num_layers
+        self.formats = formats
         self.prefetch = prefetch
-        tag = hashlib.sha1(f"{shapes!r}/{num_layers}".encode()).hexdigest()[:10]
+        tag = hashlib.sha1(f"{shapes!r}/{num_layers}/{formats}".encode()).hexdigest()[:10]
         self.blocks = sm_count()
         self._scratch: mx.array | None = None
         self._kernel: Any = mx.fast.cuda_kernel(
@@ -147,7 +166,7 @@ class StepKernel:
         )
 
     def header(self) -> str:
-        return STEP_HEADER
+        return formats_header(self.formats) + STEP_HEADER
 
     def source(self) -> str:
         return step_source(self.s, self.L)
@@ -168,24 +187,26 @@ class StepKernel:
         self,
         ids: mx.array,
         pos: mx.array,
-        table: mx.array,
-        weights: list[mx.array],
+        weights: WeightTable,
+        norms: list[mx.array],
         keys: list[mx.array],
         values: list[mx.array],
         head_mode: int,
         prefetch: bool | None = None,
     ) -> tuple[mx.array, mx.array]:
         """(logits [rows, V] f32, status [1] u32: nonzero if a barrier timed out).
-        head_mode: 0 no logits, 1 the last row's, 2 every row's."""
-        outs = self.launch(ids, pos, table, weights, keys, values, head_mode, prefetch)
+        norms: nw1, nw2 [L, D], nwf [D], the rotation's inverse frequencies [DH / 2],
+        q_norm and k_norm [L, DH], float32. head_mode: 0 no logits, 1 the last row's, 2
+        every row's."""
+        outs = self.launch(ids, pos, weights, norms, keys, values, head_mode, prefetch)
         return outs[0], outs[2]
 
     def launch(
         self,
         ids: mx.array,
         pos: mx.array,
-        table: mx.array,
-        weights: list[mx.array],
+        weights: WeightTable,
+        norms: list[mx.array],
         keys: list[mx.array],
         values: list[mx.array],
         head_mode: int,
@@ -196,17 +217,23 @@ class StepKernel:
         M = ids.shape[0]
         if not 1 <= M <= MAX_ROWS:
             raise ValueError(f"a fused step takes 1..{MAX_ROWS} rows, not {M}")
+        if not set(weights.formats) <= set(self.formats):
+            raise ValueError(f"weights of formats {weights.formats}, built for {self.formats}")
         rows = {0: 1, 1: 1, 2: M}[head_mode]
-        dtype = weights[1].dtype
+        dtype = keys[0].dtype
         scratch = self.scratch(keys[0].shape[1], dtype)
         shapes = [shape for _, shape in self.outputs(rows)]
+        if prefetch is None:
+            prefetch = self.prefetch and weights.layer_bytes <= PREFETCH_LAYER_BYTES
+        tables = [weights.meta, weights.words, weights.scales, weights.biases]
         outs: list[mx.array] = self._kernel(
-            inputs=[ids, pos, table, scratch, *weights, *keys, *values],
+            inputs=[ids, pos, scratch, *tables, *norms, *keys, *values],
             template=[
                 ("T", dtype),
                 ("HEAD_MODE", head_mode),
                 ("CK", chunk_keys(s.head_dim, dtype.size)),
-                ("PREFETCH", int(self.prefetch if prefetch is None else prefetch)),
+                ("PREFETCH", int(prefetch)),
+                ("MAXM", 1 if M == 1 else MAX_ROWS),  # decode's own build: fewer registers
             ],
             grid=(self.blocks * THREADS, 1, 1),
             threadgroup=(THREADS, 1, 1),

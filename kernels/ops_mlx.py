@@ -98,31 +98,56 @@ class MlxOps:
         # asked for, it is done on any device (MLX's CPU evaluates asynchronously too)
         default = self._gpu and OVERLAP_LAYERS
         self.overlap_layers = default if overlap_layers is None else overlap_layers
+        # On CUDA, each weight as the loader stored it (float32 scales and biases, groups of
+        # 16 still quantized) beside the one computed with, by the latter's id, until the
+        # one-launch step has read them into its table (`stored`, `forget_stored`)
+        self._stored: dict[int, tuple[Any, Any]] | None = {} if self._cuda else None
 
     # -- weights -------------------------------------------------------------------
     def weight(self, w: Any) -> Any:
         if isinstance(w, QuantizedWeight) and not w.is_mlx_exact:
             # MLX has no groups of 16 (GGUF's Q2_K, Q3_K, Q6_K): a dense matrix instead
-            return mx.array(quantized.dequantize(w)).astype(self.dtype)
+            return self._keep(mx.array(quantized.dequantize(w)).astype(self.dtype), w)
         if isinstance(w, QuantizedWeight):
             scales, biases = w.scales.astype(self.dtype), w.biases.astype(self.dtype)
-            return replace(w, scales=scales, biases=biases)
-        return self.asarray(w)
+            return self._keep(replace(w, scales=scales, biases=biases), w)
+        return self._keep(self.asarray(w), w)
+
+    def _keep(self, ours: Any, stored: Any) -> Any:
+        if self._stored is not None:
+            if isinstance(stored, np.ndarray):
+                stored = mx.array(stored)
+            self._stored[id(ours)] = (ours, stored)  # `ours` held: its id stays its own
+        return ours
+
+    def stored(self, w: Any) -> Any:
+        """`w` (from `weight` or `concat_weights`) as the loader stored it, where kept (on
+        CUDA, until `forget_stored`); else `w` itself."""
+        entry = self._stored.get(id(w)) if self._stored else None
+        return entry[1] if entry is not None else w
+
+    def forget_stored(self) -> None:
+        """Drop the stored copies (the step's table holds what it needs)."""
+        if self._stored is not None:
+            self._stored.clear()
 
     def norm_weight(self, w: Any) -> mx.array:
         return self.asarray(w)
 
     def concat_weights(self, ws: list[Any]) -> Any:
         """`weight`s' rows in one weight (a fused projection)."""
+        stored = [self.stored(w) for w in ws]
+        rows = tuple(int(w.shape[0]) for w in ws)
+        as_stored = RowParts(tuple(stored), rows, int(ws[0].shape[1])) if len(ws) > 1 else stored[0]
         if not any(isinstance(w, QuantizedWeight) for w in ws):  # all dense [out, in]
-            return mx.concatenate(ws)
+            return self._keep(mx.concatenate(ws), as_stored)
         parts = join_runs(ws, _packed_kind, _concat_quantized)
         if len(parts) == 1:
-            return parts[0]
+            return self._keep(parts[0], as_stored)
         # parts quantized differently (Gemma 3's 5-bit q|k and 8-bit v) stay quantized, each
         # its own matmul; a dense copy would read 3-6x the bytes per decode step
-        rows = tuple(int(p.shape[0]) for p in parts)
-        return RowParts(tuple(parts), rows, int(parts[0].shape[1]))
+        part_rows = tuple(int(p.shape[0]) for p in parts)
+        return self._keep(RowParts(tuple(parts), part_rows, int(parts[0].shape[1])), as_stored)
 
     def _dense(self, w: Any) -> mx.array:
         """A weight from `weight` or `concat_weights` as one dense [out, in] matrix."""

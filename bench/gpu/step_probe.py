@@ -57,7 +57,7 @@ def probe(model: Any, context: int, prefetch: bool) -> dict[str, Any]:
     keys, values = [kv.keys for kv in kvs], [kv.values for kv in kvs]
 
     def call(head_mode: int) -> Any:
-        return f.step_kernel(ids, pos, f.table, f.stacked, keys, values, head_mode, prefetch)
+        return f.step_kernel(ids, pos, f.weights, f.norms, keys, values, head_mode, prefetch)
 
     out: dict[str, Any] = {}
 
@@ -71,11 +71,11 @@ def probe(model: Any, context: int, prefetch: bool) -> dict[str, Any]:
 
     timeit("none_eval_ms", lambda: mx.eval(*call(0)))
     timeit("last_eval_ms", lambda: mx.eval(*call(1)))
-    stamped = StampedStepKernel(f.step_kernel.s, f.step_kernel.L, prefetch)
+    stamped = StampedStepKernel(f.step_kernel.s, f.step_kernel.L, f.weights.formats, prefetch)
     runs = []
     for _ in range(20):
         logits, _, status, stamps = stamped.launch(
-            ids, pos, f.table, f.stacked, keys, values, head_mode=1
+            ids, pos, f.weights, f.norms, keys, values, head_mode=1
         )
         mx.eval(logits, status, stamps)
         runs.append(np.array(stamps))

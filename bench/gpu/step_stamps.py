@@ -38,8 +38,13 @@ class StampedStepKernel(fused_step_cuda.StepKernel):
 
     name = "fs_step_stamped"
 
+    def __init__(self, shapes: Shapes, num_layers: int, *args: object, **kwargs: object) -> None:
+        if shapes.qk_norm:  # num_stamps counts five barriers a layer
+            raise ValueError("the stamped step has no layout for q/k norm's sixth barrier")
+        super().__init__(shapes, num_layers, *args, **kwargs)  # type: ignore[arg-type]
+
     def header(self) -> str:
-        return STAMPED_HEADER
+        return fused_step_cuda.formats_header(self.formats) + STAMPED_HEADER
 
     def source(self) -> str:
         return stamped_source(self.s, self.L)

@@ -1,12 +1,13 @@
 """Decode and verify steps of full-attention decoders through the fused CUDA kernels.
 
 Two paths, both computing every row independently of how many there are:
-`kernels.fused_step_cuda` (the default on CUDA) runs a whole step in one kernel launch;
-`kernels.fused_decode_cuda` does a layer in five kernels (instead of ~20 MLX ops), eager
-or traced once with `mx.compile`, and has an MLX-ops reference that runs anywhere. This
-module feeds them: weights dequantized once into the model dtype, the KV rows written
-into the sequence state's own `FullKV` buffers (so checkpoints, rollback and prefill
-work unchanged).
+`kernels.fused_step_cuda` (the default on CUDA) runs a whole step in one kernel launch,
+reading every weight as stored (one table of the quantized words and their float32
+scales: kernels/step_weights.py); `kernels.fused_decode_cuda` does a layer in five
+kernels (instead of ~20 MLX ops), eager or traced once with `mx.compile`, on weights
+dequantized once into the model dtype, and has an MLX-ops reference that runs anywhere.
+This module feeds them, the KV rows written into the sequence state's own `FullKV`
+buffers (so checkpoints, rollback and prefill work unchanged).
 
 Used for calls of 1..MAX_ROWS tokens (decode, verify, short re-prefills); longer
 prefills take the ordinary path. Row invariance makes greedy speculation exact:
@@ -19,11 +20,12 @@ import logging
 from typing import Any
 
 import mlx.core as mx
+import numpy as np
 
 from engine.models.base import FULL, AttentionBlock, DecoderModel, ModelConfig
 from engine.sequence import SequenceState
 from engine.state import FullKV, full_kv_layers
-from kernels import fused_decode_cuda
+from kernels import fused_decode_cuda, step_weights
 from kernels.fused_decode_cuda import MAX_ROWS, Shapes
 from kernels.fused_step_cuda import hidden_offset, step_unsupported
 
@@ -32,26 +34,62 @@ _CAPACITY_STEP = 1024  # compiled steps retrace per buffer shape: grow in large 
 log = logging.getLogger(__name__)
 
 
-def unsupported_reason(model: DecoderModel) -> str | None:
-    """Why `model` can't take the fused path, or None."""
+def unsupported_reason(model: DecoderModel, step: bool = False) -> str | None:
+    """Why `model` can't take the fused path (with `step`, the one-launch step: it takes
+    any rotation table too), or None."""
     cfg = model.config
     if model.ops.name != "mlx":
         return "needs the MLX backend"
     if any(cfg.layer_type(i) != FULL for i in range(cfg.num_layers)):
         return "only full-attention layers"
-    if cfg.qk_norm or cfg.attn_output_gate:
-        return "q/k norm and gated attention are not fused"
+    if cfg.attn_output_gate:
+        return "gated attention is not fused"
+    if cfg.qk_norm and not step:
+        return "q/k norm is fused in the one-launch step only"
     if cfg.rope_dims != cfg.head_dim:
         return "partial rotary embeddings are not fused"
-    if model.unfused_features():
-        return f"{', '.join(model.unfused_features())} not fused"
+    features = model.unfused_features()
+    if step and "scaled rope" in features and rope_table(model) is not None:
+        features.remove("scaled rope")
+    if features:
+        return f"{', '.join(features)} not fused"
     if not all(isinstance(layer.mixer, AttentionBlock) for layer in model.layers):
         return "unknown mixer"
     return _shapes(cfg).check()
 
 
-# Above this the dense copy costs more memory than it is worth: a large model's decode is
-# bound by reading its weights, which 4-bit MLX kernels do in a quarter of the bytes.
+def rope_table(model: DecoderModel) -> np.ndarray | None:
+    """The inverse frequencies [head_dim / 2] (float32) every layer rotates by, if one table
+    says it all: no attention factor (YaRN's), no dynamic range; else None."""
+    ropes = [r for layer in model.layers if (r := getattr(layer.mixer, "rope", None))]
+    if not ropes or any(r.mscale != 1.0 or r.max_positions for r in ropes):
+        return None
+    tables = [r.inv_freq if r.inv_freq is not None else plain_inv_freq(r) for r in ropes]
+    if any(not np.array_equal(t, tables[0]) for t in tables):
+        return None
+    return tables[0].astype(np.float32)
+
+
+def plain_inv_freq(rope: Any) -> np.ndarray:
+    """theta ** (-2i / dims), i < dims / 2, as the rope computes it, in float64."""
+    return 1.0 / rope.theta ** (np.arange(0, rope.dims, 2, dtype=np.float64) / rope.dims)
+
+
+def step_unsupported_reason(model: DecoderModel) -> str | None:
+    """Why the one-launch step can't take `model` (its features, its shapes, its weights as
+    stored), or None."""
+    reason = unsupported_reason(model, step=True) or step_unsupported(_shapes(model.config))
+    if reason:
+        return reason
+    for w in step_weights.model_matrices(model):
+        reason = step_weights.matrix_unsupported(w)
+        if reason:
+            return f"{reason} in the weight table"
+    return None
+
+
+# Above this the five kernels' dense copy costs more memory than it is worth (the
+# one-launch step makes none): a large model's decode is bound by reading its weights.
 MAX_DENSE_BYTES = 2 << 30
 
 
@@ -76,6 +114,7 @@ def _shapes(cfg: ModelConfig) -> Shapes:
         eps=cfg.rms_norm_eps,
         rope_base=cfg.rope_theta,
         rope_traditional=cfg.rope_traditional,
+        qk_norm=cfg.qk_norm,
     )
 
 
@@ -91,7 +130,12 @@ class FusedDecode:
         compiled: bool = True,
         mode: str | None = None,
     ) -> None:
-        reason = unsupported_reason(model)
+        if mode is None:
+            one_launch = fused_decode_cuda.is_available() and not step_unsupported_reason(model)
+            mode = "step" if one_launch else "layers"
+        if mode not in ("step", "layers"):
+            raise ValueError(f"fused decode mode must be 'step' or 'layers', not {mode!r}")
+        reason = unsupported_reason(model, step=mode == "step")
         if reason:
             raise ValueError(f"fused decode: {reason}")
         # the MLX backend (unsupported_reason checked): its dequantize, and embed of device ids
@@ -99,11 +143,54 @@ class FusedDecode:
         self.model, self.ops = model, ops
         shapes = _shapes(model.config)
         self.k = kernels or fused_decode_cuda.kernels_for(shapes)
-        if mode is None:
-            one_launch = fused_decode_cuda.is_available() and not step_unsupported(shapes)
-            mode = "step" if one_launch else "layers"
-        if mode not in ("step", "layers"):
-            raise ValueError(f"fused decode mode must be 'step' or 'layers', not {mode!r}")
+        layers = model.layers
+        self.tied = model.lm_head is model.embed
+        self.embed = model.embed
+        self.step_kernel: Any = None
+        self.stacked: list[mx.array] = []  # the five kernels' dense copy, made when used
+        if mode == "step":
+            from kernels.fused_step_cuda import StepKernel
+
+            reason = step_unsupported_reason(model)
+            if reason:
+                raise ValueError(f"fused step: unsupported {reason}")
+            self.weights = step_weights.build(step_weights.model_matrices(model), 4 * len(layers))
+            table = rope_table(model)
+            if table is None:
+                raise ValueError("fused step: the layers rotate by different tables")
+            self.norms = [
+                mx.stack([layer.input_norm.astype(mx.float32) for layer in layers]),
+                mx.stack([layer.post_norm.astype(mx.float32) for layer in layers]),
+                model.norm.astype(mx.float32),
+                mx.array(table),  # the rotation's inverse frequencies
+                *self._qk_norms(),
+            ]
+            mx.eval(*self.norms)
+            self.step_kernel = StepKernel(shapes, len(layers), self.weights.formats)
+        else:
+            self._dense_copy()
+        self.mode = mode
+        self.compiled = compiled
+        self._traced: dict[str, Any] = {}
+        self.shapes = shapes
+        self.keep_hidden = False  # set around `forward_hidden`: the rows cost a copy
+        self.hidden: mx.array | None = None  # the latest step's last-layer rows, if kept
+        if mode == "step":
+            self._warm_up()
+
+    def _qk_norms(self) -> list[mx.array]:
+        """q_norm and k_norm [num_layers, head_dim] (one element each where there are none)."""
+        layers = self.model.layers
+        if not self.model.config.qk_norm:
+            return [mx.zeros((1,), dtype=mx.float32)] * 2
+        return [
+            mx.stack([getattr(layer.mixer, name).astype(mx.float32) for layer in layers])
+            for name in ("q_norm", "k_norm")
+        ]
+
+    def _dense_copy(self) -> None:
+        """The five kernels' weights: stacked [num_layers, ...] in the model dtype."""
+        ops = self.ops
 
         def dense(w: Any) -> mx.array:
             return ops._dense(w).astype(ops.dtype)
@@ -111,8 +198,7 @@ class FusedDecode:
         def f32(w: Any) -> mx.array:
             return w.astype(mx.float32)
 
-        layers = model.layers
-        # stacked [num_layers, ...] for the step kernel; per-layer views for the others
+        model, layers = self.model, self.model.layers
         self.stacked = [
             mx.stack([f32(layer.input_norm) for layer in layers]),
             mx.stack([dense(layer.mixer.qkv.w) for layer in layers]),
@@ -126,31 +212,16 @@ class FusedDecode:
         mx.eval(*self.stacked)
         self.norm, self.head_w = self.stacked[6], self.stacked[7]
         self.layers = [tuple(w[i] for w in self.stacked[:6]) for i in range(len(layers))]
-        self.tied = model.lm_head is model.embed
-        self.embed = model.embed
-        # the dense embedding table (the step kernel gathers its rows itself)
-        self.table = self.head_w if self.tied else (dense(model.embed) if mode == "step" else None)
-        self.step_kernel: Any = None
-        if mode == "step":
-            from kernels.fused_step_cuda import StepKernel
-
-            self.step_kernel = StepKernel(shapes, len(layers))
-        self.mode = mode
-        self.compiled = compiled
-        self._traced: dict[str, Any] = {}
-        self.shapes = shapes
-        self.keep_hidden = False  # set around `forward_hidden`: the rows cost a copy
-        self.hidden: mx.array | None = None  # the latest step's last-layer rows, if kept
-        if mode == "step":
-            self._warm_up()
 
     def _warm_up(self) -> None:
-        """Compile the step kernel's three logits variants now (NVRTC takes ~0.5 s each):
-        at load, not in the middle of someone's first edit."""
+        """Compile the step kernel's builds now (NVRTC takes ~1-15 s each): decode's, and
+        a verify's for its logits modes, at load, not in the middle of someone's first
+        edit."""
         state = self.model.new_state()
         self([0], state, "none")
         self([0], state, "last")
         self([0, 0], state, "all")
+        self([0, 0], state, "last")
 
     max_rows = MAX_ROWS
 
@@ -248,8 +319,8 @@ class FusedDecode:
         out, status = self.step_kernel(
             ids,
             pos,
-            self.table,
-            self.stacked,
+            self.weights,
+            self.norms,
             [kv.keys for kv in kvs],
             [kv.values for kv in kvs],
             head_mode,
@@ -267,9 +338,16 @@ class FusedDecode:
         if int(status.item()):
             # A barrier timed out: not every block was resident (a smaller or shared GPU).
             # The rows it wrote lie past the state's length; redo the step kernel by kernel.
+            reason = unsupported_reason(self.model)
+            if reason:  # the five kernels would compute another model
+                raise RuntimeError(
+                    f"fused one-launch step timed out at a grid barrier (not every block was "
+                    f"resident) and the five kernels cannot take this model: {reason}"
+                )
             log.warning("fused one-launch step timed out at a grid barrier; using 5 kernels")
             self.step_kernel = None
             self.mode = "layers"
+            self._dense_copy()
             return self._eager_step(ids, pos, kvs, logits, offset)
         return out if logits != "none" else None
 

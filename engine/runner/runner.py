@@ -19,7 +19,13 @@ from engine.config import EngineConfig
 from engine.models.base import DecoderModel, ModelConfig
 from engine.runner import cpu_step
 from engine.runner.cpu_step import CpuStep
-from engine.runner.fused import MAX_DENSE_BYTES, FusedDecode, dense_bytes, unsupported_reason
+from engine.runner.fused import (
+    MAX_DENSE_BYTES,
+    FusedDecode,
+    dense_bytes,
+    step_unsupported_reason,
+    unsupported_reason,
+)
 from engine.sequence import SequenceState
 from engine.state import SnapshotPolicy
 from kernels import fused_decode_cuda
@@ -35,16 +41,18 @@ GPU_PREFILL_ROWS = 2048
 
 
 def fused_decode_for(model: DecoderModel, config: EngineConfig) -> FusedDecode | None:
-    """GPU decode is launch-bound: on CUDA, small full-attention models take the fused
-    kernels (`EngineConfig.fused=False`, BRANCHCHAT_FUSED=0, opts out). Compiling the plain
-    MLX step into one graph was measured slower on the H200
+    """GPU decode is launch-bound: on CUDA, full-attention models take the fused kernels
+    (`EngineConfig.fused=False`, BRANCHCHAT_FUSED=0, opts out): the one-launch step at any
+    size (it reads the weights as stored), the five kernels where their dense copy is
+    small. Compiling the plain MLX step into one graph was measured slower on the H200
     (docs/h200/earlier/decode_compiled.json) and is gone."""
-    if not (
-        fused_decode_cuda.is_available()
-        and config.fused
-        and unsupported_reason(model) is None
-        and dense_bytes(model) <= MAX_DENSE_BYTES  # small models: launch-bound, not bandwidth
-    ):
+    usable = fused_decode_cuda.is_available() and config.fused
+    if not usable:
+        return None
+    one_launch = config.fused_mode != "layers" and step_unsupported_reason(model) is None
+    if not one_launch and (
+        unsupported_reason(model) is not None or dense_bytes(model) > MAX_DENSE_BYTES
+    ):  # the five kernels: their features, their dense copy
         return None
     try:  # compiles its kernels now: a failure shows here
         return FusedDecode(model, compiled=config.fused_compile, mode=config.fused_mode)
@@ -92,6 +100,9 @@ class ModelRunner:
         """The fastest exact path on MLX's default device for `model` under `config`."""
         on_gpu = model.ops.name == "mlx" and mx.default_device() == mx.gpu
         fused = fused_decode_for(model, config) if on_gpu else None
+        forget = getattr(model.ops, "forget_stored", None)
+        if forget is not None:  # the step's table, if built, holds its own copy
+            forget()
         cpu = cpu_step_for(model, config) if model.ops.name == "numpy" else None
         rows = config.prefill_chunk or (GPU_PREFILL_ROWS if on_gpu else PREFILL_ROWS)
         return cls(model, fused, config.snapshot_policy, cpu, rows)

@@ -1,5 +1,7 @@
 // Body of the one-launch step kernel (kernels/fused_step_cuda.py wraps it with
-// mx.fast.cuda_kernel, after the model's constants and the KEYS / VALUES arrays).
+// mx.fast.cuda_kernel, after the model's constants and the KEYS / VALUES arrays). T is the
+// KV rows' dtype; the weights are read from the table as stored (fused_step.cuh); MAXM is
+// the build's most rows (1 for decode, FD_MAXM for verify: the same arithmetic per row).
 
   // Host-written inputs (ids, pos) are read once per block; every buffer the blocks
   // share (scratch, sync) is a large allocation of its own: MLX's small buffers share
@@ -20,9 +22,10 @@
   unsigned int* counters = sync_buf + 4096;  // attention chunks done, a (row, head)
   unsigned int phase = 0;
   constexpr int PAIRS = (H + 2 * HKV) * DH / 2;  // of q/k/v outputs (fd_qkv_pair)
-  constexpr int NQKV = (H + 2 * HKV) * DH;
   constexpr int HD = H * DH;
-  constexpr int GD = fs_group(D);
+  const FqTable tab{meta, words, scales, biases};
+  constexpr int HEAD_MAT = 4 * L, TABLE_MAT = 4 * L + 1;  // the head's and the table's rows
+  constexpr int G = MAXM == 1 ? 1 : 2;  // rows a dot product's pass takes
   // attention: a warp takes CK keys of one (row, head); LPK lanes share a key (8 dims
   // each), KPI keys a load; a lane owns VD dims of the output (lanes past VOWN mirror)
   constexpr int LPK = DH / 8, KPI = 32 / LPK, KIT = CK / KPI;
@@ -36,51 +39,47 @@
   float* act = hs + FD_MAXM * D;
   float* xs = act + FD_MAXM * F;
   float* part = xs + FD_MAXM * D;  // attention partials [row, head, chunk] x (max, sum, DH)
-  // embedding rows, as float32, into xs
-  for (int i = (blockIdx.x * blockDim.x + threadIdx.x); i < M * D; i += gridDim.x * blockDim.x) {
-    const int m = i / D, k = i % D;
-    xs[i] = static_cast<float>(table[(size_t)s_ids[m] * D + k]);
-  }
+  fq_gather_rows<D>(tab, TABLE_MAT, s_ids, M, xs);  // embedding rows, as float32
   fs_grid_sync(sync, ++phase);
   const float* x = xs;
   for (int l = 0; l < L; ++l) {
     T* kc = const_cast<T*>(KEYS[l]);
     T* vc = const_cast<T*>(VALUES[l]);
     if (PREFETCH && l + 1 < L) {  // the next layer's weights into L2 while this one runs
-      fs_prefetch_l2(wqkv + (size_t)(l + 1) * NQKV * D, (size_t)NQKV * D * sizeof(T));
-      fs_prefetch_l2(wo + (size_t)(l + 1) * D * HD, (size_t)D * HD * sizeof(T));
-      fs_prefetch_l2(wgu + (size_t)(l + 1) * 2 * F * D, (size_t)2 * F * D * sizeof(T));
-      fs_prefetch_l2(wdown + (size_t)(l + 1) * D * F, (size_t)D * F * sizeof(T));
+      // (a layer's matrices lie together in the table, followed by the next one's)
+      const int64_t w0 = tab.field(4 * (l + 1), 0, FQ_WORDS), w1 = tab.field(4 * (l + 2), 0, FQ_WORDS);
+      const int64_t g0 = tab.field(4 * (l + 1), 0, FQ_GROUPS), g1 = tab.field(4 * (l + 2), 0, FQ_GROUPS);
+      fs_prefetch_l2(words + w0, (size_t)(w1 - w0) * 4);
+      fs_prefetch_l2(scales + g0, (size_t)(g1 - g0) * 4);
+      fs_prefetch_l2(biases + g0, (size_t)(g1 - g0) * 4);
     }
     // -- A: norm + qkv + rope; q to qs, k / v rows into the cache at pos + m
     for (int p = gw; p < PAIRS; p += nw) {
       int n0, n1, fi;
       fd_qkv_pair<H, HKV, DH, TRADITIONAL>(p, n0, n1, fi);
-      const T* w = wqkv + (size_t)l * NQKV * D;
-      const T* src[2] = {w + (size_t)n0 * D, w + (size_t)n1 * D};
-      FsRows<T, D, 2> rows;
-      rows.load(src);
-      FsScale<D> sc;
-      sc.load(nw1 + l * D);
+      FqPart part;
+      int r0;
+      const int fmt = tab.part(4 * l, n0, part, r0);  // a pair lies in one part
+      const int rows[2] = {r0, r0 + (n1 - n0)};
       const int head = n0 / DH;
       const int d0 = n0 % DH, d1 = n1 % DH;
-      const float inv_freq = fi >= 0 ? exp2f(-(2.0f * fi / DH) * LOG2_BASE) : 0.f;
-      for (int m0 = 0; m0 < M; m0 += GD) {
-        float acc[GD][2], ss[GD];
-        fs_dot_group<T, D, 2, GD, true, true>(rows, sc, x, m0, M, acc, ss);
+      const float inv_freq = fi >= 0 ? __ldg(freqs + fi) : 0.f;
+      for (int m0 = 0; m0 < M; m0 += G) {
+        float acc[G][2], ss[G];
+        fq_dot<D, 2, G, true, true>(fmt, part, rows, nw1 + l * D, x + (size_t)m0 * D, min(G, M - m0), acc, ss);
 #pragma unroll
-        for (int g = 0; g < GD; ++g) {
+        for (int g = 0; g < G; ++g) {
           const int m = m0 + g;
           if (m < M && lane == 0) {
             const float rinv = 1.0f / sqrtf(ss[g] / D + EPS);
             float s0 = acc[g][0] * rinv, s1 = acc[g][1] * rinv;
-            if (fi >= 0) {
-              float sn, cs;
-              sincosf(static_cast<float>(p0 + m) * inv_freq, &sn, &cs);
-              const float r0 = s0 * cs - s1 * sn;
-              s1 = s0 * sn + s1 * cs;
-              s0 = r0;
+            if (QK_NORM && head < H + HKV) {  // normed per head, then rotated: phase A2
+              float* raw = head < H ? qs + m * HD : ao + m * HKV * DH - H * DH;
+              raw[n0] = s0;
+              raw[n1] = s1;
+              continue;
             }
+            if (fi >= 0) fs_rotate(s0, s1, p0 + m, inv_freq);
             if (head < H) {
               qs[m * HD + n0] = s0;
               qs[m * HD + n1] = s1;
@@ -98,6 +97,49 @@
       }
     }
     fs_grid_sync(sync, ++phase);
+    if (QK_NORM) {
+      // -- A2: each (row, q or k head) RMS-normed over its DH features, scaled by the
+      // layer's q_norm / k_norm weight, rotated; k into the cache. A lane takes RoPE pairs.
+      constexpr int HALF = DH / 2, PPL = (HALF + 31) / 32;
+      for (int item = gw; item < M * (H + HKV); item += nw) {
+        const int m = item / (H + HKV), head = item % (H + HKV);
+        const bool isq = head < H;
+        float* raw = isq ? qs + m * HD + head * DH : ao + (m * HKV + head - H) * DH;
+        const float* wn = (isq ? qnorm : knorm) + l * DH;
+        float va[PPL], vb[PPL], ss = 0.f;
+#pragma unroll
+        for (int j = 0; j < PPL; ++j) {
+          const int i = lane + 32 * j;
+          if (i < HALF) {
+            const int a = TRADITIONAL ? 2 * i : i, b = a + (TRADITIONAL ? 1 : HALF);
+            va[j] = __ldcg(raw + a);
+            vb[j] = __ldcg(raw + b);
+            ss = __fmaf_rn(va[j], va[j], ss);
+            ss = __fmaf_rn(vb[j], vb[j], ss);
+          }
+        }
+        ss = fd_warp_sum(ss);
+        const float rinv = 1.0f / sqrtf(ss / DH + EPS);
+#pragma unroll
+        for (int j = 0; j < PPL; ++j) {
+          const int i = lane + 32 * j;
+          if (i < HALF) {
+            const int a = TRADITIONAL ? 2 * i : i, b = a + (TRADITIONAL ? 1 : HALF);
+            float s0 = va[j] * rinv * __ldg(wn + a), s1 = vb[j] * rinv * __ldg(wn + b);
+            fs_rotate(s0, s1, p0 + m, __ldg(freqs + i));
+            if (isq) {
+              raw[a] = s0;
+              raw[b] = s1;
+            } else {
+              const size_t base = ((size_t)(head - H) * cap + p0 + m) * DH;
+              kc[base + a] = static_cast<T>(s0);
+              kc[base + b] = static_cast<T>(s1);
+            }
+          }
+        }
+      }
+      fs_grid_sync(sync, ++phase);
+    }
     // -- B: attention. A block takes (row m, head h, block chunk c): keys c * BK .. of row
     // m's n = p0 + m + 1, CK of them a warp (scores, the warp's max and sum, its weighted
     // values), combined in shared memory in warp order. A row of one block chunk is done;
@@ -222,29 +264,30 @@
     }
     fs_grid_sync(sync, ++phase);
     // -- C: o_proj + residual -> hs
-    fs_residual_phase<T, HD, D>(ao, wo + (size_t)l * D * HD, x, hs, M, gw, nw);
+    fq_residual_phase<HD, D, G>(tab, 4 * l + 1, ao, x, hs, M, gw, nw);
     fs_grid_sync(sync, ++phase);
     // -- D: norm + gate/up + SiLU(gate) * up -> act; a warp takes outputs n, n + 1
     for (int item = gw; item < F / 2; item += nw) {
       const int n = 2 * item;
-      const T* w = wgu + (size_t)l * 2 * F * D;
-      const T* src[4] = {w + (size_t)n * D, w + (size_t)(F + n) * D, w + (size_t)(n + 1) * D,
-                         w + (size_t)(F + n + 1) * D};
-      FsRows<T, D, 4> rows;
-      rows.load(src);
-      FsScale<D> sc;
-      sc.load(nw2 + l * D);
-      for (int m0 = 0; m0 < M; m0 += GD) {
-        float acc[GD][4], ss[GD];
-        fs_dot_group<T, D, 4, GD, true, true>(rows, sc, hs, m0, M, acc, ss);
+      FqPart pg, pu;
+      int rg, ru;
+      const int fg = tab.part(4 * l + 2, n, pg, rg), fu = tab.part(4 * l + 2, F + n, pu, ru);
+      for (int m0 = 0; m0 < M; m0 += G) {
+        const float* xm = hs + (size_t)m0 * D;
+        const int Mg = min(G, M - m0);
+        // gate n, n + 1 and up n, n + 1: two passes (their parts may differ in format)
+        const int gr[2] = {rg, rg + 1}, ur[2] = {ru, ru + 1};
+        float ga[G][2], ua[G][2], ss[G], uss[G];
+        fq_dot<D, 2, G, true, true>(fg, pg, gr, nw2 + l * D, xm, Mg, ga, ss);
+        fq_dot<D, 2, G, true, false>(fu, pu, ur, nw2 + l * D, xm, Mg, ua, uss);
 #pragma unroll
-        for (int g = 0; g < GD; ++g) {
+        for (int g = 0; g < G; ++g) {
           const int m = m0 + g;
           if (m < M && lane == 0) {
             const float rinv = 1.0f / sqrtf(ss[g] / D + EPS);
 #pragma unroll
             for (int j = 0; j < 2; ++j) {
-              const float gs = acc[g][2 * j] * rinv, us = acc[g][2 * j + 1] * rinv;
+              const float gs = ga[g][j] * rinv, us = ua[g][j] * rinv;
               act[(size_t)m * F + n + j] = gs / (1.0f + expf(-gs)) * us;
             }
           }
@@ -253,43 +296,40 @@
     }
     fs_grid_sync(sync, ++phase);
     // -- E: down + residual -> xs
-    fs_residual_phase<T, F, D>(act, wdown + (size_t)l * D * F, hs, xs, M, gw, nw);
+    fq_residual_phase<F, D, G>(tab, 4 * l + 3, act, hs, xs, M, gw, nw);
     fs_grid_sync(sync, ++phase);
     x = xs;
   }
-  // -- head: final norm + LM head for rows [r0, M); eight outputs a warp, the next eight
-  // rows fetched into L2 while these are summed
+  // -- head: final norm + LM head for rows [r0, M); RH outputs a warp (one part: the
+  // table's check), the next item's rows fetched into L2 while these are summed
   if (HEAD_MODE != 0) {
     const int r0 = HEAD_MODE == 1 ? M - 1 : 0;
     const int rows_n = M - r0;
-    constexpr int GH = 1;  // a row at a time: eight outputs take the registers
-    constexpr int RH = 8;
+    constexpr int RH = 4;
     constexpr int ITEMS = (V + RH - 1) / RH;
-    FsScale<D> sc;
-    sc.load(nwf);
+    FqPart part;
+    int first;
+    const int fmt = tab.part(HEAD_MAT, 0, part, first);
     for (int item = gw; item < ITEMS; item += nw) {
-      const T* src[RH];
+      int rows[RH];
 #pragma unroll
-      for (int j = 0; j < RH; ++j) src[j] = whead + (size_t)min(RH * item + j, V - 1) * D;
-      FsRows<T, D, RH> rows;
-      rows.load(src);
+      for (int j = 0; j < RH; ++j) rows[j] = min(RH * item + j, V - 1);
       if (item + nw < ITEMS) {
-        const int first = RH * (item + nw), count = min(RH, V - first);
-        const char* next = reinterpret_cast<const char*>(whead + (size_t)first * D);
-        for (int off = lane * 128; off < count * D * (int)sizeof(T); off += 32 * 128)
-          asm volatile("prefetch.global.L2 [%0];" ::"l"(next + off));
+        const int next = RH * (item + nw), count = min(RH, V - next);
+        const char* w = reinterpret_cast<const char*>(part.w + (size_t)next * part.row_words);
+        for (int off = lane * 128; off < count * part.row_words * 4; off += 32 * 128)
+          asm volatile("prefetch.global.L2 [%0];" ::"l"(w + off));
       }
-      for (int m0 = 0; m0 < rows_n; m0 += GH) {
-        float acc[GH][RH], ss[GH];
-        fs_dot_group<T, D, RH, GH, true, true>(rows, sc, xs + (size_t)r0 * D, m0, rows_n, acc, ss);
+      for (int m0 = 0; m0 < rows_n; m0 += G) {
+        float acc[G][RH], ss[G];
+        fq_dot<D, RH, G, true, true>(fmt, part, rows, nwf, xs + (size_t)(r0 + m0) * D, min(G, rows_n - m0), acc, ss);
 #pragma unroll
-        for (int g = 0; g < GH; ++g) {
+        for (int g = 0; g < G; ++g) {
           if (m0 + g < rows_n && lane == 0) {
             const float rinv = 1.0f / sqrtf(ss[g] / D + EPS);
 #pragma unroll
             for (int j = 0; j < RH; ++j)
-              if (RH * item + j < V)
-                logits[(size_t)(m0 + g) * V + RH * item + j] = acc[g][j] * rinv;
+              if (RH * item + j < V) logits[(size_t)(m0 + g) * V + RH * item + j] = acc[g][j] * rinv;
           }
         }
       }

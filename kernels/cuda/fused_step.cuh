@@ -1,5 +1,5 @@
 // Device code of the one-launch step (after fused_decode.cuh): register-held loads, the
-// warp-wide dot products of a group of rows, the residual phase, L2 prefetch, grid barrier.
+// weight table and its warp-wide dot products, the residual phase, L2 prefetch, grid barrier.
 
 // BYTES raw bytes in registers: loaded past L1 (data other blocks wrote in this launch)
 // or through the read-only path (weights).
@@ -47,123 +47,312 @@ __device__ __forceinline__ void fs_load8_cg(const float* p, float* out) {
   out[4] = b.x; out[5] = b.y; out[6] = b.z; out[7] = b.w;
 }
 
-// Rows of a warp-wide dot product: lane `lane` holds slices k = it * 256 + lane * 8
-// (8 elements each) of R weight rows of length K, all loaded before any is used.
-template <typename W, int K, int R>
-struct FsRows {
-  static constexpr int IT = (K + 255) / 256;
-  FsRaw<8 * sizeof(W)> w[R][IT];
-  __device__ __forceinline__ void load(const W* const (&rows)[R]) {
-    const int lane = threadIdx.x % 32;
+// -- Weights as stored. Every matrix of the step (layer l's qkv, o, gate_up and down are
+// matrices 4l .. 4l + 3, then the LM head, then the embedding table) is up to FQ_PARTS row
+// parts of one table (kernels/fused_step_cuda.py's WeightTable): an affine-quantized part,
+// w = s * q + b per group of 16..128 elements with q of 2..8 bits packed as MLX packs them
+// (s and b float32), or a dense float16 / bfloat16 / float32 one. A part's words start on a
+// 16-byte boundary and the table's words end in padding, so a slice's loads stay inside.
+//
+// The dot products below pin their rounding with intrinsics (no contraction left to the
+// compiler): a row's result is the same whatever the row count, chunking or unrolling of the
+// build that computes it, which keeps the decode and verify builds bit-identical per row.
+
+#define FQ_PARTS 3
+#define FQ_FIELDS 8
+#define FQ_ROW0 0      // the part's first row in the matrix
+#define FQ_WORDS 1     // its first word in `words`
+#define FQ_GROUPS 2    // its first group in `scales` / `biases`
+#define FQ_ROW_WORDS 3 // words a row
+#define FQ_FMT 4       // 2..8: affine bits; FQ_F16, FQ_BF16, FQ_F32: dense
+#define FQ_SHIFT 5     // log2 of the group size
+#define FQ_GPR 6       // groups a row
+#define FQ_F16 16
+#define FQ_BF16 17
+#define FQ_F32 32
+
+struct FqPart {
+  const uint32_t* w;  // the part's row 0
+  const float* s;     // its group scales [rows, gpr] (affine parts)
+  const float* b;     // and biases
+  int row_words, shift, gpr;
+};
+
+struct FqTable {
+  const int64_t* meta;  // [matrices, FQ_PARTS, FQ_FIELDS]
+  const uint32_t* words;
+  const float* scales;
+  const float* biases;
+
+  __device__ __forceinline__ int64_t field(int mat, int part, int f) const {
+    return meta[((size_t)mat * FQ_PARTS + part) * FQ_FIELDS + f];
+  }
+  // The part of matrix `mat` that holds `row` (into p), the row's index in it, its format.
+  __device__ __forceinline__ int part(int mat, int row, FqPart& p, int& local) const {
+    int k = 0;
+    if (row >= field(mat, 1, FQ_ROW0)) k = 1;
+    if (row >= field(mat, 2, FQ_ROW0)) k = 2;
+    local = row - static_cast<int>(field(mat, k, FQ_ROW0));
+    p.w = words + field(mat, k, FQ_WORDS);
+    p.s = scales + field(mat, k, FQ_GROUPS);
+    p.b = biases + field(mat, k, FQ_GROUPS);
+    p.row_words = static_cast<int>(field(mat, k, FQ_ROW_WORDS));
+    p.shift = static_cast<int>(field(mat, k, FQ_SHIFT));
+    p.gpr = static_cast<int>(field(mat, k, FQ_GPR));
+    return static_cast<int>(field(mat, k, FQ_FMT));
+  }
+};
+
+// Eight consecutive weights k .. k + 7 (k a multiple of 8) of one row, as loaded (`load`:
+// the words and the group's s, b) and as float32 (`decode`).
+template <int FMT>
+struct FqSlice {
+  static constexpr bool AFFINE = FMT <= 8;
+  static constexpr int NW = FMT == FQ_F32 ? 8
+                            : FMT >= FQ_F16 ? 4
+                            : FMT == 8 ? 2
+                            : (FMT == 4 || FMT == 2) ? 1
+                            : (8 * FMT + 24 + 31) / 32;  // 3, 5, 6 bits: any byte offset
+  uint32_t v[NW];
+  float s, b;
+
+  __device__ __forceinline__ void load(const FqPart& p, int r, int k) {
+    const uint32_t* row = p.w + (size_t)r * p.row_words;
+    if constexpr (FMT == FQ_F32) {
+      const uint4 a = __ldg(reinterpret_cast<const uint4*>(row + k));
+      const uint4 c = __ldg(reinterpret_cast<const uint4*>(row + k) + 1);
+      v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
+      v[4] = c.x; v[5] = c.y; v[6] = c.z; v[7] = c.w;
+    } else if constexpr (FMT >= FQ_F16) {
+      const uint4 a = __ldg(reinterpret_cast<const uint4*>(row + k / 2));
+      v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
+    } else if constexpr (FMT == 8) {
+      const uint2 a = __ldg(reinterpret_cast<const uint2*>(row + k / 4));
+      v[0] = a.x; v[1] = a.y;
+    } else if constexpr (FMT == 4) {
+      v[0] = __ldg(row + k / 8);
+    } else if constexpr (FMT == 2) {
+      v[0] = __ldg(row + k / 16);
+    } else {
+      const int w0 = k * FMT / 32;
 #pragma unroll
-    for (int it = 0; it < IT; ++it) {
-      const int k = it * 256 + lane * 8;
-      if (k < K) {
+      for (int i = 0; i < NW; ++i) v[i] = __ldg(row + w0 + i);
+    }
+    if constexpr (AFFINE) {
+      const size_t g = (size_t)r * p.gpr + (k >> p.shift);
+      s = __ldg(p.s + g);
+      b = __ldg(p.b + g);
+    }
+  }
+
+  __device__ __forceinline__ void decode(int k, float* out) const {
+    if constexpr (FMT == FQ_F32) {
 #pragma unroll
-        for (int r = 0; r < R; ++r) w[r][it].load_ro(rows[r] + k);
+      for (int i = 0; i < 8; ++i) out[i] = __uint_as_float(v[i]);
+    } else if constexpr (FMT == FQ_F16) {
+      const __half* h = reinterpret_cast<const __half*>(v);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) out[i] = __half2float(h[i]);
+    } else if constexpr (FMT == FQ_BF16) {
+      const __nv_bfloat16* h = reinterpret_cast<const __nv_bfloat16*>(v);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) out[i] = __bfloat162float(h[i]);
+    } else {
+      unsigned long long bits;
+      if constexpr (FMT == 4) {
+        bits = v[0];
+      } else if constexpr (FMT == 2) {
+        bits = v[0] >> ((k % 16) * 2);
+      } else if constexpr (FMT == 8) {
+        bits = v[0] | (static_cast<unsigned long long>(v[1]) << 32);
+      } else {
+        const int sh = (k * FMT) % 32;
+        bits = (v[0] | (static_cast<unsigned long long>(v[1]) << 32)) >> sh;
+        if constexpr (NW == 3) {
+          if (sh) bits |= static_cast<unsigned long long>(v[2]) << (64 - sh);
+        }
       }
+      constexpr unsigned int MASK = (1u << FMT) - 1u;
+#pragma unroll
+      for (int i = 0; i < 8; ++i)
+        out[i] = __fmaf_rn(s, static_cast<float>(static_cast<unsigned int>(bits >> (FMT * i)) & MASK), b);
     }
   }
 };
 
-// The same slices of a float32 norm weight.
-template <int K>
-struct FsScale {
-  static constexpr int IT = (K + 255) / 256;
-  float v[IT][8];
-  __device__ __forceinline__ void load(const float* scale) {
-    const int lane = threadIdx.x % 32;
-#pragma unroll
-    for (int it = 0; it < IT; ++it) {
-      const int k = it * 256 + lane * 8;
-      if (k < K) {
-        const float4 a = __ldg(reinterpret_cast<const float4*>(scale + k));
-        const float4 b = __ldg(reinterpret_cast<const float4*>(scale + k + 4));
-        v[it][0] = a.x; v[it][1] = a.y; v[it][2] = a.z; v[it][3] = a.w;
-        v[it][4] = b.x; v[it][5] = b.y; v[it][6] = b.z; v[it][7] = b.w;
-      }
-    }
-  }
-};
+// Slices a dot product loads at once: 8 slices of the R rows in all (R * CH <= 8 decoded
+// slices in registers), at most the row's IT.
+#ifndef FQ_SLICES
+#define FQ_SLICES 8
+#endif
+__host__ __device__ constexpr int fq_chunk(int R, int IT) {
+  return (R >= FQ_SLICES ? 1 : FQ_SLICES / R) < IT ? (R >= FQ_SLICES ? 1 : FQ_SLICES / R) : IT;
+}
 
-// Rows a dot product takes at once: their activation slices stay in registers (two, or
-// one for long rows: more spill registers).
-__host__ __device__ constexpr int fs_group(int K) { return (K + 255) / 256 > 6 ? 1 : 2; }
-
-// Rows m0 .. m0 + G - 1 (those < M) of x [M, K] against a warp's R weight rows: acc[g][r]
-// and, with SS, ss[g] = the row's sum of squares, as warp-wide totals. Per lane and slice
-// s = sum_i x_i * w_i in order, acc += s, then a butterfly sum: the same operations for
-// every row whatever M and G are, so a row's result does not depend on the others.
-template <typename W, int K, int R, int G, bool SCALED, bool SS>
-__device__ __forceinline__ void fs_dot_group(
-    const FsRows<W, K, R>& rows, const FsScale<K>& sc, const float* x, int m0, int M,
-    float (&acc)[G][R], float (&ss)[G]) {
+template <int FMT, int K, int R, int CH>
+__device__ __forceinline__ void fq_load_chunk(
+    const FqPart& p, const int (&rows)[R], int c0, FqSlice<FMT> (&q)[R][CH]) {
   constexpr int IT = (K + 255) / 256;
   const int lane = threadIdx.x % 32;
-  float xv[G][IT][8];
 #pragma unroll
-  for (int g = 0; g < G; ++g) {
+  for (int j = 0; j < CH; ++j) {
+    const int k = (c0 + j) * 256 + lane * 8;
+    if (c0 + j < IT && k < K) {
 #pragma unroll
-    for (int it = 0; it < IT; ++it) {
-      const int k = it * 256 + lane * 8;
-      if (m0 + g < M && k < K) {
-        fs_load8_cg(x + (size_t)(m0 + g) * K + k, xv[g][it]);
-      } else {
-#pragma unroll
-        for (int i = 0; i < 8; ++i) xv[g][it][i] = 0.f;
-      }
+      for (int r = 0; r < R; ++r) q[r][j].load(p, rows[r], k);
     }
-  }
-#pragma unroll
-  for (int g = 0; g < G; ++g) {
-    ss[g] = 0.f;
-#pragma unroll
-    for (int r = 0; r < R; ++r) acc[g][r] = 0.f;
-#pragma unroll
-    for (int it = 0; it < IT; ++it) {
-      if (it * 256 + lane * 8 < K) {
-        if (SS) {
-#pragma unroll
-          for (int i = 0; i < 8; ++i) ss[g] += xv[g][it][i] * xv[g][it][i];
-        }
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-          float wv[8];
-          fs_unpack<W, 8>(rows.w[r][it], wv);
-          float s = 0.f;
-#pragma unroll
-          for (int i = 0; i < 8; ++i) s += xv[g][it][i] * (SCALED ? wv[i] * sc.v[it][i] : wv[i]);
-          acc[g][r] += s;
-        }
-      }
-    }
-    if (SS) ss[g] = fd_warp_sum(ss[g]);
-#pragma unroll
-    for (int r = 0; r < R; ++r) acc[g][r] = fd_warp_sum(acc[g][r]);
   }
 }
 
-// y [M, N] = res + a [M, K] @ w [N, K].T, output n by warp n of nw (from gw)
-template <typename W, int K, int N>
-__device__ __forceinline__ void fs_residual_phase(
-    const float* a, const W* w, const float* res, float* y, int M, int gw, int nw) {
-  constexpr int G = fs_group(K);
-  const FsScale<K> unscaled{};
+// Rows m < M <= G of x [M, K] against R weight rows of one part: acc[m][r] and, with SS,
+// ss[m] = the row's sum of squares, warp-wide totals; with SCALED each weight is first
+// multiplied by norm[k] (an RMS norm's weight). Per lane and slice, s = fma(x_i, w_i, s) in
+// order, acc += s; then a butterfly sum. More rows take more passes (the words then come from L1).
+template <int FMT, int K, int R, int G, bool SCALED, bool SS>
+__device__ __forceinline__ void fq_dot_fmt(
+    const FqPart& p, const int (&rows)[R], const float* norm, const float* x, int M,
+    float (&acc)[G][R], float (&ss)[G]) {
+  constexpr int IT = (K + 255) / 256;
+  constexpr int CH = fq_chunk(R, IT);
   const int lane = threadIdx.x % 32;
-  for (int n = gw; n < N; n += nw) {
-    const W* src[1] = {w + (size_t)n * K};
-    FsRows<W, K, 1> rows;
-    rows.load(src);
-    for (int m0 = 0; m0 < M; m0 += G) {
-      float r[G], acc[G][1], ss[G];
 #pragma unroll
-      for (int g = 0; g < G; ++g) r[g] = m0 + g < M ? __ldcg(res + (size_t)(m0 + g) * N + n) : 0.f;
-      fs_dot_group<W, K, 1, G, false, false>(rows, unscaled, a, m0, M, acc, ss);
+  for (int m = 0; m < G; ++m) {
+    ss[m] = 0.f;
 #pragma unroll
-      for (int g = 0; g < G; ++g)
-        if (m0 + g < M && lane == 0) y[(size_t)(m0 + g) * N + n] = r[g] + acc[g][0];
+    for (int r = 0; r < R; ++r) acc[m][r] = 0.f;
+  }
+#pragma unroll 1
+  for (int c0 = 0; c0 < IT; c0 += CH) {
+    FqSlice<FMT> cur[R][CH];
+    fq_load_chunk<FMT, K, R, CH>(p, rows, c0, cur);
+    float w[R][CH][8];
+#pragma unroll
+    for (int j = 0; j < CH; ++j) {
+      const int k = (c0 + j) * 256 + lane * 8;
+      if (c0 + j < IT && k < K) {
+        float nv[8];
+        if (SCALED) {
+          const float4 a = __ldg(reinterpret_cast<const float4*>(norm + k));
+          const float4 b = __ldg(reinterpret_cast<const float4*>(norm + k + 4));
+          nv[0] = a.x; nv[1] = a.y; nv[2] = a.z; nv[3] = a.w;
+          nv[4] = b.x; nv[5] = b.y; nv[6] = b.z; nv[7] = b.w;
+        }
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          cur[r][j].decode(k, w[r][j]);
+          if (SCALED) {
+#pragma unroll
+            for (int i = 0; i < 8; ++i) w[r][j][i] = __fmul_rn(w[r][j][i], nv[i]);
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int m = 0; m < G; ++m) {
+      if (m < M) {
+#pragma unroll
+        for (int j = 0; j < CH; ++j) {
+          const int k = (c0 + j) * 256 + lane * 8;
+          if (c0 + j < IT && k < K) {
+            float xv[8];
+            fs_load8_cg(x + (size_t)m * K + k, xv);
+            if (SS) {
+#pragma unroll
+              for (int i = 0; i < 8; ++i) ss[m] = __fmaf_rn(xv[i], xv[i], ss[m]);
+            }
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+              float s = 0.f;
+#pragma unroll
+              for (int i = 0; i < 8; ++i) s = __fmaf_rn(xv[i], w[r][j][i], s);
+              acc[m][r] = __fadd_rn(acc[m][r], s);
+            }
+          }
+        }
+      }
     }
   }
+#pragma unroll
+  for (int m = 0; m < G; ++m) {
+    if (m < M) {
+      if (SS) ss[m] = fd_warp_sum(ss[m]);
+#pragma unroll
+      for (int r = 0; r < R; ++r) acc[m][r] = fd_warp_sum(acc[m][r]);
+    }
+  }
+}
+
+// fq_dot_fmt for a part of format `fmt`: one branch per format the model holds (FQ_FORMATS,
+// defined before this header by kernels/fused_step_cuda.py).
+template <int K, int R, int G, bool SCALED, bool SS>
+__device__ __forceinline__ void fq_dot(
+    int fmt, const FqPart& p, const int (&rows)[R], const float* norm, const float* x, int M,
+    float (&acc)[G][R], float (&ss)[G]) {
+#define FQ_CASE(F)                                                               \
+  if (fmt == F) {                                                                \
+    fq_dot_fmt<F, K, R, G, SCALED, SS>(p, rows, norm, x, M, acc, ss);            \
+    return;                                                                      \
+  }
+  FQ_FORMATS(FQ_CASE)
+#undef FQ_CASE
+}
+
+// y [M, N] = res + a [M, K] @ w.T for matrix `mat`; output n by warp n of nw (from gw), G
+// rows a pass
+template <int K, int N, int G>
+__device__ __forceinline__ void fq_residual_phase(
+    const FqTable& t, int mat, const float* a, const float* res, float* y, int M, int gw,
+    int nw) {
+  const int lane = threadIdx.x % 32;
+  for (int n = gw; n < N; n += nw) {
+    FqPart p;
+    int r;
+    const int fmt = t.part(mat, n, p, r);
+    const int rows[1] = {r};
+    for (int m0 = 0; m0 < M; m0 += G) {
+      float acc[G][1], ss[G];
+      fq_dot<K, 1, G, false, false>(fmt, p, rows, nullptr, a + (size_t)m0 * K, min(G, M - m0), acc, ss);
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+        const int m = m0 + g;
+        if (m < M && lane == 0)
+          y[(size_t)m * N + n] = __fadd_rn(__ldcg(res + (size_t)m * N + n), acc[g][0]);
+      }
+    }
+  }
+}
+
+// Rows ids[0 .. M) of matrix `mat` (the embedding table) as float32 into xs [M, K]
+template <int K>
+__device__ __forceinline__ void fq_gather_rows(
+    const FqTable& t, int mat, const int* ids, int M, float* xs) {
+  constexpr int S = K / 8;  // slices a row
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < M * S; i += gridDim.x * blockDim.x) {
+    const int m = i / S, k = (i % S) * 8;
+    FqPart p;
+    int r;
+    const int fmt = t.part(mat, ids[m], p, r);
+    float out[8];
+#define FQ_CASE(F)        \
+  if (fmt == F) {         \
+    FqSlice<F> q;         \
+    q.load(p, r, k);      \
+    q.decode(k, out);     \
+  }
+    FQ_FORMATS(FQ_CASE)
+#undef FQ_CASE
+#pragma unroll
+    for (int j = 0; j < 8; ++j) xs[(size_t)m * K + k + j] = out[j];
+  }
+}
+
+// A RoPE pair (s0, s1) rotated to position `pos` at inverse frequency f
+__device__ __forceinline__ void fs_rotate(float& s0, float& s1, int pos, float f) {
+  float sn, cs;
+  sincosf(static_cast<float>(pos) * f, &sn, &cs);
+  const float r0 = s0 * cs - s1 * sn;
+  s1 = s0 * sn + s1 * cs;
+  s0 = r0;
 }
 
 __device__ __forceinline__ void fs_prefetch_l2(const void* p, size_t bytes) {

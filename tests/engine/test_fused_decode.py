@@ -142,19 +142,54 @@ def test_rows_are_bit_identical_to_single_steps(mlx_llama, mode, prompt):
         np.testing.assert_array_equal(rows[i - 1], single[i - 1][-1])
 
 
+def _float32(path):
+    import mlx.core as mx
+
+    lm = load_model(path, EngineConfig(backend="mlx", dtype="float32"))
+    lm.runner.fused = None
+    assert lm.ops.dtype == mx.float32
+    return lm
+
+
+@pytest.fixture(scope="module")
+def q4_k_m(tmp_path_factory):
+    """Tiny Llama 3 and Qwen3 shapes as llama-quantize writes Q4_K_M (Q4_K, Q6_K where
+    `use_more_bits` says, a Q6_K head: groups of 16, kept quantized in the table), Llama 3's
+    scaled rotation table and Qwen3's q/k norms; by name, written when first asked for."""
+    from bench.shapes import SHAPES
+    from bench.shapes_gguf import write_gguf
+
+    out, paths = tmp_path_factory.mktemp("q4km"), {}
+
+    def path(name):
+        if name not in paths:
+            paths[name] = write_gguf(SHAPES[name], out / f"{name}.gguf")
+        return paths[name]
+
+    return path
+
+
 @pytest.mark.skipif(not fused_decode_cuda.is_available(), reason="needs MLX on a CUDA GPU")
 @pytest.mark.gpu
-def test_one_launch_step_matches_five_kernels_past_512_keys(mlx_llama):
-    """Both fused paths accumulate in float32 from the same bf16 KV rows: past 512 keys
-    the one-launch kernel splits attention across blocks and combines the chunks, and
-    must still agree with the five kernels' single pass far more closely than bf16 noise."""
-    runner = mlx_llama.runner
-    runner.enable_fused_decode(compiled=False, mode="layers")
-    layers, _ = _steps(mlx_llama, STEPS[:4], LONG_PROMPT)
-    runner.enable_fused_decode(mode="step")
-    step, _ = _steps(mlx_llama, STEPS[:4], LONG_PROMPT)
-    for a, b in zip(layers, step, strict=True):
-        assert _relative_l2(b, a) <= 2e-3
+@pytest.mark.parametrize("source", ["q4_gguf", "f32_hf", "tiny-llama", "tiny-qwen3"])
+@pytest.mark.parametrize("prompt", [PROMPT, LONG_PROMPT], ids=["short", "long"])
+def test_one_launch_step_reads_the_weights_as_stored(tiny_models, q4_k_m, source, prompt):
+    """In float32 the one-launch step is the plain forward's arithmetic on the same values:
+    the weights read from their quantized words (no dense copy), every format and row
+    part a Q4_K_M file holds, and past 512 keys the attention split across blocks."""
+    if source == "q4_gguf":
+        path, _ = tiny_models.gguf(qtype="Q4_1", embed_qtype="Q8_0")
+    elif source == "f32_hf":
+        path, _ = tiny_models.hf("llama")
+    else:
+        path = q4_k_m(source)
+    lm = _float32(path)
+    plain, _ = _steps(lm, STEPS[:5], prompt)
+    lm.runner.enable_fused_decode(mode="step")
+    assert lm.runner.fused.stacked == []  # no dense copy
+    step, _ = _steps(lm, STEPS[:5], prompt)
+    for a, b in zip(plain, step, strict=True):
+        np.testing.assert_allclose(b, a, atol=2e-4 * max(1.0, float(np.abs(a).max())), rtol=0)
 
 
 @pytest.mark.skipif(not fused_decode_cuda.is_available(), reason="needs MLX on a CUDA GPU")
@@ -288,3 +323,21 @@ def test_fused_steps_hand_out_the_last_layers_rows(mlx_llama, mode, compiled):
     assert _relative_l2(got, want) <= (1e-5 if "float32" in str(ops.dtype) else 0.03)
     _, one = runner.forward_hidden([7], state, logits="none")  # the next step's row alone
     assert one.shape == (1, mlx_llama.config.hidden_size)
+
+
+def test_the_one_launch_step_takes_llama3_rotations_and_qwen3_norms(q4_k_m):
+    """Which path each family's shape may take, decided without a GPU: the step reads a
+    rotation table and q/k norms the five kernels do not; hybrids take neither."""
+    from engine.runner.fused import rope_table, step_unsupported_reason
+
+    llama = _float32(q4_k_m("tiny-llama")).model
+    assert "scaled rope" in unsupported_reason(llama)
+    assert step_unsupported_reason(llama) is None
+    rope = llama.layers[0].mixer.rope
+    np.testing.assert_array_equal(rope_table(llama), rope.inv_freq.astype(np.float32))
+    qwen3 = _float32(q4_k_m("tiny-qwen3")).model
+    assert "q/k norm" in unsupported_reason(qwen3)
+    assert step_unsupported_reason(qwen3) is None
+    hybrid = _float32(q4_k_m("tiny-qwen3.5")).model
+    assert "full-attention" in step_unsupported_reason(hybrid)
+    assert rope_table(hybrid) is not None  # its attention layers share one table

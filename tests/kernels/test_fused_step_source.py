@@ -14,11 +14,14 @@ import pytest
 from bench.gpu import step_stamps
 from kernels import fused_decode_cuda as fd
 from kernels import fused_step_cuda as fs
+from kernels import step_weights
 from kernels.fused_decode_cuda import MAX_ROWS
 from kernels.fused_shapes import Shapes
 
 SMOLLM2 = Shapes(576, 9, 3, 64, 1536, 49152, 1e-5, 100000.0, True)
 TINY = Shapes(64, 4, 2, 16, 128, 256, 1e-5, 10000.0, False)
+LLAMA_8B = Shapes(4096, 32, 8, 128, 14336, 128256, 1e-5, 500000.0, False)
+QWEN3_4B = Shapes(2560, 32, 8, 128, 9728, 151936, 1e-6, 1000000.0, False, qk_norm=True)
 
 
 @pytest.mark.parametrize("head_dim", [8, 16, 32, 64, 128, 256])
@@ -30,11 +33,11 @@ def test_attention_chunks_fit_the_registers(head_dim, itemsize):
     assert keys % keys_per_load == 0 and 1 <= keys <= 64
     key_bytes = keys // keys_per_load * 8 * itemsize  # a lane's K slices
     value_regs = keys * max(1, max(1, head_dim // 32) * itemsize // 4)
-    assert key_bytes <= 256 and value_regs <= 64
+    assert key_bytes <= 128 and value_regs <= 32
 
 
-def test_default_model_takes_64_keys_a_warp():
-    assert fs.chunk_keys(64, 2) == 64
+def test_default_model_takes_32_keys_a_warp():
+    assert fs.chunk_keys(64, 2) == 32
 
 
 @pytest.mark.parametrize("capacity", [16, 48, 1000, 1024, 8192, 32768])
@@ -52,7 +55,7 @@ def test_unsupported_head_dims_are_named():
     assert "head_dim 80" in fs.step_unsupported(odd)
     assert fs.step_unsupported(SMOLLM2) is None
     with pytest.raises(ValueError, match="head_dim 80"):
-        fs.StepKernel(odd, 2)
+        fs.StepKernel(odd, 2, (4,))
 
 
 _SHAPE = (
@@ -72,6 +75,11 @@ _FLOAT_NAMES = {
     "y",
     "act",
     "o",
+    "scales",
+    "biases",
+    "freqs",
+    "qnorm",
+    "knorm",
 }
 
 
@@ -79,7 +87,8 @@ def _kernel(name: str, body: str, inputs: list[str], outputs: list[str], dtype: 
     """One kernel as MLX's cuda_kernel wraps it: inputs const, `<name>_shape` arguments for
     the shapes the body reads."""
     types = {"ids": "int32_t", "pos": "int32_t"} | {n: "float" for n in _FLOAT_NAMES}
-    types |= {n: "uint32_t" for n in ("sync_buf", "status", "stamps")}
+    types |= {n: "uint32_t" for n in ("sync_buf", "status", "stamps", "words")}
+    types |= {"meta": "int64_t"}
     params = []
     for n in inputs:
         params.append(f"const {types.get(n, dtype)}* {n}")
@@ -90,19 +99,27 @@ def _kernel(name: str, body: str, inputs: list[str], outputs: list[str], dtype: 
 
 
 def _step_source(
-    shapes: Shapes, layers: int, dtype: str, head_mode: int, stamped: bool = False
+    shapes: Shapes,
+    layers: int,
+    dtype: str,
+    head_mode: int,
+    stamped: bool = False,
+    maxm: int = MAX_ROWS,
+    formats: tuple[int, ...] = (4, 8),
 ) -> str:
     """The engine's step kernel as MLX wraps it, or with `stamped` the probe's build."""
     itemsize = 4 if dtype == "float" else 2
     consts = (
         f"  using T = {dtype};\n  constexpr int HEAD_MODE = {head_mode}, PREFETCH = 1;\n"
         f"  constexpr int CK = {fs.chunk_keys(shapes.head_dim, itemsize)};\n"
+        f"  constexpr int MAXM = {maxm};\n"
     )
     outputs = fs.output_names() + (["stamps"] if stamped else [])
     if stamped:
         body, header = step_stamps.stamped_source(shapes, layers), step_stamps.STAMPED_HEADER
     else:
         body, header = fs.step_source(shapes, layers), fs.STEP_HEADER
+    header = fs.formats_header(formats) + header
     kernel = _kernel("fs_step", consts + body, fs.input_names(layers), outputs, dtype)
     return "#include <cstdint>\n" + _SHAPE + header + kernel
 
@@ -131,10 +148,20 @@ needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc
 
 @needs_nvcc
 @pytest.mark.parametrize(
-    "shapes,layers,head_mode", [(SMOLLM2, 30, 1), (SMOLLM2, 30, 2), (TINY, 2, 2)]
+    "shapes,layers,head_mode,maxm,formats",
+    [
+        (SMOLLM2, 30, 1, 1, (4, 8)),  # Q4_1 layers, a Q8_0 table: decode's build
+        (SMOLLM2, 30, 2, MAX_ROWS, (4, 8)),  # a verify's
+        (LLAMA_8B, 32, 1, 1, (4, 6)),  # Q4_K_M: Q4_K and Q6_K
+        (LLAMA_8B, 32, 2, MAX_ROWS, (4, 6)),
+        (QWEN3_4B, 36, 1, 1, (4, 6)),  # q/k norm: a sixth phase
+        (QWEN3_4B, 36, 2, MAX_ROWS, (4, 6)),
+        (TINY, 2, 2, MAX_ROWS, (5, 8, step_weights.BF16)),
+    ],
 )
-def test_step_source_compiles_without_spills(tmp_path, shapes, layers, head_mode):
-    log = _nvcc(tmp_path, _step_source(shapes, layers, "__nv_bfloat16", head_mode))
+def test_step_source_compiles_without_spills(tmp_path, shapes, layers, head_mode, maxm, formats):
+    source = _step_source(shapes, layers, "__nv_bfloat16", head_mode, maxm=maxm, formats=formats)
+    log = _nvcc(tmp_path, source)
     assert "0 bytes spill stores" in log, log[-3000:]
 
 

@@ -1,0 +1,187 @@
+"""The one-launch step's weights as stored: every matrix of a model in one table.
+
+The step kernel (kernels/cuda/fused_step.cu) reads each weight where the loader left it
+in MLX's affine layout: q of 2..8 bits packed into uint32 rows, one float32 scale s and
+bias b per group of 16..128 elements, w = fma(s, q, b), the value GGUF's block gives, bit
+for bit (kernels/gguf_quants.py). Dense matrices keep their float16, bfloat16 or float32.
+No dense copy is made, so no weight is rounded to the compute dtype and a model of any
+size fits as it is.
+
+A matrix is up to PARTS row parts (`RowParts`: q|k|v quantized differently, as a Q4_K_M
+file's attn_v often is). The kernel finds a row's part in `meta`:
+
+    meta [matrices, PARTS, FIELDS] int64: first row, first word, first group, words a row,
+    format (2..8: affine bits; F16, BF16, F32: dense), log2 group size, groups a row
+
+Matrices are numbered as the kernel takes them: layer l's qkv, o, gate_up and down are
+4l .. 4l + 3, then the LM head (4L) and the embedding table (4L + 1; the head's entries
+again when tied). Their words lie in that order (a layer's prefetch range runs from its
+first word to the next layer's), each part on a 16-byte boundary, the table ending in
+padding so that a slice's widest load stays inside.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import mlx.core as mx
+
+from kernels.quantized import QuantizedWeight
+from kernels.row_parts import RowParts
+
+PARTS = 3
+FIELDS = 8
+F16, BF16, F32 = 16, 17, 32
+AFFINE_BITS = (2, 3, 4, 5, 6, 8)
+GROUP_SIZES = (16, 32, 64, 128)
+_DENSE = {mx.float16: F16, mx.bfloat16: BF16, mx.float32: F32}
+_ALIGN_WORDS = 4
+_PAD_WORDS = 8  # past the last row: a 3-, 5- or 6-bit slice reads up to 2 words beyond
+_NO_ROW = 1 << 62  # an unused part's first row: no row reaches it
+
+
+@dataclass(frozen=True)
+class WeightTable:
+    meta: mx.array  # int64 [matrices, PARTS, FIELDS]
+    words: mx.array  # uint32
+    scales: mx.array  # float32
+    biases: mx.array  # float32
+    formats: tuple[int, ...]  # the format codes present (the kernel's dispatch builds these)
+    layer_bytes: int  # the largest layer's words, scales and biases
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.words.nbytes + self.scales.nbytes + self.biases.nbytes)
+
+
+@dataclass(frozen=True)
+class _Part:
+    rows: int
+    fmt: int
+    words: mx.array  # uint32 [rows, row_words]
+    scales: mx.array | None  # float32 [rows, groups a row]
+    biases: mx.array | None
+    shift: int
+
+
+def part_unsupported(w: Any) -> str | None:
+    """Why the table can't hold the matrix part `w` as stored, or None."""
+    if isinstance(w, QuantizedWeight):
+        rows, cols = w.shape
+        if w.bits not in AFFINE_BITS:
+            return f"{w.bits}-bit weights"
+        if w.group_size not in GROUP_SIZES:
+            return f"quantization groups of {w.group_size}"
+        if cols % 32:
+            return f"rows of {cols} weights (a multiple of 32 is needed)"
+        return None
+    dtype = getattr(w, "dtype", None)
+    if dtype not in _DENSE:
+        return f"a {type(w).__name__} weight of dtype {dtype}"
+    if w.ndim != 2 or w.shape[1] % 8:
+        return f"a dense weight of shape {tuple(w.shape)}"
+    return None
+
+
+def matrix_unsupported(w: Any) -> str | None:
+    parts = list(w.parts) if isinstance(w, RowParts) else [w]
+    if len(parts) > PARTS:
+        return f"a matrix of {len(parts)} row parts (at most {PARTS})"
+    for p in parts:
+        reason = part_unsupported(p)
+        if reason:
+            return reason
+    return None
+
+
+def _part(w: Any) -> _Part:
+    if isinstance(w, QuantizedWeight):
+        return _Part(
+            rows=w.shape[0],
+            fmt=w.bits,
+            words=w.packed,
+            scales=w.scales.astype(mx.float32),  # float16 / bfloat16 scales widen exactly
+            biases=w.biases.astype(mx.float32),
+            shift=w.group_size.bit_length() - 1,
+        )
+    return _Part(rows=int(w.shape[0]), fmt=_DENSE[w.dtype], words=w.view(mx.uint32), scales=None,
+                 biases=None, shift=0)  # fmt: skip
+
+
+def build(matrices: list[Any], single_part_from: int) -> WeightTable:
+    """The table of `matrices` in kernel order (see the module text); matrices from index
+    `single_part_from` on (the head, the table) must be one part each."""
+    meta = [[[0] * FIELDS for _ in range(PARTS)] for _ in matrices]
+    words: list[mx.array] = []
+    scales: list[mx.array] = []
+    biases: list[mx.array] = []
+    n_words = n_groups = 0
+    seen: dict[int, int] = {}
+    starts: list[tuple[int, int]] = []
+    for index, w in enumerate(matrices):
+        reason = matrix_unsupported(w)
+        if reason:
+            raise ValueError(f"fused step weights: unsupported {reason}")
+        if index >= single_part_from and id(w) in seen:  # a tied head and table: one copy
+            meta[index] = [list(e) for e in meta[seen[id(w)]]]
+            starts.append((n_words, n_groups))
+            continue
+        seen[id(w)] = index
+        parts = [_part(p) for p in (w.parts if isinstance(w, RowParts) else [w])]
+        if index >= single_part_from and len(parts) > 1:
+            raise ValueError("fused step weights: the head and the table must be one part each")
+        starts.append((n_words, n_groups))
+        row0 = 0
+        for slot in range(PARTS):
+            if slot >= len(parts):
+                meta[index][slot][0] = _NO_ROW
+                continue
+            p = parts[slot]
+            gap = -n_words % _ALIGN_WORDS
+            if gap:
+                words.append(mx.zeros((gap,), dtype=mx.uint32))
+                n_words += gap
+            row_words = int(p.words.shape[1])
+            gpr = int(p.scales.shape[1]) if p.scales is not None else 0
+            meta[index][slot] = [row0, n_words, n_groups, row_words, p.fmt, p.shift, gpr, 0]
+            words.append(p.words.reshape(-1))
+            n_words += p.rows * row_words
+            if p.scales is not None and p.biases is not None:
+                scales.append(p.scales.reshape(-1))
+                biases.append(p.biases.reshape(-1))
+                n_groups += p.rows * gpr
+            row0 += p.rows
+    words.append(mx.zeros((_PAD_WORDS,), dtype=mx.uint32))
+    scales.append(mx.zeros((1,), dtype=mx.float32))  # never empty
+    biases.append(mx.zeros((1,), dtype=mx.float32))
+    table = WeightTable(
+        meta=mx.array(meta, dtype=mx.int64),
+        words=mx.concatenate(words),
+        scales=mx.concatenate(scales),
+        biases=mx.concatenate(biases),
+        formats=tuple(sorted({e[4] for m in meta for e in m if e[0] != _NO_ROW})),
+        layer_bytes=_largest_layer(starts, single_part_from),
+    )
+    mx.eval(table.meta, table.words, table.scales, table.biases)
+    return table
+
+
+def _largest_layer(starts: list[tuple[int, int]], layer_matrices: int) -> int:
+    """Bytes of the largest layer (four matrices) between consecutive layer starts."""
+    largest = 0
+    for first in range(0, min(layer_matrices, len(starts) - 4), 4):
+        (w0, g0), (w1, g1) = starts[first], starts[first + 4]
+        largest = max(largest, 4 * (w1 - w0) + 8 * (g1 - g0))
+    return largest
+
+
+def model_matrices(model: Any) -> list[Any]:
+    """A full-attention decoder's matrices in kernel order, as the loader stored them where
+    the backend kept that (kernels/ops_mlx.py's `stored`: float32 scales, groups of 16
+    still quantized), else as computed with."""
+    stored = getattr(model.ops, "stored", lambda w: w)
+    out: list[Any] = []
+    for layer in model.layers:
+        out += [layer.mixer.qkv.w, layer.mixer.o.w, layer.mlp.gate_up.w, layer.mlp.down.w]
+    return [stored(w) for w in (*out, model.lm_head, model.embed)]
