@@ -82,9 +82,22 @@ def input_names(num_layers: int) -> list[str]:
     return ["ids", "pos", "scratch", *_WEIGHTS, *_NORMS, *caches]
 
 
-def formats_header(formats: tuple[int, ...]) -> str:
-    """The FQ_FORMATS list the weight dispatch is built for (before the step header)."""
-    return "#define FQ_FORMATS(X) " + " ".join(f"X({f})" for f in formats) + "\n"
+# The dot products' build knobs (kernels/cuda/fused_step.cuh, fused_step.cu) and the
+# engine's values: slices of words a warp loads at once, whether it decodes them as used,
+# rows of x a verify's pass takes. Every choice gives a row the same bits.
+TUNING = {"FQ_SLICES": 8, "FQ_STREAM": 0, "FQ_VERIFY_ROWS": 2}
+
+
+def formats_header(formats: tuple[int, ...], tuning: dict[str, int] | None = None) -> str:
+    """The FQ_FORMATS list the weight dispatch is built for and the build's knobs (before
+    the step header)."""
+    knobs = TUNING | (tuning or {})
+    unknown = set(knobs) - set(TUNING)
+    if unknown:
+        raise ValueError(f"unknown step kernel knobs {sorted(unknown)}")
+    lines = ["#define FQ_FORMATS(X) " + " ".join(f"X({f})" for f in formats)]
+    lines += [f"#define {name} {int(value)}" for name, value in knobs.items()]
+    return "\n".join(lines) + "\n"
 
 
 def output_names() -> list[str]:
@@ -146,7 +159,12 @@ class StepKernel:
     name = "fs_step"
 
     def __init__(
-        self, shapes: Shapes, num_layers: int, formats: tuple[int, ...], prefetch: bool = True
+        self,
+        shapes: Shapes,
+        num_layers: int,
+        formats: tuple[int, ...],
+        prefetch: bool = True,
+        tuning: dict[str, int] | None = None,
     ) -> None:
         reason = shapes.check() or step_unsupported(shapes)
         if reason:
@@ -154,7 +172,9 @@ class StepKernel:
         self.s, self.L = shapes, num_layers
         self.formats = formats
         self.prefetch = prefetch
-        tag = hashlib.sha1(f"{shapes!r}/{num_layers}/{formats}".encode()).hexdigest()[:10]
+        self.tuning = TUNING | (tuning or {})
+        key = f"{shapes!r}/{num_layers}/{formats}/{sorted(self.tuning.items())}"
+        tag = hashlib.sha1(key.encode()).hexdigest()[:10]
         self.blocks = sm_count()
         self._scratch: mx.array | None = None
         self._kernel: Any = mx.fast.cuda_kernel(
@@ -166,7 +186,7 @@ class StepKernel:
         )
 
     def header(self) -> str:
-        return formats_header(self.formats) + STEP_HEADER
+        return formats_header(self.formats, self.tuning) + STEP_HEADER
 
     def source(self) -> str:
         return step_source(self.s, self.L)

@@ -44,7 +44,7 @@ class StampedStepKernel(fused_step_cuda.StepKernel):
         super().__init__(shapes, num_layers, *args, **kwargs)  # type: ignore[arg-type]
 
     def header(self) -> str:
-        return fused_step_cuda.formats_header(self.formats) + STAMPED_HEADER
+        return fused_step_cuda.formats_header(self.formats, self.tuning) + STAMPED_HEADER
 
     def source(self) -> str:
         return stamped_source(self.s, self.L)

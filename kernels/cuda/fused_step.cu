@@ -25,7 +25,10 @@
   constexpr int HD = H * DH;
   const FqTable tab{meta, words, scales, biases};
   constexpr int HEAD_MAT = 4 * L, TABLE_MAT = 4 * L + 1;  // the head's and the table's rows
-  constexpr int G = MAXM == 1 ? 1 : 2;  // rows a dot product's pass takes
+#ifndef FQ_VERIFY_ROWS
+#define FQ_VERIFY_ROWS 2
+#endif
+  constexpr int G = MAXM == 1 ? 1 : FQ_VERIFY_ROWS;  // rows a dot product's pass takes
   // attention: a warp takes CK keys of one (row, head); LPK lanes share a key (8 dims
   // each), KPI keys a load; a lane owns VD dims of the output (lanes past VOWN mirror)
   constexpr int LPK = DH / 8, KPI = 32 / LPK, KIT = CK / KPI;

@@ -180,10 +180,16 @@ struct FqSlice {
   }
 };
 
-// Slices a dot product loads at once: 8 slices of the R rows in all (R * CH <= 8 decoded
-// slices in registers), at most the row's IT.
+// Slices a dot product loads at once: FQ_SLICES of the R rows in all, at most the row's IT.
+// FQ_STREAM 0 decodes a chunk's slices into registers before any row of x meets them (R *
+// CH * 8 floats); 1 keeps only the loaded words of the chunk and decodes each slice as it
+// is used, so a chunk can be deeper (more bytes in flight) in the same registers. Both give
+// a row the same operations in the same order; bench/gpu/step_tuning.py times them.
 #ifndef FQ_SLICES
 #define FQ_SLICES 8
+#endif
+#ifndef FQ_STREAM
+#define FQ_STREAM 0
 #endif
 __host__ __device__ constexpr int fq_chunk(int R, int IT) {
   return (R >= FQ_SLICES ? 1 : FQ_SLICES / R) < IT ? (R >= FQ_SLICES ? 1 : FQ_SLICES / R) : IT;
@@ -225,6 +231,49 @@ __device__ __forceinline__ void fq_dot_fmt(
   for (int c0 = 0; c0 < IT; c0 += CH) {
     FqSlice<FMT> cur[R][CH];
     fq_load_chunk<FMT, K, R, CH>(p, rows, c0, cur);
+#if FQ_STREAM
+#pragma unroll
+    for (int j = 0; j < CH; ++j) {
+      const int k = (c0 + j) * 256 + lane * 8;
+      if (c0 + j < IT && k < K) {
+        float nv[8], xv[G][8];
+        if (SCALED) {
+          const float4 a = __ldg(reinterpret_cast<const float4*>(norm + k));
+          const float4 b = __ldg(reinterpret_cast<const float4*>(norm + k + 4));
+          nv[0] = a.x; nv[1] = a.y; nv[2] = a.z; nv[3] = a.w;
+          nv[4] = b.x; nv[5] = b.y; nv[6] = b.z; nv[7] = b.w;
+        }
+#pragma unroll
+        for (int m = 0; m < G; ++m) {
+          if (m < M) {
+            fs_load8_cg(x + (size_t)m * K + k, xv[m]);
+            if (SS) {
+#pragma unroll
+              for (int i = 0; i < 8; ++i) ss[m] = __fmaf_rn(xv[m][i], xv[m][i], ss[m]);
+            }
+          }
+        }
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          float w[8];
+          cur[r][j].decode(k, w);
+          if (SCALED) {
+#pragma unroll
+            for (int i = 0; i < 8; ++i) w[i] = __fmul_rn(w[i], nv[i]);
+          }
+#pragma unroll
+          for (int m = 0; m < G; ++m) {
+            if (m < M) {
+              float sum = 0.f;
+#pragma unroll
+              for (int i = 0; i < 8; ++i) sum = __fmaf_rn(xv[m][i], w[i], sum);
+              acc[m][r] = __fadd_rn(acc[m][r], sum);
+            }
+          }
+        }
+      }
+    }
+#else
     float w[R][CH][8];
 #pragma unroll
     for (int j = 0; j < CH; ++j) {
@@ -271,6 +320,7 @@ __device__ __forceinline__ void fq_dot_fmt(
         }
       }
     }
+#endif
   }
 #pragma unroll
   for (int m = 0; m < G; ++m) {

@@ -106,6 +106,7 @@ def _step_source(
     stamped: bool = False,
     maxm: int = MAX_ROWS,
     formats: tuple[int, ...] = (4, 8),
+    tuning: dict[str, int] | None = None,
 ) -> str:
     """The engine's step kernel as MLX wraps it, or with `stamped` the probe's build."""
     itemsize = 4 if dtype == "float" else 2
@@ -119,7 +120,7 @@ def _step_source(
         body, header = step_stamps.stamped_source(shapes, layers), step_stamps.STAMPED_HEADER
     else:
         body, header = fs.step_source(shapes, layers), fs.STEP_HEADER
-    header = fs.formats_header(formats) + header
+    header = fs.formats_header(formats, tuning) + header
     kernel = _kernel("fs_step", consts + body, fs.input_names(layers), outputs, dtype)
     return "#include <cstdint>\n" + _SHAPE + header + kernel
 
@@ -180,3 +181,23 @@ def test_five_kernel_sources_compile(tmp_path):
         body = consts + fd.source_of(kind, SMOLLM2)
         kernels.append(_kernel(f"fd_{kind}", body, inputs, outputs, "__nv_bfloat16"))
     _nvcc(tmp_path, "#include <cstdint>\n" + _SHAPE + fd.header() + "".join(kernels))
+
+
+@needs_nvcc
+@pytest.mark.parametrize("maxm,head_mode", [(1, 1), (MAX_ROWS, 2)])
+def test_the_streaming_dot_products_compile(tmp_path, maxm, head_mode):
+    """bench/gpu/step_tuning.py's other builds: words decoded as used, deeper chunks, more
+    rows of x a pass."""
+    tuning = {"FQ_SLICES": 16, "FQ_STREAM": 1, "FQ_VERIFY_ROWS": 4}
+    source = _step_source(SMOLLM2, 30, "__nv_bfloat16", head_mode, maxm=maxm, tuning=tuning)
+    assert "#define FQ_STREAM 1" in source
+    _nvcc(tmp_path, source)
+
+
+def test_build_knobs_are_named_and_checked():
+    from bench.gpu.step_tuning import parse_configs
+
+    assert parse_configs("16:1:4") == [{"FQ_SLICES": 16, "FQ_STREAM": 1, "FQ_VERIFY_ROWS": 4}]
+    assert "#define FQ_VERIFY_ROWS 2" in fs.formats_header((4,))
+    with pytest.raises(ValueError, match="FQ_TYPO"):
+        fs.formats_header((4,), {"FQ_TYPO": 1})

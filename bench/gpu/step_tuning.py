@@ -1,0 +1,120 @@
+"""Debug probe: the one-launch step's build knobs, timed on a real model (GPU only).
+
+Each configuration (kernels/fused_step_cuda.py's TUNING: slices of words a warp loads
+at once, whether it decodes them as used, rows of x a verify's pass takes) is its own
+build of the engine's kernel on the model's weight table. Per configuration and context:
+a decode step's launch and wait (one row, the last row's logits) and a verify's (8 rows,
+every row's logits), in ms, medians of `--repeats`; and whether its logits equal the
+engine build's bit for bit (they must: every knob keeps a row's operations and order).
+
+    python -m bench.gpu.step_tuning [--model PATH] [--configs 8:0:2,16:1:4,...]
+        [--contexts 128 2048] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Any
+
+import mlx.core as mx
+import numpy as np
+
+from engine.config import EngineConfig
+from engine.loader import load_model
+from kernels.fused_step_cuda import TUNING, StepKernel
+
+DEFAULT_CONFIGS = "8:0:2,8:1:2,16:1:2,16:1:4,24:1:4,32:1:8"
+
+
+def parse_configs(text: str) -> list[dict[str, int]]:
+    """ "slices:stream:rows,..." as TUNING dicts."""
+    out = []
+    for item in text.split(","):
+        slices, stream, rows = (int(v) for v in item.split(":"))
+        out.append({"FQ_SLICES": slices, "FQ_STREAM": stream, "FQ_VERIFY_ROWS": rows})
+    return out
+
+
+def _median_ms(fn: Any, repeats: int) -> float:
+    for _ in range(5):
+        fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times) * 1000)
+
+
+def probe(model: Any, configs: list[dict[str, int]], context: int, repeats: int) -> list[Any]:
+    f = model.runner.fused
+    if f is None or f.step_kernel is None:
+        raise SystemExit("the model takes no one-launch step here")
+    state = model.runner.new_state()
+    model.runner.forward(list(range(3, 3 + context)), state)
+    model.runner.forward([5], state)  # through the step: every layer at one capacity
+    kvs = list(state.layers)
+    keys, values = [kv.keys for kv in kvs], [kv.values for kv in kvs]
+    pos = mx.array([context + 1], dtype=mx.int32)
+    one, eight = mx.array([5], dtype=mx.int32), mx.array(list(range(5, 13)), dtype=mx.int32)
+    base = f.step_kernel
+    rows = []
+    reference: list[np.ndarray] = []
+    for i, tuning in enumerate(configs):
+        kernel = base if tuning == base.tuning else StepKernel(
+            base.s, base.L, base.formats, tuning=tuning
+        )  # fmt: skip
+
+        def step(ids: mx.array, head_mode: int, kernel: Any = kernel) -> mx.array:
+            out, status = kernel(ids, pos, f.weights, f.norms, keys, values, head_mode)
+            mx.eval(out, status)
+            if int(status.item()):
+                raise SystemExit(f"a grid barrier timed out with {kernel.tuning}")
+            return out
+
+        logits = [np.array(step(one, 1)), np.array(step(eight, 2))]
+        if i == 0:
+            reference = logits
+        same = all(np.array_equal(a, b) for a, b in zip(logits, reference, strict=True))
+        rows.append(
+            {
+                "tuning": tuning,
+                "decode_ms": _median_ms(lambda: step(one, 1), repeats),
+                "verify_8_ms": _median_ms(lambda: step(eight, 2), repeats),
+                "logits_equal_first": same,
+            }
+        )
+        print(json.dumps({"context": context, **rows[-1]}), flush=True)
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default=None, help="a .gguf file (default: the default model)")
+    ap.add_argument("--configs", default=DEFAULT_CONFIGS, help="slices:stream:rows,...")
+    ap.add_argument("--contexts", type=int, nargs="+", default=[128, 2048])
+    ap.add_argument("--repeats", type=int, default=50)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    from engine.default_model import default_model_path
+
+    model = load_model(args.model or default_model_path(), EngineConfig.from_environment())
+    configs = parse_configs(args.configs)
+    if TUNING not in configs:
+        configs.insert(0, dict(TUNING))  # the engine's build first: the reference
+    else:
+        configs.insert(0, configs.pop(configs.index(TUNING)))
+    result = {
+        "model": str(args.model or "default"),
+        "engine_tuning": TUNING,
+        "contexts": {str(c): probe(model, configs, c, args.repeats) for c in args.contexts},
+    }
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as fh:
+            json.dump(result, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()
