@@ -40,6 +40,13 @@ __device__ __forceinline__ void fs_unpack(const FsRaw<BYTES>& raw, float* out) {
   for (int i = 0; i < N; ++i) out[i] = static_cast<float>(v[i]);
 }
 
+__device__ __forceinline__ void fs_load8_ro(const float* p, float* out) {
+  const float4 a = __ldg(reinterpret_cast<const float4*>(p));
+  const float4 b = __ldg(reinterpret_cast<const float4*>(p + 4));
+  out[0] = a.x; out[1] = a.y; out[2] = a.z; out[3] = a.w;
+  out[4] = b.x; out[5] = b.y; out[6] = b.z; out[7] = b.w;
+}
+
 __device__ __forceinline__ void fs_load8_cg(const float* p, float* out) {
   const float4 a = __ldcg(reinterpret_cast<const float4*>(p));
   const float4 b = __ldcg(reinterpret_cast<const float4*>(p + 4));
@@ -237,12 +244,7 @@ __device__ __forceinline__ void fq_dot_fmt(
       const int k = (c0 + j) * 256 + lane * 8;
       if (c0 + j < IT && k < K) {
         float nv[8], xv[G][8];
-        if (SCALED) {
-          const float4 a = __ldg(reinterpret_cast<const float4*>(norm + k));
-          const float4 b = __ldg(reinterpret_cast<const float4*>(norm + k + 4));
-          nv[0] = a.x; nv[1] = a.y; nv[2] = a.z; nv[3] = a.w;
-          nv[4] = b.x; nv[5] = b.y; nv[6] = b.z; nv[7] = b.w;
-        }
+        if (SCALED) fs_load8_ro(norm + k, nv);
 #pragma unroll
         for (int m = 0; m < G; ++m) {
           if (m < M) {
@@ -280,12 +282,7 @@ __device__ __forceinline__ void fq_dot_fmt(
       const int k = (c0 + j) * 256 + lane * 8;
       if (c0 + j < IT && k < K) {
         float nv[8];
-        if (SCALED) {
-          const float4 a = __ldg(reinterpret_cast<const float4*>(norm + k));
-          const float4 b = __ldg(reinterpret_cast<const float4*>(norm + k + 4));
-          nv[0] = a.x; nv[1] = a.y; nv[2] = a.z; nv[3] = a.w;
-          nv[4] = b.x; nv[5] = b.y; nv[6] = b.z; nv[7] = b.w;
-        }
+        if (SCALED) fs_load8_ro(norm + k, nv);
 #pragma unroll
         for (int r = 0; r < R; ++r) {
           cur[r][j].decode(k, w[r][j]);
