@@ -50,10 +50,6 @@ class WeightTable:
     formats: tuple[int, ...]  # the format codes present (the kernel's dispatch builds these)
     layer_bytes: int  # the largest layer's words, scales and biases
 
-    @property
-    def nbytes(self) -> int:
-        return int(self.words.nbytes + self.scales.nbytes + self.biases.nbytes)
-
 
 @dataclass(frozen=True)
 class _Part:

@@ -119,7 +119,11 @@ def test_row_parts_ties_and_layer_order():
     np.testing.assert_array_equal(meta[8], meta[9])  # tied: one copy of the words
     firsts = [int(meta[m, 0, 1]) for m in range(9)]
     assert firsts == sorted(firsts)  # a layer's prefetch range ends at the next one
-    assert table.layer_bytes > 0
+    # a layer's bytes: its parts' words and float32 scales and biases, and the gaps that
+    # start each part on 16 bytes
+    parts = [q, k, v, *(_quantized(n, c, 4, 32, s) for n, c, s in shapes)]
+    stored = sum(int(p.packed.nbytes) + 8 * int(p.scales.size) for p in parts)
+    assert stored <= table.layer_bytes <= stored + 12 * len(parts)
 
 
 def test_what_the_table_cannot_hold_is_named():
