@@ -4,7 +4,8 @@ The five-kernels-a-layer path (`kernels.fused_decode_cuda`) is bound by MLX's pe
 host cost on CUDA (~11 us a node on the H200: ~210 nodes, ~2.4 ms a step). This kernel
 runs every layer's five phases (qkv + RoPE + KV write, attention, o_proj + residual,
 norm + gate/up + SiLU, down + residual) and the LM head in one launch, with a grid-wide
-barrier between phases: one block per SM, all resident, phases split across blocks.
+barrier between phases: one block per SM (or FQ_BLOCKS), all resident, phases split
+across blocks.
 
 A phase is a short chain of memory latencies, so it is written for latency: a warp
 issues every weight and activation load it needs before using any (`FsRows`,
@@ -82,10 +83,19 @@ def input_names(num_layers: int) -> list[str]:
     return ["ids", "pos", "scratch", *_WEIGHTS, *_NORMS, *caches]
 
 
-# The dot products' build knobs (kernels/cuda/fused_step.cuh, fused_step.cu) and the
-# engine's values: slices of words a warp loads at once, whether it decodes them as used,
-# rows of x a verify's pass takes. Every choice gives a row the same bits.
-TUNING = {"FQ_SLICES": 8, "FQ_STREAM": 0, "FQ_VERIFY_ROWS": 2}
+# The build knobs (kernels/cuda/fused_step.cuh, fused_step.cu) and the engine's values:
+# slices of words a warp loads at once, whether it decodes them as used, rows of x a
+# verify's pass takes, blocks an SM (more warps to keep loads in flight, in half the
+# registers each). Every choice gives a row the same bits.
+TUNING = {"FQ_SLICES": 8, "FQ_STREAM": 0, "FQ_VERIFY_ROWS": 2, "FQ_BLOCKS": 1}
+
+# MLX's cuda_kernel writes the kernel's signature itself (`__global__ void name(...)`), so
+# a build for two or more blocks an SM states its launch bounds through `__global__`: ptxas
+# then keeps the registers within 65,536 / (THREADS * blocks).
+_BOUNDED_GLOBAL = (
+    "#undef __global__\n"
+    "#define __global__ __location__(global) __launch_bounds__({threads}, {blocks})\n"
+)
 
 
 def formats_header(formats: tuple[int, ...], tuning: dict[str, int] | None = None) -> str:
@@ -95,9 +105,14 @@ def formats_header(formats: tuple[int, ...], tuning: dict[str, int] | None = Non
     unknown = set(knobs) - set(TUNING)
     if unknown:
         raise ValueError(f"unknown step kernel knobs {sorted(unknown)}")
+    if not 1 <= knobs["FQ_BLOCKS"] <= 4:
+        raise ValueError(f"FQ_BLOCKS must be 1..4, not {knobs['FQ_BLOCKS']}")
     lines = ["#define FQ_FORMATS(X) " + " ".join(f"X({f})" for f in formats)]
     lines += [f"#define {name} {int(value)}" for name, value in knobs.items()]
-    return "\n".join(lines) + "\n"
+    header = "\n".join(lines) + "\n"
+    if knobs["FQ_BLOCKS"] > 1:
+        header += _BOUNDED_GLOBAL.format(threads=THREADS, blocks=knobs["FQ_BLOCKS"])
+    return header
 
 
 def output_names() -> list[str]:
@@ -175,7 +190,7 @@ class StepKernel:
         self.tuning = TUNING | (tuning or {})
         key = f"{shapes!r}/{num_layers}/{formats}/{sorted(self.tuning.items())}"
         tag = hashlib.sha1(key.encode()).hexdigest()[:10]
-        self.blocks = sm_count()
+        self.blocks = sm_count() * self.tuning["FQ_BLOCKS"]  # all resident at once
         self._scratch: mx.array | None = None
         self._kernel: Any = mx.fast.cuda_kernel(
             name=f"{self.name}_{tag}",

@@ -5,9 +5,10 @@ time (no logits, last row's logits), and from a build of the same kernel with cy
 stamps at its barriers (bench/gpu/step_stamps.py: the engine's build has none), per
 phase kind (embed, A qkv, B attention, C o_proj, D gate/up, E down, head): the median
 over layers of the phase interval (release to release, block 0's clock), the slowest
-block's work and the mean block's work, in us.
+block's work and the mean block's work, in us. By default the model is the default model's shapes with random dense weights;
+`--model` takes a GGUF file instead (its weight table as stored).
 
-    python -m bench.gpu.step_probe [--contexts 128 2048]
+    python -m bench.gpu.step_probe [--model PATH] [--contexts 128 2048] [--prefetch 0 1]
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import numpy as np
 
 from bench.gpu.probe import random_model
 from bench.gpu.step_stamps import StampedStepKernel
+from engine.config import EngineConfig
+from engine.loader import load_model
 from kernels.ops import make_ops
 
 KINDS = ["A_qkv", "B_attention", "C_o_proj", "D_gate_up", "E_down"]
@@ -90,9 +93,15 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--contexts", type=int, nargs="+", default=[128, 2048])
     ap.add_argument("--prefetch", type=int, nargs="+", default=[0, 1])
+    ap.add_argument("--model", default=None, help="a .gguf file (default: random weights)")
     args = ap.parse_args()
-    model = random_model(make_ops("mlx"))
-    model.enable_fused_decode(mode="step")
+    if args.model:
+        model = load_model(args.model, EngineConfig.from_environment()).runner
+    else:
+        model = random_model(make_ops("mlx"))
+        model.enable_fused_decode(mode="step")
+    if model.fused is None or model.fused.step_kernel is None:
+        raise SystemExit("the model takes no one-launch step here")
     out = {}
     for prefetch in args.prefetch:
         for context in args.contexts:

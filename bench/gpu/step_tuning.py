@@ -1,13 +1,14 @@
 """Debug probe: the one-launch step's build knobs, timed on a real model (GPU only).
 
 Each configuration (kernels/fused_step_cuda.py's TUNING: slices of words a warp loads
-at once, whether it decodes them as used, rows of x a verify's pass takes) is its own
+at once, whether it decodes them as used, rows of x a verify's pass takes, blocks an SM)
+is its own
 build of the engine's kernel on the model's weight table. Per configuration and context:
 a decode step's launch and wait (one row, the last row's logits) and a verify's (8 rows,
 every row's logits), in ms, medians of `--repeats`; and whether its logits equal the
 engine build's bit for bit (they must: every knob keeps a row's operations and order).
 
-    python -m bench.gpu.step_tuning [--model PATH] [--configs 8:0:2,16:1:4,...]
+    python -m bench.gpu.step_tuning [--model PATH] [--configs 8:0:2,16:1:4:2,...]
         [--contexts 128 2048] [--out FILE]
 """
 
@@ -25,15 +26,18 @@ from engine.config import EngineConfig
 from engine.loader import load_model
 from kernels.fused_step_cuda import TUNING, StepKernel
 
-DEFAULT_CONFIGS = "8:0:2,8:1:2,16:1:2,16:1:4,24:1:4,32:1:8"
+DEFAULT_CONFIGS = "8:0:2,8:1:2,16:1:2,16:1:4,24:1:4,32:1:8,8:0:2:2,8:1:2:2,16:1:2:2"
+_FIELDS = ["FQ_SLICES", "FQ_STREAM", "FQ_VERIFY_ROWS", "FQ_BLOCKS"]
 
 
 def parse_configs(text: str) -> list[dict[str, int]]:
-    """ "slices:stream:rows,..." as TUNING dicts."""
+    """ "slices:stream:rows[:blocks],..." as TUNING dicts (one block an SM if unsaid)."""
     out = []
     for item in text.split(","):
-        slices, stream, rows = (int(v) for v in item.split(":"))
-        out.append({"FQ_SLICES": slices, "FQ_STREAM": stream, "FQ_VERIFY_ROWS": rows})
+        values = [int(v) for v in item.split(":")]
+        if len(values) not in (3, 4):
+            raise SystemExit(f"a configuration is slices:stream:rows[:blocks], not {item!r}")
+        out.append(dict(zip(_FIELDS, values + [1][: 4 - len(values)], strict=True)))
     return out
 
 
@@ -63,9 +67,15 @@ def probe(model: Any, configs: list[dict[str, int]], context: int, repeats: int)
     rows = []
     reference: list[np.ndarray] = []
     for i, tuning in enumerate(configs):
-        kernel = base if tuning == base.tuning else StepKernel(
-            base.s, base.L, base.formats, tuning=tuning
-        )  # fmt: skip
+        try:
+            kernel = base if tuning == base.tuning else StepKernel(
+                base.s, base.L, base.formats, tuning=tuning
+            )  # fmt: skip
+            mx.eval(kernel(one, pos, f.weights, f.norms, keys, values, 1))  # compiles
+        except (RuntimeError, ValueError) as e:  # a build the compiler refuses
+            rows.append({"tuning": tuning, "error": str(e)[:400]})
+            print(json.dumps({"context": context, **rows[-1]}), flush=True)
+            continue
 
         def step(ids: mx.array, head_mode: int, kernel: Any = kernel) -> mx.array:
             out, status = kernel(ids, pos, f.weights, f.norms, keys, values, head_mode)
@@ -75,7 +85,7 @@ def probe(model: Any, configs: list[dict[str, int]], context: int, repeats: int)
             return out
 
         logits = [np.array(step(one, 1)), np.array(step(eight, 2))]
-        if i == 0:
+        if not reference:
             reference = logits
         same = all(np.array_equal(a, b) for a, b in zip(logits, reference, strict=True))
         rows.append(
