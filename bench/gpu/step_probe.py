@@ -5,8 +5,9 @@ time (no logits, last row's logits), and from a build of the same kernel with cy
 stamps at its barriers (bench/gpu/step_stamps.py: the engine's build has none), per
 phase kind (embed, A qkv, B attention, C o_proj, D gate/up, E down, head): the median
 over layers of the phase interval (release to release, block 0's clock), the slowest
-block's work and the mean block's work, in us. By default the model is the default model's shapes with random dense weights;
-`--model` takes a GGUF file instead (its weight table as stored).
+block's work and the mean block's work, in us. By default the model is the default
+model's shapes with random dense weights; `--model` takes a GGUF file instead (its
+weight table as stored).
 
     python -m bench.gpu.step_probe [--model PATH] [--contexts 128 2048] [--prefetch 0 1]
 """

@@ -66,7 +66,7 @@ def probe(model: Any, configs: list[dict[str, int]], context: int, repeats: int)
     base = f.step_kernel
     rows = []
     reference: list[np.ndarray] = []
-    for i, tuning in enumerate(configs):
+    for tuning in configs:
         try:
             kernel = base if tuning == base.tuning else StepKernel(
                 base.s, base.L, base.formats, tuning=tuning
