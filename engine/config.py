@@ -32,6 +32,9 @@ class EngineConfig:
     fused: bool = True  # the fused CUDA kernels for small full-attention models on CUDA
     fused_mode: str | None = None  # "step" (one launch) or "layers"; None: "step" where it runs
     fused_compile: bool = True  # trace the five-kernel step once with mx.compile
+    # the one-launch step kernel's build knobs, "NAME=VALUE,..." over
+    # kernels/fused_step_cuda.py's TUNING (each keeps a row's bits); None: TUNING's values
+    step_tuning: str | None = None
     qmatmul: bool | None = None  # the CPU C kernel for packed weights; None: where SIMD was built
     # how that kernel multiplies: "int8" (activations quantized to int8 blocks, integer dot
     # products, kernels/int8_matmul.py) or "float" (weights dequantized to float32 in
@@ -136,6 +139,24 @@ def _fused_mode(value: str) -> str | None:
     return value or None
 
 
+def _step_tuning(value: str) -> str | None:
+    value = value.strip()
+    if value:
+        parse_step_tuning(value)
+    return value or None
+
+
+def parse_step_tuning(value: str) -> dict[str, int]:
+    """ "NAME=VALUE,..." as integers by name (the kernel module checks the names)."""
+    knobs: dict[str, int] = {}
+    for item in value.split(","):
+        name, sep, number = item.strip().partition("=")
+        if not sep or not name or not number.strip().lstrip("-").isdigit():
+            raise ValueError(f"BRANCHCHAT_STEP_TUNING must be NAME=INTEGER,..., not {value!r}")
+        knobs[name.strip()] = int(number)
+    return knobs
+
+
 def _kv_dtype(value: str) -> str | None:
     if value and value not in KV_DTYPES:
         raise ValueError(f"BRANCHCHAT_KV_DTYPE must be one of {list(KV_DTYPES)}, not {value!r}")
@@ -207,6 +228,7 @@ _VARIABLES = {
     "fused": ("BRANCHCHAT_FUSED", _on_unless_zero),
     "fused_mode": ("BRANCHCHAT_FUSED_MODE", _fused_mode),
     "fused_compile": ("BRANCHCHAT_FUSED_COMPILE", _on_unless_zero),
+    "step_tuning": ("BRANCHCHAT_STEP_TUNING", _step_tuning),
     "qmatmul": ("BRANCHCHAT_QMATMUL", _qmatmul),
     "cpu_matmul": ("BRANCHCHAT_CPU_MATMUL", _cpu_matmul),
     "gpu_matmul": ("BRANCHCHAT_GPU_MATMUL", _gpu_matmul),

@@ -86,8 +86,9 @@ def input_names(num_layers: int) -> list[str]:
 # The build knobs (kernels/cuda/fused_step.cuh, fused_step.cu) and the engine's values:
 # slices of words a warp loads at once, whether it decodes them as used, rows of x a
 # verify's pass takes, blocks an SM (more warps to keep loads in flight, in half the
-# registers each). Every choice gives a row the same bits.
-TUNING = {"FQ_SLICES": 8, "FQ_STREAM": 0, "FQ_VERIFY_ROWS": 2, "FQ_BLOCKS": 1}
+# registers each), floats of a phase's x a block copies into shared memory (0: x is read
+# from L2 by every warp). Every choice gives a row the same bits.
+TUNING = {"FQ_SLICES": 8, "FQ_STREAM": 0, "FQ_VERIFY_ROWS": 2, "FQ_BLOCKS": 1, "FQ_SMEM_X": 0}
 
 # MLX's cuda_kernel writes the kernel's signature itself (`__global__ void name(...)`), so
 # a build for two or more blocks an SM states its launch bounds through `__global__`: ptxas

@@ -1,14 +1,14 @@
 """Debug probe: the one-launch step's build knobs, timed on a real model (GPU only).
 
 Each configuration (kernels/fused_step_cuda.py's TUNING: slices of words a warp loads
-at once, whether it decodes them as used, rows of x a verify's pass takes, blocks an SM)
-is its own
+at once, whether it decodes them as used, rows of x a verify's pass takes, blocks an SM,
+floats of x staged in shared memory) is its own
 build of the engine's kernel on the model's weight table. Per configuration and context:
 a decode step's launch and wait (one row, the last row's logits) and a verify's (8 rows,
 every row's logits), in ms, medians of `--repeats`; and whether its logits equal the
 engine build's bit for bit (they must: every knob keeps a row's operations and order).
 
-    python -m bench.gpu.step_tuning [--model PATH] [--configs 8:0:2,16:1:4:2,...]
+    python -m bench.gpu.step_tuning [--model PATH] [--configs 8:0:2,16:1:4:2:8192,...]
         [--contexts 128 2048] [--out FILE]
 """
 
@@ -26,18 +26,22 @@ from engine.config import EngineConfig
 from engine.loader import load_model
 from kernels.fused_step_cuda import TUNING, StepKernel
 
-DEFAULT_CONFIGS = "8:0:2,8:1:2,16:1:2,16:1:4,24:1:4,32:1:8,8:0:2:2,8:1:2:2,16:1:2:2"
-_FIELDS = ["FQ_SLICES", "FQ_STREAM", "FQ_VERIFY_ROWS", "FQ_BLOCKS"]
+DEFAULT_CONFIGS = "8:0:2,8:0:2:2,8:0:2:1:8192,8:0:2:2:8192,16:0:2:1:8192,16:1:4:2:8192"
+_FIELDS = ["FQ_SLICES", "FQ_STREAM", "FQ_VERIFY_ROWS", "FQ_BLOCKS", "FQ_SMEM_X"]
 
 
 def parse_configs(text: str) -> list[dict[str, int]]:
-    """ "slices:stream:rows[:blocks],..." as TUNING dicts (one block an SM if unsaid)."""
+    """ "slices:stream:rows[:blocks[:smem]],..." as TUNING dicts (the fields left out take
+    the engine's values)."""
     out = []
     for item in text.split(","):
         values = [int(v) for v in item.split(":")]
-        if len(values) not in (3, 4):
-            raise SystemExit(f"a configuration is slices:stream:rows[:blocks], not {item!r}")
-        out.append(dict(zip(_FIELDS, values + [1][: 4 - len(values)], strict=True)))
+        if not 3 <= len(values) <= len(_FIELDS):
+            raise SystemExit(f"a configuration is slices:stream:rows[:blocks[:smem]], not {item!r}")
+        out.append(
+            {name: TUNING[name] for name in _FIELDS}
+            | dict(zip(_FIELDS[: len(values)], values, strict=True))
+        )
     return out
 
 
@@ -103,7 +107,7 @@ def probe(model: Any, configs: list[dict[str, int]], context: int, repeats: int)
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default=None, help="a .gguf file (default: the default model)")
-    ap.add_argument("--configs", default=DEFAULT_CONFIGS, help="slices:stream:rows,...")
+    ap.add_argument("--configs", default=DEFAULT_CONFIGS, help="slices:stream:rows[:b[:s]],...")
     ap.add_argument("--contexts", type=int, nargs="+", default=[128, 2048])
     ap.add_argument("--repeats", type=int, default=50)
     ap.add_argument("--out", default=None)

@@ -129,6 +129,7 @@ class FusedDecode:
         kernels: Any = None,
         compiled: bool = True,
         mode: str | None = None,
+        step_tuning: dict[str, int] | None = None,
     ) -> None:
         if mode is None:
             one_launch = fused_decode_cuda.is_available() and not step_unsupported_reason(model)
@@ -166,7 +167,9 @@ class FusedDecode:
                 *self._qk_norms(),
             ]
             mx.eval(*self.norms)
-            self.step_kernel = StepKernel(shapes, len(layers), self.weights.formats)
+            self.step_kernel = StepKernel(
+                shapes, len(layers), self.weights.formats, tuning=step_tuning
+            )
         else:
             self._dense_copy()
         self.mode = mode

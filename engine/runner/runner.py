@@ -15,7 +15,7 @@ from typing import Any
 
 import mlx.core as mx
 
-from engine.config import EngineConfig
+from engine.config import EngineConfig, parse_step_tuning
 from engine.models.base import DecoderModel, ModelConfig
 from engine.runner import cpu_step
 from engine.runner.cpu_step import CpuStep
@@ -55,7 +55,12 @@ def fused_decode_for(model: DecoderModel, config: EngineConfig) -> FusedDecode |
     ):  # the five kernels: their features, their dense copy
         return None
     try:  # compiles its kernels now: a failure shows here
-        return FusedDecode(model, compiled=config.fused_compile, mode=config.fused_mode)
+        return FusedDecode(
+            model,
+            compiled=config.fused_compile,
+            mode=config.fused_mode,
+            step_tuning=parse_step_tuning(config.step_tuning) if config.step_tuning else None,
+        )
     except Exception:  # an older toolkit or GPU: the plain MLX path still works
         log.exception("fused CUDA decode unavailable; using the plain MLX path")
         return None

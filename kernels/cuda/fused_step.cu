@@ -42,6 +42,8 @@
   float* act = hs + FD_MAXM * D;
   float* xs = act + FD_MAXM * F;
   float* part = xs + FD_MAXM * D;  // attention partials [row, head, chunk] x (max, sum, DH)
+  static_assert(FQ_SMEM_X % 8 == 0 && FQ_SMEM_X <= 9216, "staged x fits beside attention's");
+  __shared__ __align__(16) float s_x[FQ_SMEM_X > 0 ? FQ_SMEM_X : 4];  // fq_stage's x
   fq_gather_rows<D>(tab, TABLE_MAT, s_ids, M, xs);  // embedding rows, as float32
   fs_grid_sync(sync, ++phase);
   const float* x = xs;
@@ -57,6 +59,7 @@
       fs_prefetch_l2(biases + g0, (size_t)(g1 - g0) * 4);
     }
     // -- A: norm + qkv + rope; q to qs, k / v rows into the cache at pos + m
+    const FqX xa = fq_stage(x, M * D, s_x);
     for (int p = gw; p < PAIRS; p += nw) {
       int n0, n1, fi;
       fd_qkv_pair<H, HKV, DH, TRADITIONAL>(p, n0, n1, fi);
@@ -69,7 +72,7 @@
       const float inv_freq = fi >= 0 ? __ldg(freqs + fi) : 0.f;
       for (int m0 = 0; m0 < M; m0 += G) {
         float acc[G][2], ss[G];
-        fq_dot<D, 2, G, true, true>(fmt, part, rows, nw1 + l * D, x + (size_t)m0 * D, min(G, M - m0), acc, ss);
+        fq_dot<D, 2, G, true, true>(fmt, part, rows, nw1 + l * D, xa.at(m0 * D), min(G, M - m0), acc, ss);
 #pragma unroll
         for (int g = 0; g < G; ++g) {
           const int m = m0 + g;
@@ -267,16 +270,17 @@
     }
     fs_grid_sync(sync, ++phase);
     // -- C: o_proj + residual -> hs
-    fq_residual_phase<HD, D, G>(tab, 4 * l + 1, ao, x, hs, M, gw, nw);
+    fq_residual_phase<HD, D, G>(tab, 4 * l + 1, ao, x, hs, M, gw, nw, s_x);
     fs_grid_sync(sync, ++phase);
     // -- D: norm + gate/up + SiLU(gate) * up -> act; a warp takes outputs n, n + 1
+    const FqX xh = fq_stage(hs, M * D, s_x);
     for (int item = gw; item < F / 2; item += nw) {
       const int n = 2 * item;
       FqPart pg, pu;
       int rg, ru;
       const int fg = tab.part(4 * l + 2, n, pg, rg), fu = tab.part(4 * l + 2, F + n, pu, ru);
       for (int m0 = 0; m0 < M; m0 += G) {
-        const float* xm = hs + (size_t)m0 * D;
+        const FqX xm = xh.at(m0 * D);
         const int Mg = min(G, M - m0);
         // gate n, n + 1 and up n, n + 1: two passes (their parts may differ in format)
         const int gr[2] = {rg, rg + 1}, ur[2] = {ru, ru + 1};
@@ -299,7 +303,7 @@
     }
     fs_grid_sync(sync, ++phase);
     // -- E: down + residual -> xs
-    fq_residual_phase<F, D, G>(tab, 4 * l + 3, act, hs, xs, M, gw, nw);
+    fq_residual_phase<F, D, G>(tab, 4 * l + 3, act, hs, xs, M, gw, nw, s_x);
     fs_grid_sync(sync, ++phase);
     x = xs;
   }
@@ -313,6 +317,7 @@
     FqPart part;
     int first;
     const int fmt = tab.part(HEAD_MAT, 0, part, first);
+    const FqX xf = fq_stage(xs + (size_t)r0 * D, rows_n * D, s_x);
     for (int item = gw; item < ITEMS; item += nw) {
       int rows[RH];
 #pragma unroll
@@ -325,7 +330,7 @@
       }
       for (int m0 = 0; m0 < rows_n; m0 += G) {
         float acc[G][RH], ss[G];
-        fq_dot<D, RH, G, true, true>(fmt, part, rows, nwf, xs + (size_t)(r0 + m0) * D, min(G, rows_n - m0), acc, ss);
+        fq_dot<D, RH, G, true, true>(fmt, part, rows, nwf, xf.at(m0 * D), min(G, rows_n - m0), acc, ss);
 #pragma unroll
         for (int g = 0; g < G; ++g) {
           if (m0 + g < rows_n && lane == 0) {

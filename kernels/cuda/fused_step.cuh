@@ -187,6 +187,43 @@ struct FqSlice {
   }
 };
 
+// x [M, K] of a dot product: its first `staged` floats copied into the block's shared
+// memory (fq_stage), the rest read from L2. Every warp of a block reads the same x for each
+// of its rows, so from L2 a phase's x traffic is rows x K floats (several times its weight
+// bytes) at L2 latency; staged, it is read once a block. The values are the same either way.
+#ifndef FQ_SMEM_X
+#define FQ_SMEM_X 0
+#endif
+struct FqX {
+  const float* g;  // x in global memory (written by other blocks: read past L1)
+  const float* s;  // its first `staged` floats, in shared memory
+  int staged;
+
+  __device__ __forceinline__ void load8(int i, float* out) const {
+    if (i < staged) {
+      const float4 a = *reinterpret_cast<const float4*>(s + i);
+      const float4 b = *reinterpret_cast<const float4*>(s + i + 4);
+      out[0] = a.x; out[1] = a.y; out[2] = a.z; out[3] = a.w;
+      out[4] = b.x; out[5] = b.y; out[6] = b.z; out[7] = b.w;
+    } else {
+      fs_load8_cg(g + i, out);
+    }
+  }
+  __device__ __forceinline__ FqX at(int n) const { return {g + n, s + n, staged - n}; }
+};
+
+// The first min(n, FQ_SMEM_X) floats of x into `sm` (every thread of the block calls it,
+// past the grid barrier that published x; the next barrier frees `sm` again).
+__device__ __forceinline__ FqX fq_stage(const float* x, int n, float* sm) {
+  const int staged = n < FQ_SMEM_X ? n : FQ_SMEM_X;
+  if (FQ_SMEM_X > 0) {
+    for (int i = threadIdx.x * 4; i < staged; i += blockDim.x * 4)
+      *reinterpret_cast<float4*>(sm + i) = __ldcg(reinterpret_cast<const float4*>(x + i));
+    __syncthreads();
+  }
+  return {x, sm, staged};
+}
+
 // Slices a dot product loads at once: FQ_SLICES of the R rows in all, at most the row's IT.
 // FQ_STREAM 0 decodes a chunk's slices into registers before any row of x meets them (R *
 // CH * 8 floats); 1 keeps only the loaded words of the chunk and decodes each slice as it
@@ -223,7 +260,7 @@ __device__ __forceinline__ void fq_load_chunk(
 // order, acc += s; then a butterfly sum. More rows take more passes (the words then come from L1).
 template <int FMT, int K, int R, int G, bool SCALED, bool SS>
 __device__ __forceinline__ void fq_dot_fmt(
-    const FqPart& p, const int (&rows)[R], const float* norm, const float* x, int M,
+    const FqPart& p, const int (&rows)[R], const float* norm, const FqX& x, int M,
     float (&acc)[G][R], float (&ss)[G]) {
   constexpr int IT = (K + 255) / 256;
   constexpr int CH = fq_chunk(R, IT);
@@ -248,7 +285,7 @@ __device__ __forceinline__ void fq_dot_fmt(
 #pragma unroll
         for (int m = 0; m < G; ++m) {
           if (m < M) {
-            fs_load8_cg(x + (size_t)m * K + k, xv[m]);
+            x.load8(m * K + k, xv[m]);
             if (SS) {
 #pragma unroll
               for (int i = 0; i < 8; ++i) ss[m] = __fmaf_rn(xv[m][i], xv[m][i], ss[m]);
@@ -301,7 +338,7 @@ __device__ __forceinline__ void fq_dot_fmt(
           const int k = (c0 + j) * 256 + lane * 8;
           if (c0 + j < IT && k < K) {
             float xv[8];
-            fs_load8_cg(x + (size_t)m * K + k, xv);
+            x.load8(m * K + k, xv);
             if (SS) {
 #pragma unroll
               for (int i = 0; i < 8; ++i) ss[m] = __fmaf_rn(xv[i], xv[i], ss[m]);
@@ -333,7 +370,7 @@ __device__ __forceinline__ void fq_dot_fmt(
 // defined before this header by kernels/fused_step_cuda.py).
 template <int K, int R, int G, bool SCALED, bool SS>
 __device__ __forceinline__ void fq_dot(
-    int fmt, const FqPart& p, const int (&rows)[R], const float* norm, const float* x, int M,
+    int fmt, const FqPart& p, const int (&rows)[R], const float* norm, const FqX& x, int M,
     float (&acc)[G][R], float (&ss)[G]) {
 #define FQ_CASE(F)                                                               \
   if (fmt == F) {                                                                \
@@ -345,12 +382,13 @@ __device__ __forceinline__ void fq_dot(
 }
 
 // y [M, N] = res + a [M, K] @ w.T for matrix `mat`; output n by warp n of nw (from gw), G
-// rows a pass
+// rows a pass, a staged in `sm`
 template <int K, int N, int G>
 __device__ __forceinline__ void fq_residual_phase(
     const FqTable& t, int mat, const float* a, const float* res, float* y, int M, int gw,
-    int nw) {
+    int nw, float* sm) {
   const int lane = threadIdx.x % 32;
+  const FqX xa = fq_stage(a, M * K, sm);
   for (int n = gw; n < N; n += nw) {
     FqPart p;
     int r;
@@ -358,7 +396,7 @@ __device__ __forceinline__ void fq_residual_phase(
     const int rows[1] = {r};
     for (int m0 = 0; m0 < M; m0 += G) {
       float acc[G][1], ss[G];
-      fq_dot<K, 1, G, false, false>(fmt, p, rows, nullptr, a + (size_t)m0 * K, min(G, M - m0), acc, ss);
+      fq_dot<K, 1, G, false, false>(fmt, p, rows, nullptr, xa.at(m0 * K), min(G, M - m0), acc, ss);
 #pragma unroll
       for (int g = 0; g < G; ++g) {
         const int m = m0 + g;

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.config import EngineConfig
+from engine.config import EngineConfig, parse_step_tuning
 from engine.state import SnapshotPolicy
 from kernels import qmatmul
 from kernels.ops import make_ops
@@ -107,6 +107,13 @@ def test_every_variable_is_read() -> None:
     assert (config.fused_compile, config.qmatmul, config.threads) == (False, True, 2)
 
 
+def test_the_step_kernels_knobs_are_read_by_name() -> None:
+    config = EngineConfig.from_environment(
+        {"BRANCHCHAT_STEP_TUNING": "FQ_BLOCKS=2, FQ_SMEM_X=8192"}
+    )
+    assert parse_step_tuning(config.step_tuning or "") == {"FQ_BLOCKS": 2, "FQ_SMEM_X": 8192}
+
+
 def test_unset_variables_give_the_defaults() -> None:
     assert EngineConfig.from_environment({}) == EngineConfig()
     config = EngineConfig()
@@ -130,6 +137,8 @@ def test_unset_variables_give_the_defaults() -> None:
         ("BRANCHCHAT_GPU_OVERLAP", "yes", "BRANCHCHAT_GPU_OVERLAP must be 0 or 1"),
         ("BRANCHCHAT_PREFILL_CHUNK", "0", "BRANCHCHAT_PREFILL_CHUNK must be a positive integer"),
         ("BRANCHCHAT_PREFILL_CHUNK", "2k", "BRANCHCHAT_PREFILL_CHUNK must be a positive integer"),
+        ("BRANCHCHAT_STEP_TUNING", "FQ_BLOCKS:2", "BRANCHCHAT_STEP_TUNING must be NAME=INTEGER"),
+        ("BRANCHCHAT_STEP_TUNING", "FQ_BLOCKS=two", "BRANCHCHAT_STEP_TUNING must be NAME="),
     ],
 )
 def test_malformed_variables_are_named(variable: str, value: str, message: str) -> None:

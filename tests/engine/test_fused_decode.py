@@ -194,6 +194,39 @@ def test_one_launch_step_reads_the_weights_as_stored(tiny_models, q4_k_m, source
 
 @pytest.mark.skipif(not fused_decode_cuda.is_available(), reason="needs MLX on a CUDA GPU")
 @pytest.mark.gpu
+@pytest.mark.parametrize(
+    "tuning",
+    [
+        "FQ_BLOCKS=2",
+        "FQ_SMEM_X=64",  # x staged in part: a verify's rows past the first from L2
+        "FQ_SMEM_X=8192,FQ_BLOCKS=2",
+        "FQ_STREAM=1,FQ_SLICES=16,FQ_VERIFY_ROWS=4",
+    ],
+)
+def test_every_build_knob_gives_a_row_the_same_bits(q4_k_m, tuning):
+    """Each knob of kernels/fused_step_cuda.TUNING changes where the work runs, not what a
+    row computes: steps and verify rows in the default dtype equal the engine build's."""
+    from engine.config import parse_step_tuning
+
+    path = q4_k_m("tiny-llama")
+    out = []
+    for config in (EngineConfig(backend="mlx"), EngineConfig(backend="mlx", step_tuning=tuning)):
+        lm = load_model(path, config)
+        kernel = lm.runner.fused.step_kernel
+        assert parse_step_tuning(tuning).items() <= kernel.tuning.items() or not config.step_tuning
+        single, _ = _steps(lm, STEPS, LONG_PROMPT)
+        state = lm.runner.new_state()
+        lm.runner.forward(LONG_PROMPT, state)
+        rows = np.array(lm.ops.to_numpy(lm.runner.forward(STEPS, state, logits="all")))
+        out.append((single, rows))
+    (single0, rows0), (single1, rows1) = out
+    for a, b in zip(single0, single1, strict=True):
+        np.testing.assert_array_equal(b, a)
+    np.testing.assert_array_equal(rows1, rows0)
+
+
+@pytest.mark.skipif(not fused_decode_cuda.is_available(), reason="needs MLX on a CUDA GPU")
+@pytest.mark.gpu
 @pytest.mark.parametrize("rows", [1, 3, 16])
 def test_cuda_kernels_match_reference(rows):
     import mlx.core as mx

@@ -206,7 +206,7 @@ def test_a_two_block_build_keeps_its_registers_for_two_blocks(tmp_path):
 def test_the_streaming_dot_products_compile(tmp_path, maxm, head_mode):
     """bench/gpu/step_tuning.py's other builds: words decoded as used, deeper chunks, more
     rows of x a pass."""
-    tuning = {"FQ_SLICES": 16, "FQ_STREAM": 1, "FQ_VERIFY_ROWS": 4}
+    tuning = {"FQ_SLICES": 16, "FQ_STREAM": 1, "FQ_VERIFY_ROWS": 4, "FQ_SMEM_X": 8192}
     source = _step_source(SMOLLM2, 30, "__nv_bfloat16", head_mode, maxm=maxm, tuning=tuning)
     assert "#define FQ_STREAM 1" in source
     _nvcc(tmp_path, source)
@@ -216,9 +216,10 @@ def test_build_knobs_are_named_and_checked():
     from bench.gpu.step_tuning import parse_configs
 
     assert parse_configs("16:1:4") == [
-        {"FQ_SLICES": 16, "FQ_STREAM": 1, "FQ_VERIFY_ROWS": 4, "FQ_BLOCKS": 1}
+        {"FQ_SLICES": 16, "FQ_STREAM": 1, "FQ_VERIFY_ROWS": 4, "FQ_BLOCKS": 1, "FQ_SMEM_X": 0}
     ]
     assert parse_configs("8:0:2:2")[0]["FQ_BLOCKS"] == 2
+    assert parse_configs("8:0:2:1:8192")[0]["FQ_SMEM_X"] == 8192
     with pytest.raises(SystemExit, match="slices:stream:rows"):
         parse_configs("8:0")
     with pytest.raises(ValueError, match="FQ_BLOCKS"):
