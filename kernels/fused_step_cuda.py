@@ -88,7 +88,17 @@ def input_names(num_layers: int) -> list[str]:
 # verify's pass takes, blocks an SM (more warps to keep loads in flight, in half the
 # registers each), floats of a phase's x a block copies into shared memory (0: x is read
 # from L2 by every warp). Every choice gives a row the same bits.
-TUNING = {"FQ_SLICES": 8, "FQ_STREAM": 0, "FQ_VERIFY_ROWS": 2, "FQ_BLOCKS": 1, "FQ_SMEM_X": 0}
+TUNING = {"FQ_SLICES": 8, "FQ_STREAM": 0, "FQ_VERIFY_ROWS": 2, "FQ_BLOCKS": 1, "FQ_SMEM_X": 8192}
+# layers above this size take two blocks an SM (measured on the H200 with
+# bench/gpu/step_tuning.py, docs/BENCHMARKS.md: 1.4-1.6x on Llama-3.2-1B and 3.1-8B shapes,
+# 1.1-1.2x slower on the default model, whose phases are too short to fill 16 warps)
+TWO_BLOCKS_LAYER_BYTES = 8 << 20
+
+
+def tuning_for(layer_bytes: int) -> dict[str, int]:
+    """The engine's knobs for a model whose largest layer's table is `layer_bytes`."""
+    return TUNING | {"FQ_BLOCKS": 2 if layer_bytes > TWO_BLOCKS_LAYER_BYTES else 1}
+
 
 # MLX's cuda_kernel writes the kernel's signature itself (`__global__ void name(...)`), so
 # a build for two or more blocks an SM states its launch bounds through `__global__`: ptxas

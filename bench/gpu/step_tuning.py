@@ -26,7 +26,7 @@ from engine.config import EngineConfig
 from engine.loader import load_model
 from kernels.fused_step_cuda import TUNING, StepKernel
 
-DEFAULT_CONFIGS = "8:0:2,8:0:2:2,8:0:2:1:8192,8:0:2:2:8192,16:0:2:1:8192,16:1:4:2:8192"
+DEFAULT_CONFIGS = "8:0:2:1:0,8:0:2:2:0,8:0:2:1,8:0:2:2,8:0:2:3,8:0:2:4,8:0:4:2"
 _FIELDS = ["FQ_SLICES", "FQ_STREAM", "FQ_VERIFY_ROWS", "FQ_BLOCKS", "FQ_SMEM_X"]
 
 
@@ -116,13 +116,14 @@ def main() -> None:
 
     model = load_model(args.model or default_model_path(), EngineConfig.from_environment())
     configs = parse_configs(args.configs)
-    if TUNING not in configs:
-        configs.insert(0, dict(TUNING))  # the engine's build first: the reference
-    else:
-        configs.insert(0, configs.pop(configs.index(TUNING)))
+    kernel = model.runner.fused.step_kernel if model.runner.fused else None
+    engine = kernel.tuning if kernel is not None else dict(TUNING)  # tuning_for's choice
+    if engine in configs:
+        configs.remove(engine)
+    configs.insert(0, engine)  # the engine's build first: the reference
     result = {
         "model": str(args.model or "default"),
-        "engine_tuning": TUNING,
+        "engine_tuning": engine,
         "contexts": {str(c): probe(model, configs, c, args.repeats) for c in args.contexts},
     }
     if args.out:

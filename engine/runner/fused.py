@@ -150,7 +150,7 @@ class FusedDecode:
         self.step_kernel: Any = None
         self.stacked: list[mx.array] = []  # the five kernels' dense copy, made when used
         if mode == "step":
-            from kernels.fused_step_cuda import StepKernel
+            from kernels.fused_step_cuda import StepKernel, tuning_for
 
             reason = step_unsupported_reason(model)
             if reason:
@@ -167,9 +167,8 @@ class FusedDecode:
                 *self._qk_norms(),
             ]
             mx.eval(*self.norms)
-            self.step_kernel = StepKernel(
-                shapes, len(layers), self.weights.formats, tuning=step_tuning
-            )
+            tuning = tuning_for(self.weights.layer_bytes) | (step_tuning or {})
+            self.step_kernel = StepKernel(shapes, len(layers), self.weights.formats, tuning=tuning)
         else:
             self._dense_copy()
         self.mode = mode

@@ -216,10 +216,10 @@ def test_build_knobs_are_named_and_checked():
     from bench.gpu.step_tuning import parse_configs
 
     assert parse_configs("16:1:4") == [
-        {"FQ_SLICES": 16, "FQ_STREAM": 1, "FQ_VERIFY_ROWS": 4, "FQ_BLOCKS": 1, "FQ_SMEM_X": 0}
+        {"FQ_SLICES": 16, "FQ_STREAM": 1, "FQ_VERIFY_ROWS": 4, "FQ_BLOCKS": 1, "FQ_SMEM_X": 8192}
     ]
     assert parse_configs("8:0:2:2")[0]["FQ_BLOCKS"] == 2
-    assert parse_configs("8:0:2:1:8192")[0]["FQ_SMEM_X"] == 8192
+    assert parse_configs("8:0:2:1:0")[0]["FQ_SMEM_X"] == 0
     with pytest.raises(SystemExit, match="slices:stream:rows"):
         parse_configs("8:0")
     with pytest.raises(ValueError, match="FQ_BLOCKS"):
@@ -235,3 +235,11 @@ def test_a_spill_of_any_size_is_seen():
     log = "    560 bytes stack frame, 20 bytes spill stores, 48 bytes spill loads\n"
     assert _spills(log) == [20]
     assert _spills(log.replace("20 bytes", "0 bytes")) == [0]
+
+
+def test_large_layers_take_two_blocks_an_sm():
+    """kernels/fused_step_cuda.tuning_for: measured 1.4-1.6x on 1B and 8B shapes, slower on
+    the default model (docs/BENCHMARKS.md)."""
+    small, large = fs.tuning_for(2 << 20), fs.tuning_for(40 << 20)
+    assert (small["FQ_BLOCKS"], large["FQ_BLOCKS"]) == (1, 2)
+    assert small["FQ_SMEM_X"] == large["FQ_SMEM_X"] == 8192
