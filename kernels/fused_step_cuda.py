@@ -89,6 +89,9 @@ def input_names(num_layers: int) -> list[str]:
 # registers each), floats of a phase's x a block copies into shared memory (0: x is read
 # from L2 by every warp). Every choice gives a row the same bits.
 TUNING = {"FQ_SLICES": 8, "FQ_STREAM": 0, "FQ_VERIFY_ROWS": 2, "FQ_BLOCKS": 1, "FQ_SMEM_X": 8192}
+# shared memory an SM lends the staged x of its blocks (an H100/H200 SM has 228 KB; the
+# attention's own arrays and the runtime's reserve take the rest)
+SMEM_X_BYTES_PER_SM = 192 << 10
 # layers above this size take two blocks an SM (measured on the H200 with
 # bench/gpu/step_tuning.py, docs/BENCHMARKS.md: 1.4-1.6x on Llama-3.2-1B and 3.1-8B shapes,
 # 1.1-1.2x slower on the default model, whose phases are too short to fill 16 warps)
@@ -118,6 +121,12 @@ def formats_header(formats: tuple[int, ...], tuning: dict[str, int] | None = Non
         raise ValueError(f"unknown step kernel knobs {sorted(unknown)}")
     if not 1 <= knobs["FQ_BLOCKS"] <= 4:
         raise ValueError(f"FQ_BLOCKS must be 1..4, not {knobs['FQ_BLOCKS']}")
+    staged = knobs["FQ_SMEM_X"]
+    if staged < 0 or staged % 8 or knobs["FQ_BLOCKS"] * 4 * staged > SMEM_X_BYTES_PER_SM:
+        raise ValueError(
+            f"FQ_SMEM_X must be a multiple of 8 whose blocks fit "
+            f"{SMEM_X_BYTES_PER_SM} bytes an SM, not {staged} x {knobs['FQ_BLOCKS']} blocks"
+        )
     lines = ["#define FQ_FORMATS(X) " + " ".join(f"X({f})" for f in formats)]
     lines += [f"#define {name} {int(value)}" for name, value in knobs.items()]
     header = "\n".join(lines) + "\n"
@@ -209,6 +218,7 @@ class StepKernel:
             output_names=[name for name, _ in self.outputs(1)],
             source=self.source(),
             header=self.header(),
+            shared_memory=4 * self.tuning["FQ_SMEM_X"],  # the staged x (fq_stage)
         )
 
     def header(self) -> str:

@@ -26,7 +26,9 @@ from engine.config import EngineConfig
 from engine.loader import load_model
 from kernels.fused_step_cuda import TUNING, StepKernel
 
-DEFAULT_CONFIGS = "8:0:2:1:0,8:0:2:2:0,8:0:2:1,8:0:2:2,8:0:2:3,8:0:2:4,8:0:4:2"
+DEFAULT_CONFIGS = (
+    "8:0:2:1:0,8:0:2:1,8:0:2:2,8:0:2:2:16384,8:0:2:3,8:0:4:1:32768,8:0:8:1:32768,8:0:2:4"
+)
 _FIELDS = ["FQ_SLICES", "FQ_STREAM", "FQ_VERIFY_ROWS", "FQ_BLOCKS", "FQ_SMEM_X"]
 
 

@@ -42,8 +42,8 @@
   float* act = hs + FD_MAXM * D;
   float* xs = act + FD_MAXM * F;
   float* part = xs + FD_MAXM * D;  // attention partials [row, head, chunk] x (max, sum, DH)
-  static_assert(FQ_SMEM_X % 8 == 0 && FQ_SMEM_X <= 9216, "staged x fits beside attention's");
-  __shared__ __align__(16) float s_x[FQ_SMEM_X > 0 ? FQ_SMEM_X : 4];  // fq_stage's x
+  static_assert(FQ_SMEM_X % 8 == 0 && FQ_SMEM_X <= 49152, "staged x: a multiple of 8 floats");
+  extern __shared__ __align__(16) float s_x[];  // fq_stage's x: the launch's dynamic memory
   fq_gather_rows<D>(tab, TABLE_MAT, s_ids, M, xs);  // embedding rows, as float32
   fs_grid_sync(sync, ++phase);
   const float* x = xs;

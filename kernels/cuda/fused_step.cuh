@@ -213,9 +213,14 @@ struct FqX {
 };
 
 // The first min(n, FQ_SMEM_X) floats of x into `sm` (every thread of the block calls it,
-// past the grid barrier that published x; the next barrier frees `sm` again).
+// past the grid barrier that published x; the next barrier frees `sm` again). `sm` is the
+// launch's dynamic shared memory (StepKernel asks for FQ_SMEM_X floats); if the launch has
+// less, only what fits is staged and the rest is read from L2, so x is never read past it.
 __device__ __forceinline__ FqX fq_stage(const float* x, int n, float* sm) {
-  const int staged = n < FQ_SMEM_X ? n : FQ_SMEM_X;
+  unsigned int bytes;
+  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(bytes));
+  const int room = min(FQ_SMEM_X, static_cast<int>(bytes / 32) * 8);  // whole slices
+  const int staged = n < room ? n : room;
   if (FQ_SMEM_X > 0) {
     for (int i = threadIdx.x * 4; i < staged; i += blockDim.x * 4)
       *reinterpret_cast<float4*>(sm + i) = __ldcg(reinterpret_cast<const float4*>(x + i));

@@ -200,6 +200,7 @@ def test_one_launch_step_reads_the_weights_as_stored(tiny_models, q4_k_m, source
         "FQ_BLOCKS=2",
         "FQ_SMEM_X=64",  # x staged in part: a verify's rows past the first from L2
         "FQ_SMEM_X=0",  # every warp reads x from L2
+        "FQ_SMEM_X=32768,FQ_VERIFY_ROWS=8",  # past 48 KB: the launch's attribute
         "FQ_STREAM=1,FQ_SLICES=16,FQ_VERIFY_ROWS=4",
     ],
 )

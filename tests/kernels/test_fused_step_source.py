@@ -224,6 +224,11 @@ def test_build_knobs_are_named_and_checked():
         parse_configs("8:0")
     with pytest.raises(ValueError, match="FQ_BLOCKS"):
         fs.formats_header((4,), {"FQ_BLOCKS": 0})
+    with pytest.raises(ValueError, match="FQ_SMEM_X must be a multiple of 8"):
+        fs.formats_header((4,), {"FQ_SMEM_X": 100})
+    with pytest.raises(ValueError, match="blocks fit"):
+        fs.formats_header((4,), {"FQ_SMEM_X": 32768, "FQ_BLOCKS": 2})
+    assert "#define FQ_SMEM_X 16384" in fs.formats_header((4,), {"FQ_SMEM_X": 16384})
     assert "__launch_bounds__" not in fs.formats_header((4,))
     assert "#define FQ_VERIFY_ROWS 2" in fs.formats_header((4,))
     with pytest.raises(ValueError, match="FQ_TYPO"):
