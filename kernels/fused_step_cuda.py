@@ -86,9 +86,17 @@ def input_names(num_layers: int) -> list[str]:
 # The build knobs (kernels/cuda/fused_step.cuh, fused_step.cu) and the engine's values:
 # slices of words a warp loads at once, whether it decodes them as used, rows of x a
 # verify's pass takes, blocks an SM (more warps to keep loads in flight, in half the
-# registers each), floats of a phase's x a block copies into shared memory (0: x is read
-# from L2 by every warp). Every choice gives a row the same bits.
-TUNING = {"FQ_SLICES": 8, "FQ_STREAM": 0, "FQ_VERIFY_ROWS": 2, "FQ_BLOCKS": 1, "FQ_SMEM_X": 8192}
+# registers each; the verify's build may differ), floats of a phase's x a block copies
+# into shared memory (0: x is read from L2 by every warp). Every choice gives a row the
+# same bits.
+TUNING = {
+    "FQ_SLICES": 8,
+    "FQ_STREAM": 0,
+    "FQ_VERIFY_ROWS": 2,
+    "FQ_BLOCKS": 1,
+    "FQ_SMEM_X": 8192,
+    "FQ_VERIFY_BLOCKS": 0,  # blocks an SM of the verify build; 0: FQ_BLOCKS
+}
 # shared memory an SM lends the staged x of its blocks (an H100/H200 SM has 228 KB; the
 # attention's own arrays and the runtime's reserve take the rest)
 SMEM_X_BYTES_PER_SM = 192 << 10
@@ -112,26 +120,39 @@ _BOUNDED_GLOBAL = (
 )
 
 
-def formats_header(formats: tuple[int, ...], tuning: dict[str, int] | None = None) -> str:
+def blocks_per_sm(tuning: dict[str, int], verify: bool) -> int:
+    """Blocks an SM of the decode build (one row) or the verify build (up to MAX_ROWS)."""
+    knobs = TUNING | tuning
+    return (knobs["FQ_VERIFY_BLOCKS"] or knobs["FQ_BLOCKS"]) if verify else knobs["FQ_BLOCKS"]
+
+
+def formats_header(
+    formats: tuple[int, ...], tuning: dict[str, int] | None = None, verify: bool = False
+) -> str:
     """The FQ_FORMATS list the weight dispatch is built for and the build's knobs (before
-    the step header)."""
+    the step header), for the decode build or, with `verify`, the verify build."""
     knobs = TUNING | (tuning or {})
     unknown = set(knobs) - set(TUNING)
     if unknown:
         raise ValueError(f"unknown step kernel knobs {sorted(unknown)}")
-    if not 1 <= knobs["FQ_BLOCKS"] <= 4:
-        raise ValueError(f"FQ_BLOCKS must be 1..4, not {knobs['FQ_BLOCKS']}")
+    if not 1 <= knobs["FQ_BLOCKS"] <= 4 or not 0 <= knobs["FQ_VERIFY_BLOCKS"] <= 4:
+        raise ValueError(
+            f"FQ_BLOCKS must be 1..4 and FQ_VERIFY_BLOCKS 0..4, not {knobs['FQ_BLOCKS']} "
+            f"and {knobs['FQ_VERIFY_BLOCKS']}"
+        )
     staged = knobs["FQ_SMEM_X"]
-    if staged < 0 or staged % 8 or knobs["FQ_BLOCKS"] * 4 * staged > SMEM_X_BYTES_PER_SM:
+    most = max(blocks_per_sm(knobs, False), blocks_per_sm(knobs, True))
+    if staged < 0 or staged % 8 or most * 4 * staged > SMEM_X_BYTES_PER_SM:
         raise ValueError(
             f"FQ_SMEM_X must be a multiple of 8 whose blocks fit "
-            f"{SMEM_X_BYTES_PER_SM} bytes an SM, not {staged} x {knobs['FQ_BLOCKS']} blocks"
+            f"{SMEM_X_BYTES_PER_SM} bytes an SM, not {staged} x {most} blocks"
         )
     lines = ["#define FQ_FORMATS(X) " + " ".join(f"X({f})" for f in formats)]
     lines += [f"#define {name} {int(value)}" for name, value in knobs.items()]
     header = "\n".join(lines) + "\n"
-    if knobs["FQ_BLOCKS"] > 1:
-        header += _BOUNDED_GLOBAL.format(threads=THREADS, blocks=knobs["FQ_BLOCKS"])
+    blocks = blocks_per_sm(knobs, verify)
+    if blocks > 1:
+        header += _BOUNDED_GLOBAL.format(threads=THREADS, blocks=blocks)
     return header
 
 
@@ -210,19 +231,24 @@ class StepKernel:
         self.tuning = TUNING | (tuning or {})
         key = f"{shapes!r}/{num_layers}/{formats}/{sorted(self.tuning.items())}"
         tag = hashlib.sha1(key.encode()).hexdigest()[:10]
-        self.blocks = sm_count() * self.tuning["FQ_BLOCKS"]  # all resident at once
+        # blocks of the decode build and of the verify build, all resident at once
+        self.blocks = sm_count() * blocks_per_sm(self.tuning, verify=False)
+        self.verify_blocks = sm_count() * blocks_per_sm(self.tuning, verify=True)
         self._scratch: mx.array | None = None
-        self._kernel: Any = mx.fast.cuda_kernel(
-            name=f"{self.name}_{tag}",
-            input_names=input_names(num_layers),
-            output_names=[name for name, _ in self.outputs(1)],
-            source=self.source(),
-            header=self.header(),
-            shared_memory=4 * self.tuning["FQ_SMEM_X"],  # the staged x (fq_stage)
-        )
+        self._kernels: dict[bool, Any] = {  # by verify: each build its own launch bounds
+            verify: mx.fast.cuda_kernel(
+                name=f"{self.name}_{tag}_{'v' if verify else 'd'}",
+                input_names=input_names(num_layers),
+                output_names=[name for name, _ in self.outputs(1)],
+                source=self.source(),
+                header=self.header(verify),
+                shared_memory=4 * self.tuning["FQ_SMEM_X"],  # the staged x (fq_stage)
+            )
+            for verify in (False, True)
+        }
 
-    def header(self) -> str:
-        return formats_header(self.formats, self.tuning) + STEP_HEADER
+    def header(self, verify: bool = False) -> str:
+        return formats_header(self.formats, self.tuning, verify) + STEP_HEADER
 
     def source(self) -> str:
         return step_source(self.s, self.L)
@@ -282,16 +308,18 @@ class StepKernel:
         if prefetch is None:
             prefetch = self.prefetch and weights.layer_bytes <= PREFETCH_LAYER_BYTES
         tables = [weights.meta, weights.words, weights.scales, weights.biases]
-        outs: list[mx.array] = self._kernel(
+        verify = M > 1
+        blocks = self.verify_blocks if verify else self.blocks
+        outs: list[mx.array] = self._kernels[verify](
             inputs=[ids, pos, scratch, *tables, *norms, *keys, *values],
             template=[
                 ("T", dtype),
                 ("HEAD_MODE", head_mode),
                 ("CK", chunk_keys(s.head_dim, dtype.size)),
                 ("PREFETCH", int(prefetch)),
-                ("MAXM", 1 if M == 1 else MAX_ROWS),  # decode's own build: fewer registers
+                ("MAXM", MAX_ROWS if verify else 1),  # decode's own build: fewer registers
             ],
-            grid=(self.blocks * THREADS, 1, 1),
+            grid=(blocks * THREADS, 1, 1),
             threadgroup=(THREADS, 1, 1),
             output_shapes=shapes,
             output_dtypes=[mx.float32] + [mx.uint32] * (len(shapes) - 1),

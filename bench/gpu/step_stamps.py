@@ -43,8 +43,8 @@ class StampedStepKernel(fused_step_cuda.StepKernel):
             raise ValueError("the stamped step has no layout for q/k norm's sixth barrier")
         super().__init__(shapes, num_layers, *args, **kwargs)  # type: ignore[arg-type]
 
-    def header(self) -> str:
-        return fused_step_cuda.formats_header(self.formats, self.tuning) + STAMPED_HEADER
+    def header(self, verify: bool = False) -> str:
+        return fused_step_cuda.formats_header(self.formats, self.tuning, verify) + STAMPED_HEADER
 
     def source(self) -> str:
         return stamped_source(self.s, self.L)

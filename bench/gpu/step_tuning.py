@@ -27,19 +27,22 @@ from engine.loader import load_model
 from kernels.fused_step_cuda import TUNING, StepKernel
 
 DEFAULT_CONFIGS = (
-    "8:0:2:1:0,8:0:2:1,8:0:2:2,8:0:2:2:16384,8:0:2:3,8:0:4:1:32768,8:0:8:1:32768,8:0:2:4"
+    "8:0:2:1:0,8:0:2:1,8:0:2:2,8:0:2:2:16384,8:0:2:3,8:0:2:4,"
+    "8:0:4:2:16384:1,8:0:8:2:16384:1,8:0:8:1:32768"
 )
-_FIELDS = ["FQ_SLICES", "FQ_STREAM", "FQ_VERIFY_ROWS", "FQ_BLOCKS", "FQ_SMEM_X"]
+_FIELDS = ["FQ_SLICES", "FQ_STREAM", "FQ_VERIFY_ROWS", "FQ_BLOCKS", "FQ_SMEM_X", "FQ_VERIFY_BLOCKS"]
 
 
 def parse_configs(text: str) -> list[dict[str, int]]:
-    """ "slices:stream:rows[:blocks[:smem]],..." as TUNING dicts (the fields left out take
-    the engine's values)."""
+    """ "slices:stream:rows[:blocks[:smem[:verify_blocks]]],..." as TUNING dicts (the
+    fields left out take the engine's values)."""
     out = []
     for item in text.split(","):
         values = [int(v) for v in item.split(":")]
         if not 3 <= len(values) <= len(_FIELDS):
-            raise SystemExit(f"a configuration is slices:stream:rows[:blocks[:smem]], not {item!r}")
+            raise SystemExit(
+                f"a configuration is slices:stream:rows[:blocks[:smem[:vblocks]]], not {item!r}"
+            )
         out.append(
             {name: TUNING[name] for name in _FIELDS}
             | dict(zip(_FIELDS[: len(values)], values, strict=True))

@@ -216,7 +216,14 @@ def test_build_knobs_are_named_and_checked():
     from bench.gpu.step_tuning import parse_configs
 
     assert parse_configs("16:1:4") == [
-        {"FQ_SLICES": 16, "FQ_STREAM": 1, "FQ_VERIFY_ROWS": 4, "FQ_BLOCKS": 1, "FQ_SMEM_X": 8192}
+        {
+            "FQ_SLICES": 16,
+            "FQ_STREAM": 1,
+            "FQ_VERIFY_ROWS": 4,
+            "FQ_BLOCKS": 1,
+            "FQ_SMEM_X": 8192,
+            "FQ_VERIFY_BLOCKS": 0,
+        }
     ]
     assert parse_configs("8:0:2:2")[0]["FQ_BLOCKS"] == 2
     assert parse_configs("8:0:2:1:0")[0]["FQ_SMEM_X"] == 0
@@ -229,6 +236,17 @@ def test_build_knobs_are_named_and_checked():
     with pytest.raises(ValueError, match="blocks fit"):
         fs.formats_header((4,), {"FQ_SMEM_X": 32768, "FQ_BLOCKS": 2})
     assert "#define FQ_SMEM_X 16384" in fs.formats_header((4,), {"FQ_SMEM_X": 16384})
+    assert parse_configs("8:0:8:2:16384:1")[0]["FQ_VERIFY_BLOCKS"] == 1
+
+
+def test_the_verify_build_may_take_its_own_blocks():
+    """Two blocks an SM for decode, one for a verify of 8 rows a pass: each build states
+    its own launch bounds (MAXM is a template argument, the bounds are in the header)."""
+    tuning = {"FQ_BLOCKS": 2, "FQ_VERIFY_BLOCKS": 1}
+    assert (fs.blocks_per_sm(tuning, False), fs.blocks_per_sm(tuning, True)) == (2, 1)
+    assert "__launch_bounds__(256, 2)" in fs.formats_header((4,), tuning, verify=False)
+    assert "__launch_bounds__" not in fs.formats_header((4,), tuning, verify=True)
+    assert fs.blocks_per_sm({"FQ_BLOCKS": 2}, True) == 2  # 0: as the decode build
     assert "__launch_bounds__" not in fs.formats_header((4,))
     assert "#define FQ_VERIFY_ROWS 2" in fs.formats_header((4,))
     with pytest.raises(ValueError, match="FQ_TYPO"):
