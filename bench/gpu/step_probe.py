@@ -75,7 +75,8 @@ def probe(model: Any, context: int, prefetch: bool) -> dict[str, Any]:
 
     timeit("none_eval_ms", lambda: mx.eval(*call(0)))
     timeit("last_eval_ms", lambda: mx.eval(*call(1)))
-    stamped = StampedStepKernel(f.step_kernel.s, f.step_kernel.L, f.weights.formats, prefetch)
+    kernel = f.step_kernel  # the engine's build: its tuning too
+    stamped = StampedStepKernel(kernel.s, kernel.L, f.weights.formats, prefetch, kernel.tuning)
     runs = []
     for _ in range(20):
         logits, _, status, stamps = stamped.launch(

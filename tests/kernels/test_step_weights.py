@@ -6,6 +6,8 @@ parts and a tied head; what the table can't hold is refused by name."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import mlx.core as mx
 import numpy as np
 import pytest
@@ -158,3 +160,13 @@ def test_the_table_reads_what_the_loader_stored_not_the_compute_copy():
         np.testing.assert_array_equal(read_row(table, 0, row, 64), want[row])
     ops.forget_stored()
     assert ops.stored(qkv) is qkv
+
+
+def test_the_kernels_float_of_a_code_is_the_code():
+    """fused_step.cuh turns a code q into a float as the float of bits 0x4B000000 | q
+    minus 2^23 (no integer conversion): exact for every code of every width it reads."""
+    q = np.arange(256, dtype=np.uint32)
+    as_float = (np.uint32(0x4B000000) | q).view(np.float32) - np.float32(8388608.0)
+    np.testing.assert_array_equal(as_float, q.astype(np.float32))
+    source = (Path(__file__).parents[2] / "kernels" / "cuda" / "fused_step.cuh").read_text()
+    assert "__uint_as_float(0x4B000000u | q)" in source
