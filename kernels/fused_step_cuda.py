@@ -131,10 +131,25 @@ def formats_header(
 ) -> str:
     """The FQ_FORMATS list the weight dispatch is built for and the build's knobs (before
     the step header), for the decode build or, with `verify`, the verify build."""
-    knobs = TUNING | (tuning or {})
+    knobs = check_tuning(tuning or {})
+    lines = ["#define FQ_FORMATS(X) " + " ".join(f"X({f})" for f in formats)]
+    lines += [f"#define {name} {int(value)}" for name, value in knobs.items()]
+    header = "\n".join(lines) + "\n"
+    blocks = blocks_per_sm(knobs, verify)
+    if blocks > 1:
+        header += _BOUNDED_GLOBAL.format(threads=THREADS, blocks=blocks)
+    return header
+
+
+def check_tuning(tuning: dict[str, int]) -> dict[str, int]:
+    """TUNING with `tuning` over it; ValueError naming a knob that is unknown or out of
+    range (BRANCHCHAT_STEP_TUNING is checked here at load, on any machine)."""
+    knobs = TUNING | tuning
     unknown = set(knobs) - set(TUNING)
     if unknown:
-        raise ValueError(f"unknown step kernel knobs {sorted(unknown)}")
+        raise ValueError(
+            f"unknown step kernel knobs {sorted(unknown)} (known: {', '.join(TUNING)})"
+        )
     if not 1 <= knobs["FQ_BLOCKS"] <= 4 or not 0 <= knobs["FQ_VERIFY_BLOCKS"] <= 4:
         raise ValueError(
             f"FQ_BLOCKS must be 1..4 and FQ_VERIFY_BLOCKS 0..4, not {knobs['FQ_BLOCKS']} "
@@ -147,13 +162,7 @@ def formats_header(
             f"FQ_SMEM_X must be a multiple of 8 whose blocks fit "
             f"{SMEM_X_BYTES_PER_SM} bytes an SM, not {staged} x {most} blocks"
         )
-    lines = ["#define FQ_FORMATS(X) " + " ".join(f"X({f})" for f in formats)]
-    lines += [f"#define {name} {int(value)}" for name, value in knobs.items()]
-    header = "\n".join(lines) + "\n"
-    blocks = blocks_per_sm(knobs, verify)
-    if blocks > 1:
-        header += _BOUNDED_GLOBAL.format(threads=THREADS, blocks=blocks)
-    return header
+    return knobs
 
 
 def output_names() -> list[str]:

@@ -136,8 +136,7 @@ class FusedDecode:
             mode = "step" if one_launch else "layers"
         if mode not in ("step", "layers"):
             raise ValueError(f"fused decode mode must be 'step' or 'layers', not {mode!r}")
-        reason = unsupported_reason(model, step=mode == "step")
-        if reason:
+        if reason := unsupported_reason(model, step=mode == "step"):
             raise ValueError(f"fused decode: {reason}")
         # the MLX backend (unsupported_reason checked): its dequantize, and embed of device ids
         ops: Any = model.ops
@@ -152,8 +151,7 @@ class FusedDecode:
         if mode == "step":
             from kernels.fused_step_cuda import StepKernel, tuning_for
 
-            reason = step_unsupported_reason(model)
-            if reason:
+            if reason := step_unsupported_reason(model):
                 raise ValueError(f"fused step: unsupported {reason}")
             self.weights = step_weights.build(step_weights.model_matrices(model), 4 * len(layers))
             table = rope_table(model)
@@ -168,7 +166,7 @@ class FusedDecode:
             ]
             mx.eval(*self.norms)
             tuning = tuning_for(self.weights.layer_bytes) | (step_tuning or {})
-            self.step_kernel = StepKernel(shapes, len(layers), self.weights.formats, tuning=tuning)
+            self.step_kernel = StepKernel(shapes, len(layers), self.weights.formats, True, tuning)
         else:
             self._dense_copy()
         self.mode = mode

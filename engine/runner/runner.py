@@ -46,6 +46,7 @@ def fused_decode_for(model: DecoderModel, config: EngineConfig) -> FusedDecode |
     size (it reads the weights as stored), the five kernels where their dense copy is
     small. Compiling the plain MLX step into one graph was measured slower on the H200
     (docs/h200/earlier/decode_compiled.json) and is gone."""
+    step_tuning = parse_step_tuning(config.step_tuning) if config.step_tuning else None
     usable = fused_decode_cuda.is_available() and config.fused
     if not usable:
         return None
@@ -59,7 +60,7 @@ def fused_decode_for(model: DecoderModel, config: EngineConfig) -> FusedDecode |
             model,
             compiled=config.fused_compile,
             mode=config.fused_mode,
-            step_tuning=parse_step_tuning(config.step_tuning) if config.step_tuning else None,
+            step_tuning=step_tuning,
         )
     except Exception:  # an older toolkit or GPU: the plain MLX path still works
         log.exception("fused CUDA decode unavailable; using the plain MLX path")
@@ -103,6 +104,10 @@ class ModelRunner:
     @classmethod
     def for_device(cls, model: DecoderModel, config: EngineConfig) -> ModelRunner:
         """The fastest exact path on MLX's default device for `model` under `config`."""
+        if config.step_tuning:  # a knob's name or value is refused at load, on any machine
+            from kernels.fused_step_cuda import check_tuning
+
+            check_tuning(parse_step_tuning(config.step_tuning))
         on_gpu = model.ops.name == "mlx" and mx.default_device() == mx.gpu
         fused = fused_decode_for(model, config) if on_gpu else None
         forget = getattr(model.ops, "forget_stored", None)

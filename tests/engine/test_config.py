@@ -114,6 +114,19 @@ def test_the_step_kernels_knobs_are_read_by_name() -> None:
     assert parse_step_tuning(config.step_tuning or "") == {"FQ_BLOCKS": 2, "FQ_SMEM_X": 8192}
 
 
+def test_an_unknown_step_knob_is_refused_at_load(tiny_models) -> None:
+    from engine.loader import load_model
+
+    path, _ = tiny_models.gguf(qtype="F32")
+    config = EngineConfig(backend="numpy", step_tuning="FQ_SLICE=8")
+    with pytest.raises(
+        ValueError, match="unknown step kernel knobs .'FQ_SLICE'. .known: FQ_SLICES"
+    ):
+        load_model(path, config)
+    with pytest.raises(ValueError, match="FQ_BLOCKS must be 1..4"):
+        load_model(path, EngineConfig(backend="numpy", step_tuning="FQ_BLOCKS=9"))
+
+
 def test_unset_variables_give_the_defaults() -> None:
     assert EngineConfig.from_environment({}) == EngineConfig()
     config = EngineConfig()
