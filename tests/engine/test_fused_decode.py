@@ -205,12 +205,14 @@ def test_one_launch_step_reads_the_weights_as_stored(tiny_models, q4_k_m, source
         "FQ_STREAM=1,FQ_SLICES=16,FQ_VERIFY_ROWS=4",
     ],
 )
-def test_every_build_knob_gives_a_row_the_same_bits(q4_k_m, tuning):
+@pytest.mark.parametrize("source", ["tiny-llama", "tiny-qwen3"])
+def test_every_build_knob_gives_a_row_the_same_bits(q4_k_m, tuning, source):
     """Each knob of kernels/fused_step_cuda.TUNING changes where the work runs, not what a
-    row computes: steps and verify rows in the default dtype equal the engine build's."""
+    row computes: steps and verify rows in the default dtype equal the engine build's
+    (Qwen3: with the q/k norms' phase)."""
     from engine.config import parse_step_tuning
 
-    path = q4_k_m("tiny-llama")
+    path = q4_k_m(source)
     out = []
     for config in (EngineConfig(backend="mlx"), EngineConfig(backend="mlx", step_tuning=tuning)):
         lm = load_model(path, config)
