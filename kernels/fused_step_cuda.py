@@ -96,6 +96,8 @@ TUNING = {
     "FQ_BLOCKS": 1,
     "FQ_SMEM_X": 8192,
     "FQ_VERIFY_BLOCKS": 0,  # blocks an SM of the verify build; 0: FQ_BLOCKS
+    "FQ_BARRIER": 0,  # the grid barrier: 0 full fences, 1 release add and acquire loads
+    "FQ_L1_PREFETCH": 0,  # 1: a warp's first row of the next phase into L1 before a barrier
 }
 # shared memory an SM lends the staged x of its blocks (an H100/H200 SM has 228 KB; the
 # attention's own arrays and the runtime's reserve take the rest)

@@ -27,21 +27,31 @@ from engine.loader import load_model
 from kernels.fused_step_cuda import TUNING, StepKernel
 
 DEFAULT_CONFIGS = (
-    "8:0:2:1:0,8:0:2:1,8:0:2:2,8:0:2:2:16384,8:0:2:3,8:0:2:4,"
-    "8:0:4:2:16384:1,8:0:8:2:16384:1,8:0:8:1:32768"
+    "8:0:2:1:0,8:0:2:1,8:0:2:2,8:0:2:2:16384,8:0:2:3,8:0:2:4,8:0:4:2:16384:1,"
+    "8:0:8:2:16384:1,8:0:8:1:32768,8:0:2:1:8192:0:1,8:0:2:1:8192:0:0:1,8:0:2:2:8192:0:1:1"
 )
-_FIELDS = ["FQ_SLICES", "FQ_STREAM", "FQ_VERIFY_ROWS", "FQ_BLOCKS", "FQ_SMEM_X", "FQ_VERIFY_BLOCKS"]
+_FIELDS = [
+    "FQ_SLICES",
+    "FQ_STREAM",
+    "FQ_VERIFY_ROWS",
+    "FQ_BLOCKS",
+    "FQ_SMEM_X",
+    "FQ_VERIFY_BLOCKS",
+    "FQ_BARRIER",
+    "FQ_L1_PREFETCH",
+]
 
 
 def parse_configs(text: str) -> list[dict[str, int]]:
-    """ "slices:stream:rows[:blocks[:smem[:verify_blocks]]],..." as TUNING dicts (the
-    fields left out take the engine's values)."""
+    """ "slices:stream:rows[:blocks[:smem[:verify_blocks[:barrier[:l1]]]]],..." as TUNING
+    dicts (the fields left out take the engine's values)."""
     out = []
     for item in text.split(","):
         values = [int(v) for v in item.split(":")]
         if not 3 <= len(values) <= len(_FIELDS):
             raise SystemExit(
-                f"a configuration is slices:stream:rows[:blocks[:smem[:vblocks]]], not {item!r}"
+                "a configuration is slices:stream:rows[:blocks:smem:vblocks:barrier:l1], "
+                f"not {item!r}"
             )
         out.append(
             {name: TUNING[name] for name in _FIELDS}
@@ -112,7 +122,7 @@ def probe(model: Any, configs: list[dict[str, int]], context: int, repeats: int)
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default=None, help="a .gguf file (default: the default model)")
-    ap.add_argument("--configs", default=DEFAULT_CONFIGS, help="slices:stream:rows[:b[:s]],...")
+    ap.add_argument("--configs", default=DEFAULT_CONFIGS, help="slices:stream:rows[:...],...")
     ap.add_argument("--contexts", type=int, nargs="+", default=[128, 2048])
     ap.add_argument("--repeats", type=int, default=50)
     ap.add_argument("--out", default=None)

@@ -25,6 +25,13 @@
   constexpr int HD = H * DH;
   const FqTable tab{meta, words, scales, biases};
   constexpr int HEAD_MAT = 4 * L, TABLE_MAT = 4 * L + 1;  // the head's and the table's rows
+  auto fs_prefetch_qkv = [&](int layer) {  // the first pair of q/k/v rows this warp takes
+    if (gw < PAIRS) {
+      int n0, n1, fi;
+      fd_qkv_pair<H, HKV, DH, TRADITIONAL>(gw, n0, n1, fi);
+      fq_prefetch_row(tab, 4 * layer, n0);
+    }
+  };
 #ifndef FQ_VERIFY_ROWS
 #define FQ_VERIFY_ROWS 2
 #endif
@@ -45,6 +52,7 @@
   static_assert(FQ_SMEM_X % 8 == 0 && FQ_SMEM_X <= 49152, "staged x: a multiple of 8 floats");
   extern __shared__ __align__(16) float s_x[];  // fq_stage's x: the launch's dynamic memory
   fq_gather_rows<D>(tab, TABLE_MAT, s_ids, M, xs);  // embedding rows, as float32
+  fs_prefetch_qkv(0);
   fs_grid_sync(sync, ++phase);
   const float* x = xs;
   for (int l = 0; l < L; ++l) {
@@ -268,9 +276,14 @@
         __syncthreads();  // shared memory is free for the next item
       }
     }
+    if (gw < D) fq_prefetch_row(tab, 4 * l + 1, gw);
     fs_grid_sync(sync, ++phase);
     // -- C: o_proj + residual -> hs
     fq_residual_phase<HD, D, G>(tab, 4 * l + 1, ao, x, hs, M, gw, nw, s_x);
+    if (gw < F / 2) {
+      fq_prefetch_row(tab, 4 * l + 2, 2 * gw);
+      fq_prefetch_row(tab, 4 * l + 2, F + 2 * gw);
+    }
     fs_grid_sync(sync, ++phase);
     // -- D: norm + gate/up + SiLU(gate) * up -> act; a warp takes outputs n, n + 1
     const FqX xh = fq_stage(hs, M * D, s_x);
@@ -301,9 +314,12 @@
         }
       }
     }
+    if (gw < D) fq_prefetch_row(tab, 4 * l + 3, gw);
     fs_grid_sync(sync, ++phase);
     // -- E: down + residual -> xs
     fq_residual_phase<F, D, G>(tab, 4 * l + 3, act, hs, xs, M, gw, nw, s_x);
+    if (l + 1 < L) fs_prefetch_qkv(l + 1);
+    else if (HEAD_MODE != 0 && 4 * gw < V) fq_prefetch_row(tab, HEAD_MAT, 4 * gw);
     fs_grid_sync(sync, ++phase);
     x = xs;
   }

@@ -441,6 +441,32 @@ __device__ __forceinline__ void fq_gather_rows(
   }
 }
 
+// FQ_L1_PREFETCH 1: before the barrier ahead of a phase, each warp asks for the first
+// 2,048 weights of the row it takes first in that phase (and their scales and biases) in
+// its SM's L1, a line a lane, so their latency overlaps the barrier's wait (weights are
+// read-only: L1 holds no stale copy). Which loads run, and their values, are unchanged.
+#ifndef FQ_L1_PREFETCH
+#define FQ_L1_PREFETCH 0
+#endif
+__device__ __forceinline__ void fq_prefetch_row(const FqTable& t, int mat, int row) {
+  if (!FQ_L1_PREFETCH) return;
+  FqPart p;
+  int r;
+  const int fmt = t.part(mat, row, p, r);
+  const int lane = threadIdx.x % 32;
+  const int bits = fmt <= 8 ? fmt : (fmt == FQ_F32 ? 32 : 16);
+  const char* w = reinterpret_cast<const char*>(p.w + (size_t)r * p.row_words);
+  const int wbytes = min(p.row_words * 4, 2048 * bits / 8);  // at most 16 lines
+  if (lane < 16 && lane * 128 < wbytes)
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(w + lane * 128));
+  if (fmt <= 8 && lane >= 16) {  // 8 lines of scales, then 8 of biases
+    const int gbytes = min(p.gpr, 2048 >> p.shift) * 4, i = lane % 8;
+    const float* g = (lane < 24 ? p.s : p.b) + (size_t)r * p.gpr;
+    if (i * 128 < gbytes)
+      asm volatile("prefetch.global.L1 [%0];" ::"l"(reinterpret_cast<const char*>(g) + i * 128));
+  }
+}
+
 // A RoPE pair (s0, s1) rotated to position `pos` at inverse frequency f
 __device__ __forceinline__ void fs_rotate(float& s0, float& s1, int pos, float f) {
   float sn, cs;
@@ -459,21 +485,40 @@ __device__ __forceinline__ void fs_prefetch_l2(const void* p, size_t bytes) {
 }
 
 // Grid-wide barrier on a counter that grows by gridDim.x a phase (zeroed each launch):
-// the block's writes are ordered before thread 0's fence by the block barrier, as in
+// the block's writes are ordered before thread 0's arrival by the block barrier, as in
 // cooperative groups. flags[1] records a timeout (blocks not co-resident) instead of a
-// hang.
+// hang. FQ_BARRIER 0 arrives after a full fence and leaves after another; 1 arrives with
+// a release add and waits with acquire loads (the same ordering, without the fences'
+// wait for every outstanding access).
+#ifndef FQ_BARRIER
+#define FQ_BARRIER 0
+#endif
+__device__ __forceinline__ unsigned int fs_load_acquire(const unsigned int* p) {
+  unsigned int v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
 __device__ __forceinline__ void fs_grid_sync(unsigned int* flags, unsigned int epoch) {
   __syncthreads();
   if (threadIdx.x == 0) {
-    __threadfence();
-    atomicAdd(flags, 1u);
     const unsigned int target = epoch * gridDim.x;
     const long long start = clock64();
-    while (*reinterpret_cast<volatile unsigned int*>(flags) < target) {
-      if (*reinterpret_cast<volatile unsigned int*>(flags + 1)) break;
-      if (clock64() - start > (1ll << 32)) { atomicExch(flags + 1, 1u); break; }
+    if (FQ_BARRIER) {
+      asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(flags) : "memory");
+      while (fs_load_acquire(flags) < target) {
+        if (fs_load_acquire(flags + 1)) break;
+        if (clock64() - start > (1ll << 32)) { atomicExch(flags + 1, 1u); break; }
+      }
+    } else {
+      __threadfence();
+      atomicAdd(flags, 1u);
+      while (*reinterpret_cast<volatile unsigned int*>(flags) < target) {
+        if (*reinterpret_cast<volatile unsigned int*>(flags + 1)) break;
+        if (clock64() - start > (1ll << 32)) { atomicExch(flags + 1, 1u); break; }
+      }
+      __threadfence();
     }
-    __threadfence();
   }
   __syncthreads();
 }

@@ -206,7 +206,8 @@ def test_a_two_block_build_keeps_its_registers_for_two_blocks(tmp_path):
 def test_the_streaming_dot_products_compile(tmp_path, maxm, head_mode):
     """bench/gpu/step_tuning.py's other builds: words decoded as used, deeper chunks, more
     rows of x a pass."""
-    tuning = {"FQ_SLICES": 16, "FQ_STREAM": 1, "FQ_VERIFY_ROWS": 4, "FQ_SMEM_X": 8192}
+    tuning = {"FQ_SLICES": 16, "FQ_STREAM": 1, "FQ_VERIFY_ROWS": 4, "FQ_SMEM_X": 8192,
+              "FQ_BARRIER": 1, "FQ_L1_PREFETCH": 1}  # fmt: skip
     source = _step_source(SMOLLM2, 30, "__nv_bfloat16", head_mode, maxm=maxm, tuning=tuning)
     assert "#define FQ_STREAM 1" in source
     _nvcc(tmp_path, source)
@@ -223,6 +224,8 @@ def test_build_knobs_are_named_and_checked():
             "FQ_BLOCKS": 1,
             "FQ_SMEM_X": 8192,
             "FQ_VERIFY_BLOCKS": 0,
+            "FQ_BARRIER": 0,
+            "FQ_L1_PREFETCH": 0,
         }
     ]
     assert parse_configs("8:0:2:2")[0]["FQ_BLOCKS"] == 2

@@ -4,7 +4,7 @@
 # shapes of Llama-3.2-1B and Llama-3.1-8B, each configuration's decode and 8-row verify at
 # 128 and 2,048 tokens, with its logits checked against the engine's build bit for bit.
 # $OUT gets one JSON a model. Usage: bash tools/gpu/tuning_round.sh [configs]
-# (slices:stream:rows[:blocks[:smem[:verify_blocks]]],..., default bench/gpu/step_tuning.py's
+# (slices:stream:rows[:blocks:smem:verify_blocks:barrier:l1],..., default step_tuning.py's
 # DEFAULT_CONFIGS). MODELS="default llama-3.1-8b" picks the models (each ~10 s a
 # configuration and context: split the three over calls of under 600 s); PROBE=1 also
 # times each phase of the engine's build on every model (bench/gpu/step_probe.py --model).
