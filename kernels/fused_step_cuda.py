@@ -102,15 +102,21 @@ TUNING = {
 # shared memory an SM lends the staged x of its blocks (an H100/H200 SM has 228 KB; the
 # attention's own arrays and the runtime's reserve take the rest)
 SMEM_X_BYTES_PER_SM = 192 << 10
-# layers above this size take two blocks an SM (measured on the H200 with
-# bench/gpu/step_tuning.py, docs/BENCHMARKS.md: 1.4-1.6x on Llama-3.2-1B and 3.1-8B shapes,
-# 1.1-1.2x slower on the default model, whose phases are too short to fill 16 warps)
+# layers above this size take two blocks an SM for a decode step and one for a verify
+# (measured on the H200 with bench/gpu/step_tuning.py, docs/BENCHMARKS.md: decode 1.4-1.6x
+# on Llama-3.2-1B and 3.1-8B shapes, 1.1-1.2x slower on the default model, whose phases are
+# too short to fill 16 warps). Their verify takes 4 rows a pass (17% / 5% faster on the 1B
+# at 128 / 2,048 tokens) where the build keeps its registers: the q/k norm phase's spills.
 TWO_BLOCKS_LAYER_BYTES = 8 << 20
+_LARGE = {"FQ_BLOCKS": 2, "FQ_VERIFY_BLOCKS": 1}
+_LARGE_VERIFY = {"FQ_VERIFY_ROWS": 4, "FQ_SMEM_X": 16384}  # x staged: 4 rows of 4,096
 
 
-def tuning_for(layer_bytes: int) -> dict[str, int]:
+def tuning_for(layer_bytes: int, qk_norm: bool = False) -> dict[str, int]:
     """The engine's knobs for a model whose largest layer's table is `layer_bytes`."""
-    return TUNING | {"FQ_BLOCKS": 2 if layer_bytes > TWO_BLOCKS_LAYER_BYTES else 1}
+    if layer_bytes <= TWO_BLOCKS_LAYER_BYTES:
+        return dict(TUNING)
+    return TUNING | _LARGE | ({} if qk_norm else _LARGE_VERIFY)
 
 
 # MLX's cuda_kernel writes the kernel's signature itself (`__global__ void name(...)`), so

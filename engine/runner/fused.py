@@ -165,7 +165,7 @@ class FusedDecode:
                 *self._qk_norms(),
             ]
             mx.eval(*self.norms)
-            tuning = tuning_for(self.weights.layer_bytes) | (step_tuning or {})
+            tuning = tuning_for(self.weights.layer_bytes, shapes.qk_norm) | (step_tuning or {})
             self.step_kernel = StepKernel(shapes, len(layers), self.weights.formats, True, tuning)
         else:
             self._dense_copy()

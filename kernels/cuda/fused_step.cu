@@ -33,7 +33,7 @@
     }
   };
 #ifndef FQ_VERIFY_ROWS
-#define FQ_VERIFY_ROWS 2
+#define FQ_VERIFY_ROWS 4
 #endif
   constexpr int G = MAXM == 1 ? 1 : FQ_VERIFY_ROWS;  // rows a dot product's pass takes
   // attention: a warp takes CK keys of one (row, head); LPK lanes share a key (8 dims
