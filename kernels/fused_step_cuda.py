@@ -98,6 +98,9 @@ TUNING = {
     "FQ_VERIFY_BLOCKS": 0,  # blocks an SM of the verify build; 0: FQ_BLOCKS
     "FQ_BARRIER": 0,  # the grid barrier: 0 full fences, 1 release add and acquire loads
     "FQ_L1_PREFETCH": 0,  # 1: a warp's first row of the next phase into L1 before a barrier
+    # 1: K-quant parts as their factors, 2.5 bytes a group for 8 (kernels/step_factors.py;
+    # the table's layout, which `engine/runner/fused.py` builds by it; the same bits)
+    "FQ_KFACTORS": 0,
 }
 # shared memory an SM lends the staged x of its blocks (an H100/H200 SM has 228 KB; the
 # attention's own arrays and the runtime's reserve take the rest)

@@ -10,8 +10,13 @@ size fits as it is.
 A matrix is up to PARTS row parts (`RowParts`: q|k|v quantized differently, as a Q4_K_M
 file's attn_v often is). The kernel finds a row's part in `meta`:
 
-    meta [matrices, PARTS, FIELDS] int64: first row, first word, first group, words a row,
-    format (2..8: affine bits; F16, BF16, F32: dense), log2 group size, groups a row
+    meta [matrices, PARTS, FIELDS] int64: first row, first word, first slot of `scales`,
+    words a row, format (2..8: affine bits; F16, BF16, F32: dense; 64 or 128 + bits: a
+    K-quant's factors), log2 group size, groups a row, first slot of `biases`
+
+With `k_factors`, a K-quant part whose scales factor exactly (kernels/step_factors.py)
+keeps a uint16 code a group in `scales` (two a float32 slot) and a float16 pair a
+super-block in `biases` (one a slot) instead of a float32 scale and bias a group.
 
 Matrices are numbered as the kernel takes them: layer l's qkv, o, gate_up and down are
 4l .. 4l + 3, then the LM head (4L) and the embedding table (4L + 1; the head's entries
@@ -26,7 +31,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import mlx.core as mx
+import numpy as np
 
+from kernels import step_factors
 from kernels.quantized import QuantizedWeight
 from kernels.row_parts import RowParts
 
@@ -56,8 +63,8 @@ class _Part:
     rows: int
     fmt: int
     words: mx.array  # uint32 [rows, row_words]
-    scales: mx.array | None  # float32 [rows, groups a row]
-    biases: mx.array | None
+    scales: mx.array | None  # float32 [rows, groups a row]; a K-quant's codes as float32
+    biases: mx.array | None  # ... ; its float16 pairs a super-block, as float32
     shift: int
 
 
@@ -91,7 +98,23 @@ def matrix_unsupported(w: Any) -> str | None:
     return None
 
 
-def _part(w: Any) -> _Part:
+def _part(w: Any, k_factors: bool) -> _Part:
+    if isinstance(w, QuantizedWeight) and k_factors:
+        scales, biases = (np.array(a.astype(mx.float32)) for a in (w.scales, w.biases))
+        found = step_factors.factors(w.source, w.bits, scales, biases)
+        if found is not None:
+            fmt, codes, supers = found
+            flat = codes.reshape(-1)
+            if flat.size % 2:
+                flat = np.concatenate([flat, np.zeros(1, dtype=np.uint16)])
+            return _Part(
+                rows=w.shape[0],
+                fmt=fmt,
+                words=w.packed,
+                scales=mx.array(flat.view(np.float32)),
+                biases=mx.array(supers.reshape(-1).view(np.float32)),
+                shift=w.group_size.bit_length() - 1,
+            )
     if isinstance(w, QuantizedWeight):
         return _Part(
             rows=w.shape[0],
@@ -105,29 +128,29 @@ def _part(w: Any) -> _Part:
                  biases=None, shift=0)  # fmt: skip
 
 
-def build(matrices: list[Any], single_part_from: int) -> WeightTable:
+def build(matrices: list[Any], single_part_from: int, k_factors: bool = False) -> WeightTable:
     """The table of `matrices` in kernel order (see the module text); matrices from index
     `single_part_from` on (the head, the table) must be one part each."""
     meta = [[[0] * FIELDS for _ in range(PARTS)] for _ in matrices]
     words: list[mx.array] = []
     scales: list[mx.array] = []
     biases: list[mx.array] = []
-    n_words = n_groups = 0
+    n_words = n_groups = n_bias = 0  # words, slots of scales, slots of biases
     seen: dict[int, int] = {}
-    starts: list[tuple[int, int]] = []
+    starts: list[tuple[int, int, int]] = []
     for index, w in enumerate(matrices):
         reason = matrix_unsupported(w)
         if reason:
             raise ValueError(f"fused step weights: unsupported {reason}")
         if index >= single_part_from and id(w) in seen:  # a tied head and table: one copy
             meta[index] = [list(e) for e in meta[seen[id(w)]]]
-            starts.append((n_words, n_groups))
+            starts.append((n_words, n_groups, n_bias))
             continue
         seen[id(w)] = index
-        parts = [_part(p) for p in (w.parts if isinstance(w, RowParts) else [w])]
+        parts = [_part(p, k_factors) for p in (w.parts if isinstance(w, RowParts) else [w])]
         if index >= single_part_from and len(parts) > 1:
             raise ValueError("fused step weights: the head and the table must be one part each")
-        starts.append((n_words, n_groups))
+        starts.append((n_words, n_groups, n_bias))
         row0 = 0
         for slot in range(PARTS):
             if slot >= len(parts):
@@ -139,14 +162,19 @@ def build(matrices: list[Any], single_part_from: int) -> WeightTable:
                 words.append(mx.zeros((gap,), dtype=mx.uint32))
                 n_words += gap
             row_words = int(p.words.shape[1])
-            gpr = int(p.scales.shape[1]) if p.scales is not None else 0
-            meta[index][slot] = [row0, n_words, n_groups, row_words, p.fmt, p.shift, gpr, 0]
+            gpr = 0  # groups a row (codes and pairs are flat: from the words)
+            if p.fmt >= step_factors.MIN_KIND:
+                gpr = (row_words * 32 // (p.fmt & 15)) >> p.shift
+            elif p.scales is not None:
+                gpr = int(p.scales.shape[1])
+            meta[index][slot] = [row0, n_words, n_groups, row_words, p.fmt, p.shift, gpr, n_bias]
             words.append(p.words.reshape(-1))
             n_words += p.rows * row_words
             if p.scales is not None and p.biases is not None:
                 scales.append(p.scales.reshape(-1))
                 biases.append(p.biases.reshape(-1))
-                n_groups += p.rows * gpr
+                n_groups += int(p.scales.size)
+                n_bias += int(p.biases.size)
             row0 += p.rows
     words.append(mx.zeros((_PAD_WORDS,), dtype=mx.uint32))
     scales.append(mx.zeros((1,), dtype=mx.float32))  # never empty
@@ -163,12 +191,12 @@ def build(matrices: list[Any], single_part_from: int) -> WeightTable:
     return table
 
 
-def _largest_layer(starts: list[tuple[int, int]], layer_matrices: int) -> int:
+def _largest_layer(starts: list[tuple[int, int, int]], layer_matrices: int) -> int:
     """Bytes of the largest layer (four matrices) between consecutive layer starts."""
     largest = 0
     for first in range(0, min(layer_matrices, len(starts) - 4), 4):
-        (w0, g0), (w1, g1) = starts[first], starts[first + 4]
-        largest = max(largest, 4 * (w1 - w0) + 8 * (g1 - g0))
+        begin, end = starts[first], starts[first + 4]
+        largest = max(largest, 4 * sum(e - b for b, e in zip(begin, end, strict=True)))
     return largest
 
 
@@ -181,3 +209,10 @@ def model_matrices(model: Any) -> list[Any]:
     for layer in model.layers:
         out += [layer.mixer.qkv.w, layer.mixer.o.w, layer.mlp.gate_up.w, layer.mlp.down.w]
     return [stored(w) for w in (*out, model.lm_head, model.embed)]
+
+
+def build_for(model: Any, knobs: dict[str, int]) -> WeightTable:
+    """The table of a full-attention decoder for a step built with `knobs` (FQ_KFACTORS:
+    K-quant parts as their factors)."""
+    matrices = model_matrices(model)
+    return build(matrices, 4 * len(model.layers), k_factors=bool(knobs.get("FQ_KFACTORS")))

@@ -135,6 +135,8 @@ def main() -> None:
     configs = parse_configs(args.configs)
     kernel = model.runner.fused.step_kernel if model.runner.fused else None
     engine = kernel.tuning if kernel is not None else dict(TUNING)  # tuning_for's choice
+    # the table's layout is the engine's (BRANCHCHAT_STEP_TUNING=FQ_KFACTORS=1 at load)
+    configs = [c | {"FQ_KFACTORS": engine.get("FQ_KFACTORS", 0)} for c in configs]
     if engine in configs:
         configs.remove(engine)
     configs.insert(0, engine)  # the engine's build first: the reference

@@ -149,11 +149,11 @@ class FusedDecode:
         self.step_kernel: Any = None
         self.stacked: list[mx.array] = []  # the five kernels' dense copy, made when used
         if mode == "step":
-            from kernels.fused_step_cuda import StepKernel, tuning_for
+            from kernels.fused_step_cuda import StepKernel, check_tuning, tuning_for
 
             if reason := step_unsupported_reason(model):
                 raise ValueError(f"fused step: unsupported {reason}")
-            self.weights = step_weights.build(step_weights.model_matrices(model), 4 * len(layers))
+            self.weights = step_weights.build_for(model, check_tuning(step_tuning or {}))
             table = rope_table(model)
             if table is None:
                 raise ValueError("fused step: the layers rotate by different tables")

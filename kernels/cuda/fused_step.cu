@@ -62,9 +62,10 @@
       // (a layer's matrices lie together in the table, followed by the next one's)
       const int64_t w0 = tab.field(4 * (l + 1), 0, FQ_WORDS), w1 = tab.field(4 * (l + 2), 0, FQ_WORDS);
       const int64_t g0 = tab.field(4 * (l + 1), 0, FQ_GROUPS), g1 = tab.field(4 * (l + 2), 0, FQ_GROUPS);
+      const int64_t b0 = tab.field(4 * (l + 1), 0, FQ_BIAS), b1 = tab.field(4 * (l + 2), 0, FQ_BIAS);
       fs_prefetch_l2(words + w0, (size_t)(w1 - w0) * 4);
       fs_prefetch_l2(scales + g0, (size_t)(g1 - g0) * 4);
-      fs_prefetch_l2(biases + g0, (size_t)(g1 - g0) * 4);
+      fs_prefetch_l2(biases + b0, (size_t)(b1 - b0) * 4);
     }
     // -- A: norm + qkv + rope; q to qs, k / v rows into the cache at pos + m
     const FqX xa = fq_stage(x, M * D, s_x);

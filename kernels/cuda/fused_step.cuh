@@ -69,11 +69,18 @@ __device__ __forceinline__ void fs_load8_cg(const float* p, float* out) {
 #define FQ_FIELDS 8
 #define FQ_ROW0 0      // the part's first row in the matrix
 #define FQ_WORDS 1     // its first word in `words`
-#define FQ_GROUPS 2    // its first group in `scales` / `biases`
+#define FQ_GROUPS 2    // its first slot of `scales`
 #define FQ_ROW_WORDS 3 // words a row
 #define FQ_FMT 4       // 2..8: affine bits; FQ_F16, FQ_BF16, FQ_F32: dense
 #define FQ_SHIFT 5     // log2 of the group size
 #define FQ_GPR 6       // groups a row
+#define FQ_BIAS 7      // its first slot of `biases`
+// K-quant factors (kernels/step_factors.py), 64 or 128 + bits: a uint16 code a group in
+// `scales` and a float16 pair a super-block of 256 in `biases`. FQ_KMIN: code sc | m << 8,
+// s = d sc, b = -(dmin m); FQ_KSIGNED: code sc + 128, s = d sc, b = -2^(bits-1) s. Each
+// product of a float16 and an integer of 8 bits is exact in float32: the same s and b.
+#define FQ_KMIN 64
+#define FQ_KSIGNED 128
 #define FQ_F16 16
 #define FQ_BF16 17
 #define FQ_F32 32
@@ -102,7 +109,7 @@ struct FqTable {
     local = row - static_cast<int>(field(mat, k, FQ_ROW0));
     p.w = words + field(mat, k, FQ_WORDS);
     p.s = scales + field(mat, k, FQ_GROUPS);
-    p.b = biases + field(mat, k, FQ_GROUPS);
+    p.b = biases + field(mat, k, FQ_BIAS);
     p.row_words = static_cast<int>(field(mat, k, FQ_ROW_WORDS));
     p.shift = static_cast<int>(field(mat, k, FQ_SHIFT));
     p.gpr = static_cast<int>(field(mat, k, FQ_GPR));
@@ -112,14 +119,21 @@ struct FqTable {
 
 // Eight consecutive weights k .. k + 7 (k a multiple of 8) of one row, as loaded (`load`:
 // the words and the group's s, b) and as float32 (`decode`).
+// an integer below 2^23 as a float by its exponent bits (no I2F: see decode)
+__device__ __forceinline__ float fq_small_float(unsigned int q) {
+  return __fsub_rn(__uint_as_float(0x4B000000u | q), 8388608.0f);
+}
+
 template <int FMT>
 struct FqSlice {
-  static constexpr bool AFFINE = FMT <= 8;
-  static constexpr int NW = FMT == FQ_F32 ? 8
-                            : FMT >= FQ_F16 ? 4
-                            : FMT == 8 ? 2
-                            : (FMT == 4 || FMT == 2) ? 1
-                            : (8 * FMT + 24 + 31) / 32;  // 3, 5, 6 bits: any byte offset
+  static constexpr bool KMIN = FMT >= FQ_KMIN && FMT < FQ_KSIGNED, KSIGNED = FMT >= FQ_KSIGNED;
+  static constexpr bool AFFINE = FMT <= 8 || KMIN || KSIGNED;
+  static constexpr int BITS = AFFINE ? (FMT & 15) : FMT;  // of q (affine), else the format
+  static constexpr int NW = BITS == FQ_F32 ? 8
+                            : BITS >= FQ_F16 ? 4
+                            : BITS == 8 ? 2
+                            : (BITS == 4 || BITS == 2) ? 1
+                            : (8 * BITS + 24 + 31) / 32;  // 3, 5, 6 bits: any byte offset
   uint32_t v[NW];
   float s, b;
 
@@ -130,22 +144,33 @@ struct FqSlice {
       const uint4 c = __ldg(reinterpret_cast<const uint4*>(row + k) + 1);
       v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
       v[4] = c.x; v[5] = c.y; v[6] = c.z; v[7] = c.w;
-    } else if constexpr (FMT >= FQ_F16) {
+    } else if constexpr (FMT == FQ_F16 || FMT == FQ_BF16) {
       const uint4 a = __ldg(reinterpret_cast<const uint4*>(row + k / 2));
       v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
-    } else if constexpr (FMT == 8) {
+    } else if constexpr (BITS == 8) {
       const uint2 a = __ldg(reinterpret_cast<const uint2*>(row + k / 4));
       v[0] = a.x; v[1] = a.y;
-    } else if constexpr (FMT == 4) {
+    } else if constexpr (BITS == 4) {
       v[0] = __ldg(row + k / 8);
-    } else if constexpr (FMT == 2) {
+    } else if constexpr (BITS == 2) {
       v[0] = __ldg(row + k / 16);
     } else {
-      const int w0 = k * FMT / 32;
+      const int w0 = k * BITS / 32;
 #pragma unroll
       for (int i = 0; i < NW; ++i) v[i] = __ldg(row + w0 + i);
     }
-    if constexpr (AFFINE) {
+    if constexpr (KMIN || KSIGNED) {
+      const size_t g = (size_t)r * p.gpr + (k >> p.shift);  // super-block: g / (256 >> shift)
+      const unsigned int code = __ldg(reinterpret_cast<const unsigned short*>(p.s) + g);
+      const float2 d = __half22float2(__ldg(reinterpret_cast<const __half2*>(p.b) + (g >> (8 - p.shift))));
+      if constexpr (KMIN) {
+        s = __fmul_rn(d.x, fq_small_float(code & 0xFFu));
+        b = -__fmul_rn(d.y, fq_small_float(code >> 8));
+      } else {
+        s = __fmul_rn(d.x, __fsub_rn(fq_small_float(code), 128.0f));
+        b = __fmul_rn(-static_cast<float>(1 << (BITS - 1)), s);
+      }
+    } else if constexpr (AFFINE) {
       const size_t g = (size_t)r * p.gpr + (k >> p.shift);
       s = __ldg(p.s + g);
       b = __ldg(p.b + g);
@@ -166,14 +191,14 @@ struct FqSlice {
       for (int i = 0; i < 8; ++i) out[i] = __bfloat162float(h[i]);
     } else {
       unsigned long long bits;
-      if constexpr (FMT == 4) {
+      if constexpr (BITS == 4) {
         bits = v[0];
-      } else if constexpr (FMT == 2) {
+      } else if constexpr (BITS == 2) {
         bits = v[0] >> ((k % 16) * 2);
-      } else if constexpr (FMT == 8) {
+      } else if constexpr (BITS == 8) {
         bits = v[0] | (static_cast<unsigned long long>(v[1]) << 32);
       } else {
-        const int sh = (k * FMT) % 32;
+        const int sh = (k * BITS) % 32;
         bits = (v[0] | (static_cast<unsigned long long>(v[1]) << 32)) >> sh;
         if constexpr (NW == 3) {
           if (sh) bits |= static_cast<unsigned long long>(v[2]) << (64 - sh);
@@ -182,11 +207,11 @@ struct FqSlice {
       // q as a float without an integer conversion (I2F issues at an eighth of FFMA's rate
       // on sm_90, and a dot product is one a weight): 0x4B000000 | q is the float 2^23 + q,
       // so subtracting 2^23 gives q exactly (q < 2^23), and then the same fma as before.
-      constexpr unsigned int MASK = (1u << FMT) - 1u;
+      constexpr unsigned int MASK = (1u << BITS) - 1u;
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
-        const unsigned int q = static_cast<unsigned int>(bits >> (FMT * i)) & MASK;
-        out[i] = __fmaf_rn(s, __fsub_rn(__uint_as_float(0x4B000000u | q), 8388608.0f), b);
+        const unsigned int q = static_cast<unsigned int>(bits >> (BITS * i)) & MASK;
+        out[i] = __fmaf_rn(s, fq_small_float(q), b);
       }
     }
   }
@@ -454,16 +479,20 @@ __device__ __forceinline__ void fq_prefetch_row(const FqTable& t, int mat, int r
   int r;
   const int fmt = t.part(mat, row, p, r);
   const int lane = threadIdx.x % 32;
-  const int bits = fmt <= 8 ? fmt : (fmt == FQ_F32 ? 32 : 16);
+  const bool factors = fmt >= FQ_KMIN, affine = fmt <= 8 || factors;
+  const int bits = affine ? fmt & 15 : (fmt == FQ_F32 ? 32 : 16);
   const char* w = reinterpret_cast<const char*>(p.w + (size_t)r * p.row_words);
   const int wbytes = min(p.row_words * 4, 2048 * bits / 8);  // at most 16 lines
   if (lane < 16 && lane * 128 < wbytes)
     asm volatile("prefetch.global.L1 [%0];" ::"l"(w + lane * 128));
-  if (fmt <= 8 && lane >= 16) {  // 8 lines of scales, then 8 of biases
-    const int gbytes = min(p.gpr, 2048 >> p.shift) * 4, i = lane % 8;
-    const float* g = (lane < 24 ? p.s : p.b) + (size_t)r * p.gpr;
+  if (affine && lane >= 16) {  // 8 lines of scales (or codes), then 8 of biases (or pairs)
+    const int groups = min(p.gpr, 2048 >> p.shift), i = lane % 8;
+    const size_t g0 = (size_t)r * p.gpr;  // a factor part: 2 bytes a group, 4 a super-block
+    const char* g = lane < 24 ? reinterpret_cast<const char*>(p.s) + g0 * (factors ? 2 : 4)
+                              : reinterpret_cast<const char*>(p.b) + (factors ? (g0 >> (8 - p.shift)) * 4 : g0 * 4);
+    const int gbytes = lane < 24 ? groups * (factors ? 2 : 4) : (factors ? (groups >> (8 - p.shift)) * 4 + 4 : groups * 4);
     if (i * 128 < gbytes)
-      asm volatile("prefetch.global.L1 [%0];" ::"l"(reinterpret_cast<const char*>(g) + i * 128));
+      asm volatile("prefetch.global.L1 [%0];" ::"l"(g + i * 128));
   }
 }
 

@@ -172,6 +172,8 @@ needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc
         (QWEN3_4B, 36, 1, 1, (4, 6)),  # q/k norm: a sixth phase
         (QWEN3_4B, 36, 2, MAX_ROWS, (4, 6)),
         (TINY, 2, 2, MAX_ROWS, (5, 8, step_weights.BF16)),
+        (LLAMA_8B, 32, 1, 1, (68, 134)),  # Q4_K and Q6_K as their factors (FQ_KFACTORS)
+        (LLAMA_8B, 32, 2, MAX_ROWS, (68, 134)),
     ],
 )
 def test_step_source_compiles_without_spills(tmp_path, shapes, layers, head_mode, maxm, formats):

@@ -52,18 +52,33 @@ def read_row(table: step_weights.WeightTable, mat: int, row: int, cols: int) -> 
     meta = np.array(table.meta)
     words, scales, biases = (np.array(a) for a in (table.words, table.scales, table.biases))
     part = 2 if row >= meta[mat, 2, 0] else 1 if row >= meta[mat, 1, 0] else 0
-    row0, w0, g0, row_words, fmt, shift, gpr, _ = (int(v) for v in meta[mat, part])
+    row0, w0, g0, row_words, fmt, shift, gpr, b0 = (int(v) for v in meta[mat, part])
     assert w0 % 4 == 0  # 16-byte loads
     r = row - row0
     out = np.empty(cols, np.float32)
     for k in range(0, cols, 8):
-        values = _slice(words, w0 + r * row_words, fmt, k)
-        if fmt <= 8:
-            g = g0 + r * gpr + (k >> shift)
-            s, b = np.float64(scales[g]), np.float64(biases[g])
+        values = _slice(words, w0 + r * row_words, fmt & 15 if fmt >= 64 else fmt, k)
+        if fmt <= 8 or fmt >= 64:
+            s, b = _group(scales, biases, fmt, g0, b0, r * gpr + (k >> shift), shift)
             values = (s * values + b).astype(np.float32)  # exact product: one rounding, as fma
         out[k : k + 8] = values
     return out
+
+
+def _group(scales, biases, fmt, g0, b0, g, shift) -> tuple[np.float64, np.float64]:
+    """A group's s and b as FqSlice::load finds them: float32 slots, or a K-quant's uint16
+    code (two a slot) and its super-block's float16 pair (one a slot), multiplied out."""
+    if fmt <= 8:
+        return np.float64(scales[g0 + g]), np.float64(biases[b0 + g])
+    code = int(scales.view(np.uint16)[2 * g0 + g])
+    pair = biases.view(np.float16)[2 * (b0 + (g >> (8 - shift))) :][:2].astype(np.float32)
+    if fmt < 128:  # s = d sc, b = -(dmin m)
+        s = pair[0] * np.float32(code & 0xFF)
+        b = -(pair[1] * np.float32(code >> 8))
+    else:  # s = d sc (sc + 128 stored), b = -2^(bits - 1) s
+        s = pair[0] * np.float32(code - 128)
+        b = np.float32(-(1 << ((fmt & 15) - 1))) * s
+    return np.float64(s), np.float64(b)
 
 
 def _dense(w) -> np.ndarray:

@@ -8,6 +8,8 @@
 # DEFAULT_CONFIGS). MODELS="default llama-3.1-8b" picks the models (each ~10 s a
 # configuration and context: split the three over calls of under 600 s); PROBE=1 also
 # times each phase of the engine's build on every model (bench/gpu/step_probe.py --model).
+# FQ_KFACTORS is the table's layout, so it is timed as a round of its own:
+# BRANCHCHAT_STEP_TUNING=FQ_KFACTORS=1 beside a round without it.
 set -u
 export PYTHONPATH=/root/site:$PWD
 configs=${1:-}
