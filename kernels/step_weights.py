@@ -5,7 +5,8 @@ in MLX's affine layout: q of 2..8 bits packed into uint32 rows, one float32 scal
 bias b per group of 16..128 elements, w = fma(s, q, b), the value GGUF's block gives, bit
 for bit (kernels/gguf_quants.py). Dense matrices keep their float16, bfloat16 or float32.
 No dense copy is made, so no weight is rounded to the compute dtype and a model of any
-size fits as it is.
+size fits as it is. Scales and biases travel as their uint32 bits (`scales`, `biases`):
+they are only moved until the kernel reads them, so no copy can touch a value.
 
 A matrix is up to PARTS row parts (`RowParts`: q|k|v quantized differently, as a Q4_K_M
 file's attn_v often is). The kernel finds a row's part in `meta`:
@@ -52,8 +53,8 @@ _NO_ROW = 1 << 62  # an unused part's first row: no row reaches it
 class WeightTable:
     meta: mx.array  # int64 [matrices, PARTS, FIELDS]
     words: mx.array  # uint32
-    scales: mx.array  # float32
-    biases: mx.array  # float32
+    scales: mx.array  # uint32: float32 bits (a K-quant's codes with FQ_KFACTORS)
+    biases: mx.array  # uint32: float32 bits (its float16 pairs)
     formats: tuple[int, ...]  # the format codes present (the kernel's dispatch builds these)
     layer_bytes: int  # the largest layer's words, scales and biases
 
@@ -63,8 +64,8 @@ class _Part:
     rows: int
     fmt: int
     words: mx.array  # uint32 [rows, row_words]
-    scales: mx.array | None  # float32 [rows, groups a row]; a K-quant's codes as float32
-    biases: mx.array | None  # ... ; its float16 pairs a super-block, as float32
+    scales: mx.array | None  # float32 bits [rows, groups a row] as uint32; or codes, flat
+    biases: mx.array | None  # ... ; or float16 pairs a super-block, flat
     shift: int
 
 
@@ -111,8 +112,8 @@ def _part(w: Any, k_factors: bool) -> _Part:
                 rows=w.shape[0],
                 fmt=fmt,
                 words=w.packed,
-                scales=mx.array(flat.view(np.float32)),
-                biases=mx.array(supers.reshape(-1).view(np.float32)),
+                scales=mx.array(flat.view(np.uint32)),
+                biases=mx.array(supers.reshape(-1).view(np.uint32)),
                 shift=w.group_size.bit_length() - 1,
             )
     if isinstance(w, QuantizedWeight):
@@ -120,8 +121,9 @@ def _part(w: Any, k_factors: bool) -> _Part:
             rows=w.shape[0],
             fmt=w.bits,
             words=w.packed,
-            scales=w.scales.astype(mx.float32),  # float16 / bfloat16 scales widen exactly
-            biases=w.biases.astype(mx.float32),
+            # float16 / bfloat16 scales widen exactly; carried as bits (moved, never computed)
+            scales=w.scales.astype(mx.float32).view(mx.uint32),
+            biases=w.biases.astype(mx.float32).view(mx.uint32),
             shift=w.group_size.bit_length() - 1,
         )
     return _Part(rows=int(w.shape[0]), fmt=_DENSE[w.dtype], words=w.view(mx.uint32), scales=None,
@@ -177,8 +179,8 @@ def build(matrices: list[Any], single_part_from: int, k_factors: bool = False) -
                 n_bias += int(p.biases.size)
             row0 += p.rows
     words.append(mx.zeros((_PAD_WORDS,), dtype=mx.uint32))
-    scales.append(mx.zeros((1,), dtype=mx.float32))  # never empty
-    biases.append(mx.zeros((1,), dtype=mx.float32))
+    scales.append(mx.zeros((1,), dtype=mx.uint32))  # never empty
+    biases.append(mx.zeros((1,), dtype=mx.uint32))
     table = WeightTable(
         meta=mx.array(meta, dtype=mx.int64),
         words=mx.concatenate(words),

@@ -71,7 +71,7 @@ __device__ __forceinline__ void fs_load8_cg(const float* p, float* out) {
 #define FQ_WORDS 1     // its first word in `words`
 #define FQ_GROUPS 2    // its first slot of `scales`
 #define FQ_ROW_WORDS 3 // words a row
-#define FQ_FMT 4       // 2..8: affine bits; FQ_F16, FQ_BF16, FQ_F32: dense
+#define FQ_FMT 4       // 2..8: affine bits; FQ_F16, FQ_BF16, FQ_F32: dense; FQ_K*: factors
 #define FQ_SHIFT 5     // log2 of the group size
 #define FQ_GPR 6       // groups a row
 #define FQ_BIAS 7      // its first slot of `biases`
@@ -87,16 +87,16 @@ __device__ __forceinline__ void fs_load8_cg(const float* p, float* out) {
 
 struct FqPart {
   const uint32_t* w;  // the part's row 0
-  const float* s;     // its group scales [rows, gpr] (affine parts)
-  const float* b;     // and biases
+  const uint32_t* s;  // its group scales [rows, gpr] (affine parts), float32 bits
+  const uint32_t* b;  // and biases (a K-quant's factors: codes and float16 pairs)
   int row_words, shift, gpr;
 };
 
 struct FqTable {
   const int64_t* meta;  // [matrices, FQ_PARTS, FQ_FIELDS]
   const uint32_t* words;
-  const float* scales;
-  const float* biases;
+  const uint32_t* scales;  // float32 bits, or codes and pairs: moved as integers only
+  const uint32_t* biases;
 
   __device__ __forceinline__ int64_t field(int mat, int part, int f) const {
     return meta[((size_t)mat * FQ_PARTS + part) * FQ_FIELDS + f];
@@ -117,13 +117,13 @@ struct FqTable {
   }
 };
 
-// Eight consecutive weights k .. k + 7 (k a multiple of 8) of one row, as loaded (`load`:
-// the words and the group's s, b) and as float32 (`decode`).
 // an integer below 2^23 as a float by its exponent bits (no I2F: see decode)
 __device__ __forceinline__ float fq_small_float(unsigned int q) {
   return __fsub_rn(__uint_as_float(0x4B000000u | q), 8388608.0f);
 }
 
+// Eight consecutive weights k .. k + 7 (k a multiple of 8) of one row, as loaded (`load`:
+// the words and the group's s, b) and as float32 (`decode`).
 template <int FMT>
 struct FqSlice {
   static constexpr bool KMIN = FMT >= FQ_KMIN && FMT < FQ_KSIGNED, KSIGNED = FMT >= FQ_KSIGNED;
@@ -172,8 +172,8 @@ struct FqSlice {
       }
     } else if constexpr (AFFINE) {
       const size_t g = (size_t)r * p.gpr + (k >> p.shift);
-      s = __ldg(p.s + g);
-      b = __ldg(p.b + g);
+      s = __uint_as_float(__ldg(p.s + g));
+      b = __uint_as_float(__ldg(p.b + g));
     }
   }
 

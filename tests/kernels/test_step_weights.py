@@ -51,6 +51,7 @@ def _slice(words: np.ndarray, start: int, fmt: int, k: int) -> np.ndarray:
 def read_row(table: step_weights.WeightTable, mat: int, row: int, cols: int) -> np.ndarray:
     meta = np.array(table.meta)
     words, scales, biases = (np.array(a) for a in (table.words, table.scales, table.biases))
+    assert scales.dtype == biases.dtype == np.uint32  # bits: moved, never computed with
     part = 2 if row >= meta[mat, 2, 0] else 1 if row >= meta[mat, 1, 0] else 0
     row0, w0, g0, row_words, fmt, shift, gpr, b0 = (int(v) for v in meta[mat, part])
     assert w0 % 4 == 0  # 16-byte loads
@@ -69,7 +70,8 @@ def _group(scales, biases, fmt, g0, b0, g, shift) -> tuple[np.float64, np.float6
     """A group's s and b as FqSlice::load finds them: float32 slots, or a K-quant's uint16
     code (two a slot) and its super-block's float16 pair (one a slot), multiplied out."""
     if fmt <= 8:
-        return np.float64(scales[g0 + g]), np.float64(biases[b0 + g])
+        s, b = scales.view(np.float32)[g0 + g], biases.view(np.float32)[b0 + g]
+        return np.float64(s), np.float64(b)
     code = int(scales.view(np.uint16)[2 * g0 + g])
     pair = biases.view(np.float16)[2 * (b0 + (g >> (8 - shift))) :][:2].astype(np.float32)
     if fmt < 128:  # s = d sc, b = -(dmin m)
