@@ -43,12 +43,17 @@ def _times(d: np.ndarray, codes: np.ndarray) -> np.ndarray:
 
 def _factor(v: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray] | None:
     """v [blocks, G] float32 -> (d float16 [blocks], codes int32 [blocks, G] in lo..hi) with
-    float32(d) * codes == v bit for bit, or None where some block has none. The block's
-    largest |v| is d times some code c: each c from the widest down is tried, both signs."""
+    float32(d) * codes == v bit for bit, or None where some block has none. Tried first:
+    the block's largest |v| as d times the widest code (llama.cpp's quantizers give the
+    largest scale of a super-block the widest code), then its smallest nonzero |v| as d
+    times 1, 2, ... (either sign), which finds the rest in a few passes."""
     blocks = v.shape[0]
     d = np.zeros(blocks, dtype=np.float16)
     codes = np.zeros(v.shape, dtype=np.int32)
-    ref = np.take_along_axis(v, np.abs(v).argmax(axis=1)[:, None], axis=1)[:, 0]
+    big = np.take_along_axis(v, np.abs(v).argmax(axis=1)[:, None], axis=1)[:, 0]
+    nonzero = np.where(v != 0, np.abs(v), np.inf).argmin(axis=1)
+    small = np.take_along_axis(v, nonzero[:, None], axis=1)[:, 0]
+    ref = big
     # an all-zero block (d = 0 in the file): +0 or -0 each, as 0 * 0 or 0 * -1 (or all -0
     # as -0 * 0); other mixtures fail the check below
     zero = ref == 0
@@ -58,8 +63,9 @@ def _factor(v: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray] | 
     else:
         d[zero] = np.where(negative.all(axis=1), np.float16(-0.0), np.float16(0.0))
     left = np.flatnonzero(~zero)
-    tries = [c for m in range(max(hi, -lo), 0, -1) for c in (m, -m) if lo <= c <= hi]
-    for c in tries:  # the sign too: d < 0 with the code -128 is Q6_K's own choice
+    widest = [(big, c) for c in (hi, -hi, lo) if c and lo <= c <= hi]  # Q6_K's d < 0: -128
+    rest = [(small, c) for m in range(1, max(hi, -lo) + 1) for c in (m, -m) if lo <= c <= hi]
+    for ref, c in widest + rest:
         if left.size == 0:
             break
         with np.errstate(all="ignore"):
