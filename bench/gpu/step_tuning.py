@@ -7,6 +7,9 @@ build of the engine's kernel on the model's weight table. Per configuration and 
 a decode step's launch and wait (one row, the last row's logits) and a verify's (8 rows,
 every row's logits), in ms, medians of `--repeats`; and whether its logits equal the
 engine build's bit for bit (they must: every knob keeps a row's operations and order).
+A configuration whose table layout differs from the engine's (FQ_KFACTORS, the ninth
+field) runs on the weights of a second load of the model with that layout, against the
+same KV cache and the same reference logits: both layouts side by side in one run.
 
     python -m bench.gpu.step_tuning [--model PATH] [--configs 8:0:2,16:1:4:2:8192,...]
         [--contexts 128 2048] [--out FILE]
@@ -17,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from dataclasses import replace
 from typing import Any
 
 import mlx.core as mx
@@ -27,10 +31,11 @@ from engine.loader import load_model
 from kernels.fused_step_cuda import TUNING, StepKernel
 
 # the next round's: fewer slices in flight so two blocks' 128 registers do not spill (Llama:
-# none at 4, 156 bytes at 8), a verify of 4 or 8 rows a pass in one block, x left in L2
+# none at 4, 156 bytes at 8), a verify of 4 or 8 rows a pass in one block, x left in L2,
+# K-quant factors (the table's other layout: a second load of the model)
 DEFAULT_CONFIGS = (
     "8:0:2:1:0,8:0:2:1,8:0:2:2,4:0:2:2,4:0:4:2:16384:1,8:0:4:2:16384:1,8:0:8:2:16384:1,"
-    "8:0:4:1:16384,4:0:4:1:16384"
+    "8:0:4:1:16384,4:0:4:1:16384,8:0:2:2:8192:0:0:0:1,4:0:2:2:8192:0:0:0:1"
 )
 _FIELDS = [
     "FQ_SLICES",
@@ -41,18 +46,19 @@ _FIELDS = [
     "FQ_VERIFY_BLOCKS",
     "FQ_BARRIER",
     "FQ_L1_PREFETCH",
+    "FQ_KFACTORS",
 ]
 
 
 def parse_configs(text: str) -> list[dict[str, int]]:
-    """ "slices:stream:rows[:blocks[:smem[:verify_blocks[:barrier[:l1]]]]],..." as TUNING
-    dicts (the fields left out take the engine's values)."""
+    """ "slices:stream:rows[:blocks[:smem[:verify_blocks[:barrier[:l1[:kfactors]]]]]],..."
+    as TUNING dicts (the fields left out take the engine's values)."""
     out = []
     for item in text.split(","):
         values = [int(v) for v in item.split(":")]
         if not 3 <= len(values) <= len(_FIELDS):
             raise SystemExit(
-                "a configuration is slices:stream:rows[:blocks:smem:vblocks:barrier:l1], "
+                "a configuration is slices:stream:rows[:blocks:smem:vblocks:barrier:l1:kf], "
                 f"not {item!r}"
             )
         out.append(
@@ -73,7 +79,11 @@ def _median_ms(fn: Any, repeats: int) -> float:
     return float(np.median(times) * 1000)
 
 
-def probe(model: Any, configs: list[dict[str, int]], context: int, repeats: int) -> list[Any]:
+def probe(
+    model: Any, configs: list[dict[str, int]], context: int, repeats: int, tables: dict[int, Any]
+) -> list[Any]:
+    """Each configuration timed on the table of its layout (`tables`: FQ_KFACTORS -> a
+    runner's fused path whose weights have that layout; the engine's is `model`'s)."""
     f = model.runner.fused
     if f is None or f.step_kernel is None:
         raise SystemExit("the model takes no one-launch step here")
@@ -89,17 +99,18 @@ def probe(model: Any, configs: list[dict[str, int]], context: int, repeats: int)
     reference: list[np.ndarray] = []
     for tuning in configs:
         try:
+            weights = tables[tuning["FQ_KFACTORS"]].weights
             kernel = base if tuning == base.tuning else StepKernel(
-                base.s, base.L, base.formats, tuning=tuning
+                base.s, base.L, weights.formats, tuning=tuning
             )  # fmt: skip
-            mx.eval(kernel(one, pos, f.weights, f.norms, keys, values, 1))  # compiles
+            mx.eval(kernel(one, pos, weights, f.norms, keys, values, 1))  # compiles
         except (RuntimeError, ValueError) as e:  # a build the compiler refuses
             rows.append({"tuning": tuning, "error": str(e)[:400]})
             print(json.dumps({"context": context, **rows[-1]}), flush=True)
             continue
 
-        def step(ids: mx.array, head_mode: int, kernel: Any = kernel) -> mx.array:
-            out, status = kernel(ids, pos, f.weights, f.norms, keys, values, head_mode)
+        def step(ids: mx.array, head_mode: int, kernel: Any = kernel, w: Any = weights) -> Any:
+            out, status = kernel(ids, pos, w, f.norms, keys, values, head_mode)
             mx.eval(out, status)
             if int(status.item()):
                 raise SystemExit(f"a grid barrier timed out with {kernel.tuning}")
@@ -131,19 +142,23 @@ def main() -> None:
     args = ap.parse_args()
     from engine.default_model import default_model_path
 
-    model = load_model(args.model or default_model_path(), EngineConfig.from_environment())
+    config = EngineConfig.from_environment()
+    model = load_model(args.model or default_model_path(), config)
     configs = parse_configs(args.configs)
     kernel = model.runner.fused.step_kernel if model.runner.fused else None
     engine = kernel.tuning if kernel is not None else dict(TUNING)  # tuning_for's choice
-    # the table's layout is the engine's (BRANCHCHAT_STEP_TUNING=FQ_KFACTORS=1 at load)
-    configs = [c | {"FQ_KFACTORS": engine.get("FQ_KFACTORS", 0)} for c in configs]
+    tables = {engine["FQ_KFACTORS"]: model.runner.fused}
+    for layout in {c["FQ_KFACTORS"] for c in configs} - set(tables):  # a second load
+        knobs = ",".join(filter(None, [config.step_tuning, f"FQ_KFACTORS={layout}"]))
+        other = replace(config, step_tuning=knobs)
+        tables[layout] = load_model(args.model or default_model_path(), other).runner.fused
     if engine in configs:
         configs.remove(engine)
     configs.insert(0, engine)  # the engine's build first: the reference
     result = {
         "model": str(args.model or "default"),
         "engine_tuning": engine,
-        "contexts": {str(c): probe(model, configs, c, args.repeats) for c in args.contexts},
+        "contexts": {str(c): probe(model, configs, c, args.repeats, tables) for c in args.contexts},
     }
     if args.out:
         with open(args.out, "w", encoding="utf-8") as fh:

@@ -240,8 +240,10 @@ def test_build_knobs_are_named_and_checked():
             "FQ_VERIFY_BLOCKS": 0,
             "FQ_BARRIER": 0,
             "FQ_L1_PREFETCH": 0,
+            "FQ_KFACTORS": 0,
         }
     ]
+    assert parse_configs("8:0:2:2:8192:0:0:0:1")[0]["FQ_KFACTORS"] == 1
     assert parse_configs("8:0:2:2")[0]["FQ_BLOCKS"] == 2
     assert parse_configs("8:0:2:1:0")[0]["FQ_SMEM_X"] == 0
     with pytest.raises(SystemExit, match="slices:stream:rows"):

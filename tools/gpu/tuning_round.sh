@@ -4,12 +4,12 @@
 # shapes of Llama-3.2-1B and Llama-3.1-8B, each configuration's decode and 8-row verify at
 # 128 and 2,048 tokens, with its logits checked against the engine's build bit for bit.
 # $OUT gets one JSON a model. Usage: bash tools/gpu/tuning_round.sh [configs]
-# (slices:stream:rows[:blocks:smem:verify_blocks:barrier:l1],..., default step_tuning.py's
+# (slices:stream:rows[:blocks:smem:verify_blocks:barrier:l1:kfactors],..., default step_tuning.py's
 # DEFAULT_CONFIGS). MODELS="default llama-3.1-8b" picks the models (each ~10 s a
 # configuration and context: split the three over calls of under 600 s); PROBE=1 also
 # times each phase of the engine's build on every model (bench/gpu/step_probe.py --model).
-# FQ_KFACTORS is the table's layout, so it is timed as a round of its own:
-# BRANCHCHAT_STEP_TUNING=FQ_KFACTORS=1 beside a round without it.
+# A configuration of the other table layout (kfactors, FQ_KFACTORS) loads the model a second
+# time with it and runs beside the engine's, against the same reference logits.
 set -u
 export PYTHONPATH=/root/site:$PWD
 configs=${1:-}
