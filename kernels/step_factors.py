@@ -53,10 +53,9 @@ def _factor(v: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray] | 
     big = np.take_along_axis(v, np.abs(v).argmax(axis=1)[:, None], axis=1)[:, 0]
     nonzero = np.where(v != 0, np.abs(v), np.inf).argmin(axis=1)
     small = np.take_along_axis(v, nonzero[:, None], axis=1)[:, 0]
-    ref = big
     # an all-zero block (d = 0 in the file): +0 or -0 each, as 0 * 0 or 0 * -1 (or all -0
     # as -0 * 0); other mixtures fail the check below
-    zero = ref == 0
+    zero = big == 0
     negative = np.signbit(v[zero])
     if lo < 0:
         codes[zero] = np.where(negative, -1, 0)
