@@ -5,6 +5,9 @@
 #   here:  bash tools/gpu/llama_cuda.sh pack     -> .device/llama/llama.cpp.tgz (~9 MB)
 #   there, carry [".device/llama"], after tools/gpu/unpack.sh's last parcel:
 #          bash tools/gpu/llama_cuda.sh build    (~4 min on 16 cores)
+#          (alone, or in the background during parcels: `setsid nohup ... &` survives the
+#          call; beside the engine's first steps it starves their NVRTC compiles: a
+#          generate printed nothing in 150 s, session 14)
 #          bash tools/gpu/llama_cuda.sh bench [more decode bench arguments]
 set -euo pipefail
 version=0.3.36
