@@ -108,18 +108,18 @@ SMEM_X_BYTES_PER_SM = 192 << 10
 # layers above this size take two blocks an SM for a decode step and one for a verify
 # (measured on the H200 with bench/gpu/step_tuning.py, docs/BENCHMARKS.md: decode 1.4-1.6x
 # on Llama-3.2-1B and 3.1-8B shapes, 1.1-1.2x slower on the default model, whose phases are
-# too short to fill 16 warps). Their verify takes 4 rows a pass (17% / 5% faster on the 1B
-# at 128 / 2,048 tokens) where the build keeps its registers: the q/k norm phase's spills.
+# too short to fill 16 warps). A verify takes 4 rows a pass (17% / 5% faster on the 1B at
+# 128 / 2,048 tokens, 6% on the default model) where the build keeps its registers: not
+# with q/k norm, whose phase spills at 4.
 TWO_BLOCKS_LAYER_BYTES = 8 << 20
 _LARGE = {"FQ_BLOCKS": 2, "FQ_VERIFY_BLOCKS": 1}
-_LARGE_VERIFY = {"FQ_VERIFY_ROWS": 4, "FQ_SMEM_X": 16384}  # x staged: 4 rows of 4,096
+_FOUR_ROWS = {"FQ_VERIFY_ROWS": 4, "FQ_SMEM_X": 16384}  # x staged: 4 rows of 4,096
 
 
 def tuning_for(layer_bytes: int, qk_norm: bool = False) -> dict[str, int]:
     """The engine's knobs for a model whose largest layer's table is `layer_bytes`."""
-    if layer_bytes <= TWO_BLOCKS_LAYER_BYTES:
-        return dict(TUNING)
-    return TUNING | _LARGE | ({} if qk_norm else _LARGE_VERIFY)
+    knobs = dict(TUNING) if qk_norm else TUNING | _FOUR_ROWS
+    return knobs | _LARGE if layer_bytes > TWO_BLOCKS_LAYER_BYTES else knobs
 
 
 # MLX's cuda_kernel writes the kernel's signature itself (`__global__ void name(...)`), so
@@ -138,12 +138,19 @@ def blocks_per_sm(tuning: dict[str, int], verify: bool) -> int:
 
 
 def formats_header(
-    formats: tuple[int, ...], tuning: dict[str, int] | None = None, verify: bool = False
+    formats: tuple[int, ...],
+    tuning: dict[str, int] | None = None,
+    verify: bool = False,
+    head_formats: tuple[int, ...] | None = None,
 ) -> str:
-    """The FQ_FORMATS list the weight dispatch is built for and the build's knobs (before
-    the step header), for the decode build or, with `verify`, the verify build."""
+    """The format lists the weight dispatch is built for (FQ_FORMATS: the layers';
+    FQ_HEAD_FORMATS: the LM head's and the table's, by default the same) and the build's
+    knobs (before the step header), for the decode build or, with `verify`, the verify's."""
     knobs = check_tuning(tuning or {})
-    lines = ["#define FQ_FORMATS(X) " + " ".join(f"X({f})" for f in formats)]
+    lines = [
+        f"#define {name}(X) " + " ".join(f"X({f})" for f in codes)
+        for name, codes in (("FQ_FORMATS", formats), ("FQ_HEAD_FORMATS", head_formats or formats))
+    ]
     lines += [f"#define {name} {int(value)}" for name, value in knobs.items()]
     header = "\n".join(lines) + "\n"
     blocks = blocks_per_sm(knobs, verify)
@@ -241,15 +248,16 @@ class StepKernel:
         formats: tuple[int, ...],
         prefetch: bool = True,
         tuning: dict[str, int] | None = None,
+        head_formats: tuple[int, ...] | None = None,
     ) -> None:
         reason = shapes.check() or step_unsupported(shapes)
         if reason:
             raise ValueError(f"fused step kernel: unsupported {reason}")
         self.s, self.L = shapes, num_layers
-        self.formats = formats
+        self.formats, self.head_formats = formats, head_formats or formats
         self.prefetch = prefetch
         self.tuning = TUNING | (tuning or {})
-        key = f"{shapes!r}/{num_layers}/{formats}/{sorted(self.tuning.items())}"
+        key = f"{shapes!r}/{num_layers}/{formats}/{self.head_formats}/{sorted(self.tuning.items())}"
         tag = hashlib.sha1(key.encode()).hexdigest()[:10]
         # blocks of the decode build and of the verify build, all resident at once
         self.blocks = sm_count() * blocks_per_sm(self.tuning, verify=False)
@@ -267,8 +275,13 @@ class StepKernel:
             for verify in (False, True)
         }
 
+    @classmethod
+    def for_table(cls, shapes: Shapes, num_layers: int, table: WeightTable, tuning: Any) -> Any:
+        """The step for `table`'s formats (its layers' and its head's) with `tuning`."""
+        return cls(shapes, num_layers, table.formats, True, tuning, table.head_formats)
+
     def header(self, verify: bool = False) -> str:
-        return formats_header(self.formats, self.tuning, verify) + STEP_HEADER
+        return formats_header(self.formats, self.tuning, verify, self.head_formats) + STEP_HEADER
 
     def source(self) -> str:
         return step_source(self.s, self.L)

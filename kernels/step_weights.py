@@ -55,7 +55,8 @@ class WeightTable:
     words: mx.array  # uint32
     scales: mx.array  # uint32: float32 bits (a K-quant's codes with FQ_KFACTORS)
     biases: mx.array  # uint32: float32 bits (its float16 pairs)
-    formats: tuple[int, ...]  # the format codes present (the kernel's dispatch builds these)
+    formats: tuple[int, ...]  # the layers' format codes (the kernel's dispatch builds these)
+    head_formats: tuple[int, ...]  # the LM head's and the embedding table's
     layer_bytes: int  # the largest layer's words, scales and biases
 
 
@@ -186,11 +187,16 @@ def build(matrices: list[Any], single_part_from: int, k_factors: bool = False) -
         words=mx.concatenate(words),
         scales=mx.concatenate(scales),
         biases=mx.concatenate(biases),
-        formats=tuple(sorted({e[4] for m in meta for e in m if e[0] != _NO_ROW})),
+        formats=_formats(meta[:single_part_from]),
+        head_formats=_formats(meta[single_part_from:]),
         layer_bytes=_largest_layer(starts, single_part_from),
     )
     mx.eval(table.meta, table.words, table.scales, table.biases)
     return table
+
+
+def _formats(meta: list[list[list[int]]]) -> tuple[int, ...]:
+    return tuple(sorted({e[4] for m in meta for e in m if e[0] != _NO_ROW}))
 
 
 def _largest_layer(starts: list[tuple[int, int, int]], layer_matrices: int) -> int:

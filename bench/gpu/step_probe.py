@@ -76,7 +76,9 @@ def probe(model: Any, context: int, prefetch: bool) -> dict[str, Any]:
     timeit("none_eval_ms", lambda: mx.eval(*call(0)))
     timeit("last_eval_ms", lambda: mx.eval(*call(1)))
     kernel = f.step_kernel  # the engine's build: its tuning too
-    stamped = StampedStepKernel(kernel.s, kernel.L, f.weights.formats, prefetch, kernel.tuning)
+    stamped = StampedStepKernel(
+        kernel.s, kernel.L, f.weights.formats, prefetch, kernel.tuning, f.weights.head_formats
+    )
     runs = []
     for _ in range(20):
         logits, _, status, stamps = stamped.launch(

@@ -44,7 +44,8 @@ class StampedStepKernel(fused_step_cuda.StepKernel):
         super().__init__(shapes, num_layers, *args, **kwargs)  # type: ignore[arg-type]
 
     def header(self, verify: bool = False) -> str:
-        return fused_step_cuda.formats_header(self.formats, self.tuning, verify) + STAMPED_HEADER
+        knobs = fused_step_cuda.formats_header(self.formats, self.tuning, verify, self.head_formats)
+        return knobs + STAMPED_HEADER
 
     def source(self) -> str:
         return stamped_source(self.s, self.L)

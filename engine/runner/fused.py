@@ -166,7 +166,7 @@ class FusedDecode:
             ]
             mx.eval(*self.norms)
             tuning = tuning_for(self.weights.layer_bytes, shapes.qk_norm) | (step_tuning or {})
-            self.step_kernel = StepKernel(shapes, len(layers), self.weights.formats, True, tuning)
+            self.step_kernel = StepKernel.for_table(shapes, len(layers), self.weights, tuning)
         else:
             self._dense_copy()
         self.mode = mode

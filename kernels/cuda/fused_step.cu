@@ -347,7 +347,7 @@
       }
       for (int m0 = 0; m0 < rows_n; m0 += G) {
         float acc[G][RH], ss[G];
-        fq_dot<D, RH, G, true, true>(fmt, part, rows, nwf, xf.at(m0 * D), min(G, rows_n - m0), acc, ss);
+        fq_dot<D, RH, G, true, true, true>(fmt, part, rows, nwf, xf.at(m0 * D), min(G, rows_n - m0), acc, ss);
 #pragma unroll
         for (int g = 0; g < G; ++g) {
           if (m0 + g < rows_n && lane == 0) {

@@ -401,9 +401,11 @@ __device__ __forceinline__ void fq_dot_fmt(
   }
 }
 
-// fq_dot_fmt for a part of format `fmt`: one branch per format the model holds (FQ_FORMATS,
-// defined before this header by kernels/fused_step_cuda.py).
-template <int K, int R, int G, bool SCALED, bool SS>
+// fq_dot_fmt for a part of format `fmt`: one branch per format the layers hold (FQ_FORMATS)
+// or, with HEAD, the LM head and the embedding table hold (FQ_HEAD_FORMATS), both defined
+// before this header by kernels/fused_step_cuda.py: a phase compiles only the dot products
+// its matrices can need (a Q8_0 table's branch in every layer phase cost registers).
+template <int K, int R, int G, bool SCALED, bool SS, bool HEAD = false>
 __device__ __forceinline__ void fq_dot(
     int fmt, const FqPart& p, const int (&rows)[R], const float* norm, const FqX& x, int M,
     float (&acc)[G][R], float (&ss)[G]) {
@@ -412,7 +414,11 @@ __device__ __forceinline__ void fq_dot(
     fq_dot_fmt<F, K, R, G, SCALED, SS>(p, rows, norm, x, M, acc, ss);            \
     return;                                                                      \
   }
-  FQ_FORMATS(FQ_CASE)
+  if constexpr (HEAD) {
+    FQ_HEAD_FORMATS(FQ_CASE)
+  } else {
+    FQ_FORMATS(FQ_CASE)
+  }
 #undef FQ_CASE
 }
 
@@ -459,7 +465,7 @@ __device__ __forceinline__ void fq_gather_rows(
     q.load(p, r, k);      \
     q.decode(k, out);     \
   }
-    FQ_FORMATS(FQ_CASE)
+    FQ_HEAD_FORMATS(FQ_CASE)
 #undef FQ_CASE
 #pragma unroll
     for (int j = 0; j < 8; ++j) xs[(size_t)m * K + k + j] = out[j];

@@ -107,6 +107,7 @@ def _step_source(
     maxm: int = MAX_ROWS,
     formats: tuple[int, ...] = (4, 8),
     tuning: dict[str, int] | None = None,
+    head_formats: tuple[int, ...] | None = None,
 ) -> str:
     """The engine's step kernel as MLX wraps it, or with `stamped` the probe's build."""
     itemsize = 4 if dtype == "float" else 2
@@ -120,7 +121,7 @@ def _step_source(
         body, header = step_stamps.stamped_source(shapes, layers), step_stamps.STAMPED_HEADER
     else:
         body, header = fs.step_source(shapes, layers), fs.STEP_HEADER
-    header = fs.formats_header(formats, tuning, verify=maxm > 1) + header
+    header = fs.formats_header(formats, tuning, maxm > 1, head_formats) + header
     kernel = _kernel("fs_step", consts + body, fs.input_names(layers), outputs, dtype)
     return "#include <cstdint>\n" + _SHAPE + header + kernel
 
@@ -161,28 +162,31 @@ needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc
 
 @needs_nvcc
 @pytest.mark.parametrize(
-    "shapes,layers,head_mode,maxm,formats",
+    "shapes,layers,head_mode,maxm,formats,head",
     [
-        (SMOLLM2, 30, 1, 1, (4, 8)),  # Q4_1 layers, a Q8_0 table: decode's build
-        (SMOLLM2, 30, 2, MAX_ROWS, (4, 8)),  # a verify's
-        (LLAMA_8B, 32, 1, 1, (4, 6)),  # Q4_K_M: Q4_K and Q6_K
-        (LLAMA_8B, 32, 2, MAX_ROWS, (4, 6)),
-        (QWEN3_4B, 36, 1, 1, (4, 6)),  # q/k norm: a sixth phase
-        (QWEN3_4B, 36, 2, MAX_ROWS, (4, 6)),
-        (TINY, 2, 2, MAX_ROWS, (5, 8, step_weights.BF16)),
-        (LLAMA_8B, 32, 1, 1, (68, 134)),  # Q4_K and Q6_K as their factors (FQ_KFACTORS)
-        (LLAMA_8B, 32, 2, MAX_ROWS, (68, 134)),
+        (SMOLLM2, 30, 1, 1, (4,), (8,)),  # Q4_1 layers, a Q8_0 table: decode's build
+        (SMOLLM2, 30, 2, MAX_ROWS, (4,), (8,)),  # a verify's
+        (LLAMA_8B, 32, 1, 1, (4, 6), (6,)),  # Q4_K_M: Q4_K and Q6_K, a Q6_K head
+        (LLAMA_8B, 32, 2, MAX_ROWS, (4, 6), (6,)),
+        (QWEN3_4B, 36, 1, 1, (4, 6), (6,)),  # q/k norm: a sixth phase
+        (QWEN3_4B, 36, 2, MAX_ROWS, (4, 6), (6,)),
+        (TINY, 2, 2, MAX_ROWS, (5, step_weights.BF16), (8,)),
+        (LLAMA_8B, 32, 1, 1, (68, 134), (134,)),  # K-quants as their factors (FQ_KFACTORS)
+        (LLAMA_8B, 32, 2, MAX_ROWS, (68, 134), (134,)),
     ],
 )
-def test_step_source_compiles_without_spills(tmp_path, shapes, layers, head_mode, maxm, formats):
+def test_step_source_compiles_without_spills(
+    tmp_path, shapes, layers, head_mode, maxm, formats, head
+):
     """The engine's one-block builds keep their registers: each decode build of one block,
     and every verify build with tuning_for's knobs for the shape's layer size (one block,
     4 rows a pass on the large Llama). A decode of two blocks an SM spills at 128 registers
     (156 bytes on Llama-8B, 1.6 KB with q/k norm), measured 1.3-1.6x faster all the same."""
     tuning = fs.tuning_for(_layer_bytes(shapes), shapes.qk_norm) if maxm > 1 else None
     source = _step_source(
-        shapes, layers, "__nv_bfloat16", head_mode, maxm=maxm, formats=formats, tuning=tuning
-    )
+        shapes, layers, "__nv_bfloat16", head_mode, maxm=maxm, formats=formats, tuning=tuning,
+        head_formats=head,
+    )  # fmt: skip
     log = _nvcc(tmp_path, source)
     assert _spills(log) and not any(_spills(log)), log[-3000:]
 
@@ -268,6 +272,11 @@ def test_the_verify_build_may_take_its_own_blocks():
     assert fs.blocks_per_sm({"FQ_BLOCKS": 2}, True) == 2  # 0: as the decode build
     assert "__launch_bounds__" not in fs.formats_header((4,))
     assert "#define FQ_VERIFY_ROWS 2" in fs.formats_header((4,))
+    # the head's and the table's dispatch apart from the layers' (its own registers)
+    assert "#define FQ_FORMATS(X) X(4)\n#define FQ_HEAD_FORMATS(X) X(8)\n" in fs.formats_header(
+        (4,), head_formats=(8,)
+    )
+    assert "#define FQ_HEAD_FORMATS(X) X(4) X(6)" in fs.formats_header((4, 6))
     with pytest.raises(ValueError, match="FQ_TYPO"):
         fs.formats_header((4,), {"FQ_TYPO": 1})
 
@@ -285,7 +294,8 @@ def test_large_layers_take_two_blocks_an_sm():
     small, large = fs.tuning_for(2 << 20), fs.tuning_for(40 << 20)
     assert (small["FQ_BLOCKS"], large["FQ_BLOCKS"]) == (1, 2)
     assert (fs.blocks_per_sm(small, True), fs.blocks_per_sm(large, True)) == (1, 1)
-    assert (small["FQ_VERIFY_ROWS"], small["FQ_SMEM_X"]) == (2, 8192)
-    assert (large["FQ_VERIFY_ROWS"], large["FQ_SMEM_X"]) == (4, 16384)  # measured on the 1B
-    assert fs.tuning_for(40 << 20, qk_norm=True)["FQ_VERIFY_ROWS"] == 2  # spills at 4
+    assert small["FQ_VERIFY_ROWS"] == large["FQ_VERIFY_ROWS"] == 4  # measured: both faster
+    assert small["FQ_SMEM_X"] == large["FQ_SMEM_X"] == 16384
+    for size in (2 << 20, 40 << 20):
+        assert fs.tuning_for(size, qk_norm=True)["FQ_VERIFY_ROWS"] == 2  # spills at 4
     assert "__launch_bounds__" not in fs.formats_header((4,), large, verify=True)
