@@ -137,19 +137,25 @@ def blocks_per_sm(tuning: dict[str, int], verify: bool) -> int:
     return (knobs["FQ_VERIFY_BLOCKS"] or knobs["FQ_BLOCKS"]) if verify else knobs["FQ_BLOCKS"]
 
 
+ROLES = ("QKV", "O", "GATE_UP", "DOWN", "HEAD")  # WeightTable.roles, fused_step.cuh's
+
+
 def formats_header(
     formats: tuple[int, ...],
     tuning: dict[str, int] | None = None,
     verify: bool = False,
-    head_formats: tuple[int, ...] | None = None,
+    roles: tuple[tuple[int, ...], ...] | None = None,
 ) -> str:
-    """The format lists the weight dispatch is built for (FQ_FORMATS: the layers';
-    FQ_HEAD_FORMATS: the LM head's and the table's, by default the same) and the build's
-    knobs (before the step header), for the decode build or, with `verify`, the verify's."""
+    """The format lists the weight dispatch is built for (FQ_FORMATS_<ROLE>: by role, as
+    WeightTable.roles; a role without one, or without `roles`, takes `formats`) and the
+    build's knobs (before the step header), for the decode build or, with `verify`, the
+    verify's."""
     knobs = check_tuning(tuning or {})
-    lines = [
-        f"#define {name}(X) " + " ".join(f"X({f})" for f in codes)
-        for name, codes in (("FQ_FORMATS", formats), ("FQ_HEAD_FORMATS", head_formats or formats))
+    by_role = roles or (formats,) * len(ROLES)
+    lines = ["#define FQ_FORMATS(X) " + " ".join(f"X({f})" for f in formats)]
+    lines += [
+        f"#define FQ_FORMATS_{name}(X) " + " ".join(f"X({f})" for f in codes or formats)
+        for name, codes in zip(ROLES, by_role, strict=True)
     ]
     lines += [f"#define {name} {int(value)}" for name, value in knobs.items()]
     header = "\n".join(lines) + "\n"
@@ -248,16 +254,16 @@ class StepKernel:
         formats: tuple[int, ...],
         prefetch: bool = True,
         tuning: dict[str, int] | None = None,
-        head_formats: tuple[int, ...] | None = None,
+        roles: tuple[tuple[int, ...], ...] | None = None,
     ) -> None:
         reason = shapes.check() or step_unsupported(shapes)
         if reason:
             raise ValueError(f"fused step kernel: unsupported {reason}")
         self.s, self.L = shapes, num_layers
-        self.formats, self.head_formats = formats, head_formats or formats
+        self.formats, self.roles = formats, roles
         self.prefetch = prefetch
         self.tuning = TUNING | (tuning or {})
-        key = f"{shapes!r}/{num_layers}/{formats}/{self.head_formats}/{sorted(self.tuning.items())}"
+        key = f"{shapes!r}/{num_layers}/{formats}/{roles}/{sorted(self.tuning.items())}"
         tag = hashlib.sha1(key.encode()).hexdigest()[:10]
         # blocks of the decode build and of the verify build, all resident at once
         self.blocks = sm_count() * blocks_per_sm(self.tuning, verify=False)
@@ -277,11 +283,11 @@ class StepKernel:
 
     @classmethod
     def for_table(cls, shapes: Shapes, num_layers: int, table: WeightTable, tuning: Any) -> Any:
-        """The step for `table`'s formats (its layers' and its head's) with `tuning`."""
-        return cls(shapes, num_layers, table.formats, True, tuning, table.head_formats)
+        """The step for `table`'s formats, by role, with `tuning`."""
+        return cls(shapes, num_layers, table.formats, True, tuning, table.roles)
 
     def header(self, verify: bool = False) -> str:
-        return formats_header(self.formats, self.tuning, verify, self.head_formats) + STEP_HEADER
+        return formats_header(self.formats, self.tuning, verify, self.roles) + STEP_HEADER
 
     def source(self) -> str:
         return step_source(self.s, self.L)

@@ -55,8 +55,10 @@ class WeightTable:
     words: mx.array  # uint32
     scales: mx.array  # uint32: float32 bits (a K-quant's codes with FQ_KFACTORS)
     biases: mx.array  # uint32: float32 bits (its float16 pairs)
-    formats: tuple[int, ...]  # the layers' format codes (the kernel's dispatch builds these)
-    head_formats: tuple[int, ...]  # the LM head's and the embedding table's
+    formats: tuple[int, ...]  # the layers' format codes
+    # the codes by role, as the kernel's dispatch builds them: every layer's qkv, o,
+    # gate_up, down, then the LM head's and the embedding table's
+    roles: tuple[tuple[int, ...], ...]
     layer_bytes: int  # the largest layer's words, scales and biases
 
 
@@ -188,7 +190,10 @@ def build(matrices: list[Any], single_part_from: int, k_factors: bool = False) -
         scales=mx.concatenate(scales),
         biases=mx.concatenate(biases),
         formats=_formats(meta[:single_part_from]),
-        head_formats=_formats(meta[single_part_from:]),
+        roles=(
+            *(_formats(meta[role:single_part_from:4]) for role in range(4)),
+            _formats(meta[single_part_from:]),
+        ),
         layer_bytes=_largest_layer(starts, single_part_from),
     )
     mx.eval(table.meta, table.words, table.scales, table.biases)

@@ -77,7 +77,7 @@ def probe(model: Any, context: int, prefetch: bool) -> dict[str, Any]:
     timeit("last_eval_ms", lambda: mx.eval(*call(1)))
     kernel = f.step_kernel  # the engine's build: its tuning too
     stamped = StampedStepKernel(
-        kernel.s, kernel.L, f.weights.formats, prefetch, kernel.tuning, f.weights.head_formats
+        kernel.s, kernel.L, f.weights.formats, prefetch, kernel.tuning, f.weights.roles
     )
     runs = []
     for _ in range(20):

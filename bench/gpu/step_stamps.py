@@ -44,7 +44,7 @@ class StampedStepKernel(fused_step_cuda.StepKernel):
         super().__init__(shapes, num_layers, *args, **kwargs)  # type: ignore[arg-type]
 
     def header(self, verify: bool = False) -> str:
-        knobs = fused_step_cuda.formats_header(self.formats, self.tuning, verify, self.head_formats)
+        knobs = fused_step_cuda.formats_header(self.formats, self.tuning, verify, self.roles)
         return knobs + STAMPED_HEADER
 
     def source(self) -> str:

@@ -102,7 +102,7 @@ def probe(
         try:
             weights = tables[tuning["FQ_KFACTORS"]].weights
             kernel = base if tuning == base.tuning else StepKernel(
-                base.s, base.L, weights.formats, tuning=tuning, head_formats=weights.head_formats
+                base.s, base.L, weights.formats, tuning=tuning, roles=weights.roles
             )  # fmt: skip
             mx.eval(kernel(one, pos, weights, f.norms, keys, values, 1))  # compiles
         except (RuntimeError, ValueError) as e:  # a build the compiler refuses

@@ -81,7 +81,7 @@
       const float inv_freq = fi >= 0 ? __ldg(freqs + fi) : 0.f;
       for (int m0 = 0; m0 < M; m0 += G) {
         float acc[G][2], ss[G];
-        fq_dot<D, 2, G, true, true>(fmt, part, rows, nw1 + l * D, xa.at(m0 * D), min(G, M - m0), acc, ss);
+        fq_dot<D, 2, G, true, true, FQ_ROLE_QKV>(fmt, part, rows, nw1 + l * D, xa.at(m0 * D), min(G, M - m0), acc, ss);
 #pragma unroll
         for (int g = 0; g < G; ++g) {
           const int m = m0 + g;
@@ -280,7 +280,7 @@
     if (gw < D) fq_prefetch_row(tab, 4 * l + 1, gw);
     fs_grid_sync(sync, ++phase);
     // -- C: o_proj + residual -> hs
-    fq_residual_phase<HD, D, G>(tab, 4 * l + 1, ao, x, hs, M, gw, nw, s_x);
+    fq_residual_phase<HD, D, G, FQ_ROLE_O>(tab, 4 * l + 1, ao, x, hs, M, gw, nw, s_x);
     if (gw < F / 2) {
       fq_prefetch_row(tab, 4 * l + 2, 2 * gw);
       fq_prefetch_row(tab, 4 * l + 2, F + 2 * gw);
@@ -299,8 +299,8 @@
         // gate n, n + 1 and up n, n + 1: two passes (their parts may differ in format)
         const int gr[2] = {rg, rg + 1}, ur[2] = {ru, ru + 1};
         float ga[G][2], ua[G][2], ss[G], uss[G];
-        fq_dot<D, 2, G, true, true>(fg, pg, gr, nw2 + l * D, xm, Mg, ga, ss);
-        fq_dot<D, 2, G, true, false>(fu, pu, ur, nw2 + l * D, xm, Mg, ua, uss);
+        fq_dot<D, 2, G, true, true, FQ_ROLE_GATE_UP>(fg, pg, gr, nw2 + l * D, xm, Mg, ga, ss);
+        fq_dot<D, 2, G, true, false, FQ_ROLE_GATE_UP>(fu, pu, ur, nw2 + l * D, xm, Mg, ua, uss);
 #pragma unroll
         for (int g = 0; g < G; ++g) {
           const int m = m0 + g;
@@ -318,7 +318,7 @@
     if (gw < D) fq_prefetch_row(tab, 4 * l + 3, gw);
     fs_grid_sync(sync, ++phase);
     // -- E: down + residual -> xs
-    fq_residual_phase<F, D, G>(tab, 4 * l + 3, act, hs, xs, M, gw, nw, s_x);
+    fq_residual_phase<F, D, G, FQ_ROLE_DOWN>(tab, 4 * l + 3, act, hs, xs, M, gw, nw, s_x);
     if (l + 1 < L) fs_prefetch_qkv(l + 1);
     else if (HEAD_MODE != 0 && 4 * gw < V) fq_prefetch_row(tab, HEAD_MAT, 4 * gw);
     fs_grid_sync(sync, ++phase);
@@ -347,7 +347,7 @@
       }
       for (int m0 = 0; m0 < rows_n; m0 += G) {
         float acc[G][RH], ss[G];
-        fq_dot<D, RH, G, true, true, true>(fmt, part, rows, nwf, xf.at(m0 * D), min(G, rows_n - m0), acc, ss);
+        fq_dot<D, RH, G, true, true, FQ_ROLE_HEAD>(fmt, part, rows, nwf, xf.at(m0 * D), min(G, rows_n - m0), acc, ss);
 #pragma unroll
         for (int g = 0; g < G; ++g) {
           if (m0 + g < rows_n && lane == 0) {

@@ -401,11 +401,17 @@ __device__ __forceinline__ void fq_dot_fmt(
   }
 }
 
-// fq_dot_fmt for a part of format `fmt`: one branch per format the layers hold (FQ_FORMATS)
-// or, with HEAD, the LM head and the embedding table hold (FQ_HEAD_FORMATS), both defined
-// before this header by kernels/fused_step_cuda.py: a phase compiles only the dot products
-// its matrices can need (a Q8_0 table's branch in every layer phase cost registers).
-template <int K, int R, int G, bool SCALED, bool SS, bool HEAD = false>
+// fq_dot_fmt for a part of format `fmt`: one branch per format the matrices of ROLE hold
+// (FQ_ROLE_QKV, _O, _GATE_UP, _DOWN: layer l's 4l .. 4l + 3 in every layer; FQ_ROLE_HEAD:
+// the LM head and the embedding table), the lists defined before this header by
+// kernels/fused_step_cuda.py: a phase compiles only the dot products its matrices can
+// need (the Q8_0 table's and Q6_K's branches in every phase cost registers and spills).
+#define FQ_ROLE_QKV 0
+#define FQ_ROLE_O 1
+#define FQ_ROLE_GATE_UP 2
+#define FQ_ROLE_DOWN 3
+#define FQ_ROLE_HEAD 4
+template <int K, int R, int G, bool SCALED, bool SS, int ROLE>
 __device__ __forceinline__ void fq_dot(
     int fmt, const FqPart& p, const int (&rows)[R], const float* norm, const FqX& x, int M,
     float (&acc)[G][R], float (&ss)[G]) {
@@ -414,17 +420,23 @@ __device__ __forceinline__ void fq_dot(
     fq_dot_fmt<F, K, R, G, SCALED, SS>(p, rows, norm, x, M, acc, ss);            \
     return;                                                                      \
   }
-  if constexpr (HEAD) {
-    FQ_HEAD_FORMATS(FQ_CASE)
+  if constexpr (ROLE == FQ_ROLE_QKV) {
+    FQ_FORMATS_QKV(FQ_CASE)
+  } else if constexpr (ROLE == FQ_ROLE_O) {
+    FQ_FORMATS_O(FQ_CASE)
+  } else if constexpr (ROLE == FQ_ROLE_GATE_UP) {
+    FQ_FORMATS_GATE_UP(FQ_CASE)
+  } else if constexpr (ROLE == FQ_ROLE_DOWN) {
+    FQ_FORMATS_DOWN(FQ_CASE)
   } else {
-    FQ_FORMATS(FQ_CASE)
+    FQ_FORMATS_HEAD(FQ_CASE)
   }
 #undef FQ_CASE
 }
 
 // y [M, N] = res + a [M, K] @ w.T for matrix `mat`; output n by warp n of nw (from gw), G
 // rows a pass, a staged in `sm`
-template <int K, int N, int G>
+template <int K, int N, int G, int ROLE>
 __device__ __forceinline__ void fq_residual_phase(
     const FqTable& t, int mat, const float* a, const float* res, float* y, int M, int gw,
     int nw, float* sm) {
@@ -437,7 +449,7 @@ __device__ __forceinline__ void fq_residual_phase(
     const int rows[1] = {r};
     for (int m0 = 0; m0 < M; m0 += G) {
       float acc[G][1], ss[G];
-      fq_dot<K, 1, G, false, false>(fmt, p, rows, nullptr, xa.at(m0 * K), min(G, M - m0), acc, ss);
+      fq_dot<K, 1, G, false, false, ROLE>(fmt, p, rows, nullptr, xa.at(m0 * K), min(G, M - m0), acc, ss);
 #pragma unroll
       for (int g = 0; g < G; ++g) {
         const int m = m0 + g;
@@ -465,7 +477,7 @@ __device__ __forceinline__ void fq_gather_rows(
     q.load(p, r, k);      \
     q.decode(k, out);     \
   }
-    FQ_HEAD_FORMATS(FQ_CASE)
+    FQ_FORMATS_HEAD(FQ_CASE)
 #undef FQ_CASE
 #pragma unroll
     for (int j = 0; j < 8; ++j) xs[(size_t)m * K + k + j] = out[j];

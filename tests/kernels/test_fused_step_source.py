@@ -107,7 +107,7 @@ def _step_source(
     maxm: int = MAX_ROWS,
     formats: tuple[int, ...] = (4, 8),
     tuning: dict[str, int] | None = None,
-    head_formats: tuple[int, ...] | None = None,
+    roles: tuple[tuple[int, ...], ...] | None = None,
 ) -> str:
     """The engine's step kernel as MLX wraps it, or with `stamped` the probe's build."""
     itemsize = 4 if dtype == "float" else 2
@@ -121,7 +121,7 @@ def _step_source(
         body, header = step_stamps.stamped_source(shapes, layers), step_stamps.STAMPED_HEADER
     else:
         body, header = fs.step_source(shapes, layers), fs.STEP_HEADER
-    header = fs.formats_header(formats, tuning, maxm > 1, head_formats) + header
+    header = fs.formats_header(formats, tuning, maxm > 1, roles) + header
     kernel = _kernel("fs_step", consts + body, fs.input_names(layers), outputs, dtype)
     return "#include <cstdint>\n" + _SHAPE + header + kernel
 
@@ -157,35 +157,39 @@ def _layer_bytes(shapes: Shapes) -> int:
     return (d * qkv + shapes.heads * shapes.head_dim * d + 3 * d * f) * 6 // 8
 
 
+# the engine's dispatch by role (WeightTable.roles: qkv, o, gate_up, down, head)
+Q4_1 = ((4,), (4,), (4,), (4,), (8,))  # SmolLM2: Q4_1 layers, a Q8_0 table
+Q4_K_M = ((4, 6), (4,), (4,), (4, 6), (6,))  # Q6_K in attn_v, ffn_down and the head
+KFACTORS = ((68, 134), (68,), (68,), (68, 134), (134,))
+
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (CUDA toolkit)")
 
 
 @needs_nvcc
 @pytest.mark.parametrize(
-    "shapes,layers,head_mode,maxm,formats,head",
+    "shapes,layers,head_mode,maxm,roles",
     [
-        (SMOLLM2, 30, 1, 1, (4,), (8,)),  # Q4_1 layers, a Q8_0 table: decode's build
-        (SMOLLM2, 30, 2, MAX_ROWS, (4,), (8,)),  # a verify's
-        (LLAMA_8B, 32, 1, 1, (4, 6), (6,)),  # Q4_K_M: Q4_K and Q6_K, a Q6_K head
-        (LLAMA_8B, 32, 2, MAX_ROWS, (4, 6), (6,)),
-        (QWEN3_4B, 36, 1, 1, (4, 6), (6,)),  # q/k norm: a sixth phase
-        (QWEN3_4B, 36, 2, MAX_ROWS, (4, 6), (6,)),
-        (TINY, 2, 2, MAX_ROWS, (5, step_weights.BF16), (8,)),
-        (LLAMA_8B, 32, 1, 1, (68, 134), (134,)),  # K-quants as their factors (FQ_KFACTORS)
-        (LLAMA_8B, 32, 2, MAX_ROWS, (68, 134), (134,)),
+        (SMOLLM2, 30, 1, 1, Q4_1),  # Q4_1 layers, a Q8_0 table: decode's build
+        (SMOLLM2, 30, 2, MAX_ROWS, Q4_1),  # a verify's
+        (LLAMA_8B, 32, 1, 1, Q4_K_M),  # Q4_K and Q6_K (v, down), a Q6_K head
+        (LLAMA_8B, 32, 2, MAX_ROWS, Q4_K_M),
+        (QWEN3_4B, 36, 1, 1, Q4_K_M),  # q/k norm: a sixth phase
+        (QWEN3_4B, 36, 2, MAX_ROWS, Q4_K_M),
+        (TINY, 2, 2, MAX_ROWS, ((5, step_weights.BF16),) * 4 + ((8,),)),
+        (LLAMA_8B, 32, 1, 1, KFACTORS),  # K-quants as their factors (FQ_KFACTORS)
+        (LLAMA_8B, 32, 2, MAX_ROWS, KFACTORS),
     ],
 )
-def test_step_source_compiles_without_spills(
-    tmp_path, shapes, layers, head_mode, maxm, formats, head
-):
+def test_step_source_compiles_without_spills(tmp_path, shapes, layers, head_mode, maxm, roles):
     """The engine's one-block builds keep their registers: each decode build of one block,
     and every verify build with tuning_for's knobs for the shape's layer size (one block,
     4 rows a pass on the large Llama). A decode of two blocks an SM spills at 128 registers
     (156 bytes on Llama-8B, 1.6 KB with q/k norm), measured 1.3-1.6x faster all the same."""
     tuning = fs.tuning_for(_layer_bytes(shapes), shapes.qk_norm) if maxm > 1 else None
+    formats = tuple(sorted({f for role in roles[:4] for f in role}))
     source = _step_source(
         shapes, layers, "__nv_bfloat16", head_mode, maxm=maxm, formats=formats, tuning=tuning,
-        head_formats=head,
+        roles=roles,
     )  # fmt: skip
     log = _nvcc(tmp_path, source)
     assert _spills(log) and not any(_spills(log)), log[-3000:]
@@ -272,11 +276,11 @@ def test_the_verify_build_may_take_its_own_blocks():
     assert fs.blocks_per_sm({"FQ_BLOCKS": 2}, True) == 2  # 0: as the decode build
     assert "__launch_bounds__" not in fs.formats_header((4,))
     assert "#define FQ_VERIFY_ROWS 2" in fs.formats_header((4,))
-    # the head's and the table's dispatch apart from the layers' (its own registers)
-    assert "#define FQ_FORMATS(X) X(4)\n#define FQ_HEAD_FORMATS(X) X(8)\n" in fs.formats_header(
-        (4,), head_formats=(8,)
-    )
-    assert "#define FQ_HEAD_FORMATS(X) X(4) X(6)" in fs.formats_header((4, 6))
+    # each role's dispatch its own (its own registers); a role with none takes every format
+    header = fs.formats_header((4, 6), roles=((4, 6), (4,), (), (4, 6), (8,)))
+    for line in ("QKV(X) X(4) X(6)", "O(X) X(4)\n", "GATE_UP(X) X(4) X(6)", "HEAD(X) X(8)"):
+        assert f"#define FQ_FORMATS_{line}" in header
+    assert "#define FQ_FORMATS_HEAD(X) X(4) X(6)" in fs.formats_header((4, 6))
     with pytest.raises(ValueError, match="FQ_TYPO"):
         fs.formats_header((4,), {"FQ_TYPO": 1})
 

@@ -127,7 +127,8 @@ def test_row_parts_ties_and_layer_order():
     again = [RowParts((q, k, v), (8, 4, 4), 64), *layer]
     matrices = [qkv, o, gu, down, *again, embed, embed]
     table = step_weights.build(matrices, single_part_from=8)
-    assert (table.formats, table.head_formats) == ((4, 6, 8), (8,))
+    assert table.formats == (4, 6, 8)
+    assert table.roles == ((4, 6, 8), (4,), (4,), (4,), (8,))  # qkv, o, gate_up, down, head
     want = np.concatenate([_dense(q), _dense(k), _dense(v)])
     for row in range(16):
         np.testing.assert_array_equal(read_row(table, 0, row, 64), want[row])
