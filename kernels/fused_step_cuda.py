@@ -152,8 +152,7 @@ def formats_header(
     verify's."""
     knobs = check_tuning(tuning or {})
     by_role = roles or (formats,) * len(ROLES)
-    lines = ["#define FQ_FORMATS(X) " + " ".join(f"X({f})" for f in formats)]
-    lines += [
+    lines = [
         f"#define FQ_FORMATS_{name}(X) " + " ".join(f"X({f})" for f in codes or formats)
         for name, codes in zip(ROLES, by_role, strict=True)
     ]
