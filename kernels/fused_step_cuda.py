@@ -43,12 +43,33 @@ from typing import Any
 
 import mlx.core as mx
 
-from kernels import cuda
+from kernels import cuda, fused_step_layers
 from kernels.fused_decode_cuda import MAX_ROWS, constants, header
 from kernels.fused_shapes import Shapes
+from kernels.step_knobs import (
+    ROLES,
+    SMEM_X_BYTES_PER_SM,
+    THREADS,
+    TUNING,
+    TWO_BLOCKS_LAYER_BYTES,
+    blocks_per_sm,
+    check_tuning,
+    formats_header,
+    tuning_for,
+)
 from kernels.step_weights import WeightTable
 
-THREADS = 256
+__all__ = [
+    "ROLES",
+    "SMEM_X_BYTES_PER_SM",
+    "TUNING",
+    "TWO_BLOCKS_LAYER_BYTES",
+    "StepKernel",
+    "check_tuning",
+    "formats_header",
+    "tuning_for",
+]
+
 _PRIVATE_PAGE_FLOATS = 1 << 14  # 64 KiB: large enough for an allocation of its own
 # The uint32 outputs after the logits: barrier counters and flags (a page of their own: see
 # fused_step.cu), then the status the host reads.
@@ -57,7 +78,12 @@ _BUFFERS: list[tuple[str, tuple[int, ...]]] = [
     ("status", (1,)),
 ]
 
-STEP_HEADER = header() + cuda.source("fused_step.cuh")  # kernels/cuda/
+STEP_HEADER = (  # kernels/cuda/
+    header()
+    + cuda.source("gated_delta_row.cuh")
+    + cuda.source("fused_step.cuh")
+    + cuda.source("fused_step_gdn.cuh")
+)
 _BODY = cuda.source("fused_step.cu")
 _SM_COUNT = cuda.source("sm_count.cu")
 
@@ -71,121 +97,18 @@ PREFETCH_LAYER_BYTES = 16 << 20
 def step_source(shapes: Shapes, num_layers: int) -> str:
     qk_norm = "true" if shapes.qk_norm else "false"
     lines = [constants(shapes, L=num_layers, THREADS=THREADS, QK_NORM=qk_norm)]
-    keys = ", ".join(f"k{i}" for i in range(num_layers))
-    values = ", ".join(f"v{i}" for i in range(num_layers))
-    lines.append(f"  const T* KEYS[L] = {{{keys}}};")
-    lines.append(f"  const T* VALUES[L] = {{{values}}};")
+    lines.append(fused_step_layers.layer_source(shapes, num_layers))
     return "\n".join(lines) + "\n" + _BODY
 
 
-def input_names(num_layers: int) -> list[str]:
-    caches = [f"k{i}" for i in range(num_layers)] + [f"v{i}" for i in range(num_layers)]
+def input_names(num_layers: int, shapes: Shapes | None = None) -> list[str]:
+    """The launch's inputs; the layers' states as `shapes` lays them out (a hybrid's linear
+    layers: kernels/fused_step_layers.py), without it every layer's keys and values."""
+    if shapes is None:
+        caches = [f"k{i}" for i in range(num_layers)] + [f"v{i}" for i in range(num_layers)]
+    else:
+        caches = fused_step_layers.state_inputs(shapes, num_layers)
     return ["ids", "pos", "scratch", *_WEIGHTS, *_NORMS, *caches]
-
-
-# The build knobs (kernels/cuda/fused_step.cuh, fused_step.cu) and the engine's values:
-# slices of words a warp loads at once, whether it decodes them as used, rows of x a
-# verify's pass takes, blocks an SM (more warps to keep loads in flight, in half the
-# registers each; the verify's build may differ), floats of a phase's x a block copies
-# into shared memory (0: x is read from L2 by every warp). Every choice gives a row the
-# same bits.
-TUNING = {
-    "FQ_SLICES": 8,
-    "FQ_STREAM": 0,
-    "FQ_VERIFY_ROWS": 2,
-    "FQ_BLOCKS": 1,
-    "FQ_SMEM_X": 8192,
-    "FQ_VERIFY_BLOCKS": 0,  # blocks an SM of the verify build; 0: FQ_BLOCKS
-    "FQ_BARRIER": 0,  # the grid barrier: 0 full fences, 1 release add and acquire loads
-    "FQ_L1_PREFETCH": 0,  # 1: a warp's first row of the next phase into L1 before a barrier
-    # 1: K-quant parts as their factors, 2.5 bytes a group for 8 (kernels/step_factors.py;
-    # the table's layout, which `engine/runner/fused.py` builds by it; the same bits)
-    "FQ_KFACTORS": 0,
-}
-# shared memory an SM lends the staged x of its blocks (an H100/H200 SM has 228 KB; the
-# attention's own arrays and the runtime's reserve take the rest)
-SMEM_X_BYTES_PER_SM = 192 << 10
-# layers above this size take two blocks an SM for a decode step and one for a verify
-# (measured on the H200 with bench/gpu/step_tuning.py, docs/BENCHMARKS.md: decode 1.4-1.6x
-# on Llama-3.2-1B and 3.1-8B shapes, 1.1-1.2x slower on the default model, whose phases are
-# too short to fill 16 warps). A verify takes 4 rows a pass (17% / 5% faster on the 1B at
-# 128 / 2,048 tokens, 6% on the default model) where the build keeps its registers: not
-# with q/k norm, whose phase spills at 4.
-TWO_BLOCKS_LAYER_BYTES = 8 << 20
-_LARGE = {"FQ_BLOCKS": 2, "FQ_VERIFY_BLOCKS": 1}
-_FOUR_ROWS = {"FQ_VERIFY_ROWS": 4, "FQ_SMEM_X": 16384}  # x staged: 4 rows of 4,096
-
-
-def tuning_for(layer_bytes: int, qk_norm: bool = False) -> dict[str, int]:
-    """The engine's knobs for a model whose largest layer's table is `layer_bytes`."""
-    knobs = dict(TUNING) if qk_norm else TUNING | _FOUR_ROWS
-    return knobs | _LARGE if layer_bytes > TWO_BLOCKS_LAYER_BYTES else knobs
-
-
-# MLX's cuda_kernel writes the kernel's signature itself (`__global__ void name(...)`), so
-# a build for two or more blocks an SM states its launch bounds through `__global__`: ptxas
-# then keeps the registers within 65,536 / (THREADS * blocks).
-_BOUNDED_GLOBAL = (
-    "#undef __global__\n"
-    "#define __global__ __location__(global) __launch_bounds__({threads}, {blocks})\n"
-)
-
-
-def blocks_per_sm(tuning: dict[str, int], verify: bool) -> int:
-    """Blocks an SM of the decode build (one row) or the verify build (up to MAX_ROWS)."""
-    knobs = TUNING | tuning
-    return (knobs["FQ_VERIFY_BLOCKS"] or knobs["FQ_BLOCKS"]) if verify else knobs["FQ_BLOCKS"]
-
-
-ROLES = ("QKV", "O", "GATE_UP", "DOWN", "HEAD")  # WeightTable.roles, fused_step.cuh's
-
-
-def formats_header(
-    formats: tuple[int, ...],
-    tuning: dict[str, int] | None = None,
-    verify: bool = False,
-    roles: tuple[tuple[int, ...], ...] | None = None,
-) -> str:
-    """The format lists the weight dispatch is built for (FQ_FORMATS_<ROLE>: by role, as
-    WeightTable.roles; a role without one, or without `roles`, takes `formats`) and the
-    build's knobs (before the step header), for the decode build or, with `verify`, the
-    verify's."""
-    knobs = check_tuning(tuning or {})
-    by_role = roles or (formats,) * len(ROLES)
-    lines = [
-        f"#define FQ_FORMATS_{name}(X) " + " ".join(f"X({f})" for f in codes or formats)
-        for name, codes in zip(ROLES, by_role, strict=True)
-    ]
-    lines += [f"#define {name} {int(value)}" for name, value in knobs.items()]
-    header = "\n".join(lines) + "\n"
-    blocks = blocks_per_sm(knobs, verify)
-    if blocks > 1:
-        header += _BOUNDED_GLOBAL.format(threads=THREADS, blocks=blocks)
-    return header
-
-
-def check_tuning(tuning: dict[str, int]) -> dict[str, int]:
-    """TUNING with `tuning` over it; ValueError naming a knob that is unknown or out of
-    range (BRANCHCHAT_STEP_TUNING is checked here at load, on any machine)."""
-    knobs = TUNING | tuning
-    unknown = set(knobs) - set(TUNING)
-    if unknown:
-        raise ValueError(
-            f"unknown step kernel knobs {sorted(unknown)} (known: {', '.join(TUNING)})"
-        )
-    if not 1 <= knobs["FQ_BLOCKS"] <= 4 or not 0 <= knobs["FQ_VERIFY_BLOCKS"] <= 4:
-        raise ValueError(
-            f"FQ_BLOCKS must be 1..4 and FQ_VERIFY_BLOCKS 0..4, not {knobs['FQ_BLOCKS']} "
-            f"and {knobs['FQ_VERIFY_BLOCKS']}"
-        )
-    staged = knobs["FQ_SMEM_X"]
-    most = max(blocks_per_sm(knobs, False), blocks_per_sm(knobs, True))
-    if staged < 0 or staged % 8 or most * 4 * staged > SMEM_X_BYTES_PER_SM:
-        raise ValueError(
-            f"FQ_SMEM_X must be a multiple of 8 whose blocks fit "
-            f"{SMEM_X_BYTES_PER_SM} bytes an SM, not {staged} x {most} blocks"
-        )
-    return knobs
 
 
 def output_names() -> list[str]:
@@ -212,11 +135,13 @@ def hidden_offset(shapes: Shapes) -> int:
 
 
 def scratch_size(shapes: Shapes, capacity: int, itemsize: int) -> int:
-    """float32 elements of the step's scratch: activations, then attention partials."""
+    """float32 elements of the step's scratch: activations (a hybrid's in_proj rows and
+    gate among them), then attention partials."""
     s = shapes
     HD = s.heads * s.head_dim
     chunks = -(-capacity // (8 * chunk_keys(s.head_dim, itemsize)))  # a block's 8 warps
     activations = MAX_ROWS * (2 * HD + 2 * s.hidden + s.intermediate)
+    activations += fused_step_layers.scratch_floats(s, MAX_ROWS)
     partials = MAX_ROWS * s.heads * chunks * (s.head_dim + 2)
     return max(activations + partials, _PRIVATE_PAGE_FLOATS)
 
@@ -271,7 +196,7 @@ class StepKernel:
         self._kernels: dict[bool, Any] = {  # by verify: each build its own launch bounds
             verify: mx.fast.cuda_kernel(
                 name=f"{self.name}_{tag}_{'v' if verify else 'd'}",
-                input_names=input_names(num_layers),
+                input_names=input_names(num_layers, shapes),
                 output_names=[name for name, _ in self.outputs(1)],
                 source=self.source(),
                 header=self.header(verify),
@@ -291,9 +216,18 @@ class StepKernel:
     def source(self) -> str:
         return step_source(self.s, self.L)
 
-    def outputs(self, rows: int) -> list[tuple[str, tuple[int, ...]]]:
-        """(name, shape) of each output: logits [rows, V] f32, then uint32 buffers."""
-        return [("logits", (rows, self.s.vocab)), *_BUFFERS]
+    def outputs(self, rows: int, calls_rows: int = 1) -> list[tuple[str, tuple[int, ...]]]:
+        """(name, shape) of each output: logits [rows, V] f32, then uint32 buffers; a
+        hybrid's gstate and gconv (kernels/fused_step_layers.py) for a call of `calls_rows`."""
+        out = [("logits", (rows, self.s.vocab)), *_BUFFERS]
+        g = self.s.linear
+        if g is not None:
+            gstate = fused_step_layers.gstate_floats(self.s, calls_rows)
+            out += [
+                ("gstate", (gstate,)),
+                ("gconv", (len(g.layers), g.conv_kernel - 1, g.conv_channels)),
+            ]
+        return out
 
     def scratch(self, capacity: int, dtype: mx.Dtype) -> mx.array:
         """The step's scratch buffer (kept: the kernel writes every element it reads)."""
@@ -313,12 +247,14 @@ class StepKernel:
         values: list[mx.array],
         head_mode: int,
         prefetch: bool | None = None,
+        linear: Any = None,
     ) -> tuple[mx.array, mx.array]:
         """(logits [rows, V] f32, status [1] u32: nonzero if a barrier timed out).
         norms: nw1, nw2 [L, D], nwf [D], the rotation's inverse frequencies [DH / 2],
         q_norm and k_norm [L, DH], float32. head_mode: 0 no logits, 1 the last row's, 2
-        every row's."""
-        outs = self.launch(ids, pos, weights, norms, keys, values, head_mode, prefetch)
+        every row's. keys, values: the attention layers'; a hybrid's `linear`: ([gconvw,
+        gvec], conv windows, matrix states) of its linear layers (then see `launch`)."""
+        outs = self.launch(ids, pos, weights, norms, keys, values, head_mode, prefetch, linear)
         return outs[0], outs[2]
 
     def launch(
@@ -331,6 +267,7 @@ class StepKernel:
         values: list[mx.array],
         head_mode: int,
         prefetch: bool | None = None,
+        linear: Any = None,
     ) -> list[mx.array]:
         """Every output of one launch, in `outputs` order."""
         s = self.s
@@ -342,16 +279,27 @@ class StepKernel:
         rows = {0: 1, 1: 1, 2: M}[head_mode]
         dtype = keys[0].dtype
         scratch = self.scratch(keys[0].shape[1], dtype)
-        shapes = [shape for _, shape in self.outputs(rows)]
+        shapes = [shape for _, shape in self.outputs(rows, M)]
+        caches = [*keys, *values]
+        out_dtypes = [mx.float32] + [mx.uint32] * len(_BUFFERS)
+        template: list[tuple[str, Any]] = [("T", dtype)]
+        if (linear is None) != (s.linear is None):
+            raise ValueError("a hybrid's step takes its linear layers' states, and only it")
+        if linear is not None:
+            params, convs, ssms = linear
+            caches = [*params, *caches, *convs, *ssms]
+            conv_dtype = convs[0].dtype
+            out_dtypes += [mx.float32, conv_dtype]
+            template.append(("TC", conv_dtype))
         if prefetch is None:
             prefetch = self.prefetch and weights.layer_bytes <= PREFETCH_LAYER_BYTES
         tables = [weights.meta, weights.words, weights.scales, weights.biases]
         verify = M > 1
         blocks = self.verify_blocks if verify else self.blocks
         outs: list[mx.array] = self._kernels[verify](
-            inputs=[ids, pos, scratch, *tables, *norms, *keys, *values],
+            inputs=[ids, pos, scratch, *tables, *norms, *caches],
             template=[
-                ("T", dtype),
+                *template,
                 ("HEAD_MODE", head_mode),
                 ("CK", chunk_keys(s.head_dim, dtype.size)),
                 ("PREFETCH", int(prefetch)),
@@ -360,7 +308,7 @@ class StepKernel:
             grid=(blocks * THREADS, 1, 1),
             threadgroup=(THREADS, 1, 1),
             output_shapes=shapes,
-            output_dtypes=[mx.float32] + [mx.uint32] * (len(shapes) - 1),
+            output_dtypes=out_dtypes + [mx.uint32] * (len(shapes) - len(out_dtypes)),
             init_value=0,
         )
         return outs

@@ -2,11 +2,14 @@
 
 The MLX recurrent form (`kernels.gated_delta_mlx.gated_delta_recurrent`) issues ~6 small
 kernels per row; decode, verify and tape replay on a GPU are launch-bound, so this
-kernel does all L rows in one launch. One thread owns one column j of one head's state
-S[h, :, j] (Dk floats in registers) and walks the rows:
+kernel does all L rows in one launch. A pair of threads owns one column j of one head's state
+S[h, :, j] (Dk / 2 floats each, in registers) and walks the rows:
 
     S *= exp(g_t);  delta = (v_t[j] - k_t . S[:, j]) * beta_t;  S[:, j] += k_t * delta
     o_t[j] = q_t . S[:, j]
+
+A row is `gdn_row` (kernels/cuda/gated_delta_row.cuh), the one-launch step's own row: a
+hybrid's verify tape replayed here gives the state its single steps gave, bit for bit.
 
 Same math as `kernels.gated_delta_ref.gated_delta_reference` (Yang et al. 2024), which the
 GPU test compares it against. Only built where MLX runs on CUDA.
@@ -24,6 +27,7 @@ from kernels import cuda
 MAX_DK = 256
 
 _SOURCE = cuda.source("gated_delta_recurrent.cu")
+_HEADER = cuda.source("gated_delta_row.cuh")
 
 
 def is_available() -> bool:
@@ -41,6 +45,7 @@ def _kernel() -> Any:
         input_names=["q", "k", "v", "g", "beta", "state"],
         output_names=["out", "state_out"],
         source=_SOURCE,
+        header=_HEADER,
     )
 
 
@@ -52,11 +57,14 @@ def gated_delta_recurrent(
     Dv = v.shape[-1]
     if Dk > MAX_DK:
         raise ValueError(f"key head dim {Dk} exceeds the kernel's register budget ({MAX_DK})")
-    block = min(128, Dv)
+    pair = 2  # threads a value column (GDN_PAIR in gated_delta_row.cuh)
+    if Dk % pair:
+        raise ValueError(f"key head dim {Dk} is not a multiple of {pair}")
+    block = min(256, 32 * -(-Dv * pair // 32))  # whole warps: every lane joins the pair sums
     out, state_out = _kernel()(
         inputs=[q, k, v, g, beta, state.astype(mx.float32)],
         template=[("T", q.dtype), ("DK", Dk), ("Dv", Dv), ("L", L), ("H", H)],
-        grid=(-(-Dv // block) * block, H, 1),
+        grid=(-(-Dv * pair // block) * block, H, 1),
         threadgroup=(block, 1, 1),
         output_shapes=[(L, H, Dv), (H, Dk, Dv)],
         output_dtypes=[q.dtype, mx.float32],

@@ -38,7 +38,7 @@ from kernels import step_factors
 from kernels.quantized import QuantizedWeight
 from kernels.row_parts import RowParts
 
-PARTS = 3
+PARTS = 4  # a linear layer's in_proj: q|k|v, z, b, a
 FIELDS = 8
 F16, BF16, F32 = 16, 17, 32
 AFFINE_BITS = (2, 3, 4, 5, 6, 8)
@@ -214,13 +214,17 @@ def _largest_layer(starts: list[tuple[int, int, int]], layer_matrices: int) -> i
 
 
 def model_matrices(model: Any) -> list[Any]:
-    """A full-attention decoder's matrices in kernel order, as the loader stored them where
-    the backend kept that (kernels/ops_mlx.py's `stored`: float32 scales, groups of 16
-    still quantized), else as computed with."""
+    """A decoder's matrices in kernel order (a hybrid's linear layers: in_proj, out_proj),
+    as the loader stored them where the backend kept that (kernels/ops_mlx.py's `stored`:
+    float32 scales, groups of 16 still quantized), else as computed with."""
     stored = getattr(model.ops, "stored", lambda w: w)
     out: list[Any] = []
     for layer in model.layers:
-        out += [layer.mixer.qkv.w, layer.mixer.o.w, layer.mlp.gate_up.w, layer.mlp.down.w]
+        mixer = layer.mixer  # attention's q|k|v and o, or a linear layer's in_proj and out_proj
+        first, second = (
+            (mixer.in_proj, mixer.out_proj) if hasattr(mixer, "in_proj") else (mixer.qkv, mixer.o)
+        )
+        out += [first.w, second.w, layer.mlp.gate_up.w, layer.mlp.down.w]
     return [stored(w) for w in (*out, model.lm_head, model.embed)]
 
 

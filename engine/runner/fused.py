@@ -20,102 +20,35 @@ import logging
 from typing import Any
 
 import mlx.core as mx
-import numpy as np
 
-from engine.models.base import FULL, AttentionBlock, DecoderModel, ModelConfig
+from engine.models.base import DecoderModel
+from engine.runner import fused_hybrid
+from engine.runner.fused_support import (
+    MAX_DENSE_BYTES,
+    dense_bytes,
+    model_shapes,
+    rope_table,
+    step_unsupported_reason,
+    unsupported_reason,
+)
 from engine.sequence import SequenceState
-from engine.state import FullKV, full_kv_layers
+from engine.state import FullKV, RecurrentState
 from kernels import fused_decode_cuda, step_weights
-from kernels.fused_decode_cuda import MAX_ROWS, Shapes
-from kernels.fused_step_cuda import hidden_offset, step_unsupported
+from kernels.fused_decode_cuda import MAX_ROWS
+from kernels.fused_step_cuda import hidden_offset
+
+__all__ = [
+    "MAX_DENSE_BYTES",
+    "FusedDecode",
+    "dense_bytes",
+    "rope_table",
+    "step_unsupported_reason",
+    "unsupported_reason",
+]
 
 _CAPACITY_STEP = 1024  # compiled steps retrace per buffer shape: grow in large steps
 
 log = logging.getLogger(__name__)
-
-
-def unsupported_reason(model: DecoderModel, step: bool = False) -> str | None:
-    """Why `model` can't take the fused path (with `step`, the one-launch step: it takes
-    any rotation table too), or None."""
-    cfg = model.config
-    if model.ops.name != "mlx":
-        return "needs the MLX backend"
-    if any(cfg.layer_type(i) != FULL for i in range(cfg.num_layers)):
-        return "only full-attention layers"
-    if cfg.attn_output_gate:
-        return "gated attention is not fused"
-    if cfg.qk_norm and not step:
-        return "q/k norm is fused in the one-launch step only"
-    if cfg.rope_dims != cfg.head_dim:
-        return "partial rotary embeddings are not fused"
-    features = model.unfused_features()
-    if step and "scaled rope" in features and rope_table(model) is not None:
-        features.remove("scaled rope")
-    if features:
-        return f"{', '.join(features)} not fused"
-    if not all(isinstance(layer.mixer, AttentionBlock) for layer in model.layers):
-        return "unknown mixer"
-    return _shapes(cfg).check()
-
-
-def rope_table(model: DecoderModel) -> np.ndarray | None:
-    """The inverse frequencies [head_dim / 2] (float32) every layer rotates by, if one table
-    says it all: no attention factor (YaRN's), no dynamic range; else None."""
-    ropes = [r for layer in model.layers if (r := getattr(layer.mixer, "rope", None))]
-    if not ropes or any(r.mscale != 1.0 or r.max_positions for r in ropes):
-        return None
-    tables = [r.inv_freq if r.inv_freq is not None else plain_inv_freq(r) for r in ropes]
-    if any(not np.array_equal(t, tables[0]) for t in tables):
-        return None
-    return tables[0].astype(np.float32)
-
-
-def plain_inv_freq(rope: Any) -> np.ndarray:
-    """theta ** (-2i / dims), i < dims / 2, as the rope computes it, in float64."""
-    return 1.0 / rope.theta ** (np.arange(0, rope.dims, 2, dtype=np.float64) / rope.dims)
-
-
-def step_unsupported_reason(model: DecoderModel) -> str | None:
-    """Why the one-launch step can't take `model` (its features, its shapes, its weights as
-    stored), or None."""
-    reason = unsupported_reason(model, step=True) or step_unsupported(_shapes(model.config))
-    if reason:
-        return reason
-    for w in step_weights.model_matrices(model):
-        reason = step_weights.matrix_unsupported(w)
-        if reason:
-            return f"{reason} in the weight table"
-    return None
-
-
-# Above this the five kernels' dense copy costs more memory than it is worth (the
-# one-launch step makes none): a large model's decode is bound by reading its weights.
-MAX_DENSE_BYTES = 2 << 30
-
-
-def dense_bytes(model: DecoderModel) -> int:
-    """Bytes of the dense weight copy the fused path makes (model dtype)."""
-    cfg = model.config
-    D, F, Dh = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
-    per_layer = D * (cfg.num_heads + 2 * cfg.num_kv_heads) * Dh + cfg.num_heads * Dh * D + 3 * D * F
-    tables = cfg.vocab_size * D * (1 if model.lm_head is model.embed else 2)
-    itemsize = 4 if "float32" in str(model.ops.dtype) else 2
-    return (cfg.num_layers * per_layer + tables) * itemsize
-
-
-def _shapes(cfg: ModelConfig) -> Shapes:
-    return Shapes(
-        hidden=cfg.hidden_size,
-        heads=cfg.num_heads,
-        kv_heads=cfg.num_kv_heads,
-        head_dim=cfg.head_dim,
-        intermediate=cfg.intermediate_size,
-        vocab=cfg.vocab_size,
-        eps=cfg.rms_norm_eps,
-        rope_base=cfg.rope_theta,
-        rope_traditional=cfg.rope_traditional,
-        qk_norm=cfg.qk_norm,
-    )
 
 
 class FusedDecode:
@@ -141,8 +74,10 @@ class FusedDecode:
         # the MLX backend (unsupported_reason checked): its dequantize, and embed of device ids
         ops: Any = model.ops
         self.model, self.ops = model, ops
-        shapes = _shapes(model.config)
-        self.k = kernels or fused_decode_cuda.kernels_for(shapes)
+        shapes = model_shapes(model.config)
+        self.k: Any = kernels or (None if shapes.linear else fused_decode_cuda.kernels_for(shapes))
+        # a hybrid's linear layers: their conv weights and vectors (engine/runner/fused_hybrid.py)
+        self.linear_params = fused_hybrid.params(model) if shapes.linear else None
         layers = model.layers
         self.tied = model.lm_head is model.embed
         self.embed = model.embed
@@ -174,19 +109,27 @@ class FusedDecode:
         self._traced: dict[str, Any] = {}
         self.shapes = shapes
         self.keep_hidden = False  # set around `forward_hidden`: the rows cost a copy
+        self._recurrent: list[RecurrentState] = []  # a hybrid's linear layers, this call's
+        self._linear_out: list[mx.array] = []  # and the step's gstate and gconv for them
         self.hidden: mx.array | None = None  # the latest step's last-layer rows, if kept
         if mode == "step":
             self._warm_up()
 
     def _qk_norms(self) -> list[mx.array]:
-        """q_norm and k_norm [num_layers, head_dim] (one element each where there are none)."""
-        layers = self.model.layers
-        if not self.model.config.qk_norm:
+        """q_norm and k_norm [num_layers, head_dim] (one element each where there are none;
+        zeros for a hybrid's linear layers, which read none)."""
+        layers, cfg = self.model.layers, self.model.config
+        if not cfg.qk_norm:
             return [mx.zeros((1,), dtype=mx.float32)] * 2
+        none = mx.zeros((cfg.head_dim,), dtype=mx.float32)
         return [
-            mx.stack([getattr(layer.mixer, name).astype(mx.float32) for layer in layers])
+            mx.stack([
+                w.astype(mx.float32) if (w := getattr(layer.mixer, name, None)) is not None
+                else none
+                for layer in layers
+            ])
             for name in ("q_norm", "k_norm")
-        ]
+        ]  # fmt: skip
 
     def _dense_copy(self) -> None:
         """The five kernels' weights: stacked [num_layers, ...] in the model dtype."""
@@ -239,7 +182,15 @@ class FusedDecode:
         return out, hidden
 
     def supports(self, state: SequenceState, rows: int) -> bool:
-        return 1 <= rows <= MAX_ROWS and full_kv_layers(state.layers) is not None
+        return 1 <= rows <= MAX_ROWS and self._split(state) is not None
+
+    def _split(self, state: SequenceState) -> tuple[list[FullKV], list[RecurrentState]] | None:
+        """The attention layers' KV and a hybrid's linear layers' states, if the path takes
+        every layer as it is."""
+        split = fused_hybrid.split_layers(state.layers)
+        if split is None or bool(split[1]) != (self.linear_params is not None):
+            return None
+        return split
 
     # -- one step ----------------------------------------------------------------------
     def _layers(self, x: mx.array, pos: mx.array, caches: list[Any], write: Any) -> mx.array:
@@ -262,9 +213,10 @@ class FusedDecode:
         return self.ops.embed(self.embed, ids).astype(mx.float32)
 
     def __call__(self, token_ids: list[int], state: SequenceState, logits: str) -> Any:
-        kvs = full_kv_layers(state.layers)
-        if kvs is None:  # checked before the state changes (callers ask `supports` first)
-            raise ValueError("the fused path needs every layer to be full attention")
+        split = self._split(state)
+        if split is None:  # checked before the state changes (callers ask `supports` first)
+            raise ValueError("the fused path needs the model's own layer states")
+        kvs, self._recurrent = split
         rows = len(token_ids)
         offset = state.begin_forward(rows)
         try:
@@ -299,6 +251,12 @@ class FusedDecode:
         pos = mx.array([offset], dtype=mx.int32)
         if self.step_kernel is not None:
             out = self._one_launch(ids, pos, kvs, logits, offset)
+            recurrent = self._recurrent
+            if recurrent:
+                gstate, gconv = self._linear_out
+                fused_hybrid.adopt(self.shapes, recurrent, gstate, gconv, rows, need)
+                if out is None:
+                    mx.eval(*fused_hybrid.linear_inputs(recurrent)[1])
         elif self.compiled:
             out = self._compiled_step(ids, pos, kvs, logits)
         else:
@@ -316,7 +274,10 @@ class FusedDecode:
         self, ids: mx.array, pos: mx.array, kvs: list[FullKV], logits: str, offset: int
     ) -> Any:
         head_mode = {"none": 0, "last": 1, "all": 2}[logits]
-        out, status = self.step_kernel(
+        linear = None
+        if self.linear_params is not None:
+            linear = (self.linear_params, *fused_hybrid.linear_inputs(self._recurrent))
+        outs = self.step_kernel.launch(
             ids,
             pos,
             self.weights,
@@ -324,7 +285,10 @@ class FusedDecode:
             [kv.keys for kv in kvs],
             [kv.values for kv in kvs],
             head_mode,
+            linear=linear,
         )
+        out, status = outs[0], outs[2]
+        self._linear_out = outs[3:5]  # a hybrid's gstate and gconv
         mx.eval(out, status)
         if self.keep_hidden and not int(status.item()):
             # the kernel leaves the residual rows in its scratch; copied before the next

@@ -2,13 +2,14 @@
 // mx.fast.cuda_kernel, after the model's constants and the KEYS / VALUES arrays). T is the
 // KV rows' dtype; the weights are read from the table as stored (fused_step.cuh); MAXM is
 // the build's most rows (1 for decode, FD_MAXM for verify: the same arithmetic per row).
+// A hybrid's build (FS_HYBRID, from step_source) also runs Gated DeltaNet layers
+// (fused_step_gdn.cuh) and gated attention with partial rotary embeddings (GATED, RD).
 
   // Host-written inputs (ids, pos) are read once per block; every buffer the blocks
   // share (scratch, sync) is a large allocation of its own: MLX's small buffers share
   // managed-memory pages with host-touched arrays, and GPU atomics or reads on such a
   // page cross the bus (a 150-barrier step went from 0.4 ms to 77 ms).
   const int M = ids_shape[0];
-  const int cap = k0_shape[1];
   __shared__ int s_ids[FD_MAXM];
   __shared__ int s_p0;
   if (threadIdx.x < M) s_ids[threadIdx.x] = ids[threadIdx.x];
@@ -21,12 +22,16 @@
   unsigned int* sync = sync_buf;
   unsigned int* counters = sync_buf + 4096;  // attention chunks done, a (row, head)
   unsigned int phase = 0;
-  constexpr int PAIRS = (H + 2 * HKV) * DH / 2;  // of q/k/v outputs (fd_qkv_pair)
   constexpr int HD = H * DH;
+  // of q/k/v outputs: RoPE pairs (fd_qkv_pair), or with the output gate adjacent pairs of
+  // [query | gate] per head, k and v (normed and rotated in A2)
+  constexpr int PAIRS = GATED ? HD + HKV * DH : (H + 2 * HKV) * DH / 2;
   const FqTable tab{meta, words, scales, biases};
   constexpr int HEAD_MAT = 4 * L, TABLE_MAT = 4 * L + 1;  // the head's and the table's rows
   auto fs_prefetch_qkv = [&](int layer) {  // the first pair of q/k/v rows this warp takes
-    if (gw < PAIRS) {
+    if (FS_LINEAR(layer) || GATED) {
+      if (2 * gw < (FS_LINEAR(layer) ? GDN_NIN : 2 * PAIRS)) fq_prefetch_row(tab, 4 * layer, 2 * gw);
+    } else if (gw < PAIRS) {
       int n0, n1, fi;
       fd_qkv_pair<H, HKV, DH, TRADITIONAL>(gw, n0, n1, fi);
       fq_prefetch_row(tab, 4 * layer, n0);
@@ -48,7 +53,11 @@
   float* hs = ao + FD_MAXM * HD;
   float* act = hs + FD_MAXM * D;
   float* xs = act + FD_MAXM * F;
-  float* part = xs + FD_MAXM * D;  // attention partials [row, head, chunk] x (max, sum, DH)
+  // a linear layer's in_proj rows [row, GDN_NIN]; the gate of a gated attention layer or
+  // the normed output of a linear one [row, GDN_GO]
+  float* mix = xs + FD_MAXM * D;
+  float* gbuf = mix + FD_MAXM * GDN_NIN;
+  float* part = gbuf + FD_MAXM * GDN_GO;  // attention partials [row, head, chunk] x (max, sum, DH)
   static_assert(FQ_SMEM_X % 8 == 0 && FQ_SMEM_X <= 49152, "staged x: a multiple of 8 floats");
   extern __shared__ __align__(16) float s_x[];  // fq_stage's x: the launch's dynamic memory
   fq_gather_rows<D>(tab, TABLE_MAT, s_ids, M, xs);  // embedding rows, as float32
@@ -67,11 +76,57 @@
       fs_prefetch_l2(scales + g0, (size_t)(g1 - g0) * 4);
       fs_prefetch_l2(biases + b0, (size_t)(b1 - b0) * 4);
     }
+#if FS_HYBRID
+    if (FS_LINEAR(l)) {
+      // -- G1: norm + in_proj (q | k | v | z | b | a) -> mix; a warp takes rows n, n + 1
+      const FqX xg = fq_stage(x, M * D, s_x);
+      for (int p = gw; p < GDN_NIN / 2; p += nw) {
+        const int n = 2 * p;
+        FqPart part;
+        int r0;
+        const int fmt = tab.part(4 * l, n, part, r0);  // parts start on even rows
+        const int rows[2] = {r0, r0 + 1};
+        for (int m0 = 0; m0 < M; m0 += G) {
+          float acc[G][2], ss[G];
+          fq_dot<D, 2, G, true, true, FQ_ROLE_QKV>(fmt, part, rows, nw1 + l * D, xg.at(m0 * D), min(G, M - m0), acc, ss);
+#pragma unroll
+          for (int g = 0; g < G; ++g) {
+            const int m = m0 + g;
+            if (m < M && lane == 0) {
+              const float rinv = 1.0f / sqrtf(ss[g] / D + EPS);
+              mix[(size_t)m * GDN_NIN + n] = acc[g][0] * rinv;
+              mix[(size_t)m * GDN_NIN + n + 1] = acc[g][1] * rinv;
+            }
+          }
+        }
+      }
+      fs_grid_sync(sync, ++phase);
+      // -- G2: conv, recurrence, gated norm, a block a value head -> gbuf; the new state
+      {
+        const int gi = FS_LINEAR_INDEX(l);
+        using Dm = GdnDims<GDN_NK, GDN_NV, GDN_DK, GDN_DV>;
+        float* tape = gstate + (size_t)GDN_LAYERS * GDN_NV * GDN_DK * GDN_DV + (size_t)gi * M * Dm::TW;
+        fs_gdn_heads<GDN_NK, GDN_NV, GDN_DK, GDN_DV, GDN_CONVK, GDN_TILED, MAXM, TC>(
+            M, mix, CONVS[l], gconvw + (size_t)gi * Dm::C * GDN_CONVK, gvec + gi * (2 * GDN_NV + GDN_DV),
+            SSMS[l], gstate + (size_t)gi * GDN_NV * GDN_DK * GDN_DV, gconv + (size_t)gi * (GDN_CONVK - 1) * Dm::C,
+            tape, gbuf, EPS, GDN_QSCALE);
+      }
+      if (gw < D) fq_prefetch_row(tab, 4 * l + 1, gw);
+      fs_grid_sync(sync, ++phase);
+      // -- G3: out_proj + residual -> hs
+      fq_residual_phase<GDN_NV * GDN_DV, D, G, FQ_ROLE_O>(tab, 4 * l + 1, gbuf, x, hs, M, gw, nw, s_x);
+    } else
+#endif
+    {
     // -- A: norm + qkv + rope; q to qs, k / v rows into the cache at pos + m
     const FqX xa = fq_stage(x, M * D, s_x);
     for (int p = gw; p < PAIRS; p += nw) {
       int n0, n1, fi;
-      fd_qkv_pair<H, HKV, DH, TRADITIONAL>(p, n0, n1, fi);
+      if (GATED) {
+        n0 = 2 * p, n1 = n0 + 1, fi = -1;
+      } else {
+        fd_qkv_pair<H, HKV, DH, TRADITIONAL>(p, n0, n1, fi);
+      }
       FqPart part;
       int r0;
       const int fmt = tab.part(4 * l, n0, part, r0);  // a pair lies in one part
@@ -88,6 +143,24 @@
           if (m < M && lane == 0) {
             const float rinv = 1.0f / sqrtf(ss[g] / D + EPS);
             float s0 = acc[g][0] * rinv, s1 = acc[g][1] * rinv;
+            if (GATED) {  // [query | gate] per head, k, v; q and k normed and rotated in A2
+              float* dst;
+              if (n0 < 2 * HD) {
+                const int hh = n0 / (2 * DH), w = n0 % (2 * DH);
+                dst = (w < DH ? qs : gbuf) + m * HD + hh * DH + w % DH;
+              } else if (n0 < 2 * HD + HKV * DH) {
+                dst = ao + m * HKV * DH + n0 - 2 * HD;
+              } else {
+                const int e = n0 - 2 * HD - HKV * DH;
+                const size_t base = ((size_t)(e / DH) * cap + p0 + m) * DH + e % DH;
+                vc[base] = static_cast<T>(s0);
+                vc[base + 1] = static_cast<T>(s1);
+                continue;
+              }
+              dst[0] = s0;
+              dst[1] = s1;
+              continue;
+            }
             if (QK_NORM && head < H + HKV) {  // normed per head, then rotated: phase A2
               float* raw = head < H ? qs + m * HD : ao + m * HKV * DH - H * DH;
               raw[n0] = s0;
@@ -114,8 +187,13 @@
     fs_grid_sync(sync, ++phase);
     if (QK_NORM) {
       // -- A2: each (row, q or k head) RMS-normed over its DH features, scaled by the
-      // layer's q_norm / k_norm weight, rotated; k into the cache. A lane takes RoPE pairs.
-      constexpr int HALF = DH / 2, PPL = (HALF + 31) / 32;
+      // layer's q_norm / k_norm weight, rotated; k into the cache. A lane takes pairs: the
+      // RD / 2 RoPE pairs of the rotated features, then adjacent ones of the rest (RD < DH).
+      constexpr int HALF = DH / 2, PPL = (HALF + 31) / 32, RH = RD / 2;
+      auto pair_of = [](int i, int& a, int& b) {
+        a = TRADITIONAL ? 2 * i : i < RH ? i : RD + 2 * (i - RH);
+        b = a + (TRADITIONAL || i >= RH ? 1 : RH);
+      };
       for (int item = gw; item < M * (H + HKV); item += nw) {
         const int m = item / (H + HKV), head = item % (H + HKV);
         const bool isq = head < H;
@@ -126,7 +204,8 @@
         for (int j = 0; j < PPL; ++j) {
           const int i = lane + 32 * j;
           if (i < HALF) {
-            const int a = TRADITIONAL ? 2 * i : i, b = a + (TRADITIONAL ? 1 : HALF);
+            int a, b;
+            pair_of(i, a, b);
             va[j] = __ldcg(raw + a);
             vb[j] = __ldcg(raw + b);
             ss = __fmaf_rn(va[j], va[j], ss);
@@ -139,9 +218,10 @@
         for (int j = 0; j < PPL; ++j) {
           const int i = lane + 32 * j;
           if (i < HALF) {
-            const int a = TRADITIONAL ? 2 * i : i, b = a + (TRADITIONAL ? 1 : HALF);
+            int a, b;
+            pair_of(i, a, b);
             float s0 = va[j] * rinv * __ldg(wn + a), s1 = vb[j] * rinv * __ldg(wn + b);
-            fs_rotate(s0, s1, p0 + m, __ldg(freqs + i));
+            if (i < RH) fs_rotate(s0, s1, p0 + m, __ldg(freqs + i));
             if (isq) {
               raw[a] = s0;
               raw[b] = s1;
@@ -246,7 +326,7 @@
             go += s_acc[w][d] * e;
           }
           if (nc == 1) {
-            out[d] = go / gl;
+            out[d] = fs_gated<GATED>(go / gl, gbuf, m * HD + h * DH + d);
           } else {
             float* mine = slots + (size_t)c * (DH + 2);
             if (d == 0) { mine[0] = gm; mine[1] = gl; }
@@ -270,7 +350,7 @@
               gl += __ldcg(sl + 1) * e;
               go += __ldcg(sl + 2 + d) * e;
             }
-            out[d] = go / gl;
+            out[d] = fs_gated<GATED>(go / gl, gbuf, m * HD + h * DH + d);
             if (d == 0) counters[mh] = 0;  // for the next layer, past a grid barrier
           }
         }
@@ -281,6 +361,7 @@
     fs_grid_sync(sync, ++phase);
     // -- C: o_proj + residual -> hs
     fq_residual_phase<HD, D, G, FQ_ROLE_O>(tab, 4 * l + 1, ao, x, hs, M, gw, nw, s_x);
+    }
     if (gw < F / 2) {
       fq_prefetch_row(tab, 4 * l + 2, 2 * gw);
       fq_prefetch_row(tab, 4 * l + 2, F + 2 * gw);

@@ -65,7 +65,7 @@ __device__ __forceinline__ void fs_load8_cg(const float* p, float* out) {
 // compiler): a row's result is the same whatever the row count, chunking or unrolling of the
 // build that computes it, which keeps the decode and verify builds bit-identical per row.
 
-#define FQ_PARTS 3
+#define FQ_PARTS 4
 #define FQ_FIELDS 8
 #define FQ_ROW0 0      // the part's first row in the matrix
 #define FQ_WORDS 1     // its first word in `words`
@@ -106,6 +106,7 @@ struct FqTable {
     int k = 0;
     if (row >= field(mat, 1, FQ_ROW0)) k = 1;
     if (row >= field(mat, 2, FQ_ROW0)) k = 2;
+    if (row >= field(mat, 3, FQ_ROW0)) k = 3;
     local = row - static_cast<int>(field(mat, k, FQ_ROW0));
     p.w = words + field(mat, k, FQ_WORDS);
     p.s = scales + field(mat, k, FQ_GROUPS);
@@ -521,6 +522,13 @@ __device__ __forceinline__ void fs_rotate(float& s0, float& s1, int pos, float f
   const float r0 = s0 * cs - s1 * sn;
   s1 = s0 * sn + s1 * cs;
   s0 = r0;
+}
+
+// An attention output times the sigmoid of its gate (Qwen3.5's gated attention), or as is
+template <bool GATED>
+__device__ __forceinline__ float fs_gated(float o, const float* gate, int i) {
+  if (!GATED) return o;
+  return __fmul_rn(o, __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-__ldcg(gate + i)))));
 }
 
 __device__ __forceinline__ void fs_prefetch_l2(const void* p, size_t bytes) {

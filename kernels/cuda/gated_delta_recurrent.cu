@@ -1,26 +1,33 @@
 // Body of the gated delta recurrence (kernels/gated_delta_cuda.py wraps it with
-// mx.fast.cuda_kernel; DK, L, H, Dv and T come from its template arguments).
+// mx.fast.cuda_kernel, after gated_delta_row.cuh; DK, L, H, Dv and T come from its template
+// arguments). A block takes value columns of one head, a pair of adjacent threads one
+// column S[:, j] (DK / GDN_PAIR rows each, in registers); each row's q and k are read once
+// a block into shared memory, as float32. Every lane of a warp takes part in the pair
+// sums (a column past Dv computes on zeros and writes nothing).
 
-    const int j = threadIdx.x + blockIdx.x * blockDim.x;  // value column
+    constexpr int DKP = DK / GDN_PAIR;
+    const int tid = threadIdx.x + blockIdx.x * blockDim.x;
+    const int j = tid / GDN_PAIR, part = tid % GDN_PAIR;  // value column, its rows
     const int h = blockIdx.y;                              // head
-    if (j >= Dv) return;
-    float s[DK];
-    for (int i = 0; i < DK; ++i) s[i] = state[(h * DK + i) * Dv + j];
+    __shared__ float s_q[DK], s_k[DK];
+    float s[DKP];
+#pragma unroll
+    for (int i = 0; i < DKP; ++i) s[i] = j < Dv ? state[(h * DK + part * DKP + i) * Dv + j] : 0.f;
     for (int t = 0; t < L; ++t) {
         const int row = t * H + h;
+        for (int i = threadIdx.x; i < DK; i += blockDim.x) {
+            s_q[i] = static_cast<float>(q[row * DK + i]);
+            s_k[i] = static_cast<float>(k[row * DK + i]);
+        }
+        __syncthreads();
         const float decay = expf(static_cast<float>(g[row]));
-        const float b = static_cast<float>(beta[row]);
-        float kv = 0.f;
-        for (int i = 0; i < DK; ++i) {
-            s[i] *= decay;
-            kv += s[i] * static_cast<float>(k[row * DK + i]);
-        }
-        const float delta = (static_cast<float>(v[row * Dv + j]) - kv) * b;
-        float o = 0.f;
-        for (int i = 0; i < DK; ++i) {
-            s[i] += static_cast<float>(k[row * DK + i]) * delta;
-            o += s[i] * static_cast<float>(q[row * DK + i]);
-        }
-        out[row * Dv + j] = static_cast<T>(o);
+        const float v_j = j < Dv ? static_cast<float>(v[row * Dv + j]) : 0.f;
+        const float o = gdn_row<DKP>(s, s_q + part * DKP, s_k + part * DKP, v_j, decay,
+                                     static_cast<float>(beta[row]));
+        if (j < Dv && part == 0) out[row * Dv + j] = static_cast<T>(o);
+        __syncthreads();
     }
-    for (int i = 0; i < DK; ++i) state_out[(h * DK + i) * Dv + j] = s[i];
+    if (j < Dv) {
+#pragma unroll
+        for (int i = 0; i < DKP; ++i) state_out[(h * DK + part * DKP + i) * Dv + j] = s[i];
+    }

@@ -366,7 +366,7 @@ def test_fused_steps_hand_out_the_last_layers_rows(mlx_llama, mode, compiled):
 
 def test_the_one_launch_step_takes_llama3_rotations_and_qwen3_norms(q4_k_m):
     """Which path each family's shape may take, decided without a GPU: the step reads a
-    rotation table and q/k norms the five kernels do not; hybrids take neither."""
+    rotation table, q/k norms and a hybrid's layers the five kernels do not."""
     from engine.runner.fused import rope_table, step_unsupported_reason
 
     llama = _float32(q4_k_m("tiny-llama")).model
@@ -378,5 +378,6 @@ def test_the_one_launch_step_takes_llama3_rotations_and_qwen3_norms(q4_k_m):
     assert "q/k norm" in unsupported_reason(qwen3)
     assert step_unsupported_reason(qwen3) is None
     hybrid = _float32(q4_k_m("tiny-qwen3.5")).model
-    assert "full-attention" in step_unsupported_reason(hybrid)
+    assert "full-attention" in unsupported_reason(hybrid)
+    assert step_unsupported_reason(hybrid) is None  # tests/engine/test_fused_hybrid.py
     assert rope_table(hybrid) is not None  # its attention layers share one table

@@ -17,12 +17,20 @@ from kernels import fused_decode_cuda as fd
 from kernels import fused_step_cuda as fs
 from kernels import step_weights
 from kernels.fused_decode_cuda import MAX_ROWS
-from kernels.fused_shapes import Shapes
+from kernels.fused_shapes import GdnShapes, Shapes
 
 SMOLLM2 = Shapes(576, 9, 3, 64, 1536, 49152, 1e-5, 100000.0, True)
 TINY = Shapes(64, 4, 2, 16, 128, 256, 1e-5, 10000.0, False)
 LLAMA_8B = Shapes(4096, 32, 8, 128, 14336, 128256, 1e-5, 500000.0, False)
 QWEN3_4B = Shapes(2560, 32, 8, 128, 9728, 151936, 1e-6, 1000000.0, False, qk_norm=True)
+# Qwen3.5-0.8B: 24 layers, every fourth gated full attention (partial rotary), the rest
+# Gated DeltaNet; value heads in a GGUF's tiled order
+QWEN35_LINEAR = GdnShapes(tuple(i for i in range(24) if (i + 1) % 4), 16, 16, 128, 128, 4, True)
+QWEN35_08B = Shapes(1024, 8, 2, 256, 3584, 248320, 1e-6, 1e7, False, qk_norm=True,
+                    attn_gate=True, rope_dims=64, linear=QWEN35_LINEAR)  # fmt: skip
+# bench.shapes' tiny Qwen3.5: 2 key heads, 4 value heads of 64, layer 3 attention
+TINY_QWEN35 = Shapes(256, 4, 2, 64, 512, 1024, 1e-6, 1e7, False, qk_norm=True, attn_gate=True,
+                     rope_dims=16, linear=GdnShapes((0, 1, 2), 2, 4, 64, 64, 4, True))  # fmt: skip
 
 
 @pytest.mark.parametrize("head_dim", [8, 16, 32, 64, 128, 256])
@@ -79,6 +87,9 @@ _FLOAT_NAMES = {
     "freqs",
     "qnorm",
     "knorm",
+    "gconvw",
+    "gvec",
+    "gstate",
 }
 
 
@@ -87,6 +98,8 @@ def _kernel(name: str, body: str, inputs: list[str], outputs: list[str], dtype: 
     the shapes the body reads, no launch bounds (with `__launch_bounds__(256)` ptxas aims at
     two blocks an SM and spills the 8B build at 128 registers)."""
     types = {"ids": "int32_t", "pos": "int32_t"} | {n: "float" for n in _FLOAT_NAMES}
+    types |= {n: "float" for n in inputs + outputs if re.fullmatch(r"s\d+", n)}
+    types |= {n: dtype for n in inputs + outputs if re.fullmatch(r"c\d+", n)} | {"gconv": dtype}
     types |= {n: "uint32_t" for n in ("sync_buf", "status", "stamps", "words", "scales", "biases")}
     types |= {"meta": "int64_t"}
     params = []
@@ -112,17 +125,20 @@ def _step_source(
     """The engine's step kernel as MLX wraps it, or with `stamped` the probe's build."""
     itemsize = 4 if dtype == "float" else 2
     consts = (
-        f"  using T = {dtype};\n  constexpr int HEAD_MODE = {head_mode}, PREFETCH = 1;\n"
+        f"  using T = {dtype};\n  using TC = {dtype};\n"
+        f"  constexpr int HEAD_MODE = {head_mode}, PREFETCH = 1;\n"
         f"  constexpr int CK = {fs.chunk_keys(shapes.head_dim, itemsize)};\n"
         f"  constexpr int MAXM = {maxm};\n"
     )
     outputs = fs.output_names() + (["stamps"] if stamped else [])
+    if shapes.linear is not None:
+        outputs += ["gstate", "gconv"]
     if stamped:
         body, header = step_stamps.stamped_source(shapes, layers), step_stamps.STAMPED_HEADER
     else:
         body, header = fs.step_source(shapes, layers), fs.STEP_HEADER
     header = fs.formats_header(formats, tuning, maxm > 1, roles) + header
-    kernel = _kernel("fs_step", consts + body, fs.input_names(layers), outputs, dtype)
+    kernel = _kernel("fs_step", consts + body, fs.input_names(layers, shapes), outputs, dtype)
     return "#include <cstdint>\n" + _SHAPE + header + kernel
 
 
@@ -193,6 +209,25 @@ def test_step_source_compiles_without_spills(tmp_path, shapes, layers, head_mode
     )  # fmt: skip
     log = _nvcc(tmp_path, source)
     assert _spills(log) and not any(_spills(log)), log[-3000:]
+
+
+@needs_nvcc
+@pytest.mark.parametrize(
+    "shapes,layers", [(QWEN35_08B, 24), (TINY_QWEN35, 4)], ids=["0.8B", "tiny"]
+)
+@pytest.mark.parametrize("maxm,head_mode", [(1, 1), (MAX_ROWS, 2)])
+def test_a_hybrids_step_compiles(tmp_path, shapes, layers, maxm, head_mode):
+    """Gated DeltaNet layers beside gated attention with partial rotary embeddings, as the
+    engine builds them (the recurrence's column pair keeps its 64 floats in registers; the
+    0.8B build's spills, tens to hundreds of bytes with nvcc 13.5 as with the phases around
+    them at its F = 3,584, are a speed matter for the H200's tuning, not checked here)."""
+    tuning = fs.tuning_for(_layer_bytes(shapes), shapes.qk_norm) if maxm > 1 else None
+    roles = ((4, 6, 32), (4, 6), (4,), (4, 6), (6,))  # dense float32 alpha / beta rows too
+    source = _step_source(shapes, layers, "__nv_bfloat16", head_mode, maxm=maxm,
+                          formats=(4, 6, 32), tuning=tuning, roles=roles)  # fmt: skip
+    assert "#define FS_HYBRID 1" in source and "gdn_row" in source
+    log = _nvcc(tmp_path, source)
+    assert "Used" in log
 
 
 @needs_nvcc

@@ -1,0 +1,107 @@
+"""A hybrid's linear layers (Gated DeltaNet) through the one-launch step.
+
+The step reads each linear layer's conv window and matrix state from its
+`RecurrentState` and returns new ones (`gstate`, `gconv`: kernels/fused_step_layers.py),
+so the state it read stays as it was and a snapshot stays a reference. While a verify is
+recorded, each layer's tape gets the rows the kernel computed (conv input, q, k, v, g,
+beta), which `RecurrentState.replay_verified` folds in with the recurrent kernel whose
+row is the step's own (kernels/cuda/gated_delta_row.cuh): the kept rows' state is the one
+their single steps give, bit for bit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import mlx.core as mx
+
+from engine.models.base import LINEAR, DecoderModel, ModelConfig
+from engine.models.qwen3_5 import GatedDeltaNet
+from engine.models.qwen3_5_gguf import VALUE_HEAD_ORDER
+from engine.state import FullKV, RecurrentState
+from kernels import fused_step_layers
+from kernels.fused_shapes import GdnShapes, Shapes
+
+
+def linear_shapes(cfg: ModelConfig) -> GdnShapes | None:
+    """The linear layers' shapes, or None for a model without any."""
+    layers = tuple(i for i in range(cfg.num_layers) if cfg.layer_type(i) == LINEAR)
+    if not layers:
+        return None
+    return GdnShapes(
+        layers=layers,
+        key_heads=cfg.linear_num_key_heads,
+        value_heads=cfg.linear_num_value_heads,
+        key_dim=cfg.linear_key_head_dim,
+        value_dim=cfg.linear_value_head_dim,
+        conv_kernel=cfg.linear_conv_kernel_dim,
+        tiled=cfg.extra.get(VALUE_HEAD_ORDER) == "tiled",
+    )
+
+
+def mixers_unsupported(model: DecoderModel) -> str | None:
+    """Why a linear layer's mixer can't go through the step, or None."""
+    for i, layer in enumerate(model.layers):
+        if model.config.layer_type(i) == LINEAR and not isinstance(layer.mixer, GatedDeltaNet):
+            return f"layer {i}'s linear mixer {type(layer.mixer).__name__}"
+    return None
+
+
+def params(model: DecoderModel) -> list[mx.array]:
+    """gconvw [G, C, K] and gvec [G, 2 NV + DV] (-A, dt_bias, the gated norm), float32."""
+    mixers = [layer.mixer for layer in model.layers if isinstance(layer.mixer, GatedDeltaNet)]
+    convw = mx.stack([m.conv_weight.astype(mx.float32) for m in mixers])
+    vec = mx.stack(
+        [mx.concatenate([m.neg_A, m.dt_bias, m.norm]).astype(mx.float32) for m in mixers]
+    )
+    mx.eval(convw, vec)
+    return [convw, vec]
+
+
+def split_layers(layers: list[Any]) -> tuple[list[FullKV], list[RecurrentState]] | None:
+    """The attention layers' KV and the linear layers' states, or None if a layer is
+    neither (a sliding ring: not fused)."""
+    kvs = [layer for layer in layers if isinstance(layer, FullKV)]
+    recurrent = [layer for layer in layers if isinstance(layer, RecurrentState)]
+    if len(kvs) + len(recurrent) != len(layers) or not kvs:
+        return None
+    return kvs, recurrent
+
+
+def linear_inputs(recurrent: list[RecurrentState]) -> tuple[list[mx.array], list[mx.array]]:
+    """The conv windows and float32 matrix states the step reads."""
+    return [r.conv for r in recurrent], [r.ssm for r in recurrent]
+
+
+def adopt(
+    shapes: Shapes, recurrent: list[RecurrentState], gstate: mx.array, gconv: mx.array,
+    rows: int, end: int,
+) -> None:  # fmt: skip
+    """The step's new states into the layers (length `end`), and its rows into the tapes
+    that are recording."""
+    g = shapes.linear
+    assert g is not None
+    nv, dk, dv = g.value_heads, g.key_dim, g.value_dim
+    per_state = nv * dk * dv
+    states = fused_step_layers.state_floats(shapes)
+    tape_row = g.tape_row()
+    for j, layer in enumerate(recurrent):
+        layer.ssm = gstate[j * per_state : (j + 1) * per_state].reshape(nv, dk, dv)
+        layer.conv = gconv[j]
+        layer.length = end
+        if layer.tape is None:
+            continue
+        start = states + j * rows * tape_row
+        tape = gstate[start : start + rows * tape_row].reshape(rows, tape_row)
+        pieces, at = {}, 0
+        for name, width in fused_step_layers.tape_layout(shapes):
+            pieces[name] = tape[:, at : at + width]
+            at += width
+        layer.record(
+            pieces["conv_in"],
+            pieces["q"].reshape(rows, nv, dk),
+            pieces["k"].reshape(rows, nv, dk),
+            pieces["v"].reshape(rows, nv, dv),
+            pieces["g"],
+            pieces["beta"],
+        )

@@ -1,0 +1,114 @@
+"""The one-launch step's build knobs (kernels/cuda/fused_step.cuh, fused_step.cu): their
+engine values for a model's layer size, their check (BRANCHCHAT_STEP_TUNING is checked at
+load, on any machine), and the header lines a build starts with: the format lists its
+dispatch is compiled for, by role (kernels/step_weights.py's WeightTable.roles), the
+knobs, and the launch bounds of a build of more than one block an SM.
+"""
+
+from __future__ import annotations
+
+THREADS = 256  # a block's threads (fused_step_cuda.StepKernel launches this many)
+
+# The build knobs (kernels/cuda/fused_step.cuh, fused_step.cu) and the engine's values:
+# slices of words a warp loads at once, whether it decodes them as used, rows of x a
+# verify's pass takes, blocks an SM (more warps to keep loads in flight, in half the
+# registers each; the verify's build may differ), floats of a phase's x a block copies
+# into shared memory (0: x is read from L2 by every warp). Every choice gives a row the
+# same bits.
+TUNING = {
+    "FQ_SLICES": 8,
+    "FQ_STREAM": 0,
+    "FQ_VERIFY_ROWS": 2,
+    "FQ_BLOCKS": 1,
+    "FQ_SMEM_X": 8192,
+    "FQ_VERIFY_BLOCKS": 0,  # blocks an SM of the verify build; 0: FQ_BLOCKS
+    "FQ_BARRIER": 0,  # the grid barrier: 0 full fences, 1 release add and acquire loads
+    "FQ_L1_PREFETCH": 0,  # 1: a warp's first row of the next phase into L1 before a barrier
+    # 1: K-quant parts as their factors, 2.5 bytes a group for 8 (kernels/step_factors.py;
+    # the table's layout, which `engine/runner/fused.py` builds by it; the same bits)
+    "FQ_KFACTORS": 0,
+}
+# shared memory an SM lends the staged x of its blocks (an H100/H200 SM has 228 KB; the
+# attention's own arrays and the runtime's reserve take the rest)
+SMEM_X_BYTES_PER_SM = 192 << 10
+# layers above this size take two blocks an SM for a decode step and one for a verify
+# (measured on the H200 with bench/gpu/step_tuning.py, docs/BENCHMARKS.md: decode 1.4-1.6x
+# on Llama-3.2-1B and 3.1-8B shapes, 1.1-1.2x slower on the default model, whose phases are
+# too short to fill 16 warps). A verify takes 4 rows a pass (17% / 5% faster on the 1B at
+# 128 / 2,048 tokens, 6% on the default model) where the build keeps its registers: not
+# with q/k norm, whose phase spills at 4.
+TWO_BLOCKS_LAYER_BYTES = 8 << 20
+_LARGE = {"FQ_BLOCKS": 2, "FQ_VERIFY_BLOCKS": 1}
+_FOUR_ROWS = {"FQ_VERIFY_ROWS": 4, "FQ_SMEM_X": 16384}  # x staged: 4 rows of 4,096
+
+
+def tuning_for(layer_bytes: int, qk_norm: bool = False) -> dict[str, int]:
+    """The engine's knobs for a model whose largest layer's table is `layer_bytes`."""
+    knobs = dict(TUNING) if qk_norm else TUNING | _FOUR_ROWS
+    return knobs | _LARGE if layer_bytes > TWO_BLOCKS_LAYER_BYTES else knobs
+
+
+# MLX's cuda_kernel writes the kernel's signature itself (`__global__ void name(...)`), so
+# a build for two or more blocks an SM states its launch bounds through `__global__`: ptxas
+# then keeps the registers within 65,536 / (THREADS * blocks).
+_BOUNDED_GLOBAL = (
+    "#undef __global__\n"
+    "#define __global__ __location__(global) __launch_bounds__({threads}, {blocks})\n"
+)
+
+
+def blocks_per_sm(tuning: dict[str, int], verify: bool) -> int:
+    """Blocks an SM of the decode build (one row) or the verify build (up to MAX_ROWS)."""
+    knobs = TUNING | tuning
+    return (knobs["FQ_VERIFY_BLOCKS"] or knobs["FQ_BLOCKS"]) if verify else knobs["FQ_BLOCKS"]
+
+
+ROLES = ("QKV", "O", "GATE_UP", "DOWN", "HEAD")  # WeightTable.roles, fused_step.cuh's
+
+
+def formats_header(
+    formats: tuple[int, ...],
+    tuning: dict[str, int] | None = None,
+    verify: bool = False,
+    roles: tuple[tuple[int, ...], ...] | None = None,
+) -> str:
+    """The format lists the weight dispatch is built for (FQ_FORMATS_<ROLE>: by role, as
+    WeightTable.roles; a role without one, or without `roles`, takes `formats`) and the
+    build's knobs (before the step header), for the decode build or, with `verify`, the
+    verify's."""
+    knobs = check_tuning(tuning or {})
+    by_role = roles or (formats,) * len(ROLES)
+    lines = [
+        f"#define FQ_FORMATS_{name}(X) " + " ".join(f"X({f})" for f in codes or formats)
+        for name, codes in zip(ROLES, by_role, strict=True)
+    ]
+    lines += [f"#define {name} {int(value)}" for name, value in knobs.items()]
+    header = "\n".join(lines) + "\n"
+    blocks = blocks_per_sm(knobs, verify)
+    if blocks > 1:
+        header += _BOUNDED_GLOBAL.format(threads=THREADS, blocks=blocks)
+    return header
+
+
+def check_tuning(tuning: dict[str, int]) -> dict[str, int]:
+    """TUNING with `tuning` over it; ValueError naming a knob that is unknown or out of
+    range (BRANCHCHAT_STEP_TUNING is checked here at load, on any machine)."""
+    knobs = TUNING | tuning
+    unknown = set(knobs) - set(TUNING)
+    if unknown:
+        raise ValueError(
+            f"unknown step kernel knobs {sorted(unknown)} (known: {', '.join(TUNING)})"
+        )
+    if not 1 <= knobs["FQ_BLOCKS"] <= 4 or not 0 <= knobs["FQ_VERIFY_BLOCKS"] <= 4:
+        raise ValueError(
+            f"FQ_BLOCKS must be 1..4 and FQ_VERIFY_BLOCKS 0..4, not {knobs['FQ_BLOCKS']} "
+            f"and {knobs['FQ_VERIFY_BLOCKS']}"
+        )
+    staged = knobs["FQ_SMEM_X"]
+    most = max(blocks_per_sm(knobs, False), blocks_per_sm(knobs, True))
+    if staged < 0 or staged % 8 or most * 4 * staged > SMEM_X_BYTES_PER_SM:
+        raise ValueError(
+            f"FQ_SMEM_X must be a multiple of 8 whose blocks fit "
+            f"{SMEM_X_BYTES_PER_SM} bytes an SM, not {staged} x {most} blocks"
+        )
+    return knobs

@@ -1,0 +1,121 @@
+"""A hybrid (Qwen3.5: Gated DeltaNet layers, gated attention with partial rotary
+embeddings) through the one-launch step (engine/runner/fused_hybrid.py).
+
+On any machine: which path the model takes and the shapes it is built for, and the tape
+layout the engine reads back. On a CUDA GPU: the step against the plain forward in float32,
+a verify's rows against single steps bit for bit in the default dtype, and a verify kept in
+part (the tape replayed by the recurrent kernel) continuing exactly as single steps would.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine.config import EngineConfig
+from engine.loader import load_model
+from engine.runner.fused_support import model_shapes, step_unsupported_reason, unsupported_reason
+from kernels import fused_decode_cuda, fused_step_layers
+
+PROMPT = list(range(3, 40))
+LONG_PROMPT = [3 + (7 * i) % 90 for i in range(600)]  # attention split across blocks
+STEPS = [5, 9, 33, 7, 3, 12, 40, 2, 17, 8]
+needs_cuda = pytest.mark.skipif(not fused_decode_cuda.is_available(), reason="needs MLX on CUDA")
+
+
+@pytest.fixture(scope="module")
+def hybrid_gguf(tmp_path_factory):
+    """bench.shapes' tiny Qwen3.5 as llama-quantize writes Q4_K_M: 2 key heads, 4 value heads
+    (the converter's tiled order), three linear layers and one gated attention layer."""
+    from bench.shapes import SHAPES
+    from bench.shapes_gguf import write_gguf
+
+    return write_gguf(SHAPES["tiny-qwen3.5"], tmp_path_factory.mktemp("hybrid") / "h.gguf")
+
+
+def _load(path, **config):
+    lm = load_model(path, EngineConfig(backend="mlx", **config))
+    lm.runner.fused = None  # from the plain path (the loader may have taken the step)
+    return lm
+
+
+def _steps(lm, steps, prompt):
+    state = lm.runner.new_state()
+    lm.runner.forward(prompt, state)
+    return [np.array(lm.ops.to_numpy(lm.runner.forward([t], state))) for t in steps], state
+
+
+def test_the_one_launch_step_takes_the_hybrid(hybrid_gguf):
+    lm = _load(hybrid_gguf)
+    assert step_unsupported_reason(lm.model) is None
+    assert "Gated DeltaNet in the one-launch step" in unsupported_reason(lm.model)
+    shapes = model_shapes(lm.model.config)
+    assert shapes.attn_gate and shapes.qk_norm and shapes.rope_dims == 16
+    g = shapes.linear
+    assert g is not None and g.layers == (0, 1, 2) and g.tiled
+    assert (g.key_heads, g.value_heads, g.key_dim, g.value_dim, g.conv_kernel) == (2, 4, 64, 64, 4)
+    # the tape row as the kernel writes it (fused_step_gdn.cuh) and the engine reads it back
+    layout = fused_step_layers.tape_layout(shapes)
+    assert [name for name, _ in layout] == ["q", "k", "v", "g", "beta", "conv_in"]
+    assert sum(width for _, width in layout) == g.tape_row() == 4 * 64 * 3 + 8 + g.conv_channels
+    names = fused_step_layers.state_inputs(shapes, 4)
+    assert names == ["gconvw", "gvec", "k3", "v3", "c0", "c1", "c2", "s0", "s1", "s2"]
+
+
+@needs_cuda
+@pytest.mark.gpu
+@pytest.mark.parametrize("prompt", [PROMPT, LONG_PROMPT], ids=["short", "long"])
+def test_step_matches_the_plain_forward_in_float32(hybrid_gguf, prompt):
+    lm = _load(hybrid_gguf, dtype="float32")
+    plain, plain_state = _steps(lm, STEPS, prompt)
+    lm.runner.enable_fused_decode(mode="step")
+    step, state = _steps(lm, STEPS, prompt)
+    assert lm.runner.last_path == "fused"
+    for a, b in zip(plain, step, strict=True):
+        np.testing.assert_allclose(b, a, atol=2e-4 * max(1.0, float(np.abs(a).max())), rtol=0)
+    for mine, theirs in zip(state.layers, plain_state.layers, strict=True):
+        if hasattr(mine, "ssm"):
+            np.testing.assert_allclose(np.array(mine.ssm), np.array(theirs.ssm), atol=1e-4)
+            np.testing.assert_array_equal(np.array(mine.conv), np.array(theirs.conv))
+
+
+@needs_cuda
+@pytest.mark.gpu
+@pytest.mark.parametrize("prompt", [PROMPT, LONG_PROMPT], ids=["short", "long"])
+def test_verify_rows_are_bit_identical_to_single_steps(hybrid_gguf, prompt):
+    """What makes greedy speculation exact on a hybrid in the default dtype."""
+    lm = _load(hybrid_gguf)
+    lm.runner.enable_fused_decode(mode="step")
+    single, single_state = _steps(lm, STEPS, prompt)
+    state = lm.runner.new_state()
+    lm.runner.forward(prompt, state)
+    rows = np.array(lm.ops.to_numpy(lm.runner.forward(STEPS, state, logits="all")))
+    for i in range(1, len(STEPS)):
+        np.testing.assert_array_equal(rows[i - 1], single[i - 1][-1])
+    for mine, theirs in zip(state.layers, single_state.layers, strict=True):
+        if hasattr(mine, "ssm"):
+            np.testing.assert_array_equal(np.array(mine.ssm), np.array(theirs.ssm))
+            np.testing.assert_array_equal(np.array(mine.conv), np.array(theirs.conv))
+
+
+@needs_cuda
+@pytest.mark.gpu
+@pytest.mark.parametrize("kept", [0, 1, 4, 7])
+def test_a_verify_kept_in_part_continues_as_single_steps(hybrid_gguf, kept):
+    """A verify's first `kept` rows kept (the linear layers' tapes replayed from the
+    checkpoint by the recurrent kernel), then decoding on: the logits of single steps over
+    the same tokens, bit for bit."""
+    lm = _load(hybrid_gguf)
+    runner = lm.runner
+    runner.enable_fused_decode(mode="step")
+    draft, after = STEPS[:7], STEPS[7:]
+    single, _ = _steps(lm, draft[:kept] + after, PROMPT)
+    state = runner.new_state()
+    runner.forward(PROMPT, state)
+    cp = state.checkpoint(record=True)
+    runner.forward(draft, state, logits="all")
+    state.rollback_retaining(cp, kept)
+    assert state.offset == len(PROMPT) + kept
+    again = [np.array(lm.ops.to_numpy(runner.forward([t], state))) for t in after]
+    for a, b in zip(single[kept:], again, strict=True):
+        np.testing.assert_array_equal(b, a)
