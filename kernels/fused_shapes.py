@@ -45,6 +45,8 @@ class GdnShapes:
                 f"linear heads of {self.key_dim} x {self.value_dim} (multiples of 8 x 16), or "
                 f"{self.value_heads} value heads for {self.key_heads} key heads"
             )
+        if self.value_heads % 2:  # in_proj's b and a rows: warps take row pairs
+            return f"{self.value_heads} value heads (an even count is needed)"
         if not 2 <= self.conv_kernel <= 8:
             return f"a conv of {self.conv_kernel} taps"
         if num_layers is not None and (num_layers > 128 or len(self.layers) == num_layers):

@@ -38,6 +38,8 @@ def unsupported_reason(model: DecoderModel, step: bool = False) -> str | None:
     features = model.unfused_features()
     if step and "scaled rope" in features and rope_table(model) is not None:
         features.remove("scaled rope")
+    if step and "norm offsets" in features:  # added at load: the step reads 1 + w as stored
+        features.remove("norm offsets")
     if features:
         return f"{', '.join(features)} not fused"
     attention = [layer for i, layer in enumerate(model.layers) if cfg.layer_type(i) == FULL]
