@@ -69,8 +69,15 @@ def split_layers(layers: list[Any]) -> tuple[list[FullKV], list[RecurrentState]]
 
 
 def linear_inputs(recurrent: list[RecurrentState]) -> tuple[list[mx.array], list[mx.array]]:
-    """The conv windows and float32 matrix states the step reads."""
-    return [r.conv for r in recurrent], [r.ssm for r in recurrent]
+    """The conv windows (one dtype, the first's: the kernel's TC) and float32 matrix
+    states the step reads."""
+    conv_dtype = recurrent[0].conv.dtype
+
+    def as_dtype(a: mx.array, dtype: mx.Dtype) -> mx.array:
+        return a if a.dtype == dtype else a.astype(dtype)
+
+    convs = [as_dtype(r.conv, conv_dtype) for r in recurrent]
+    return convs, [as_dtype(r.ssm, mx.float32) for r in recurrent]
 
 
 def adopt(

@@ -14,6 +14,7 @@ import pytest
 
 from engine.config import EngineConfig
 from engine.loader import load_model
+from engine.runner import fused_hybrid
 from engine.runner.fused_support import model_shapes, step_unsupported_reason, unsupported_reason
 from kernels import fused_decode_cuda, fused_step_layers
 
@@ -119,3 +120,39 @@ def test_a_verify_kept_in_part_continues_as_single_steps(hybrid_gguf, kept):
     again = [np.array(lm.ops.to_numpy(runner.forward([t], state))) for t in after]
     for a, b in zip(single[kept:], again, strict=True):
         np.testing.assert_array_equal(b, a)
+
+
+def test_the_steps_outputs_become_each_layers_state_and_tape(hybrid_gguf):
+    """gstate as the kernel lays it out (every layer's matrix state, then each layer's tape
+    rows: q | k | v | g | beta | conv input) read back into the right layer and piece."""
+    import mlx.core as mx
+
+    lm = _load(hybrid_gguf)
+    shapes = model_shapes(lm.model.config)
+    g = shapes.linear
+    state = lm.runner.new_state()
+    recurrent = [layer for layer in state.layers if hasattr(layer, "ssm")]
+    recurrent[1].start_tape()
+    rows = 3
+    floats = fused_step_layers.gstate_floats(shapes, rows)
+    gstate = mx.arange(floats, dtype=mx.float32)
+    gconv = mx.zeros((len(g.layers), g.conv_kernel - 1, g.conv_channels))
+    fused_hybrid.adopt(shapes, recurrent, gstate, gconv, rows, 40)
+    per_state = g.value_heads * g.key_dim * g.value_dim
+    assert float(recurrent[2].ssm[0, 0, 0]) == 2 * per_state
+    assert recurrent[1].ssm.shape == (g.value_heads, g.key_dim, g.value_dim)
+    assert all(layer.length == 40 for layer in recurrent)
+    assert recurrent[0].tape is None and recurrent[1].tape.num_rows() == rows
+    tape = recurrent[1].tape
+    row1 = fused_step_layers.state_floats(shapes) + rows * g.tape_row()  # layer 1's first row
+    q, k, v, gg, beta = (np.array(x) for x in tape.qkvgb[0])
+    assert q.shape == (rows, g.value_heads, g.key_dim) and q[0, 0, 0] == row1
+    assert k[0, 0, 0] == row1 + g.value_heads * g.key_dim
+    assert v.shape == (rows, g.value_heads, g.value_dim)
+    assert (
+        gg[1, 0]
+        == row1 + g.tape_row() + 2 * g.value_heads * g.key_dim + g.value_heads * g.value_dim
+    )
+    assert beta[0, 0] == gg[0, 0] + g.value_heads
+    conv_in = np.array(tape.conv_in[0])
+    assert conv_in.shape == (rows, g.conv_channels) and conv_in[0, -1] == row1 + g.tape_row() - 1
