@@ -75,9 +75,9 @@ def test_step_matches_the_plain_forward_in_float32(hybrid_gguf, prompt):
     for a, b in zip(plain, step, strict=True):
         np.testing.assert_allclose(b, a, atol=2e-4 * max(1.0, float(np.abs(a).max())), rtol=0)
     for mine, theirs in zip(state.layers, plain_state.layers, strict=True):
-        if hasattr(mine, "ssm"):
+        if hasattr(mine, "ssm"):  # in_proj's rows: another summation order, float32
             np.testing.assert_allclose(np.array(mine.ssm), np.array(theirs.ssm), atol=1e-4)
-            np.testing.assert_array_equal(np.array(mine.conv), np.array(theirs.conv))
+            np.testing.assert_allclose(np.array(mine.conv), np.array(theirs.conv), atol=1e-4)
 
 
 @needs_cuda
