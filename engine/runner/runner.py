@@ -17,7 +17,7 @@ import mlx.core as mx
 
 from engine.config import EngineConfig, parse_step_tuning
 from engine.models.base import DecoderModel, ModelConfig
-from engine.runner import cpu_step
+from engine.runner import cpu_step, fused_hybrid
 from engine.runner.cpu_step import CpuStep
 from engine.runner.fused import (
     MAX_DENSE_BYTES,
@@ -38,6 +38,11 @@ log = logging.getLogger(__name__)
 # (bench/gpu/prefill_probe.py); on a CPU the C step cuts a chunk into its 64-row pieces
 PREFILL_ROWS = 256
 GPU_PREFILL_ROWS = 2048
+# Whether a hybrid (Gated DeltaNet layers) takes the one-launch step unless told: not yet,
+# its build has not run on a GPU (engine/runner/fused_hybrid.py; session 15 had no
+# machine for it). BRANCHCHAT_HYBRID_STEP=1 opts in; tests/engine/test_fused_hybrid.py
+# checks it there.
+HYBRID_STEP = False
 
 
 def fused_decode_for(model: DecoderModel, config: EngineConfig) -> FusedDecode | None:
@@ -48,7 +53,8 @@ def fused_decode_for(model: DecoderModel, config: EngineConfig) -> FusedDecode |
     (docs/h200/earlier/decode_compiled.json) and is gone."""
     step_tuning = parse_step_tuning(config.step_tuning) if config.step_tuning else None
     usable = fused_decode_cuda.is_available() and config.fused
-    if not usable:
+    hybrid_step = HYBRID_STEP if config.hybrid_step is None else config.hybrid_step
+    if not usable or (fused_hybrid.linear_shapes(model.config) and not hybrid_step):
         return None
     one_launch = config.fused_mode != "layers" and step_unsupported_reason(model) is None
     if not one_launch and (

@@ -148,6 +148,7 @@ def test_unset_variables_give_the_defaults() -> None:
         ("BRANCHCHAT_THREADS", "two", "BRANCHCHAT_THREADS must be a positive integer, not 'two'"),
         ("BRANCHCHAT_GPU_MATMUL", "int4", "BRANCHCHAT_GPU_MATMUL must be one of"),
         ("BRANCHCHAT_GPU_OVERLAP", "yes", "BRANCHCHAT_GPU_OVERLAP must be 0 or 1"),
+        ("BRANCHCHAT_HYBRID_STEP", "on", "BRANCHCHAT_HYBRID_STEP must be 0 or 1"),
         ("BRANCHCHAT_PREFILL_CHUNK", "0", "BRANCHCHAT_PREFILL_CHUNK must be a positive integer"),
         ("BRANCHCHAT_PREFILL_CHUNK", "2k", "BRANCHCHAT_PREFILL_CHUNK must be a positive integer"),
         ("BRANCHCHAT_STEP_TUNING", "FQ_BLOCKS:2", "BRANCHCHAT_STEP_TUNING must be NAME=INTEGER"),

@@ -63,6 +63,26 @@ def test_the_one_launch_step_takes_the_hybrid(hybrid_gguf):
     assert names == ["gconvw", "gvec", "k3", "v3", "c0", "c1", "c2", "s0", "s1", "s2"]
 
 
+def test_the_runner_takes_the_hybrid_step_only_where_asked(hybrid_gguf):
+    """Until the hybrid's build has run on a GPU the runner leaves hybrids on the plain path
+    unless BRANCHCHAT_HYBRID_STEP=1 (engine/runner/runner.py's HYBRID_STEP)."""
+    from engine.runner import runner
+
+    assert EngineConfig.from_environment({"BRANCHCHAT_HYBRID_STEP": "1"}).hybrid_step is True
+    assert EngineConfig.from_environment({"BRANCHCHAT_HYBRID_STEP": "0"}).hybrid_step is False
+    assert EngineConfig.from_environment({}).hybrid_step is None
+    plain = load_model(hybrid_gguf, EngineConfig(backend="mlx"))
+    assert (plain.runner.fused is not None) is (runner.HYBRID_STEP and runner_on_cuda())
+    asked = load_model(hybrid_gguf, EngineConfig(backend="mlx", hybrid_step=True))
+    assert (asked.runner.fused is not None) is runner_on_cuda()
+    refused = load_model(hybrid_gguf, EngineConfig(backend="mlx", hybrid_step=False))
+    assert refused.runner.fused is None
+
+
+def runner_on_cuda() -> bool:
+    return fused_decode_cuda.is_available()
+
+
 @needs_cuda
 @pytest.mark.gpu
 @pytest.mark.parametrize("prompt", [PROMPT, LONG_PROMPT], ids=["short", "long"])

@@ -5,7 +5,8 @@
 # Each `run` may carry 64 MiB with the working tree (~20 MB, tests/oracles' fixtures), so a
 # parcel is 46 MB: ten calls instead of restage.sh's six plus Gemma's six.
 # Needs restage.sh's .device/g1-g3 (the wheels) and the models where the engine keeps them.
-# PACK_MODELS=smollm2 packs the default model alone (the drafter's session: 6 parcels);
+# PACK_MODELS=smollm2 packs the default model alone (the drafter's session: 6 parcels),
+# PACK_MODELS=none no model (tests of the tiny models only: 4 parcels of 26 MB);
 # PARCEL_BYTES sets the parcel size (the tree plus one parcel must stay under 64 MiB).
 # On the H200, one `run` each, back to back, carry [".device/pNN"]:
 #   all but the last: bash tools/gpu/unpack.sh .device/pNN      (keeps the parcel in /root/stash)
@@ -27,9 +28,9 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
   truststore==0.10.5 typing_extensions==4.16.0 anyio==4.16.0 idna==3.20 h11==0.16.0 \
   grimp==3.20 2>&1 \
   | { grep -v WARN || true; }
-cp "$models"/SmolLM2-135M-Instruct.Q4_1.gguf payload/models/
-[ "${PACK_MODELS:-all}" = smollm2 ] || cp "$models"/gemma-3-270m-q4_k_m.* payload/models/
-(cd payload && sha256sum wheels/* models/* > SHA256SUMS)
+[ "${PACK_MODELS:-all}" = none ] || cp "$models"/SmolLM2-135M-Instruct.Q4_1.gguf payload/models/
+[ "${PACK_MODELS:-all}" != all ] || cp "$models"/gemma-3-270m-q4_k_m.* payload/models/
+(cd payload && find wheels models -type f -print0 | sort -z | xargs -0 sha256sum > SHA256SUMS)
 tar -cf - payload | split -b "${PARCEL_BYTES:-46000000}" -d - part.
 for part in part.*; do mkdir "p${part#part.}" && mv "$part" "p${part#part.}/"; done
 touch "$(ls -d p[0-9][0-9] | tail -1)/LAST"  # unpack.sh joins the stream when this comes

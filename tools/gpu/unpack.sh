@@ -14,7 +14,7 @@ cd /root && cat /root/stash/part.* | tar -xf - && rm -rf /root/stash
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
   --target /root/site /root/payload/wheels/*.whl 2>&1 | { grep -v WARN || true; }
 models=$HOME/.cache/branchchat/models
-mkdir -p "$models" && mv /root/payload/models/* "$models/"
+mkdir -p "$models" && find /root/payload/models -type f -exec mv {} "$models/" \;
 cd - > /dev/null
 export PYTHONPATH=/root/site:$PWD
 python3 -c 'import mlx.core as mx; print("mlx", mx.__version__, mx.default_device())'
