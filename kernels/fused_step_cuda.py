@@ -187,7 +187,9 @@ class StepKernel:
         self.formats, self.roles = formats, roles
         self.prefetch = prefetch
         self.tuning = TUNING | (tuning or {})
+        # named by everything the builds are made of: MLX keeps a compiled kernel by its name
         key = f"{shapes!r}/{num_layers}/{formats}/{roles}/{sorted(self.tuning.items())}"
+        key += self.source() + self.header(False) + self.header(True)
         tag = hashlib.sha1(key.encode()).hexdigest()[:10]
         # blocks of the decode build and of the verify build, all resident at once
         self.blocks = sm_count() * blocks_per_sm(self.tuning, verify=False)

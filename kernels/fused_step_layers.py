@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 
+from kernels import gated_delta_cuda
 from kernels.fused_shapes import Shapes
 
 HYBRID_INPUTS = ["gconvw", "gvec"]
@@ -61,6 +62,7 @@ def layer_source(shapes: Shapes, num_layers: int) -> str:
         f"  constexpr int GDN_CONVK = {g.conv_kernel}, GDN_LAYERS = {len(g.layers)};",
         f"  constexpr bool GDN_TILED = {'true' if g.tiled else 'false'};",
         f"  constexpr int GDN_NIN = {g.in_rows}, GDN_GO = {go};",
+        f"  constexpr int GDN_PAIR = {gated_delta_cuda.PAIR};  // as the replay kernel's",
         f"  constexpr float GDN_QSCALE = {float(1 / math.sqrt(g.key_dim))!r}f;",
         f"  const TC* CONVS[L] = {{{convs}}};",
         f"  const float* SSMS[L] = {{{ssms}}};",

@@ -8,8 +8,9 @@ S[h, :, j] (Dk / 2 floats each, in registers) and walks the rows:
     S *= exp(g_t);  delta = (v_t[j] - k_t . S[:, j]) * beta_t;  S[:, j] += k_t * delta
     o_t[j] = q_t . S[:, j]
 
-A row is `gdn_row` (kernels/cuda/gated_delta_row.cuh), the one-launch step's own row: a
-hybrid's verify tape replayed here gives the state its single steps gave, bit for bit.
+A row is `gdn_row` (kernels/cuda/gated_delta_row.cuh), the one-launch step's own row with
+the same PAIR: a hybrid's verify tape replayed here gives the state its single steps gave,
+bit for bit.
 
 Same math as `kernels.gated_delta_ref.gated_delta_reference` (Yang et al. 2024), which the
 GPU test compares it against. Only built where MLX runs on CUDA.
@@ -25,6 +26,11 @@ import mlx.core as mx
 from kernels import cuda
 
 MAX_DK = 256
+# Threads a value column, here and in the one-launch step's recurrence (one value for both:
+# their rows must round alike). 1 is the kernel the H200 ran (session 15: 49 tests); 2 holds
+# half a column a thread, which the step's build needs to keep its registers (nvcc: 2 KB of
+# spills at 1, none at 2), and is to be run there before it becomes the value.
+PAIR = 1
 
 _SOURCE = cuda.source("gated_delta_recurrent.cu")
 _HEADER = cuda.source("gated_delta_row.cuh")
@@ -57,13 +63,13 @@ def gated_delta_recurrent(
     Dv = v.shape[-1]
     if Dk > MAX_DK:
         raise ValueError(f"key head dim {Dk} exceeds the kernel's register budget ({MAX_DK})")
-    pair = 2  # threads a value column (GDN_PAIR in gated_delta_row.cuh)
+    pair = PAIR
     if Dk % pair:
         raise ValueError(f"key head dim {Dk} is not a multiple of {pair}")
     block = min(256, 32 * -(-Dv * pair // 32))  # whole warps: every lane joins the pair sums
     out, state_out = _kernel()(
         inputs=[q, k, v, g, beta, state.astype(mx.float32)],
-        template=[("T", q.dtype), ("DK", Dk), ("Dv", Dv), ("L", L), ("H", H)],
+        template=[("T", q.dtype), ("DK", Dk), ("Dv", Dv), ("L", L), ("H", H), ("P", pair)],
         grid=(-(-Dv * pair // block) * block, H, 1),
         threadgroup=(block, 1, 1),
         output_shapes=[(L, H, Dv), (H, Dk, Dv)],

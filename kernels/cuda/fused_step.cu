@@ -106,7 +106,7 @@
         const int gi = FS_LINEAR_INDEX(l);
         using Dm = GdnDims<GDN_NK, GDN_NV, GDN_DK, GDN_DV>;
         float* tape = gstate + (size_t)GDN_LAYERS * GDN_NV * GDN_DK * GDN_DV + (size_t)gi * M * Dm::TW;
-        fs_gdn_heads<GDN_NK, GDN_NV, GDN_DK, GDN_DV, GDN_CONVK, GDN_TILED, MAXM, TC>(
+        fs_gdn_heads<GDN_NK, GDN_NV, GDN_DK, GDN_DV, GDN_CONVK, GDN_TILED, MAXM, GDN_PAIR, TC>(
             M, mix, CONVS[l], gconvw + (size_t)gi * Dm::C * GDN_CONVK, gvec + gi * (2 * GDN_NV + GDN_DV),
             SSMS[l], gstate + (size_t)gi * GDN_NV * GDN_DK * GDN_DV, gconv + (size_t)gi * (GDN_CONVK - 1) * Dm::C,
             tape, gbuf, EPS, GDN_QSCALE);

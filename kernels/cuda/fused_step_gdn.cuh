@@ -8,7 +8,7 @@
 //      single step would have stored it), then SiLU;
 //   b) q and k L2-normalised (q also by DK^-0.5), g = -A softplus(a + dt_bias), beta =
 //      sigmoid(b), per row;
-//   c) the recurrence row by row (gdn_row: a thread pair owns column S[:, j]);
+//   c) the recurrence row by row (gdn_row: GDN_PAIR threads own column S[:, j]);
 //   d) o RMS-normed over the head, times the norm weight and SiLU(z).
 //
 // Every row's arithmetic is the same whatever the call's row count, so a verify's rows
@@ -26,7 +26,7 @@ struct GdnDims {
   static constexpr int TW = 2 * NV * DK + VD + 2 * NV + C;
 };
 
-template <int NK, int NV, int DK, int DV, int CONVK, bool TILED, int MAXM, typename TC>
+template <int NK, int NV, int DK, int DV, int CONVK, bool TILED, int MAXM, int GDN_PAIR, typename TC>
 __device__ void fs_gdn_heads(
     int M, const float* mix, const TC* conv_in, const float* conv_w, const float* vec,
     const float* ssm_in, float* ssm_out, TC* conv_out, float* tape, float* go, float eps,
@@ -35,8 +35,8 @@ __device__ void fs_gdn_heads(
   constexpr int KEY = Dm::KEY, VD = Dm::VD, C = Dm::C, NIN = Dm::NIN, U = Dm::U, TW = Dm::TW;
   constexpr float L2_EPS = 1e-6f;  // flash-linear-attention's l2norm
   constexpr int DKP = DK / GDN_PAIR;
-  static_assert(GDN_PAIR * DV <= 256 && (GDN_PAIR * DV) % 32 == 0 && DK % GDN_PAIR == 0,
-                "a thread pair a value column, whole warps");
+  static_assert(GDN_PAIR * DV <= 256 && DK % GDN_PAIR == 0 &&
+                (GDN_PAIR == 1 || (GDN_PAIR * DV) % 32 == 0), "threads a value column, whole warps");
   __shared__ float s_u[MAXM][U];  // conv'd q | k | v of each row
   __shared__ float s_o[MAXM][DV];
   __shared__ float s_decay[MAXM], s_beta[MAXM], s_qf[MAXM], s_kf[MAXM];
@@ -115,7 +115,7 @@ __device__ void fs_gdn_heads(
 #pragma unroll
       for (int i = 0; i < DKP; ++i) s[i] = __ldg(ssm_in + first + (size_t)i * DV);
       for (int m = 0; m < M; ++m) {
-        const float o = gdn_row<DKP>(s, s_u[m] + part * DKP, s_u[m] + DK + part * DKP,
+        const float o = gdn_row<DKP, GDN_PAIR>(s, s_u[m] + part * DKP, s_u[m] + DK + part * DKP,
                                      s_u[m][2 * DK + j], s_decay[m], s_beta[m]);
         if (part == 0) s_o[m][j] = o;
       }

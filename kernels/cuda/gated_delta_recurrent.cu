@@ -1,13 +1,13 @@
 // Body of the gated delta recurrence (kernels/gated_delta_cuda.py wraps it with
-// mx.fast.cuda_kernel, after gated_delta_row.cuh; DK, L, H, Dv and T come from its template
-// arguments). A block takes value columns of one head, a pair of adjacent threads one
-// column S[:, j] (DK / GDN_PAIR rows each, in registers); each row's q and k are read once
-// a block into shared memory, as float32. Every lane of a warp takes part in the pair
-// sums (a column past Dv computes on zeros and writes nothing).
+// mx.fast.cuda_kernel, after gated_delta_row.cuh; DK, L, H, Dv, P and T come from its
+// template arguments). A block takes value columns of one head, P adjacent threads one
+// column S[:, j] (DK / P rows each, in registers); each row's q and k are read once a block
+// into shared memory, as float32. Every lane of a warp takes part in the lanes' sums (a
+// column past Dv computes on zeros and writes nothing).
 
-    constexpr int DKP = DK / GDN_PAIR;
+    constexpr int DKP = DK / P;
     const int tid = threadIdx.x + blockIdx.x * blockDim.x;
-    const int j = tid / GDN_PAIR, part = tid % GDN_PAIR;  // value column, its rows
+    const int j = tid / P, part = tid % P;  // value column, its rows
     const int h = blockIdx.y;                              // head
     __shared__ float s_q[DK], s_k[DK];
     float s[DKP];
@@ -22,7 +22,7 @@
         __syncthreads();
         const float decay = expf(static_cast<float>(g[row]));
         const float v_j = j < Dv ? static_cast<float>(v[row * Dv + j]) : 0.f;
-        const float o = gdn_row<DKP>(s, s_q + part * DKP, s_k + part * DKP, v_j, decay,
+        const float o = gdn_row<DKP, P>(s, s_q + part * DKP, s_k + part * DKP, v_j, decay,
                                      static_cast<float>(beta[row]));
         if (j < Dv && part == 0) out[row * Dv + j] = static_cast<T>(o);
         __syncthreads();

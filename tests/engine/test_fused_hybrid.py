@@ -16,7 +16,7 @@ from engine.config import EngineConfig
 from engine.loader import load_model
 from engine.runner import fused_hybrid
 from engine.runner.fused_support import model_shapes, step_unsupported_reason, unsupported_reason
-from kernels import fused_decode_cuda, fused_step_layers
+from kernels import fused_decode_cuda, fused_step_layers, gated_delta_cuda
 
 PROMPT = list(range(3, 40))
 LONG_PROMPT = [3 + (7 * i) % 90 for i in range(600)]  # attention split across blocks
@@ -102,9 +102,11 @@ def test_step_matches_the_plain_forward_in_float32(hybrid_gguf, prompt):
 
 @needs_cuda
 @pytest.mark.gpu
+@pytest.mark.parametrize("pair", [1, 2])  # threads a value column (gated_delta_cuda.PAIR)
 @pytest.mark.parametrize("prompt", [PROMPT, LONG_PROMPT], ids=["short", "long"])
-def test_verify_rows_are_bit_identical_to_single_steps(hybrid_gguf, prompt):
+def test_verify_rows_are_bit_identical_to_single_steps(hybrid_gguf, prompt, pair, monkeypatch):
     """What makes greedy speculation exact on a hybrid in the default dtype."""
+    monkeypatch.setattr(gated_delta_cuda, "PAIR", pair)
     lm = _load(hybrid_gguf)
     lm.runner.enable_fused_decode(mode="step")
     single, single_state = _steps(lm, STEPS, prompt)
@@ -121,11 +123,13 @@ def test_verify_rows_are_bit_identical_to_single_steps(hybrid_gguf, prompt):
 
 @needs_cuda
 @pytest.mark.gpu
+@pytest.mark.parametrize("pair", [1, 2])
 @pytest.mark.parametrize("kept", [0, 1, 4, 7])
-def test_a_verify_kept_in_part_continues_as_single_steps(hybrid_gguf, kept):
+def test_a_verify_kept_in_part_continues_as_single_steps(hybrid_gguf, kept, pair, monkeypatch):
     """A verify's first `kept` rows kept (the linear layers' tapes replayed from the
-    checkpoint by the recurrent kernel), then decoding on: the logits of single steps over
-    the same tokens, bit for bit."""
+    checkpoint by the recurrent kernel, with the step's PAIR), then decoding on: the logits
+    of single steps over the same tokens, bit for bit."""
+    monkeypatch.setattr(gated_delta_cuda, "PAIR", pair)
     lm = _load(hybrid_gguf)
     runner = lm.runner
     runner.enable_fused_decode(mode="step")

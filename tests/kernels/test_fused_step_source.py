@@ -15,7 +15,7 @@ import pytest
 from bench.gpu import step_stamps
 from kernels import fused_decode_cuda as fd
 from kernels import fused_step_cuda as fs
-from kernels import step_weights
+from kernels import gated_delta_cuda, step_weights
 from kernels.fused_decode_cuda import MAX_ROWS
 from kernels.fused_shapes import GdnShapes, Shapes
 
@@ -216,16 +216,18 @@ def test_step_source_compiles_without_spills(tmp_path, shapes, layers, head_mode
     "shapes,layers", [(QWEN35_08B, 24), (TINY_QWEN35, 4)], ids=["0.8B", "tiny"]
 )
 @pytest.mark.parametrize("maxm,head_mode", [(1, 1), (MAX_ROWS, 2)])
-def test_a_hybrids_step_compiles(tmp_path, shapes, layers, maxm, head_mode):
+@pytest.mark.parametrize("pair", [1, 2])
+def test_a_hybrids_step_compiles(tmp_path, shapes, layers, maxm, head_mode, pair, monkeypatch):
     """Gated DeltaNet layers beside gated attention with partial rotary embeddings, as the
-    engine builds them (the recurrence's column pair keeps its 64 floats in registers; the
-    0.8B build's spills, tens to hundreds of bytes with nvcc 13.5 as with the phases around
-    them at its F = 3,584, are a speed matter for the H200's tuning, not checked here)."""
+    engine builds them, a thread a value column (gated_delta_cuda.PAIR) or two. The 0.8B
+    builds' spills (~2 KB at PAIR 1, 0.7-1.5 KB at 2, as plain builds spill ~300 bytes at
+    its F = 3,584 with nvcc 13.0) are a speed matter for the H200's tuning, not checked."""
+    monkeypatch.setattr(gated_delta_cuda, "PAIR", pair)
     tuning = fs.tuning_for(_layer_bytes(shapes), shapes.qk_norm) if maxm > 1 else None
     roles = ((4, 6, 32), (4, 6), (4,), (4, 6), (6,))  # dense float32 alpha / beta rows too
     source = _step_source(shapes, layers, "__nv_bfloat16", head_mode, maxm=maxm,
                           formats=(4, 6, 32), tuning=tuning, roles=roles)  # fmt: skip
-    assert "#define FS_HYBRID 1" in source and "gdn_row" in source
+    assert "#define FS_HYBRID 1" in source and f"GDN_PAIR = {pair};" in source
     log = _nvcc(tmp_path, source)
     assert "Used" in log
 

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kernels import gated_delta as gd
+from kernels import gated_delta_cuda
 from kernels import gated_delta_mlx as gdm
 from kernels import gated_delta_ref as ref
 
@@ -263,3 +264,27 @@ def test_mlx_accepts_low_precision(dtype: mx.Dtype) -> None:
     y, new_state = gdm.causal_conv1d(*[a.astype(dtype) for a in to_mx((x, weight, conv_state))])
     assert y.dtype == dtype and new_state.dtype == dtype
     assert np.isfinite(np.array(y.astype(mx.float32))).all()
+
+
+@pytest.mark.skipif(not gated_delta_cuda.is_available(), reason="needs MLX on a CUDA GPU")
+@pytest.mark.gpu
+@pytest.mark.parametrize("pair", [1, 2])
+@pytest.mark.parametrize("L", [1, 7, 16])
+def test_cuda_recurrent_kernel_matches_reference_and_replays(monkeypatch, pair: int, L: int):
+    """The one-launch CUDA recurrence, its value columns one thread each or two (PAIR):
+    within the float32 tolerance of the reference, and rows folded in two calls give the
+    state of one call bit for bit (a verify tape's replay)."""
+    monkeypatch.setattr(gated_delta_cuda, "PAIR", pair)
+    args = make_inputs(L, seed=L)
+    o_ref, s_ref = ref.gated_delta_reference(*args)
+    o, s = gated_delta_cuda.gated_delta_recurrent(*to_mx(args))
+    assert max_diff(o, o_ref) <= TOL and max_diff(s, s_ref) <= TOL
+    cut = L // 2
+    q, k, v, g, beta, state = to_mx(args)
+    _, s1 = gated_delta_cuda.gated_delta_recurrent(
+        q[:cut], k[:cut], v[:cut], g[:cut], beta[:cut], state
+    )
+    _, s2 = gated_delta_cuda.gated_delta_recurrent(
+        q[cut:], k[cut:], v[cut:], g[cut:], beta[cut:], s1
+    )
+    np.testing.assert_array_equal(np.array(s2), np.array(s))
