@@ -1,4 +1,5 @@
-"""Decode and verify steps of full-attention decoders through the fused CUDA kernels.
+"""Decode and verify steps through the fused CUDA kernels (full-attention decoders; hybrids
+in the one-launch step, their linear layers fed by engine/runner/fused_hybrid.py).
 
 Two paths, both computing every row independently of how many there are:
 `kernels.fused_step_cuda` (the default on CUDA) runs a whole step in one kernel launch,
@@ -109,8 +110,6 @@ class FusedDecode:
         self._traced: dict[str, Any] = {}
         self.shapes = shapes
         self.keep_hidden = False  # set around `forward_hidden`: the rows cost a copy
-        self._recurrent: list[RecurrentState] = []  # a hybrid's linear layers, this call's
-        self._linear_out: list[mx.array] = []  # and the step's gstate and gconv for them
         self.hidden: mx.array | None = None  # the latest step's last-layer rows, if kept
         if mode == "step":
             self._warm_up()
@@ -216,11 +215,11 @@ class FusedDecode:
         split = self._split(state)
         if split is None:  # checked before the state changes (callers ask `supports` first)
             raise ValueError("the fused path needs the model's own layer states")
-        kvs, self._recurrent = split
+        kvs, recurrent = split
         rows = len(token_ids)
         offset = state.begin_forward(rows)
         try:
-            return self._forward(token_ids, state, logits, kvs, offset)
+            return self._forward(token_ids, state, logits, kvs, offset, recurrent)
         except BaseException:
             # The step kernels write new rows past the cursor, the eager step writes new
             # arrays: the cursor undoes both. A traced step donated the old buffers: the
@@ -236,6 +235,7 @@ class FusedDecode:
         logits: str,
         kvs: list[FullKV],
         offset: int,
+        recurrent: list[RecurrentState],
     ) -> Any:
         rows = len(token_ids)
         need = offset + rows
@@ -250,13 +250,7 @@ class FusedDecode:
         ids = mx.array(token_ids, dtype=mx.int32)
         pos = mx.array([offset], dtype=mx.int32)
         if self.step_kernel is not None:
-            out = self._one_launch(ids, pos, kvs, logits, offset)
-            recurrent = self._recurrent
-            if recurrent:
-                gstate, gconv = self._linear_out
-                fused_hybrid.adopt(self.shapes, recurrent, gstate, gconv, rows, need)
-                if out is None:
-                    mx.eval(*fused_hybrid.linear_inputs(recurrent)[1])
+            out = self._one_launch(ids, pos, kvs, logits, offset, recurrent)
         elif self.compiled:
             out = self._compiled_step(ids, pos, kvs, logits)
         else:
@@ -271,12 +265,18 @@ class FusedDecode:
         return out
 
     def _one_launch(
-        self, ids: mx.array, pos: mx.array, kvs: list[FullKV], logits: str, offset: int
+        self,
+        ids: mx.array,
+        pos: mx.array,
+        kvs: list[FullKV],
+        logits: str,
+        offset: int,
+        recurrent: list[RecurrentState],
     ) -> Any:
         head_mode = {"none": 0, "last": 1, "all": 2}[logits]
         linear = None
-        if self.linear_params is not None:
-            linear = (self.linear_params, *fused_hybrid.linear_inputs(self._recurrent))
+        if recurrent:
+            linear = (self.linear_params, *fused_hybrid.linear_inputs(recurrent))
         outs = self.step_kernel.launch(
             ids,
             pos,
@@ -288,8 +288,7 @@ class FusedDecode:
             linear=linear,
         )
         out, status = outs[0], outs[2]
-        self._linear_out = outs[3:5]  # a hybrid's gstate and gconv
-        mx.eval(out, status)
+        mx.eval(out, status)  # with a hybrid's gstate and gconv, the same launch's outputs
         if self.keep_hidden and not int(status.item()):
             # the kernel leaves the residual rows in its scratch; copied before the next
             # launch overwrites them
@@ -313,6 +312,9 @@ class FusedDecode:
             self.mode = "layers"
             self._dense_copy()
             return self._eager_step(ids, pos, kvs, logits, offset)
+        if recurrent:  # the linear layers' new states, and their rows into recording tapes
+            rows = int(ids.shape[0])
+            fused_hybrid.adopt(self.shapes, recurrent, outs[3], outs[4], rows, offset + rows)
         return out if logits != "none" else None
 
     def _eager_step(
