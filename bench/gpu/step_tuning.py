@@ -9,7 +9,8 @@ every row's logits), in ms, medians of `--repeats`; and whether its logits equal
 engine build's bit for bit (they must: every knob keeps a row's operations and order).
 A configuration whose table layout differs from the engine's (FQ_KFACTORS, the ninth
 field) runs on the weights of a second load of the model with that layout, against the
-same KV cache and the same reference logits: both layouts side by side in one run.
+same KV cache and the same reference logits: both layouts side by side in one run. A
+hybrid (with BRANCHCHAT_HYBRID_STEP=1) runs every build on its linear layers' states too.
 
     python -m bench.gpu.step_tuning [--model PATH] [--configs 8:0:2,16:1:4:2:8192,...]
         [--contexts 128 2048] [--out FILE]
@@ -28,6 +29,7 @@ import numpy as np
 
 from engine.config import EngineConfig
 from engine.loader import load_model
+from engine.runner import fused_hybrid
 from kernels.fused_step_cuda import TUNING, StepKernel
 
 # the next round's: fewer slices in flight so two blocks' 128 registers do not spill (Llama:
@@ -91,8 +93,11 @@ def probe(
     state = model.runner.new_state()
     model.runner.forward(list(range(3, 3 + context)), state)
     model.runner.forward([5], state)  # through the step: every layer at one capacity
-    kvs = list(state.layers)
+    split = fused_hybrid.split_layers(state.layers)
+    assert split is not None
+    kvs, recurrent = split  # a hybrid's linear layers (BRANCHCHAT_HYBRID_STEP=1) read theirs
     keys, values = [kv.keys for kv in kvs], [kv.values for kv in kvs]
+    linear = (f.linear_params, *fused_hybrid.linear_inputs(recurrent)) if recurrent else None
     pos = mx.array([context + 1], dtype=mx.int32)
     one, eight = mx.array([5], dtype=mx.int32), mx.array(list(range(5, 13)), dtype=mx.int32)
     base = f.step_kernel
@@ -104,14 +109,14 @@ def probe(
             kernel = base if tuning == base.tuning else StepKernel(
                 base.s, base.L, weights.formats, tuning=tuning, roles=weights.roles
             )  # fmt: skip
-            mx.eval(kernel(one, pos, weights, f.norms, keys, values, 1))  # compiles
+            mx.eval(kernel(one, pos, weights, f.norms, keys, values, 1, linear=linear))
         except (RuntimeError, ValueError) as e:  # a build the compiler refuses
             rows.append({"tuning": tuning, "error": str(e)[:400]})
             print(json.dumps({"context": context, **rows[-1]}), flush=True)
             continue
 
         def step(ids: mx.array, head_mode: int, kernel: Any = kernel, w: Any = weights) -> Any:
-            out, status = kernel(ids, pos, w, f.norms, keys, values, head_mode)
+            out, status = kernel(ids, pos, w, f.norms, keys, values, head_mode, linear=linear)
             mx.eval(out, status)
             if int(status.item()):
                 raise SystemExit(f"a grid barrier timed out with {kernel.tuning}")
