@@ -50,7 +50,7 @@ def layer_source(shapes: Shapes, num_layers: int) -> str:
     masks = [sum(1 << (i - 64 * w) for i in g.layers if 64 * w <= i < 64 * (w + 1)) for w in (0, 1)]
     convs = ", ".join(f"c{i}" if is_linear(s, i) else "nullptr" for i in layers)
     ssms = ", ".join(f"s{i}" if is_linear(s, i) else "nullptr" for i in layers)
-    go = max(g.value_heads * g.value_dim, s.heads * s.head_dim)
+    go = _gbuf_row(s)
     lines += [
         "#define FS_HYBRID 1",
         f"  constexpr unsigned long long LIN0 = {masks[0]}ull, LIN1 = {masks[1]}ull;",
@@ -118,5 +118,11 @@ def scratch_floats(shapes: Shapes, max_rows: int) -> int:
     g = shapes.linear
     if g is None:
         return 0
-    go = max(g.value_heads * g.value_dim, shapes.heads * shapes.head_dim)
-    return max_rows * (g.in_rows + go)
+    return max_rows * (g.in_rows + _gbuf_row(shapes))
+
+
+def _gbuf_row(shapes: Shapes) -> int:
+    """floats a row of `gbuf`: a linear layer's normed output or the attention's gate."""
+    g = shapes.linear
+    assert g is not None
+    return max(g.value_heads * g.value_dim, shapes.heads * shapes.head_dim)

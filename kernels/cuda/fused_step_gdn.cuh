@@ -43,6 +43,7 @@ __device__ void fs_gdn_heads(
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   for (int hv = blockIdx.x; hv < NV; hv += gridDim.x) {
     const int hk = TILED ? hv % NK : hv / (NV / NK);
+    const bool first = TILED ? hv < NK : hv % (NV / NK) == 0;  // hk's first value head
     auto channel = [&](int u) {
       return u < DK ? hk * DK + u : u < 2 * DK ? KEY + hk * DK + u - DK : 2 * KEY + hv * DV + u - 2 * DK;
     };
@@ -99,7 +100,6 @@ __device__ void fs_gdn_heads(
       }
     }
     if (tape) {  // the raw conv input of this head's v channels (q, k: the key head's first)
-      const bool first = TILED ? hv < NK : hv % (NV / NK) == 0;
       for (int e = threadIdx.x; e < M * U; e += blockDim.x) {
         const int m = e / U, u = e % U;
         if (u >= 2 * DK || first)
@@ -110,21 +110,20 @@ __device__ void fs_gdn_heads(
     // c) the recurrence
     if (threadIdx.x < GDN_PAIR * DV) {
       const int j = threadIdx.x / GDN_PAIR, part = threadIdx.x % GDN_PAIR;
-      const size_t first = ((size_t)hv * DK + part * DKP) * DV + j;  // S[part * DKP, j]
+      const size_t col0 = ((size_t)hv * DK + part * DKP) * DV + j;  // S[part * DKP, j]
       float s[DKP];
 #pragma unroll
-      for (int i = 0; i < DKP; ++i) s[i] = __ldg(ssm_in + first + (size_t)i * DV);
+      for (int i = 0; i < DKP; ++i) s[i] = __ldg(ssm_in + col0 + (size_t)i * DV);
       for (int m = 0; m < M; ++m) {
         const float o = gdn_row<DKP, GDN_PAIR>(s, s_u[m] + part * DKP, s_u[m] + DK + part * DKP,
                                      s_u[m][2 * DK + j], s_decay[m], s_beta[m]);
         if (part == 0) s_o[m][j] = o;
       }
 #pragma unroll
-      for (int i = 0; i < DKP; ++i) ssm_out[first + (size_t)i * DV] = s[i];
+      for (int i = 0; i < DKP; ++i) ssm_out[col0 + (size_t)i * DV] = s[i];
     }
     // the conv window after the call: the last CONVK - 1 rows of (window, rows)
     {
-      const bool first = TILED ? hv < NK : hv % (NV / NK) == 0;
       for (int e = threadIdx.x; e < (CONVK - 1) * U; e += blockDim.x) {
         const int t = e / U, u = e % U, c = channel(u);
         if (u < 2 * DK && !first) continue;
