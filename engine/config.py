@@ -37,6 +37,8 @@ class EngineConfig:
     step_tuning: str | None = None
     # a hybrid's (Qwen3.5) decode through the one-launch step; None: the runner's default
     hybrid_step: bool | None = None
+    # Gemma 3's decode through the one-launch step; None: the runner's default
+    gemma_step: bool | None = None
     qmatmul: bool | None = None  # the CPU C kernel for packed weights; None: where SIMD was built
     # how that kernel multiplies: "int8" (activations quantized to int8 blocks, integer dot
     # products, kernels/int8_matmul.py) or "float" (weights dequantized to float32 in
@@ -187,10 +189,13 @@ def _gpu_overlap(value: str) -> bool | None:
     return None if not value else value == "1"
 
 
-def _hybrid_step(value: str) -> bool | None:
-    if value not in ("", "0", "1"):
-        raise ValueError(f"BRANCHCHAT_HYBRID_STEP must be 0 or 1, not {value!r}")
-    return None if not value else value == "1"
+def _step_opt_in(name: str) -> Any:
+    def parse(value: str) -> bool | None:
+        if value not in ("", "0", "1"):
+            raise ValueError(f"{name} must be 0 or 1, not {value!r}")
+        return None if not value else value == "1"
+
+    return parse
 
 
 def _gpu_matmul(value: str) -> str | None:
@@ -237,7 +242,8 @@ _VARIABLES = {
     "fused_mode": ("BRANCHCHAT_FUSED_MODE", _fused_mode),
     "fused_compile": ("BRANCHCHAT_FUSED_COMPILE", _on_unless_zero),
     "step_tuning": ("BRANCHCHAT_STEP_TUNING", _step_tuning),
-    "hybrid_step": ("BRANCHCHAT_HYBRID_STEP", _hybrid_step),
+    "hybrid_step": ("BRANCHCHAT_HYBRID_STEP", _step_opt_in("BRANCHCHAT_HYBRID_STEP")),
+    "gemma_step": ("BRANCHCHAT_GEMMA_STEP", _step_opt_in("BRANCHCHAT_GEMMA_STEP")),
     "qmatmul": ("BRANCHCHAT_QMATMUL", _qmatmul),
     "cpu_matmul": ("BRANCHCHAT_CPU_MATMUL", _cpu_matmul),
     "gpu_matmul": ("BRANCHCHAT_GPU_MATMUL", _gpu_matmul),

@@ -157,7 +157,8 @@ class SlidingKV(CursorRows):
         self._pending = None
 
     def undo_forward(self, point: Any) -> bool:
-        self._pending = None  # nothing was written into the ring
+        self._pending = None  # nothing was written into the ring (but by a kernel: below)
+        self.positions[self.positions >= point] = -1
         self.length = point
         return True
 
@@ -166,12 +167,17 @@ class SlidingKV(CursorRows):
         return [self.keys, self.values, *pending]
 
     def _record(self, tape: RingTape, start: int, k: Array, v: Array) -> None:
-        """Tape a verify's rows and, for slots they overwrite for the first time since the
-        checkpoint, the slot as it was (one copy of the span they lie in)."""
+        """Tape a verify's rows and the slots they overwrite."""
         tape.keys.append(k)
         tape.values.append(v)
         L = int(k.shape[1])
-        slots = [(start + j) % self.size for j in range(max(0, L - self.size), L)]
+        self._tape_overwritten(
+            tape, [(start + j) % self.size for j in range(max(0, L - self.size), L)]
+        )
+
+    def _tape_overwritten(self, tape: RingTape, slots: list[int]) -> None:
+        """For slots overwritten for the first time since the checkpoint, the slot as it
+        was (one copy of the span they lie in)."""
         first_time = [slot for slot in slots if slot not in tape.overwritten]
         if not first_time:
             return
@@ -182,6 +188,39 @@ class SlidingKV(CursorRows):
             i = slot - lo
             row = (keys[:, i : i + 1], values[:, i : i + 1], int(self.positions[slot]))
             tape.overwritten[slot] = row
+
+    # -- rows a kernel writes into the ring in place (engine/runner/fused.py) -----------
+    def before_kernel_write(self, start: int, num_rows: int) -> None:
+        """Before a kernel writes the rows of positions start .. start + num_rows straight
+        into their slots: a recording verify tapes what they overwrite, and the rows those
+        slots held are gone from here on (a failed forward leaves the ring rewinding less
+        far, never reading them). The forward's queries need none of them while
+        `num_rows <= slack`."""
+        if num_rows > self.slack or start != self.length:
+            raise StateError(
+                f"a kernel's {num_rows} rows at {start} into a ring of slack {self.slack} "
+                f"holding {self.length} positions"
+            )
+        slots = self._slots(start, num_rows)
+        if self.tape is not None:
+            self._tape_overwritten(self.tape, slots)
+        self.positions[slots] = -1
+
+    def after_kernel_write(self, start: int, num_rows: int) -> None:
+        """The kernel's rows are in the ring: their positions, the cursor, and a recording
+        verify's copy of them."""
+        slots = self._slots(start, num_rows)
+        self.positions[slots] = np.arange(start, start + num_rows)
+        self.length = start + num_rows
+        if self.tape is not None:
+            first, last = slots[0], slots[-1] + 1
+            spans = [(first, last)] if last > first else [(first, self.size), (0, last)]
+            ops = self.ops
+            self.tape.keys += [ops.snapshot(self.keys[:, a:b]) for a, b in spans]
+            self.tape.values += [ops.snapshot(self.values[:, a:b]) for a, b in spans]
+
+    def _slots(self, start: int, num_rows: int) -> list[int]:
+        return [(start + j) % self.size for j in range(num_rows)]
 
     def snapshot(self) -> Any:
         """A copy of the ring, with a forward's rows not yet written (the snapshot due

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+ACTIVATIONS = ("silu", "gelu_tanh")  # the MLP's, by the step's ACT constant
+
 
 @dataclass(frozen=True)
 class GdnShapes:
@@ -71,6 +73,17 @@ class Shapes:
     attn_gate: bool = False
     rope_dims: int = 0
     linear: GdnShapes | None = None
+    # the one-launch step only (Gemma 3): layers attending to the last `window` positions
+    # through a ring of their KV rows, norms after the attention and the MLP as well as
+    # before, the MLP's activation, the embedding's scale, the attention's scale (0:
+    # head_dim ** -0.5)
+    sliding: tuple[int, ...] = ()
+    window: int = 0
+    sandwich: bool = False
+    act: str = "silu"
+    embed_scale: float = 1.0
+    attn_scale: float = 0.0
+    rope_per_layer: bool = False  # a rotation table a layer (else one for every layer)
 
     def check(self) -> str | None:
         """Why these shapes can't run through the kernels, or None."""
@@ -87,6 +100,10 @@ class Shapes:
             return f"{self.rope_dims} rotated features of {self.head_dim}"
         if self.attn_gate and not self.qk_norm:
             return "an output gate without q/k norm"
+        if self.act not in ACTIVATIONS:
+            return f"the {self.act} activation"
+        if bool(self.sliding) != bool(self.window) or self.window < 0:
+            return f"sliding layers {self.sliding} with a window of {self.window}"
         if self.linear is not None:
             return self.linear.check()
         return None

@@ -88,8 +88,10 @@ _BODY = cuda.source("fused_step.cu")
 _SM_COUNT = cuda.source("sm_count.cu")
 
 _WEIGHTS = ["meta", "words", "scales", "biases"]  # a WeightTable's arrays
-# float32 [L, D], [L, D], [D]; [DH / 2]; [L, DH] twice (one element each without q/k norm)
-_NORMS = ["nw1", "nw2", "nwf", "freqs", "qnorm", "knorm"]
+# float32 [L, D], [L, D], [D]; [RD / 2] (every layer's rotation) or, with
+# Shapes.rope_per_layer, [L, RD / 2]; [L, DH] twice (one element each without q/k norm);
+# [L, D] twice (sandwich norms; one element each without)
+_NORMS = ["nw1", "nw2", "nwf", "freqs", "qnorm", "knorm", "pn1", "pn2"]
 # a layer's weights up to this size are fetched into L2 while the layer before runs
 PREFETCH_LAYER_BYTES = 16 << 20
 
@@ -252,8 +254,9 @@ class StepKernel:
         linear: Any = None,
     ) -> tuple[mx.array, mx.array]:
         """(logits [rows, V] f32, status [1] u32: nonzero if a barrier timed out).
-        norms: nw1, nw2 [L, D], nwf [D], the rotation's inverse frequencies [DH / 2],
-        q_norm and k_norm [L, DH], float32. head_mode: 0 no logits, 1 the last row's, 2
+        norms: nw1, nw2 [L, D], nwf [D], the inverse frequencies [RD / 2] (with
+        Shapes.rope_per_layer [L, RD / 2]), q_norm and k_norm [L, DH], the norms after
+        attention and MLP [L, D], float32. head_mode: 0 no logits, 1 the last row's, 2
         every row's. keys, values: the attention layers'; a hybrid's `linear`: ([gconvw,
         gvec], conv windows, matrix states) of its linear layers (then see `launch`)."""
         outs = self.launch(ids, pos, weights, norms, keys, values, head_mode, prefetch, linear)
@@ -280,7 +283,7 @@ class StepKernel:
             raise ValueError(f"weights of formats {weights.formats}, built for {self.formats}")
         rows = {0: 1, 1: 1, 2: M}[head_mode]
         dtype = keys[0].dtype
-        scratch = self.scratch(keys[0].shape[1], dtype)
+        scratch = self.scratch(max(k.shape[1] for k in keys), dtype)  # caches and rings
         shapes = [shape for _, shape in self.outputs(rows, M)]
         caches = [*keys, *values]
         out_dtypes = [mx.float32] + [mx.uint32] * len(_BUFFERS)

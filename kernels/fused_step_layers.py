@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 
 from kernels import gated_delta_cuda
-from kernels.fused_shapes import Shapes
+from kernels.fused_shapes import ACTIVATIONS, Shapes
 
 HYBRID_INPUTS = ["gconvw", "gvec"]
 
@@ -31,12 +31,14 @@ def layer_source(shapes: Shapes, num_layers: int) -> str:
     attn = [i for i in layers if not is_linear(s, i)]
     keys = ", ".join("nullptr" if is_linear(s, i) else f"k{i}" for i in layers)
     values = ", ".join("nullptr" if is_linear(s, i) else f"v{i}" for i in layers)
+    full = [i for i in attn if i not in s.sliding] or attn  # all sliding: cap is unread
     lines = [
         f"  const T* KEYS[L] = {{{keys}}};",
         f"  const T* VALUES[L] = {{{values}}};",
-        f"  const int cap = k{attn[0]}_shape[1];",
+        f"  const int cap = k{full[0]}_shape[1];",
         f"  constexpr bool GATED = {'true' if s.attn_gate else 'false'};",
         f"  constexpr int RD = {s.rope_dims or s.head_dim};",
+        *_gemma_lines(s),
     ]
     if g is None:
         return "\n".join(
@@ -47,14 +49,12 @@ def layer_source(shapes: Shapes, num_layers: int) -> str:
                 "  constexpr int GDN_NIN = 0, GDN_GO = 0;",
             ]
         )
-    masks = [sum(1 << (i - 64 * w) for i in g.layers if 64 * w <= i < 64 * (w + 1)) for w in (0, 1)]
     convs = ", ".join(f"c{i}" if is_linear(s, i) else "nullptr" for i in layers)
     ssms = ", ".join(f"s{i}" if is_linear(s, i) else "nullptr" for i in layers)
     go = _gbuf_row(s)
     lines += [
         "#define FS_HYBRID 1",
-        f"  constexpr unsigned long long LIN0 = {masks[0]}ull, LIN1 = {masks[1]}ull;",
-        "#define FS_LINEAR(l) ((l) < 64 ? (LIN0 >> (l)) & 1ull : (LIN1 >> ((l) - 64)) & 1ull)",
+        *_layer_mask("FS_LINEAR", "LIN", g.layers),
         "#define FS_LINEAR_INDEX(l) ((l) < 64 ? __popcll(LIN0 & ((1ull << (l)) - 1ull)) "
         ": __popcll(LIN0) + __popcll(LIN1 & ((1ull << ((l) - 64)) - 1ull)))",
         f"  constexpr int GDN_NK = {g.key_heads}, GDN_NV = {g.value_heads};",
@@ -68,6 +68,38 @@ def layer_source(shapes: Shapes, num_layers: int) -> str:
         f"  const float* SSMS[L] = {{{ssms}}};",
     ]
     return "\n".join(lines)
+
+
+def _layer_mask(macro: str, masks: str, layers: tuple[int, ...]) -> list[str]:
+    """`macro`(l): whether layer l is one of `layers` (at most 128), from two 64-bit masks
+    `masks`0 and `masks`1."""
+    bits = [sum(1 << (i - 64 * w) for i in layers if 64 * w <= i < 64 * (w + 1)) for w in (0, 1)]
+    m0, m1 = f"{masks}0", f"{masks}1"
+    return [
+        f"  constexpr unsigned long long {m0} = {bits[0]}ull, {m1} = {bits[1]}ull;",
+        f"#define {macro}(l) ((l) < 64 ? ({m0} >> (l)) & 1ull : ({m1} >> ((l) - 64)) & 1ull)",
+    ]
+
+
+def _gemma_lines(s: Shapes) -> list[str]:
+    """Sliding layers (their ring's size from the first one's buffer), sandwich norms, the
+    MLP's activation, the embedding's and the attention's scales."""
+    ring = f"k{s.sliding[0]}_shape[1]" if s.sliding else "1"  # 1: unread
+    rope_stride = (s.rope_dims or s.head_dim) // 2 if s.rope_per_layer else 0
+    return [
+        *_layer_mask("FS_SLIDING", "SLD", s.sliding),
+        # the KV row of position p: in a build without sliding layers, p as written
+        "#define FS_KV_ROW(p) (slide ? (p) % ring : (p))"
+        if s.sliding
+        else "#define FS_KV_ROW(p) (p)",
+        f"  const int ring = {ring};",
+        f"  constexpr int WINDOW = {s.window};",
+        f"  constexpr bool SANDWICH = {'true' if s.sandwich else 'false'};",
+        f"  constexpr int ACT = {ACTIVATIONS.index(s.act)};",
+        f"  constexpr float EMBED_SCALE = {float(s.embed_scale)!r}f;",
+        f"  constexpr float ATTN_SCALE = {float(s.attn_scale)!r}f;  // 0: rsqrt(DH)",
+        f"  constexpr int ROPE_STRIDE = {rope_stride};  // 0: one table for every layer",
+    ]
 
 
 def state_inputs(shapes: Shapes, num_layers: int) -> list[str]:

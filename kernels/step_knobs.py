@@ -42,9 +42,18 @@ _LARGE = {"FQ_BLOCKS": 2, "FQ_VERIFY_BLOCKS": 1}
 _FOUR_ROWS = {"FQ_VERIFY_ROWS": 4, "FQ_SMEM_X": 16384}  # x staged: 4 rows of 4,096
 
 
-def tuning_for(layer_bytes: int, qk_norm: bool = False) -> dict[str, int]:
+# A hybrid (Gated DeltaNet layers) takes one block an SM whatever its layers' size, and
+# 16 slices a load: on the Qwen3.5-0.8B shape a decode step's launch took 1.87 ms against
+# 3.30 ms with _LARGE and 8 slices, a verify of 8 rows 5.17 against 6.34, the same bits
+# (docs/h200/step-tuning-qwen3.5-0.8b-20261203-s16.json); its builds spill anyway.
+_HYBRID = {"FQ_BLOCKS": 1, "FQ_VERIFY_BLOCKS": 0, "FQ_SLICES": 16}
+
+
+def tuning_for(layer_bytes: int, qk_norm: bool = False, hybrid: bool = False) -> dict[str, int]:
     """The engine's knobs for a model whose largest layer's table is `layer_bytes`."""
     knobs = dict(TUNING) if qk_norm else TUNING | _FOUR_ROWS
+    if hybrid:
+        return knobs | _HYBRID
     return knobs | _LARGE if layer_bytes > TWO_BLOCKS_LAYER_BYTES else knobs
 
 

@@ -29,11 +29,13 @@ from engine.runner.fused_support import (
     dense_bytes,
     model_shapes,
     rope_table,
+    rope_tables,
+    step_norms,
     step_unsupported_reason,
     unsupported_reason,
 )
 from engine.sequence import SequenceState
-from engine.state import FullKV, RecurrentState
+from engine.state import FullKV, RecurrentState, SlidingKV
 from kernels import fused_decode_cuda, step_weights
 from kernels.fused_decode_cuda import MAX_ROWS
 from kernels.fused_step_cuda import hidden_offset
@@ -43,6 +45,7 @@ __all__ = [
     "FusedDecode",
     "dense_bytes",
     "rope_table",
+    "rope_tables",
     "step_unsupported_reason",
     "unsupported_reason",
 ]
@@ -75,7 +78,7 @@ class FusedDecode:
         # the MLX backend (unsupported_reason checked): its dequantize, and embed of device ids
         ops: Any = model.ops
         self.model, self.ops = model, ops
-        shapes = model_shapes(model.config)
+        shapes = model_shapes(model)
         self.k: Any = kernels or (None if shapes.linear else fused_decode_cuda.kernels_for(shapes))
         # a hybrid's linear layers: their conv weights and vectors (engine/runner/fused_hybrid.py)
         self.linear_params = fused_hybrid.params(model) if shapes.linear else None
@@ -90,18 +93,10 @@ class FusedDecode:
             if reason := step_unsupported_reason(model):
                 raise ValueError(f"fused step: unsupported {reason}")
             self.weights = step_weights.build_for(model, check_tuning(step_tuning or {}))
-            table = rope_table(model)
-            if table is None:
-                raise ValueError("fused step: the layers rotate by different tables")
-            self.norms = [
-                mx.stack([layer.input_norm.astype(mx.float32) for layer in layers]),
-                mx.stack([layer.post_norm.astype(mx.float32) for layer in layers]),
-                model.norm.astype(mx.float32),
-                mx.array(table),  # the rotation's inverse frequencies
-                *self._qk_norms(),
-            ]
-            mx.eval(*self.norms)
-            tuning = tuning_for(self.weights.layer_bytes, shapes.qk_norm) | (step_tuning or {})
+            self.norms = step_norms(model, shapes)
+            tuning = tuning_for(
+                self.weights.layer_bytes, shapes.qk_norm, hybrid=shapes.linear is not None
+            ) | (step_tuning or {})
             self.step_kernel = StepKernel.for_table(shapes, len(layers), self.weights, tuning)
         else:
             self._dense_copy()
@@ -113,22 +108,6 @@ class FusedDecode:
         self.hidden: mx.array | None = None  # the latest step's last-layer rows, if kept
         if mode == "step":
             self._warm_up()
-
-    def _qk_norms(self) -> list[mx.array]:
-        """q_norm and k_norm [num_layers, head_dim] (one element each where there are none;
-        zeros for a hybrid's linear layers, which read none)."""
-        layers, cfg = self.model.layers, self.model.config
-        if not cfg.qk_norm:
-            return [mx.zeros((1,), dtype=mx.float32)] * 2
-        none = mx.zeros((cfg.head_dim,), dtype=mx.float32)
-        return [
-            mx.stack([
-                w.astype(mx.float32) if (w := getattr(layer.mixer, name, None)) is not None
-                else none
-                for layer in layers
-            ])
-            for name in ("q_norm", "k_norm")
-        ]  # fmt: skip
 
     def _dense_copy(self) -> None:
         """The five kernels' weights: stacked [num_layers, ...] in the model dtype."""
@@ -167,6 +146,11 @@ class FusedDecode:
 
     max_rows = MAX_ROWS
 
+    def row_limit(self, sliding_slack: int) -> int:
+        """The most rows a call takes with rings of this slack (a sliding layer's rows
+        must not overwrite a key their own queries read: `SlidingKV.before_kernel_write`)."""
+        return max(1, min(MAX_ROWS, sliding_slack)) if self.shapes.sliding else MAX_ROWS
+
     def forward_hidden(
         self, token_ids: list[int], state: SequenceState, logits: str
     ) -> tuple[Any, mx.array]:
@@ -181,14 +165,23 @@ class FusedDecode:
         return out, hidden
 
     def supports(self, state: SequenceState, rows: int) -> bool:
-        return 1 <= rows <= MAX_ROWS and self._split(state) is not None
+        split = self._split(state)
+        if not 1 <= rows <= MAX_ROWS or split is None:
+            return False
+        rings = [kv for kv in split[0] if isinstance(kv, SlidingKV)]
+        # the kernel reads one ring size; its rows overwrite none a query of theirs needs
+        return len({ring.size for ring in rings}) <= 1 and all(rows <= r.slack for r in rings)
 
-    def _split(self, state: SequenceState) -> tuple[list[FullKV], list[RecurrentState]] | None:
-        """The attention layers' KV and a hybrid's linear layers' states, if the path takes
-        every layer as it is."""
+    def _split(
+        self, state: SequenceState
+    ) -> tuple[list[FullKV | SlidingKV], list[RecurrentState]] | None:
+        """The attention layers' KV (rings where the step computes sliding layers) and a
+        hybrid's linear layers' states, if the path takes every layer as it is."""
         split = fused_hybrid.split_layers(state.layers)
         if split is None or bool(split[1]) != (self.linear_params is not None):
             return None
+        if self.step_kernel is None and any(isinstance(kv, SlidingKV) for kv in split[0]):
+            return None  # the five kernels attend to whole caches only
         return split
 
     # -- one step ----------------------------------------------------------------------
@@ -233,29 +226,34 @@ class FusedDecode:
         token_ids: list[int],
         state: SequenceState,
         logits: str,
-        kvs: list[FullKV],
+        kvs: list[FullKV | SlidingKV],
         offset: int,
         recurrent: list[RecurrentState],
     ) -> Any:
         rows = len(token_ids)
         need = offset + rows
-        # one capacity for every layer: the step kernel strides all buffers by layer 0's
-        if any(kv.capacity() < need for kv in kvs) or len({kv.capacity() for kv in kvs}) > 1:
-            capacity = max(
-                -(-need // _CAPACITY_STEP) * _CAPACITY_STEP, *(kv.capacity() for kv in kvs)
-            )
-            for kv in kvs:
+        caches = [kv for kv in kvs if isinstance(kv, FullKV)]
+        rings = [kv for kv in kvs if isinstance(kv, SlidingKV)]
+        # one capacity for every cache: the step kernel strides them all by the first one's
+        capacities = {kv.capacity() for kv in caches}
+        if any(kv.capacity() < need for kv in caches) or len(capacities) > 1:
+            capacity = max(-(-need // _CAPACITY_STEP) * _CAPACITY_STEP, *capacities)
+            for kv in caches:
                 if kv.capacity() != capacity:
                     kv.reserve(capacity)
         ids = mx.array(token_ids, dtype=mx.int32)
         pos = mx.array([offset], dtype=mx.int32)
         if self.step_kernel is not None:
+            for ring in rings:  # the kernel writes the rows into their slots in place
+                ring.before_kernel_write(offset, rows)
             out = self._one_launch(ids, pos, kvs, logits, offset, recurrent)
+            for ring in rings:
+                ring.after_kernel_write(offset, rows)
         elif self.compiled:
-            out = self._compiled_step(ids, pos, kvs, logits)
+            out = self._compiled_step(ids, pos, caches, logits)
         else:
-            out = self._eager_step(ids, pos, kvs, logits, offset)
-        for kv in kvs:
+            out = self._eager_step(ids, pos, caches, logits, offset)
+        for kv in caches:
             kv.replace_buffers(kv.keys, kv.values, need)
         if out is not None:
             mx.eval(out)
@@ -268,7 +266,7 @@ class FusedDecode:
         self,
         ids: mx.array,
         pos: mx.array,
-        kvs: list[FullKV],
+        kvs: list[FullKV | SlidingKV],
         logits: str,
         offset: int,
         recurrent: list[RecurrentState],
@@ -311,7 +309,8 @@ class FusedDecode:
             self.step_kernel = None
             self.mode = "layers"
             self._dense_copy()
-            return self._eager_step(ids, pos, kvs, logits, offset)
+            caches = [kv for kv in kvs if isinstance(kv, FullKV)]  # every one (no rings)
+            return self._eager_step(ids, pos, caches, logits, offset)
         if recurrent:  # the linear layers' new states, and their rows into recording tapes
             rows = int(ids.shape[0])
             fused_hybrid.adopt(self.shapes, recurrent, outs[3], outs[4], rows, offset + rows)

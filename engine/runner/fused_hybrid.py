@@ -18,7 +18,7 @@ import mlx.core as mx
 from engine.models.base import LINEAR, DecoderModel, ModelConfig
 from engine.models.qwen3_5 import GatedDeltaNet
 from engine.models.qwen3_5_gguf import VALUE_HEAD_ORDER
-from engine.state import FullKV, RecurrentState
+from engine.state import FullKV, RecurrentState, SlidingKV
 from kernels import fused_step_layers
 from kernels.fused_shapes import GdnShapes, Shapes
 
@@ -58,10 +58,12 @@ def params(model: DecoderModel) -> list[mx.array]:
     return [convw, vec]
 
 
-def split_layers(layers: list[Any]) -> tuple[list[FullKV], list[RecurrentState]] | None:
-    """The attention layers' KV and the linear layers' states, or None if a layer is
-    neither (a sliding ring: not fused)."""
-    kvs = [layer for layer in layers if isinstance(layer, FullKV)]
+def split_layers(
+    layers: list[Any],
+) -> tuple[list[FullKV | SlidingKV], list[RecurrentState]] | None:
+    """The attention layers' KV (caches and sliding rings, in layer order) and the linear
+    layers' states, or None if a layer is none of them."""
+    kvs = [layer for layer in layers if isinstance(layer, (FullKV, SlidingKV))]
     recurrent = [layer for layer in layers if isinstance(layer, RecurrentState)]
     if len(kvs) + len(recurrent) != len(layers) or not kvs:
         return None

@@ -38,11 +38,13 @@ log = logging.getLogger(__name__)
 # (bench/gpu/prefill_probe.py); on a CPU the C step cuts a chunk into its 64-row pieces
 PREFILL_ROWS = 256
 GPU_PREFILL_ROWS = 2048
-# Whether a hybrid (Gated DeltaNet layers) takes the one-launch step unless told: not yet,
-# its build has not run on a GPU (engine/runner/fused_hybrid.py; session 15 had no
-# machine for it). BRANCHCHAT_HYBRID_STEP=1 opts in; tests/engine/test_fused_hybrid.py
-# checks it there.
-HYBRID_STEP = False
+# Whether a hybrid (Gated DeltaNet layers) and Gemma 3 take the one-launch step unless
+# told (EngineConfig.hybrid_step / gemma_step, BRANCHCHAT_HYBRID_STEP / _GEMMA_STEP=0 opt
+# out): yes since session 16's H200 run of tests/engine/test_fused_hybrid.py and
+# test_fused_gemma3.py (docs/h200/gpu-tests-20261203-s16.txt; the hybrid's decode 5x the
+# plain MLX path's on the Qwen3.5-0.8B shape).
+HYBRID_STEP = True
+GEMMA_STEP = True
 
 
 def fused_decode_for(model: DecoderModel, config: EngineConfig) -> FusedDecode | None:
@@ -54,7 +56,10 @@ def fused_decode_for(model: DecoderModel, config: EngineConfig) -> FusedDecode |
     step_tuning = parse_step_tuning(config.step_tuning) if config.step_tuning else None
     usable = fused_decode_cuda.is_available() and config.fused
     hybrid_step = HYBRID_STEP if config.hybrid_step is None else config.hybrid_step
+    gemma_step = GEMMA_STEP if config.gemma_step is None else config.gemma_step
     if not usable or (fused_hybrid.linear_shapes(model.config) and not hybrid_step):
+        return None
+    if model.config.family == "gemma3" and not gemma_step:
         return None
     one_launch = config.fused_mode != "layers" and step_unsupported_reason(model) is None
     if not one_launch and (
@@ -150,7 +155,7 @@ class ModelRunner:
         """The most rows a decode-time step should carry (a verify: k drafts + 1): what
         the fused or C step takes, so a verify's rows equal single steps bit for bit."""
         if self.fused is not None:
-            return self.fused.max_rows
+            return self.fused.row_limit(self.snapshot_policy.sliding_slack)
         return self.cpu_step.max_rows if self.cpu_step is not None else 1 << 30
 
     def prefill_chunk(self, requested: int) -> int:

@@ -60,13 +60,18 @@
   float* part = gbuf + FD_MAXM * GDN_GO;  // attention partials [row, head, chunk] x (max, sum, DH)
   static_assert(FQ_SMEM_X % 8 == 0 && FQ_SMEM_X <= 49152, "staged x: a multiple of 8 floats");
   extern __shared__ __align__(16) float s_x[];  // fq_stage's x: the launch's dynamic memory
-  fq_gather_rows<D>(tab, TABLE_MAT, s_ids, M, xs);  // embedding rows, as float32
+  fq_gather_rows<D>(tab, TABLE_MAT, s_ids, M, xs, EMBED_SCALE);  // embedding rows, float32
   fs_prefetch_qkv(0);
   fs_grid_sync(sync, ++phase);
   const float* x = xs;
   for (int l = 0; l < L; ++l) {
     T* kc = const_cast<T*>(KEYS[l]);
     T* vc = const_cast<T*>(VALUES[l]);
+    // a sliding layer's rows lie in a ring (position p in row p % ring: FS_KV_ROW), the
+    // others' in the cache (row p); each layer rotates by its own table
+    const bool slide = FS_SLIDING(l);
+    const int rows_l = slide ? ring : cap;
+    const float* lfreqs = freqs + l * ROPE_STRIDE;  // ROPE_STRIDE 0: one table
     if (PREFETCH && l + 1 < L) {  // the next layer's weights into L2 while this one runs
       // (a layer's matrices lie together in the table, followed by the next one's)
       const int64_t w0 = tab.field(4 * (l + 1), 0, FQ_WORDS), w1 = tab.field(4 * (l + 2), 0, FQ_WORDS);
@@ -109,7 +114,7 @@
         fs_gdn_heads<GDN_NK, GDN_NV, GDN_DK, GDN_DV, GDN_CONVK, GDN_TILED, MAXM, GDN_PAIR, TC>(
             M, mix, CONVS[l], gconvw + (size_t)gi * Dm::C * GDN_CONVK, gvec + gi * (2 * GDN_NV + GDN_DV),
             SSMS[l], gstate + (size_t)gi * GDN_NV * GDN_DK * GDN_DV, gconv + (size_t)gi * (GDN_CONVK - 1) * Dm::C,
-            tape, gbuf, EPS, GDN_QSCALE);
+            tape, gbuf, EPS, GDN_QSCALE, s_x);
       }
       if (gw < D) fq_prefetch_row(tab, 4 * l + 1, gw);
       fs_grid_sync(sync, ++phase);
@@ -133,7 +138,7 @@
       const int rows[2] = {r0, r0 + (n1 - n0)};
       const int head = n0 / DH;
       const int d0 = n0 % DH, d1 = n1 % DH;
-      const float inv_freq = fi >= 0 ? __ldg(freqs + fi) : 0.f;
+      const float inv_freq = fi >= 0 ? __ldg(lfreqs + fi) : 0.f;
       for (int m0 = 0; m0 < M; m0 += G) {
         float acc[G][2], ss[G];
         fq_dot<D, 2, G, true, true, FQ_ROLE_QKV>(fmt, part, rows, nw1 + l * D, xa.at(m0 * D), min(G, M - m0), acc, ss);
@@ -152,7 +157,7 @@
                 dst = ao + m * HKV * DH + n0 - 2 * HD;
               } else {
                 const int e = n0 - 2 * HD - HKV * DH;
-                const size_t base = ((size_t)(e / DH) * cap + p0 + m) * DH + e % DH;
+                const size_t base = ((size_t)(e / DH) * rows_l + FS_KV_ROW(p0 + m)) * DH + e % DH;
                 vc[base] = static_cast<T>(s0);
                 vc[base + 1] = static_cast<T>(s1);
                 continue;
@@ -172,11 +177,11 @@
               qs[m * HD + n0] = s0;
               qs[m * HD + n1] = s1;
             } else if (head < H + HKV) {
-              const size_t base = ((size_t)(head - H) * cap + p0 + m) * DH;
+              const size_t base = ((size_t)(head - H) * rows_l + FS_KV_ROW(p0 + m)) * DH;
               kc[base + d0] = static_cast<T>(s0);
               kc[base + d1] = static_cast<T>(s1);
             } else {
-              const size_t base = ((size_t)(head - H - HKV) * cap + p0 + m) * DH;
+              const size_t base = ((size_t)(head - H - HKV) * rows_l + FS_KV_ROW(p0 + m)) * DH;
               vc[base + d0] = static_cast<T>(s0);
               vc[base + d1] = static_cast<T>(s1);
             }
@@ -221,12 +226,12 @@
             int a, b;
             pair_of(i, a, b);
             float s0 = va[j] * rinv * __ldg(wn + a), s1 = vb[j] * rinv * __ldg(wn + b);
-            if (i < RH) fs_rotate(s0, s1, p0 + m, __ldg(freqs + i));
+            if (i < RH) fs_rotate(s0, s1, p0 + m, __ldg(lfreqs + i));
             if (isq) {
               raw[a] = s0;
               raw[b] = s1;
             } else {
-              const size_t base = ((size_t)(head - H) * cap + p0 + m) * DH;
+              const size_t base = ((size_t)(head - H) * rows_l + FS_KV_ROW(p0 + m)) * DH;
               kc[base + a] = static_cast<T>(s0);
               kc[base + b] = static_cast<T>(s1);
             }
@@ -236,41 +241,47 @@
       fs_grid_sync(sync, ++phase);
     }
     // -- B: attention. A block takes (row m, head h, block chunk c): keys c * BK .. of row
-    // m's n = p0 + m + 1, CK of them a warp (scores, the warp's max and sum, its weighted
-    // values), combined in shared memory in warp order. A row of one block chunk is done;
-    // otherwise the block that completes a (row, head) combines its chunks in chunk order
-    // (which block finishes last changes nothing in the arithmetic).
+    // m's n (positions lo .. p0 + m: all of them, or a sliding layer's last WINDOW), CK of
+    // them a warp (scores, the warp's max and sum, its weighted values), combined in shared
+    // memory in warp order. A row of one block chunk is done; otherwise the block that
+    // completes a (row, head) combines its chunks in chunk order (which block finishes
+    // last changes nothing in the arithmetic).
     {
       constexpr int BK = FD_WARPS * CK;
-      const int C = (p0 + M + BK - 1) / BK;  // block chunks of the last row
-      const int CMAX = (cap + BK - 1) / BK;
+      const int span = slide ? min(p0 + M, WINDOW) : p0 + M;  // the last row's keys
+      const int C = (span + BK - 1) / BK;  // block chunks of the last row
+      const int CMAX = (((SLD0 | SLD1) ? max(cap, ring) : cap) + BK - 1) / BK;  // partials' stride
       const int sub = lane / LPK, part8 = lane % LPK;
       const int vdim = (lane % VOWN) * VD;
-      const float qscale = rsqrtf(static_cast<float>(DH));
+      const float qscale = ATTN_SCALE > 0.f ? ATTN_SCALE : rsqrtf(static_cast<float>(DH));
       __shared__ float s_m[FD_WARPS], s_l[FD_WARPS], s_acc[FD_WARPS][DH];
       __shared__ unsigned int s_last;
       for (int item = blockIdx.x; item < M * H * C; item += gridDim.x) {
         const int c = item % C, mh = item / C, h = mh % H, m = mh / H;
-        const int n = p0 + m + 1, nc = (n + BK - 1) / BK;
+        const int lo = slide ? max(0, p0 + m - WINDOW + 1) : 0;  // the first key's position
+        const int n = p0 + m + 1 - lo, nc = (n + BK - 1) / BK;
         if (c >= nc) continue;  // the same for the whole block
+        // key j's row: lo + j, in a ring from lo's slot on, wrapped (n <= WINDOW <= ring)
+        const int s0 = FS_KV_ROW(lo);
+        auto key_row = [&](int j) { return !slide ? j : s0 + j >= rows_l ? s0 + j - rows_l : s0 + j; };
         const int j0 = c * BK + warp * CK;
         float cmax = NEG_INF, lsum = 0.f, acc[VD];
 #pragma unroll
         for (int d = 0; d < VD; ++d) acc[d] = 0.f;
         if (j0 < n) {
           const int kvh = h / (H / HKV);
-          const T* kb = kc + (size_t)kvh * cap * DH;
-          const T* vb = vc + (size_t)kvh * cap * DH;
+          const T* kb = kc + (size_t)kvh * rows_l * DH;
+          const T* vb = vc + (size_t)kvh * rows_l * DH;
           FsRaw<8 * sizeof(T)> kr[KIT];
           FsRaw<VD * sizeof(T)> vr[CK];
 #pragma unroll
           for (int it = 0; it < KIT; ++it) {
             const int j = min(j0 + it * KPI + sub, n - 1);
-            kr[it].load_cg(kb + (size_t)j * DH + part8 * 8);
+            kr[it].load_cg(kb + (size_t)key_row(j) * DH + part8 * 8);
           }
 #pragma unroll
           for (int i = 0; i < CK; ++i)
-            vr[i].load_cg(vb + (size_t)min(j0 + i, n - 1) * DH + vdim);
+            vr[i].load_cg(vb + (size_t)key_row(min(j0 + i, n - 1)) * DH + vdim);
           float q[8];
           fs_load8_cg(qs + (size_t)m * HD + h * DH + part8 * 8, q);
           float sc[KIT];
@@ -359,8 +370,12 @@
     }
     if (gw < D) fq_prefetch_row(tab, 4 * l + 1, gw);
     fs_grid_sync(sync, ++phase);
-    // -- C: o_proj + residual -> hs
-    fq_residual_phase<HD, D, G, FQ_ROLE_O>(tab, 4 * l + 1, ao, x, hs, M, gw, nw, s_x);
+    // -- C: o_proj + residual -> hs (with sandwich norms, o_proj alone: then C2)
+    fq_residual_phase<HD, D, G, FQ_ROLE_O, !SANDWICH>(tab, 4 * l + 1, ao, x, hs, M, gw, nw, s_x);
+    }
+    if (SANDWICH) {  // -- C2: hs = x + norm(o_proj) * the post-attention norm
+      fs_grid_sync(sync, ++phase);
+      fs_post_norm<D>(hs, x, pn1 + (size_t)l * D, M, gw, nw, EPS);
     }
     if (gw < F / 2) {
       fq_prefetch_row(tab, 4 * l + 2, 2 * gw);
@@ -390,7 +405,7 @@
 #pragma unroll
             for (int j = 0; j < 2; ++j) {
               const float gs = ga[g][j] * rinv, us = ua[g][j] * rinv;
-              act[(size_t)m * F + n + j] = gs / (1.0f + expf(-gs)) * us;
+              act[(size_t)m * F + n + j] = fs_act<ACT>(gs) * us;
             }
           }
         }
@@ -398,8 +413,12 @@
     }
     if (gw < D) fq_prefetch_row(tab, 4 * l + 3, gw);
     fs_grid_sync(sync, ++phase);
-    // -- E: down + residual -> xs
-    fq_residual_phase<F, D, G, FQ_ROLE_DOWN>(tab, 4 * l + 3, act, hs, xs, M, gw, nw, s_x);
+    // -- E: down + residual -> xs (with sandwich norms, down alone: then E2)
+    fq_residual_phase<F, D, G, FQ_ROLE_DOWN, !SANDWICH>(tab, 4 * l + 3, act, hs, xs, M, gw, nw, s_x);
+    if (SANDWICH) {  // -- E2: xs = hs + norm(down) * the post-MLP norm
+      fs_grid_sync(sync, ++phase);
+      fs_post_norm<D>(xs, hs, pn2 + (size_t)l * D, M, gw, nw, EPS);
+    }
     if (l + 1 < L) fs_prefetch_qkv(l + 1);
     else if (HEAD_MODE != 0 && 4 * gw < V) fq_prefetch_row(tab, HEAD_MAT, 4 * gw);
     fs_grid_sync(sync, ++phase);

@@ -435,9 +435,9 @@ __device__ __forceinline__ void fq_dot(
 #undef FQ_CASE
 }
 
-// y [M, N] = res + a [M, K] @ w.T for matrix `mat`; output n by warp n of nw (from gw), G
-// rows a pass, a staged in `sm`
-template <int K, int N, int G, int ROLE>
+// y [M, N] = res + a [M, K] @ w.T for matrix `mat` (without RES, a @ w.T alone); output n
+// by warp n of nw (from gw), G rows a pass, a staged in `sm`
+template <int K, int N, int G, int ROLE, bool RES = true>
 __device__ __forceinline__ void fq_residual_phase(
     const FqTable& t, int mat, const float* a, const float* res, float* y, int M, int gw,
     int nw, float* sm) {
@@ -455,16 +455,17 @@ __device__ __forceinline__ void fq_residual_phase(
       for (int g = 0; g < G; ++g) {
         const int m = m0 + g;
         if (m < M && lane == 0)
-          y[(size_t)m * N + n] = __fadd_rn(__ldcg(res + (size_t)m * N + n), acc[g][0]);
+          y[(size_t)m * N + n] = RES ? __fadd_rn(__ldcg(res + (size_t)m * N + n), acc[g][0]) : acc[g][0];
       }
     }
   }
 }
 
-// Rows ids[0 .. M) of matrix `mat` (the embedding table) as float32 into xs [M, K]
+// Rows ids[0 .. M) of matrix `mat` (the embedding table) as float32 into xs [M, K], times
+// `scale` (Gemma's sqrt(D); 1: as stored)
 template <int K>
 __device__ __forceinline__ void fq_gather_rows(
-    const FqTable& t, int mat, const int* ids, int M, float* xs) {
+    const FqTable& t, int mat, const int* ids, int M, float* xs, float scale) {
   constexpr int S = K / 8;  // slices a row
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < M * S; i += gridDim.x * blockDim.x) {
     const int m = i / S, k = (i % S) * 8;
@@ -481,7 +482,7 @@ __device__ __forceinline__ void fq_gather_rows(
     FQ_FORMATS_HEAD(FQ_CASE)
 #undef FQ_CASE
 #pragma unroll
-    for (int j = 0; j < 8; ++j) xs[(size_t)m * K + k + j] = out[j];
+    for (int j = 0; j < 8; ++j) xs[(size_t)m * K + k + j] = scale == 1.0f ? out[j] : __fmul_rn(out[j], scale);
   }
 }
 
@@ -522,6 +523,35 @@ __device__ __forceinline__ void fs_rotate(float& s0, float& s1, int pos, float f
   const float r0 = s0 * cs - s1 * sn;
   s1 = s0 * sn + s1 * cs;
   s0 = r0;
+}
+
+// The MLP's activation of its gate: ACT 0 SiLU, 1 GELU's tanh approximation (Gemma 3)
+template <int ACT>
+__device__ __forceinline__ float fs_act(float x) {
+  if (ACT == 0) return x / (1.0f + expf(-x));
+  const float inner = 0.7978845608028654f * (x + 0.044715f * x * x * x);  // sqrt(2 / pi)
+  return 0.5f * x * (1.0f + tanhf(inner));
+}
+
+// Gemma 3's norm after a block, in place: y = res + rms_norm(y) * w, rows [M, D], a warp a
+// row (a lane writes only the elements it read; y and res come from other blocks)
+template <int D>
+__device__ __forceinline__ void fs_post_norm(
+    float* y, const float* res, const float* w, int M, int gw, int nw, float eps) {
+  const int lane = threadIdx.x % 32;
+  for (int m = gw; m < M; m += nw) {
+    float* row = y + (size_t)m * D;
+    const float* r = res + (size_t)m * D;
+    float ss = 0.f;
+    for (int i = lane; i < D; i += 32) {
+      const float v = __ldcg(row + i);
+      ss = __fmaf_rn(v, v, ss);
+    }
+    ss = fd_warp_sum(ss);
+    const float rinv = 1.0f / sqrtf(ss / D + eps);
+    for (int i = lane; i < D; i += 32)
+      row[i] = __fadd_rn(__ldcg(r + i), __fmul_rn(__fmul_rn(__ldcg(row + i), rinv), __ldg(w + i)));
+  }
 }
 
 // An attention output times the sigmoid of its gate (Qwen3.5's gated attention), or as is

@@ -30,15 +30,22 @@ template <int NK, int NV, int DK, int DV, int CONVK, bool TILED, int MAXM, int G
 __device__ void fs_gdn_heads(
     int M, const float* mix, const TC* conv_in, const float* conv_w, const float* vec,
     const float* ssm_in, float* ssm_out, TC* conv_out, float* tape, float* go, float eps,
-    float qscale) {
+    float qscale, float* smem) {
   using Dm = GdnDims<NK, NV, DK, DV>;
   constexpr int KEY = Dm::KEY, VD = Dm::VD, C = Dm::C, NIN = Dm::NIN, U = Dm::U, TW = Dm::TW;
   constexpr float L2_EPS = 1e-6f;  // flash-linear-attention's l2norm
   constexpr int DKP = DK / GDN_PAIR;
   static_assert(GDN_PAIR * DV <= 256 && DK % GDN_PAIR == 0 &&
                 (GDN_PAIR == 1 || (GDN_PAIR * DV) % 32 == 0), "threads a value column, whole warps");
-  __shared__ float s_u[MAXM][U];  // conv'd q | k | v of each row
-  __shared__ float s_o[MAXM][DV];
+  // conv'd q | k | v of each row [MAXM][U], the head's outputs [MAXM][DV]: in the launch's
+  // dynamic memory (`smem`, FQ_SMEM_X floats, free in this phase) where they fit, so that
+  // a verify build's static memory stays within the 48 KB a launch takes without opting in
+  constexpr int ROWS_FLOATS = MAXM * (U + DV);
+  constexpr bool IN_DYNAMIC = ROWS_FLOATS <= FQ_SMEM_X;
+  __shared__ float s_rows[IN_DYNAMIC ? 1 : ROWS_FLOATS];
+  float* rows = IN_DYNAMIC ? smem : s_rows;
+  float (*s_u)[U] = reinterpret_cast<float (*)[U]>(rows);
+  float (*s_o)[DV] = reinterpret_cast<float (*)[DV]>(rows + MAXM * U);
   __shared__ float s_decay[MAXM], s_beta[MAXM], s_qf[MAXM], s_kf[MAXM];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   for (int hv = blockIdx.x; hv < NV; hv += gridDim.x) {

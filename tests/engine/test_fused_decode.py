@@ -122,8 +122,8 @@ def test_unsupported_models_are_named(tiny_models, tmp_path):
     assert "q/k norm" in unsupported_reason(qwen3.model)
     numpy_model = load_model(tiny_models.gguf(qtype="F32")[0], EngineConfig(backend="numpy"))
     assert "MLX" in unsupported_reason(numpy_model.model)
-    with pytest.raises(ValueError, match="full-attention"):
-        hybrid.runner.enable_fused_decode()
+    with pytest.raises(ValueError, match="full-attention"):  # the step takes it
+        hybrid.runner.enable_fused_decode(mode="layers")
 
 
 @pytest.mark.skipif(not fused_decode_cuda.is_available(), reason="needs MLX on a CUDA GPU")
