@@ -193,14 +193,14 @@ def step_norms(model: DecoderModel, shapes: Shapes) -> list[Any]:
             for layer in layers
         ])  # fmt: skip
 
-    tables = rope_tables(model)
+    tables = rope_tables(model) if shapes.rope_per_layer else rope_table(model)
     if tables is None:
         raise ValueError("fused step: a rotation no table says")
     norms = [
         per_layer("input_norm"),
         per_layer("pre_ffw_norm" if shapes.sandwich else "post_norm"),
         model.norm.astype(mx.float32),
-        mx.array(tables if shapes.rope_per_layer else tables[0]),
+        mx.array(tables),
         *((per_mixer("q_norm"), per_mixer("k_norm")) if shapes.qk_norm else (one, one)),
         *((per_layer("post_norm"), per_layer("post_ffw_norm")) if shapes.sandwich else (one, one)),
     ]

@@ -24,6 +24,7 @@ from engine.loader import load_model
 from engine.runner.fused_support import (
     model_shapes,
     rope_tables,
+    step_norms,
     step_unsupported_reason,
     unsupported_reason,
 )
@@ -70,6 +71,12 @@ def test_the_one_launch_step_takes_gemma3():
     assert tables.shape == (6, 16) and tables.dtype == np.float32
     np.testing.assert_allclose(tables[:5], np.tile(1e4**-exponents, (5, 1)), rtol=1e-6)
     np.testing.assert_allclose(tables[5], 1e6**-exponents, rtol=1e-6)  # the global layer
+    norms = step_norms(lm.model, s)  # nw1, nw2, nwf, freqs, q/k norms, the sandwich's
+    np.testing.assert_array_equal(np.array(norms[3]), tables)
+    for i, name in ((1, "pre_ffw_norm"), (6, "post_norm"), (7, "post_ffw_norm")):
+        np.testing.assert_array_equal(
+            np.array(norms[i][2]), np.array(getattr(lm.model.layers[2], name))
+        )
     source = fused_step_layers.layer_source(s, 6)
     assert "const int ring = k0_shape[1];" in source and "cap = k5_shape[1];" in source
     assert "SLD0 = 31ull" in source and "WINDOW = 8;" in source and "EMBED_SCALE = 16.0f" in source

@@ -16,7 +16,13 @@ import pytest
 from engine.config import EngineConfig
 from engine.loader import load_model
 from engine.runner import fused_hybrid
-from engine.runner.fused_support import model_shapes, step_unsupported_reason, unsupported_reason
+from engine.runner.fused_support import (
+    model_shapes,
+    rope_table,
+    step_norms,
+    step_unsupported_reason,
+    unsupported_reason,
+)
 from kernels import fused_decode_cuda, fused_step_layers, gated_delta_cuda
 
 PROMPT = list(range(3, 40))
@@ -62,6 +68,17 @@ def test_the_one_launch_step_takes_the_hybrid(hybrid_gguf):
     assert sum(width for _, width in layout) == g.tape_row() == 4 * 64 * 3 + 8 + g.conv_channels
     names = fused_step_layers.state_inputs(shapes, 4)
     assert names == ["gconvw", "gvec", "k3", "v3", "c0", "c1", "c2", "s0", "s1", "s2"]
+
+
+def test_the_step_rotates_by_the_attention_layers_table(hybrid_gguf):
+    """One table for every rotating layer: the attention layer's (layer 0 is linear and
+    rotates nothing; its row of rope_tables is zeros)."""
+    lm = _load(hybrid_gguf)
+    shapes = model_shapes(lm.model)
+    freqs = np.array(step_norms(lm.model, shapes)[3])
+    assert not shapes.rope_per_layer and freqs.shape == (8,) and freqs.all()
+    np.testing.assert_array_equal(freqs, rope_table(lm.model))
+    np.testing.assert_allclose(freqs, 1e7 ** -(np.arange(0, 16, 2) / 16), rtol=1e-6)
 
 
 def test_the_runner_takes_the_hybrid_step_unless_told_not_to(hybrid_gguf):
