@@ -54,7 +54,9 @@ def unsupported_reason(model: DecoderModel, step: bool = False) -> str | None:
         features = [f for f in features if f not in _step_features(model)]
     if features:
         return f"{', '.join(features)} not fused"
-    attention = [layer for i, layer in enumerate(model.layers) if cfg.layer_type(i) == FULL]
+    attention = [
+        layer for i, layer in enumerate(model.layers) if cfg.layer_type(i) in (FULL, SLIDING)
+    ]
     if not all(isinstance(layer.mixer, AttentionBlock) for layer in attention):
         return "unknown mixer"
     if reason := fused_hybrid.mixers_unsupported(model):

@@ -255,3 +255,36 @@ def test_a_verify_carries_no_more_rows_than_the_rings_slack():
     assert FusedDecode.row_limit(gemma, 64) == MAX_ROWS
     assert FusedDecode.row_limit(gemma, 4) == 4 and FusedDecode.row_limit(gemma, 0) == 1
     assert FusedDecode.row_limit(llama, 0) == MAX_ROWS
+
+
+@pytest.fixture(scope="module")
+def mistral(tmp_path_factory):
+    """A Mistral whose every layer slides over 8 positions: a step of rings alone."""
+    from tests.tiny_families import make_family_hf
+
+    path = tmp_path_factory.mktemp("mistral") / "m"
+    make_family_hf(path, "mistral", sliding_window=8)
+    return path
+
+
+def test_a_model_of_sliding_layers_alone_takes_the_step(mistral):
+    lm = load_model(mistral, EngineConfig(backend="mlx"))
+    assert step_unsupported_reason(lm.model) is None
+    s = model_shapes(lm.model)
+    assert s.sliding == tuple(range(lm.config.num_layers)) and s.window == 8
+    assert not s.sandwich and s.act == "silu" and not s.rope_per_layer
+    source = fused_step_layers.layer_source(s, lm.config.num_layers)
+    assert "cap = k0_shape[1];" in source and "ring = k0_shape[1];" in source
+
+
+@needs_cuda
+@pytest.mark.gpu
+def test_a_model_of_sliding_layers_alone_matches_the_plain_forward(mistral):
+    lm = load_model(mistral, EngineConfig(backend="mlx", dtype="float32"))
+    lm.runner.fused = None
+    plain, _ = _steps(lm, STEPS, LONG_PROMPT)
+    lm.runner.enable_fused_decode(mode="step")
+    step, _ = _steps(lm, STEPS, LONG_PROMPT)
+    assert lm.runner.last_path == "fused"
+    for a, b in zip(plain, step, strict=True):
+        np.testing.assert_allclose(b, a, atol=2e-4 * max(1.0, float(np.abs(a).max())), rtol=0)
