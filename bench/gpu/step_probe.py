@@ -3,11 +3,12 @@
 With and without the L2 prefetch of the next layer's weights: the engine's step kernel's
 time (no logits, last row's logits), and from a build of the same kernel with cycle
 stamps at its barriers (bench/gpu/step_stamps.py: the engine's build has none), per
-phase kind (embed, A qkv, B attention, C o_proj, D gate/up, E down, head): the median
-over layers of the phase interval (release to release, block 0's clock), the slowest
-block's work and the mean block's work, in us. By default the model is the default
-model's shapes with random dense weights; `--model` takes a GGUF file instead (its
-weight table as stored).
+phase kind (embed, each layer kind's phases as bench/gpu/step_stamps.py names them, head):
+the median over layers of the phase interval (release to release, block 0's clock), the
+slowest block's work and the mean block's work, in us. Every family the step takes: a
+hybrid's linear layers read their states, Gemma's rings are its sliding layers' KV. By
+default the model is the default model's shapes with random dense weights; `--model`
+takes a GGUF file instead (its weight table as stored).
 
     python -m bench.gpu.step_probe [--model PATH] [--contexts 128 2048] [--prefetch 0 1]
 """
@@ -23,30 +24,31 @@ import mlx.core as mx
 import numpy as np
 
 from bench.gpu.probe import random_model
-from bench.gpu.step_stamps import StampedStepKernel
+from bench.gpu.step_stamps import StampedStepKernel, phases
 from engine.config import EngineConfig
 from engine.loader import load_model
+from engine.runner import fused_hybrid
 from kernels.ops import make_ops
 
-KINDS = ["A_qkv", "B_attention", "C_o_proj", "D_gate_up", "E_down"]
 
-
-def summarize(stamps: np.ndarray, layers: int, blocks: int) -> dict[str, Any]:
-    slots, row = 5 * layers + 2, blocks + 1
+def summarize(stamps: np.ndarray, rows: list[tuple[int, str]], blocks: int) -> dict[str, Any]:
+    """Per phase kind (`rows`: step_stamps.phases, a stamp row each), the median over
+    layers of the interval, the slowest block's work and the mean block's work, in us."""
+    slots, row = len(rows), blocks + 1
     total_ns, total_cycles = int(stamps[slots * row]), int(stamps[slots * row + 1])
     us = total_ns / total_cycles / 1000  # per cycle
     table = stamps[: slots * row].reshape(slots, row).astype(np.float64)
     interval, work = table[:, 0] * us, table[:, 1:] * us
     out: dict[str, Any] = {"kernel_us": total_ns / 1000, "ghz": total_cycles / total_ns}
-    out["embed"] = {"interval": interval[0], "max_work": work[0].max()}
-    for i, kind in enumerate(KINDS):
-        idx = [1 + 5 * layer + i for layer in range(layers)]
+    for kind in dict.fromkeys(name for _, name in rows):
+        idx = [i for i, (_, name) in enumerate(rows) if name == kind]
         out[kind] = {
+            "layers": len(idx),
             "interval": float(np.median(interval[idx])),
             "max_work": float(np.median(work[idx].max(axis=1))),
             "mean_work": float(np.median(work[idx].mean(axis=1))),
         }
-    out["head"] = {"max_work": float(work[-1].max()), "mean_work": float(work[-1].mean())}
+    del out["head"]["interval"]  # the launch ends there: no release follows
     return out
 
 
@@ -55,13 +57,18 @@ def probe(model: Any, context: int, prefetch: bool) -> dict[str, Any]:
     state = model.new_state()
     model.forward(list(range(context)), state)
     model.forward([5], state)  # through the fused path: every layer at one capacity
-    kvs = list(state.layers)
+    split = fused_hybrid.split_layers(state.layers)
+    assert split is not None
+    kvs, recurrent = split  # a hybrid's linear layers read their states too
+    linear = (f.linear_params, *fused_hybrid.linear_inputs(recurrent)) if recurrent else None
     ids = mx.array([5], dtype=mx.int32)
     pos = mx.array([context + 1], dtype=mx.int32)
     keys, values = [kv.keys for kv in kvs], [kv.values for kv in kvs]
 
     def call(head_mode: int) -> Any:
-        return f.step_kernel(ids, pos, f.weights, f.norms, keys, values, head_mode, prefetch)
+        return f.step_kernel.launch(
+            ids, pos, f.weights, f.norms, keys, values, head_mode, prefetch, linear
+        )
 
     out: dict[str, Any] = {}
 
@@ -81,13 +88,12 @@ def probe(model: Any, context: int, prefetch: bool) -> dict[str, Any]:
     )
     runs = []
     for _ in range(20):
-        logits, _, status, stamps = stamped.launch(
-            ids, pos, f.weights, f.norms, keys, values, head_mode=1
-        )
-        mx.eval(logits, status, stamps)
-        runs.append(np.array(stamps))
-    out["status"] = int(np.array(status)[0])
-    prof = [summarize(r, len(kvs), stamped.blocks) for r in runs[5:]]
+        outs = stamped.launch(ids, pos, f.weights, f.norms, keys, values, 1, linear=linear)
+        mx.eval(*outs)
+        runs.append(np.array(outs[-1]))
+    out["status"] = int(np.array(outs[2])[0])
+    rows = phases(kernel.s, kernel.L)
+    prof = [summarize(r, rows, stamped.blocks) for r in runs[5:]]
     best = min(prof, key=lambda p: p["kernel_us"])
     out["profile_fastest_of_15"] = best
     return out

@@ -3,8 +3,9 @@
 // kernel's grid barrier to fs_grid_sync_unstamped and this file defines fs_grid_sync
 // around it, so the kernel body is the engine's, unchanged.
 //
-// stamps [5 L + 2, blocks + 1] then two totals: row e - 1 for the barrier ending phase e
-// (embed, then A..E of each layer), row 5 L + 1 for the head. Column 0: block 0's cycles
+// stamps [slots, blocks + 1] then two totals: row e - 1 for the barrier ending phase e
+// (embed, then each layer's phases: bench/gpu/step_stamps.py's `phases`), the last row for
+// the head. Column 0: block 0's cycles
 // between releases (the phase's interval); column 1 + b: block b's cycles from the last
 // release to its arrival (its work in the phase). Then the launch's time in ns
 // (%globaltimer) and in cycles, to turn cycles into time.
@@ -34,10 +35,10 @@ __device__ __forceinline__ void fs_grid_sync(unsigned int* flags, unsigned int e
   }
 }
 
-__device__ __forceinline__ void fs_stamps_end(int num_layers) {
+__device__ __forceinline__ void fs_stamps_end(int slots) {
   __syncthreads();
   if (threadIdx.x == 0) {
-    const unsigned int slots = 5 * num_layers + 2, row = gridDim.x + 1;
+    const unsigned int row = gridDim.x + 1;
     fs_stamps[(slots - 1) * row + 1 + blockIdx.x] = (unsigned int)(clock64() - fs_t_release);
     if (blockIdx.x == 0) {
       unsigned long long ns_end;

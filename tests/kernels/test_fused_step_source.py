@@ -271,8 +271,17 @@ def test_gemma3s_step_compiles_keeping_its_registers(tmp_path, shapes, layers, m
 
 
 @needs_nvcc
-def test_the_probes_stamped_step_compiles(tmp_path):
-    _nvcc(tmp_path, _step_source(SMOLLM2, 30, "__nv_bfloat16", 1, stamped=True))
+@pytest.mark.parametrize(
+    "shapes,layers,slots",
+    [(SMOLLM2, 30, 152), (TINY_QWEN35, 4, 23), (TINY_GEMMA3, 6, 50)],
+    ids=["smollm2", "hybrid", "gemma3"],
+)
+def test_the_probes_stamped_step_compiles(tmp_path, shapes, layers, slots):
+    """A stamp row a barrier: 5 a plain layer; a hybrid's 5 a linear layer and 6 (q/k norm)
+    its attention layer; Gemma's 8 (q/k norm, sandwich norms); the embedding and head."""
+    source = _step_source(shapes, layers, "__nv_bfloat16", 1, stamped=True)
+    assert f"fs_stamps_end({slots});" in source
+    _nvcc(tmp_path, source)
 
 
 @needs_nvcc
