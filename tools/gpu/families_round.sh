@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The step families' round on the H200 (issue 15: the hybrid and Gemma 3 through the
+# one-launch step), after tools/gpu/unpack.sh's last parcel (PACK_MODELS=all brings Gemma
+# 3 270M; none: the tiny models and random shapes only). In order, each bounded:
+#   1. the step families' GPU tests (session 16's refactors had not run on a GPU);
+#   2. Gemma 3 270M's decode with its step and without (BRANCHCHAT_GEMMA_STEP=1 / 0);
+#   3. the Qwen3.5-0.8B shape's decode through the step, and the stamped probe's phases.
+# $OUT gets summary.txt and the logs (device_all.sh), gemma-*.json, hybrid-*.json/txt.
+#   bash tools/gpu/families_round.sh [TEST_BUDGET seconds, default 240]
+set -u
+export PYTHONPATH=/root/site:$PWD
+SKIP_BENCH=1 SUITE_BUDGET=${1:-240} bash tools/gpu/device_all.sh \
+  tests/engine/test_fused_gemma3.py tests/engine/test_fused_hybrid.py \
+  tests/engine/test_fused_decode.py tests/engine/test_speculative.py 2>&1 | tail -25
+gemma=$HOME/.cache/branchchat/models/gemma-3-270m-q4_k_m.gguf
+if [ -f "$gemma" ]; then
+  for step in 1 0; do
+    rm -f results/decode-*.json
+    BRANCHCHAT_GEMMA_STEP=$step timeout 150 python3 -m bench decode --model "$gemma" \
+      --runs 1 --steps 32 --contexts 128,2048 > "$OUT/gemma-step$step.txt" 2>&1
+    echo "== Gemma 3 270M, step=$step: exit $?"; grep -E "^context|verify" "$OUT/gemma-step$step.txt"
+    cp results/decode-*.json "$OUT/gemma-step$step.json" 2>/dev/null
+  done
+fi
+shape=/root/shapes/qwen3.5-0.8b.gguf
+[ -f $shape ] || python3 -m bench shapes write --shape qwen3.5-0.8b --out /root/shapes > /dev/null
+rm -f results/decode-*.json
+timeout 120 python3 -m bench decode --model $shape --runs 1 --steps 32 --contexts 128,2048 \
+  > "$OUT/hybrid-step.txt" 2>&1
+echo "== Qwen3.5-0.8B shape through the step: exit $?"; grep -E "^context|verify" "$OUT/hybrid-step.txt"
+cp results/decode-*.json "$OUT/hybrid-step.json" 2>/dev/null
+timeout 120 python3 -m bench.gpu.step_probe --model $shape --contexts 128 --prefetch 1 \
+  > "$OUT/hybrid-phases.json" 2>&1
+echo "== its phases: exit $?"; tail -c 1500 "$OUT/hybrid-phases.json"
