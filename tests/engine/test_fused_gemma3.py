@@ -31,6 +31,11 @@ from engine.runner.fused_support import (
 from engine.state import SlidingKV
 from kernels import fused_decode_cuda, fused_step_layers
 from kernels.ops_numpy import NumpyOps
+from tests.engine.fused_steps import (
+    assert_close_to_plain,
+    assert_kept_verify_continues,
+    single_steps,
+)
 
 # tests/oracles' Gemma 3 as llama-quantize writes Q4_K_M: 6 layers, the first five sliding
 # over 8 positions, head_dim 32, vocabulary 320
@@ -50,12 +55,6 @@ def _load(**config):
 def _np(x):
     """A state's array as NumPy (bfloat16 rows through float32, which holds them exactly)."""
     return x if isinstance(x, np.ndarray) else np.array(x.astype(mx.float32))
-
-
-def _steps(lm, steps, prompt):
-    state = lm.runner.new_state()
-    lm.runner.forward(prompt, state)
-    return [np.array(lm.ops.to_numpy(lm.runner.forward([t], state))) for t in steps], state
 
 
 def test_the_one_launch_step_takes_gemma3():
@@ -184,12 +183,11 @@ def test_a_failed_kernel_forward_leaves_the_ring_shallower_not_wrong():
 @pytest.mark.parametrize("prompt", [PROMPT, LONG_PROMPT], ids=["short", "long"])
 def test_step_matches_the_plain_forward_in_float32(prompt):
     lm = _load(dtype="float32")
-    plain, plain_state = _steps(lm, STEPS, prompt)
+    plain, plain_state = single_steps(lm, STEPS, prompt)
     lm.runner.enable_fused_decode(mode="step")
-    step, state = _steps(lm, STEPS, prompt)
+    step, state = single_steps(lm, STEPS, prompt)
     assert lm.runner.last_path == "fused"
-    for a, b in zip(plain, step, strict=True):
-        np.testing.assert_allclose(b, a, atol=2e-4 * max(1.0, float(np.abs(a).max())), rtol=0)
+    assert_close_to_plain(plain, step)
     for mine, theirs in zip(state.layers, plain_state.layers, strict=True):
         a, b = mine.arrays(), theirs.arrays()
         if "pos" in a:  # a ring: the same slots hold the same positions
@@ -205,7 +203,7 @@ def test_verify_rows_are_bit_identical_to_single_steps(prompt):
     """What makes greedy speculation exact on Gemma 3 in the default dtype."""
     lm = _load()
     lm.runner.enable_fused_decode(mode="step")
-    single, single_state = _steps(lm, STEPS[:8], prompt)
+    single, single_state = single_steps(lm, STEPS[:8], prompt)
     state = lm.runner.new_state()
     lm.runner.forward(prompt, state)
     rows = np.array(lm.ops.to_numpy(lm.runner.forward(STEPS[:8], state, logits="all")))
@@ -227,20 +225,8 @@ def test_a_verify_kept_in_part_continues_as_single_steps(kept, prompt):
     where a snapshot falls due inside the verify), then decoding on: the logits of single
     steps over the same tokens, bit for bit."""
     lm = _load()
-    runner = lm.runner
-    runner.enable_fused_decode(mode="step")
-    draft, after = STEPS[:7], STEPS[7:]
-    single, _ = _steps(lm, draft[:kept] + after, prompt)
-    state = runner.new_state()
-    runner.forward(prompt, state)
-    cp = state.checkpoint(record=True)
-    runner.forward(draft, state, logits="all")
-    state.rollback_retaining(cp, kept)
-    assert state.offset == len(prompt) + kept
-    again = [np.array(lm.ops.to_numpy(runner.forward([t], state))) for t in after]
-    assert runner.last_path == "fused"
-    for a, b in zip(single[kept:], again, strict=True):
-        np.testing.assert_array_equal(b, a)
+    lm.runner.enable_fused_decode(mode="step")
+    assert_kept_verify_continues(lm, prompt, STEPS[:7], STEPS[7:], kept)
 
 
 def test_a_verify_carries_no_more_rows_than_the_rings_slack():
@@ -282,9 +268,8 @@ def test_a_model_of_sliding_layers_alone_takes_the_step(mistral):
 def test_a_model_of_sliding_layers_alone_matches_the_plain_forward(mistral):
     lm = load_model(mistral, EngineConfig(backend="mlx", dtype="float32"))
     lm.runner.fused = None
-    plain, _ = _steps(lm, STEPS, LONG_PROMPT)
+    plain, _ = single_steps(lm, STEPS, LONG_PROMPT)
     lm.runner.enable_fused_decode(mode="step")
-    step, _ = _steps(lm, STEPS, LONG_PROMPT)
+    step, _ = single_steps(lm, STEPS, LONG_PROMPT)
     assert lm.runner.last_path == "fused"
-    for a, b in zip(plain, step, strict=True):
-        np.testing.assert_allclose(b, a, atol=2e-4 * max(1.0, float(np.abs(a).max())), rtol=0)
+    assert_close_to_plain(plain, step)

@@ -24,6 +24,11 @@ from engine.runner.fused_support import (
     unsupported_reason,
 )
 from kernels import fused_decode_cuda, fused_step_layers, gated_delta_cuda
+from tests.engine.fused_steps import (
+    assert_close_to_plain,
+    assert_kept_verify_continues,
+    single_steps,
+)
 
 PROMPT = list(range(3, 40))
 LONG_PROMPT = [3 + (7 * i) % 90 for i in range(600)]  # attention split across blocks
@@ -45,12 +50,6 @@ def _load(path, **config):
     lm = load_model(path, EngineConfig(backend="mlx", **config))
     lm.runner.fused = None  # from the plain path (the loader may have taken the step)
     return lm
-
-
-def _steps(lm, steps, prompt):
-    state = lm.runner.new_state()
-    lm.runner.forward(prompt, state)
-    return [np.array(lm.ops.to_numpy(lm.runner.forward([t], state))) for t in steps], state
 
 
 def test_the_one_launch_step_takes_the_hybrid(hybrid_gguf):
@@ -107,12 +106,11 @@ def runner_on_cuda() -> bool:
 @pytest.mark.parametrize("prompt", [PROMPT, LONG_PROMPT], ids=["short", "long"])
 def test_step_matches_the_plain_forward_in_float32(hybrid_gguf, prompt):
     lm = _load(hybrid_gguf, dtype="float32")
-    plain, plain_state = _steps(lm, STEPS, prompt)
+    plain, plain_state = single_steps(lm, STEPS, prompt)
     lm.runner.enable_fused_decode(mode="step")
-    step, state = _steps(lm, STEPS, prompt)
+    step, state = single_steps(lm, STEPS, prompt)
     assert lm.runner.last_path == "fused"
-    for a, b in zip(plain, step, strict=True):
-        np.testing.assert_allclose(b, a, atol=2e-4 * max(1.0, float(np.abs(a).max())), rtol=0)
+    assert_close_to_plain(plain, step)
     for mine, theirs in zip(state.layers, plain_state.layers, strict=True):
         if hasattr(mine, "ssm"):  # in_proj's rows: another summation order, float32
             np.testing.assert_allclose(np.array(mine.ssm), np.array(theirs.ssm), atol=1e-4)
@@ -128,7 +126,7 @@ def test_verify_rows_are_bit_identical_to_single_steps(hybrid_gguf, prompt, pair
     monkeypatch.setattr(gated_delta_cuda, "PAIR", pair)
     lm = _load(hybrid_gguf)
     lm.runner.enable_fused_decode(mode="step")
-    single, single_state = _steps(lm, STEPS, prompt)
+    single, single_state = single_steps(lm, STEPS, prompt)
     state = lm.runner.new_state()
     lm.runner.forward(prompt, state)
     rows = np.array(lm.ops.to_numpy(lm.runner.forward(STEPS, state, logits="all")))
@@ -152,19 +150,8 @@ def test_a_verify_kept_in_part_continues_as_single_steps(hybrid_gguf, kept, pair
     of single steps over the same tokens, bit for bit."""
     monkeypatch.setattr(gated_delta_cuda, "PAIR", pair)
     lm = _load(hybrid_gguf)
-    runner = lm.runner
-    runner.enable_fused_decode(mode="step")
-    draft, after = STEPS[:7], STEPS[7:]
-    single, _ = _steps(lm, draft[:kept] + after, PROMPT)
-    state = runner.new_state()
-    runner.forward(PROMPT, state)
-    cp = state.checkpoint(record=True)
-    runner.forward(draft, state, logits="all")
-    state.rollback_retaining(cp, kept)
-    assert state.offset == len(PROMPT) + kept
-    again = [np.array(lm.ops.to_numpy(runner.forward([t], state))) for t in after]
-    for a, b in zip(single[kept:], again, strict=True):
-        np.testing.assert_array_equal(b, a)
+    lm.runner.enable_fused_decode(mode="step")
+    assert_kept_verify_continues(lm, PROMPT, STEPS[:7], STEPS[7:], kept)
 
 
 def test_the_steps_outputs_become_each_layers_state_and_tape(hybrid_gguf):
