@@ -1,4 +1,5 @@
-"""A whole decode/verify step of a full-attention decoder as ONE CUDA kernel launch.
+"""A whole decode/verify step of a decoder as ONE CUDA kernel launch (full attention;
+Gemma 3's sliding rings and sandwich norms; a hybrid's Gated DeltaNet layers).
 
 The five-kernels-a-layer path (`kernels.fused_decode_cuda`) is bound by MLX's per-node
 host cost on CUDA (~11 us a node on the H200: ~210 nodes, ~2.4 ms a step). This kernel

@@ -1,5 +1,6 @@
 """Decode and verify steps through the fused CUDA kernels (full-attention decoders; hybrids
-in the one-launch step, their linear layers fed by engine/runner/fused_hybrid.py).
+and sliding-window models such as Gemma 3 in the one-launch step, a hybrid's linear layers
+fed by engine/runner/fused_hybrid.py).
 
 Two paths, both computing every row independently of how many there are:
 `kernels.fused_step_cuda` (the default on CUDA) runs a whole step in one kernel launch,
@@ -8,7 +9,8 @@ scales: kernels/step_weights.py); `kernels.fused_decode_cuda` does a layer in fi
 kernels (instead of ~20 MLX ops), eager or traced once with `mx.compile`, on weights
 dequantized once into the model dtype, and has an MLX-ops reference that runs anywhere.
 This module feeds them, the KV rows written into the sequence state's own `FullKV`
-buffers (so checkpoints, rollback and prefill work unchanged).
+buffers and `SlidingKV` rings (so checkpoints, rollback and prefill work unchanged; a
+ring's hooks around the launch keep its positions and a recording verify's tape).
 
 Used for calls of 1..MAX_ROWS tokens (decode, verify, short re-prefills); longer
 prefills take the ordinary path. Row invariance makes greedy speculation exact:

@@ -3,7 +3,9 @@
 // KV rows' dtype; the weights are read from the table as stored (fused_step.cuh); MAXM is
 // the build's most rows (1 for decode, FD_MAXM for verify: the same arithmetic per row).
 // A hybrid's build (FS_HYBRID, from step_source) also runs Gated DeltaNet layers
-// (fused_step_gdn.cuh) and gated attention with partial rotary embeddings (GATED, RD).
+// (fused_step_gdn.cuh) and gated attention with partial rotary embeddings (GATED, RD); a
+// Gemma 3 build sliding layers through their KV rings (FS_SLIDING, FS_KV_ROW, WINDOW),
+// sandwich norms (SANDWICH: phases C2, E2), GELU (ACT) and scaled embeddings.
 
   // Host-written inputs (ids, pos) are read once per block; every buffer the blocks
   // share (scratch, sync) is a large allocation of its own: MLX's small buffers share
