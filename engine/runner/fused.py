@@ -146,8 +146,6 @@ class FusedDecode:
         self([0, 0], state, "all")
         self([0, 0], state, "last")
 
-    max_rows = MAX_ROWS
-
     def row_limit(self, sliding_slack: int) -> int:
         """The most rows a call takes with rings of this slack (a sliding layer's rows
         must not overwrite a key their own queries read: `SlidingKV.before_kernel_write`)."""

@@ -19,7 +19,6 @@ from engine.models.base import (
     LINEAR,
     SLIDING,
     AttentionBlock,
-    DecoderLayer,
     DecoderModel,
 )
 from engine.models.gemma3 import Gemma3DecoderLayer
@@ -72,7 +71,7 @@ def _step_features(model: DecoderModel) -> set[str]:
     fused.add("norm offsets")  # added at load: the step reads 1 + w as stored
     if rope_tables(model) is not None:
         fused.add("scaled rope")
-    if model.layer_class in (DecoderLayer, Gemma3DecoderLayer):
+    if model.layer_class is Gemma3DecoderLayer:  # its sandwich norms
         fused.add("extra norms around the blocks")
     if cfg.hidden_act not in ACTIVATIONS:
         fused.discard(f"the {cfg.hidden_act} activation")
