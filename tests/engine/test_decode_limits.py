@@ -89,7 +89,7 @@ def test_drafts_stay_within_what_a_sliding_ring_can_take_back(tiny_models: TinyM
     verifies = rows_seen[1:]  # the first forward is the prompt's prefill
     assert max(verifies) == SLACK + 2
     assert_holds_output(state, prompt, result)
-    assert_exact(model, state)
+    assert_exact(model, state, prompt)
 
 
 # -- a reply cut by the context -------------------------------------------------------------

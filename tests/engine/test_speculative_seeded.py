@@ -72,7 +72,7 @@ def test_seeded_speculative_decoding_equals_plain(
         assert result.token_ids == plain.token_ids, where
         assert result.reason == plain.reason, where
         assert_holds_output(state, case.prompt, result)
-        assert_exact(pair.target, state)
+        assert_exact(pair.target, state, case.prompt)
         num_drafted += result.drafted
         num_accepted += result.accepted
     assert num_drafted > 0

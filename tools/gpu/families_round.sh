@@ -6,12 +6,16 @@
 #   2. Gemma 3 270M's decode with its step and without (BRANCHCHAT_GEMMA_STEP=1 / 0);
 #   3. the Qwen3.5-0.8B shape's decode through the step, and the stamped probe's phases.
 # $OUT gets summary.txt and the logs (device_all.sh), gemma-*.json, hybrid-*.json/txt.
-#   bash tools/gpu/families_round.sh [TEST_BUDGET seconds, default 240]
+# The whole round can pass a call's 10 minutes: PART=tests runs 1 alone, PART=bench 2 and 3.
+#   [PART=tests|bench] bash tools/gpu/families_round.sh [TEST_BUDGET seconds, default 240]
 set -u
 export PYTHONPATH=/root/site:$PWD
-SKIP_BENCH=1 SUITE_BUDGET=${1:-240} bash tools/gpu/device_all.sh \
-  tests/engine/test_fused_gemma3.py tests/engine/test_fused_hybrid.py \
-  tests/engine/test_fused_decode.py tests/engine/test_speculative.py 2>&1 | tail -25
+if [ "${PART:-all}" != bench ]; then
+  SKIP_BENCH=1 SUITE_BUDGET=${1:-240} bash tools/gpu/device_all.sh \
+    tests/engine/test_fused_gemma3.py tests/engine/test_fused_hybrid.py \
+    tests/engine/test_fused_decode.py tests/engine/test_speculative.py 2>&1 | tail -25
+fi
+[ "${PART:-all}" != tests ] || exit 0
 gemma=$HOME/.cache/branchchat/models/gemma-3-270m-q4_k_m.gguf
 if [ -f "$gemma" ]; then
   for step in 1 0; do
