@@ -73,11 +73,14 @@ class SlidingKV(CursorRows):
         """Rows (start, k, v) written into a ring; only the last `size` of them survive."""
         start, k, v = rows
         L = int(k.shape[1])
-        for j in range(max(0, L - self.size), L):
+        j = max(0, L - self.size)
+        while j < L:  # the slots are one span of the ring, or two where it wraps
             slot = (start + j) % self.size
-            keys = self.ops.write_rows(keys, slot, k[:, j : j + 1])
-            values = self.ops.write_rows(values, slot, v[:, j : j + 1])
-            positions[slot] = start + j
+            n = min(L - j, self.size - slot)
+            keys = self.ops.write_rows(keys, slot, k[:, j : j + n])
+            values = self.ops.write_rows(values, slot, v[:, j : j + n])
+            positions[slot : slot + n] = np.arange(start + j, start + j + n)
+            j += n
         return keys, values
 
     def needs_snapshots(self) -> bool:
