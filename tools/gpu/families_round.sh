@@ -2,7 +2,8 @@
 # The step families' round on the H200 (issue 15: the hybrid and Gemma 3 through the
 # one-launch step), after tools/gpu/unpack.sh's last parcel (PACK_MODELS=all brings Gemma
 # 3 270M; none: the tiny models and random shapes only). In order, each bounded:
-#   1. the step families' GPU tests (session 16's refactors had not run on a GPU);
+#   1. the step families' GPU tests, and those of speculation and the sliding rings beside
+#      them (session 17: the bfloat16 state checks against plain decoding);
 #   2. Gemma 3 270M's decode with its step and without (BRANCHCHAT_GEMMA_STEP=1 / 0);
 #   3. the Qwen3.5-0.8B shape's decode through the step, and the stamped probe's phases.
 # $OUT gets summary.txt and the logs (device_all.sh), gemma-*.json, hybrid-*.json/txt.
@@ -13,7 +14,9 @@ export PYTHONPATH=/root/site:$PWD
 if [ "${PART:-all}" != bench ]; then
   SKIP_BENCH=1 SUITE_BUDGET=${1:-240} bash tools/gpu/device_all.sh \
     tests/engine/test_fused_gemma3.py tests/engine/test_fused_hybrid.py \
-    tests/engine/test_fused_decode.py tests/engine/test_speculative.py 2>&1 | tail -25
+    tests/engine/test_fused_decode.py tests/engine/test_speculative.py \
+    tests/engine/test_speculative_seeded.py tests/engine/test_block_drafter.py \
+    tests/engine/test_sliding_ring.py tests/engine/test_families_gemma3_state.py 2>&1 | tail -25
 fi
 [ "${PART:-all}" != tests ] || exit 0
 gemma=$HOME/.cache/branchchat/models/gemma-3-270m-q4_k_m.gguf
