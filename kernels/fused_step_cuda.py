@@ -259,7 +259,8 @@ class StepKernel:
         Shapes.rope_per_layer [L, RD / 2]), q_norm and k_norm [L, DH], the norms after
         attention and MLP [L, D], float32. head_mode: 0 no logits, 1 the last row's, 2
         every row's. keys, values: the attention layers'; a hybrid's `linear`: ([gconvw,
-        gvec], conv windows, matrix states) of its linear layers (then see `launch`)."""
+        gvec], cstack, sstack) of its linear layers (kernels/fused_step_layers.py; then see
+        `launch`)."""
         outs = self.launch(ids, pos, weights, norms, keys, values, head_mode, prefetch, linear)
         return outs[0], outs[2]
 
@@ -292,9 +293,9 @@ class StepKernel:
         if (linear is None) != (s.linear is None):
             raise ValueError("a hybrid's step takes its linear layers' states, and only it")
         if linear is not None:
-            params, convs, ssms = linear
-            caches = [*params, *caches, *convs, *ssms]
-            conv_dtype = convs[0].dtype
+            params, cstack, sstack = linear
+            caches = [*params, *caches, cstack, sstack]
+            conv_dtype = cstack.dtype
             out_dtypes += [mx.float32, conv_dtype]
             template.append(("TC", conv_dtype))
         if prefetch is None:

@@ -4,10 +4,12 @@ of the gated attention and the linear layers (kernels/cuda/fused_step.cu, fused_
 
 A hybrid's launch takes, beside the weight table and norms, the linear layers' conv
 weights `gconvw` [G, C, K] and vectors `gvec` [G, 2 NV + DV] (-A, dt_bias, the gated
-norm's weight), float32, and each layer's state: k{l}, v{l} for attention, c{l} (conv
-window [K - 1, C], the state's dtype TC) and s{l} (float32 [NV, DK, DV]) for linear
-layers. It returns `gstate` (float32: every linear layer's new matrix state, then its
-tape, `tape_layout`) and `gconv` (the new conv windows [G, K - 1, C], TC).
+norm's weight), float32, and each layer's state: k{l}, v{l} for attention and, for the
+linear layers stacked in layer order, `cstack` (conv windows [G, K - 1, C], the state's
+dtype TC) and `sstack` (float32, the matrix states [NV, DK, DV] one after another; what
+may follow is unread). It returns `gstate` (float32: every linear layer's new matrix
+state, then its tape, `tape_layout`) and `gconv` (the new conv windows [G, K - 1, C],
+TC): the next step's `sstack` and `cstack` as they are.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from kernels import gated_delta_cuda
 from kernels.fused_shapes import ACTIVATIONS, Shapes
 
 HYBRID_INPUTS = ["gconvw", "gvec"]
+STACKS = ["cstack", "sstack"]
 
 
 def is_linear(shapes: Shapes, layer: int) -> bool:
@@ -49,8 +52,10 @@ def layer_source(shapes: Shapes, num_layers: int) -> str:
                 "  constexpr int GDN_NIN = 0, GDN_GO = 0;",
             ]
         )
-    convs = ", ".join(f"c{i}" if is_linear(s, i) else "nullptr" for i in layers)
-    ssms = ", ".join(f"s{i}" if is_linear(s, i) else "nullptr" for i in layers)
+    window, state = (g.conv_kernel - 1) * g.conv_channels, g.value_heads * g.key_dim * g.value_dim
+    order = {layer: j for j, layer in enumerate(g.layers)}
+    convs = ", ".join(f"cstack + {order[i] * window}" if i in order else "nullptr" for i in layers)
+    ssms = ", ".join(f"sstack + {order[i] * state}" if i in order else "nullptr" for i in layers)
     go = _gbuf_row(s)
     lines += [
         "#define FS_HYBRID 1",
@@ -104,12 +109,11 @@ def _gemma_lines(s: Shapes) -> list[str]:
 
 def state_inputs(shapes: Shapes, num_layers: int) -> list[str]:
     """The layers' state inputs, in launch order: attention keys, attention values, then
-    the linear layers' conv windows and matrix states."""
+    the linear layers' stacked conv windows and matrix states."""
     attn = [i for i in range(num_layers) if not is_linear(shapes, i)]
-    lin = [i for i in range(num_layers) if is_linear(shapes, i)]
     out = [f"k{i}" for i in attn] + [f"v{i}" for i in attn]
     if shapes.linear is not None:
-        out = HYBRID_INPUTS + out + [f"c{i}" for i in lin] + [f"s{i}" for i in lin]
+        out = HYBRID_INPUTS + out + STACKS
     return out
 
 

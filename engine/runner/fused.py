@@ -84,6 +84,7 @@ class FusedDecode:
         self.k: Any = kernels or (None if shapes.linear else fused_decode_cuda.kernels_for(shapes))
         # a hybrid's linear layers: their conv weights and vectors (engine/runner/fused_hybrid.py)
         self.linear_params = fused_hybrid.params(model) if shapes.linear else None
+        self.stacks: fused_hybrid.Stacks | None = None  # the last launch's, for the next
         layers = model.layers
         self.tied = model.lm_head is model.embed
         self.embed = model.embed
@@ -274,7 +275,8 @@ class FusedDecode:
         head_mode = {"none": 0, "last": 1, "all": 2}[logits]
         linear = None
         if recurrent:
-            linear = (self.linear_params, *fused_hybrid.linear_inputs(recurrent))
+            stacks = fused_hybrid.linear_inputs(recurrent, self.stacks)
+            linear = (self.linear_params, *stacks)
         outs = self.step_kernel.launch(
             ids,
             pos,
@@ -313,7 +315,9 @@ class FusedDecode:
             return self._eager_step(ids, pos, caches, logits, offset)
         if recurrent:  # the linear layers' new states, and their rows into recording tapes
             rows = int(ids.shape[0])
-            fused_hybrid.adopt(self.shapes, recurrent, outs[3], outs[4], rows, offset + rows)
+            self.stacks = fused_hybrid.adopt(
+                self.shapes, recurrent, outs[3], outs[4], rows, offset + rows
+            )
         return out if logits != "none" else None
 
     def _eager_step(

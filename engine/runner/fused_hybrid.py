@@ -1,16 +1,19 @@
 """A hybrid's linear layers (Gated DeltaNet) through the one-launch step.
 
-The step reads each linear layer's conv window and matrix state from its
-`RecurrentState` and returns new ones (`gstate`, `gconv`: kernels/fused_step_layers.py),
-so the state it read stays as it was and a snapshot stays a reference. While a verify is
-recorded, each layer's tape gets the rows the kernel computed (conv input, q, k, v, g,
-beta), which `RecurrentState.replay_verified` folds in with the recurrent kernel whose
-row is the step's own (kernels/cuda/gated_delta_row.cuh): the kept rows' state is the one
-their single steps give, bit for bit.
+The step reads the linear layers' conv windows and matrix states stacked (`cstack`,
+`sstack`) and returns new stacks (`gconv`, `gstate`: kernels/fused_step_layers.py), so
+the state it read stays as it was and a snapshot stays a reference. Each layer's
+`RecurrentState` holds its views of the new stacks; while every layer still holds them,
+the next launch reads the stacks whole (`Stacks`): a decode step costs no per-layer copy.
+While a verify is recorded, each layer's tape gets the rows the kernel computed (conv
+input, q, k, v, g, beta), which `RecurrentState.replay_verified` folds in with the
+recurrent kernel whose row is the step's own (kernels/cuda/gated_delta_row.cuh): the kept
+rows' state is the one their single steps give, bit for bit.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import mlx.core as mx
@@ -70,24 +73,50 @@ def split_layers(
     return kvs, recurrent
 
 
-def linear_inputs(recurrent: list[RecurrentState]) -> tuple[list[mx.array], list[mx.array]]:
-    """The conv windows (one dtype, the first's: the kernel's TC) and float32 matrix
-    states the step reads."""
+@dataclass(frozen=True)
+class Stacks:
+    """One launch's new conv windows and matrix states (`gconv`, `gstate`) and the views
+    of them each linear layer was given (`adopt`), in layer order."""
+
+    gconv: mx.array
+    gstate: mx.array
+    convs: tuple[mx.array, ...]
+    ssms: tuple[mx.array, ...]
+
+    def hold(self, recurrent: list[RecurrentState]) -> bool:
+        """Whether every layer still holds the views it was given (arrays are immutable:
+        the same array is the same values)."""
+        return len(recurrent) == len(self.convs) and all(
+            r.conv is c and r.ssm is s
+            for r, c, s in zip(recurrent, self.convs, self.ssms, strict=True)
+        )
+
+
+def linear_inputs(
+    recurrent: list[RecurrentState], last: Stacks | None = None
+) -> tuple[mx.array, mx.array]:
+    """The step's `cstack` (conv windows [G, K - 1, C], one dtype: the first's, the
+    kernel's TC) and `sstack` (float32 matrix states, flat). The last launch's outputs
+    as they are when every layer still holds its view of them (decoding on: no copy, no
+    per-layer node), else stacked from the layers (a rollback, another state)."""
+    if last is not None and last.hold(recurrent):
+        return last.gconv, last.gstate
     conv_dtype = recurrent[0].conv.dtype
 
     def as_dtype(a: mx.array, dtype: mx.Dtype) -> mx.array:
         return a if a.dtype == dtype else a.astype(dtype)
 
-    convs = [as_dtype(r.conv, conv_dtype) for r in recurrent]
-    return convs, [as_dtype(r.ssm, mx.float32) for r in recurrent]
+    convs = mx.stack([as_dtype(r.conv, conv_dtype) for r in recurrent])
+    ssms = mx.concatenate([as_dtype(r.ssm, mx.float32).reshape(-1) for r in recurrent])
+    return convs, ssms
 
 
 def adopt(
     shapes: Shapes, recurrent: list[RecurrentState], gstate: mx.array, gconv: mx.array,
     rows: int, end: int,
-) -> None:  # fmt: skip
+) -> Stacks:  # fmt: skip
     """The step's new states into the layers (length `end`), and its rows into the tapes
-    that are recording."""
+    that are recording; the stacks the next launch may read as they are."""
     g = shapes.linear
     assert g is not None
     nv, dk, dv = g.value_heads, g.key_dim, g.value_dim
@@ -114,3 +143,4 @@ def adopt(
             pieces["g"],
             pieces["beta"],
         )
+    return Stacks(gconv, gstate, tuple(r.conv for r in recurrent), tuple(r.ssm for r in recurrent))

@@ -66,7 +66,12 @@ def test_the_one_launch_step_takes_the_hybrid(hybrid_gguf):
     assert [name for name, _ in layout] == ["q", "k", "v", "g", "beta", "conv_in"]
     assert sum(width for _, width in layout) == g.tape_row() == 4 * 64 * 3 + 8 + g.conv_channels
     names = fused_step_layers.state_inputs(shapes, 4)
-    assert names == ["gconvw", "gvec", "k3", "v3", "c0", "c1", "c2", "s0", "s1", "s2"]
+    assert names == ["gconvw", "gvec", "k3", "v3", "cstack", "sstack"]
+    # each linear layer's window and state in the stacks, in layer order (layer 3: attention)
+    source = fused_step_layers.layer_source(shapes, 4)
+    window, state = 3 * g.conv_channels, 4 * 64 * 64
+    assert f"CONVS[L] = {{cstack + 0, cstack + {window}, cstack + {2 * window}, nullptr}}" in source
+    assert f"SSMS[L] = {{sstack + 0, sstack + {state}, sstack + {2 * state}, nullptr}}" in source
 
 
 def test_the_step_rotates_by_the_attention_layers_table(hybrid_gguf):
@@ -188,3 +193,32 @@ def test_the_steps_outputs_become_each_layers_state_and_tape(hybrid_gguf):
     assert beta[0, 0] == gg[0, 0] + g.value_heads
     conv_in = np.array(tape.conv_in[0])
     assert conv_in.shape == (rows, g.conv_channels) and conv_in[0, -1] == row1 + g.tape_row() - 1
+
+
+def test_the_next_launch_reads_the_last_ones_stacks_while_every_layer_holds_them(hybrid_gguf):
+    """Decoding on, the launch reads the last one's gconv and gstate as they are; once a
+    layer holds another state (a rollback, a replay) it reads the layers' own, stacked."""
+    lm = _load(hybrid_gguf)
+    shapes = model_shapes(lm.model)
+    g = shapes.linear
+    state = lm.runner.new_state()
+    recurrent = [layer for layer in state.layers if hasattr(layer, "ssm")]
+    gstate = mx.arange(fused_step_layers.gstate_floats(shapes, 1), dtype=mx.float32)
+    gconv = mx.arange(len(g.layers) * (g.conv_kernel - 1) * g.conv_channels, dtype=mx.float32)
+    gconv = gconv.reshape(len(g.layers), g.conv_kernel - 1, g.conv_channels)
+    stacks = fused_hybrid.adopt(shapes, recurrent, gstate, gconv, 1, 5)
+    cstack, sstack = fused_hybrid.linear_inputs(recurrent, stacks)
+    assert cstack is gconv and sstack is gstate
+    replaced = recurrent[1].ssm + 1.0
+    recurrent[1].ssm = replaced
+    cstack, sstack = fused_hybrid.linear_inputs(recurrent, stacks)
+    assert cstack is not gconv and sstack is not gstate
+    np.testing.assert_array_equal(np.array(cstack), np.array(gconv))
+    per_state = g.value_heads * g.key_dim * g.value_dim
+    expected = np.array(gstate[: 3 * per_state])
+    expected[per_state : 2 * per_state] += 1.0
+    np.testing.assert_array_equal(np.array(sstack), expected)
+    # another state's layers never read this one's stacks
+    other = [layer for layer in lm.runner.new_state().layers if hasattr(layer, "ssm")]
+    cstack, sstack = fused_hybrid.linear_inputs(other, stacks)
+    assert not np.array(sstack).any() and sstack.shape == (3 * per_state,)

@@ -89,8 +89,7 @@ def _kernel(name: str, body: str, inputs: list[str], outputs: list[str], dtype: 
     the shapes the body reads, no launch bounds (with `__launch_bounds__(256)` ptxas aims at
     two blocks an SM and spills the 8B build at 128 registers)."""
     types = {"ids": "int32_t", "pos": "int32_t"} | {n: "float" for n in _FLOAT_NAMES}
-    types |= {n: "float" for n in inputs + outputs if re.fullmatch(r"s\d+", n)}
-    types |= {n: dtype for n in inputs + outputs if re.fullmatch(r"c\d+", n)} | {"gconv": dtype}
+    types |= {"sstack": "float", "cstack": dtype, "gconv": dtype}
     types |= {n: "uint32_t" for n in ("sync_buf", "status", "stamps", "words", "scales", "biases")}
     types |= {"meta": "int64_t"}
     params = []

@@ -5,12 +5,25 @@
 #   1. the step families' GPU tests, and those of speculation and the sliding rings beside
 #      them (session 17: the bfloat16 state checks against plain decoding);
 #   2. Gemma 3 270M's decode with its step and without (BRANCHCHAT_GEMMA_STEP=1 / 0);
-#   3. the Qwen3.5-0.8B shape's decode through the step, and the stamped probe's phases.
+#   3. the Qwen3.5-0.8B shape's decode through the step, the stamped probe's phases and
+#      the host probe's profile of a decode step (bench/gpu/host_probe.py);
+#   4. (PART=peers alone, after `tools/gpu/llama_cuda.sh build`) Gemma 3 270M and the 0.8B
+#      shape beside llama.cpp's CUDA llama-bench and mlx-lm, decode and prefill.
 # $OUT gets summary.txt and the logs (device_all.sh), gemma-*.json, hybrid-*.json/txt.
 # The whole round can pass a call's 10 minutes: PART=tests runs 1 alone, PART=bench 2 and 3.
-#   [PART=tests|bench] bash tools/gpu/families_round.sh [TEST_BUDGET seconds, default 240]
+#   [PART=tests|bench|peers] bash tools/gpu/families_round.sh [TEST_BUDGET s, default 240]
 set -u
 export PYTHONPATH=/root/site:$PWD
+gemma=$HOME/.cache/branchchat/models/gemma-3-270m-q4_k_m.gguf
+if [ "${PART:-all}" = peers ]; then
+  CONTEXTS=128,512,2048 SHAPE_TIMEOUT=240 RUNS=1 bash tools/gpu/shapes_bench.sh qwen3.5-0.8b
+  [ -f "$gemma" ] || exit 0
+  rm -f results/decode-*.json && mkdir -p "$OUT/gemma-peers"
+  OUT=$OUT/gemma-peers timeout 240 bash tools/gpu/llama_cuda.sh bench --model "$gemma" \
+    --contexts 128,512,2048 > "$OUT/gemma-peers.txt" 2>&1
+  echo "== Gemma 3 270M beside its peers: exit $?"; tail -25 "$OUT/gemma-peers.txt"
+  exit 0
+fi
 if [ "${PART:-all}" != bench ]; then
   SKIP_BENCH=1 SUITE_BUDGET=${1:-240} bash tools/gpu/device_all.sh \
     tests/engine/test_fused_gemma3.py tests/engine/test_fused_hybrid.py \
@@ -19,7 +32,6 @@ if [ "${PART:-all}" != bench ]; then
     tests/engine/test_sliding_ring.py tests/engine/test_families_gemma3_state.py 2>&1 | tail -25
 fi
 [ "${PART:-all}" != tests ] || exit 0
-gemma=$HOME/.cache/branchchat/models/gemma-3-270m-q4_k_m.gguf
 if [ -f "$gemma" ]; then
   for step in 1 0; do
     rm -f results/decode-*.json
@@ -39,3 +51,9 @@ cp results/decode-*.json "$OUT/hybrid-step.json" 2>/dev/null
 timeout 120 python3 -m bench.gpu.step_probe --model $shape --contexts 128 --prefetch 1 \
   > "$OUT/hybrid-phases.json" 2>&1
 echo "== its phases: exit $?"; tail -c 1500 "$OUT/hybrid-phases.json"
+timeout 90 python3 -m bench.gpu.host_probe --model $shape > "$OUT/hybrid-host.json" 2>&1
+echo "== its host time: exit $?"; head -c 2500 "$OUT/hybrid-host.json"
+if [ -f "$gemma" ]; then
+  timeout 90 python3 -m bench.gpu.host_probe --model "$gemma" > "$OUT/gemma-host.json" 2>&1
+  echo "== Gemma's host time: exit $?"; head -c 1200 "$OUT/gemma-host.json"
+fi
