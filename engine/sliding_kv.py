@@ -204,6 +204,9 @@ class SlidingKV(CursorRows):
                 f"a kernel's {num_rows} rows at {start} into a ring of slack {self.slack} "
                 f"holding {self.length} positions"
             )
+        if num_rows == 1 and self.tape is None:  # a decode step: one slot, no lists
+            self.positions[start % self.size] = -1
+            return
         slots = self._slots(start, num_rows)
         if self.tape is not None:
             self._tape_overwritten(self.tape, slots)
@@ -212,9 +215,12 @@ class SlidingKV(CursorRows):
     def after_kernel_write(self, start: int, num_rows: int) -> None:
         """The kernel's rows are in the ring: their positions, the cursor, and a recording
         verify's copy of them."""
+        self.length = start + num_rows
+        if num_rows == 1 and self.tape is None:
+            self.positions[start % self.size] = start
+            return
         slots = self._slots(start, num_rows)
         self.positions[slots] = np.arange(start, start + num_rows)
-        self.length = start + num_rows
         if self.tape is not None:
             first, last = slots[0], slots[-1] + 1
             spans = [(first, last)] if last > first else [(first, self.size), (0, last)]

@@ -123,9 +123,11 @@ def adopt(
     per_state = nv * dk * dv
     states = fused_step_layers.state_floats(shapes)
     tape_row = g.tape_row()
+    n = len(recurrent)  # each layer's views: two splits, not a slice and a reshape each
+    ssms = mx.split(gstate[: n * per_state].reshape(n * nv, dk, dv), n)
+    convs = mx.split(gconv.reshape(n * (g.conv_kernel - 1), g.conv_channels), n)
     for j, layer in enumerate(recurrent):
-        layer.ssm = gstate[j * per_state : (j + 1) * per_state].reshape(nv, dk, dv)
-        layer.conv = gconv[j]
+        layer.ssm, layer.conv = ssms[j], convs[j]
         layer.length = end
         if layer.tape is None:
             continue
