@@ -23,6 +23,7 @@ KV_DTYPES = ("float16", "float32")
 FUSED_MODES = ("step", "layers")
 CPU_MATMULS = ("int8", "float")
 GPU_MATMULS = ("quantized", "dense32", "dense16", "quantized16")
+GDN_PREFILLS = ("chunked", "recurrent")
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,10 @@ class EngineConfig:
     # so the device computes while Python builds the next layer; None: the default
     # (kernels/ops_mlx.py's OVERLAP_LAYERS)
     gpu_overlap: bool | None = None
+    # how a GPU prefill chunk runs a hybrid's Gated DeltaNet recurrence: "chunked" (the
+    # chunked form's matmuls, kernels/gated_delta_mlx.py) or "recurrent" (the CUDA kernel's
+    # row by row, kernels/gated_delta_cuda.py; MLX on CUDA only); None: chunked
+    gdn_prefill: str | None = None
     # rows a prefill chunk carries (None: the runner's default for its device, see
     # engine/runner/runner.py); the C step still cuts them into its own pieces
     prefill_chunk: int | None = None
@@ -88,6 +93,10 @@ class EngineConfig:
         if self.gpu_matmul is not None and self.gpu_matmul not in GPU_MATMULS:
             raise ValueError(
                 f"gpu_matmul must be one of {list(GPU_MATMULS)}, not {self.gpu_matmul!r}"
+            )
+        if self.gdn_prefill is not None and self.gdn_prefill not in GDN_PREFILLS:
+            raise ValueError(
+                f"gdn_prefill must be one of {list(GDN_PREFILLS)}, not {self.gdn_prefill!r}"
             )
         if self.kv_dtype is not None and self.kv_dtype not in KV_DTYPES:
             raise ValueError(f"kv_dtype must be one of {list(KV_DTYPES)}, not {self.kv_dtype!r}")
@@ -189,6 +198,14 @@ def _gpu_overlap(value: str) -> bool | None:
     return None if not value else value == "1"
 
 
+def _gdn_prefill(value: str) -> str | None:
+    if value and value not in GDN_PREFILLS:
+        raise ValueError(
+            f"BRANCHCHAT_GDN_PREFILL must be one of {', '.join(GDN_PREFILLS)}, not {value!r}"
+        )
+    return value or None
+
+
 def _step_opt_in(name: str) -> Any:
     def parse(value: str) -> bool | None:
         if value not in ("", "0", "1"):
@@ -248,6 +265,7 @@ _VARIABLES = {
     "cpu_matmul": ("BRANCHCHAT_CPU_MATMUL", _cpu_matmul),
     "gpu_matmul": ("BRANCHCHAT_GPU_MATMUL", _gpu_matmul),
     "gpu_overlap": ("BRANCHCHAT_GPU_OVERLAP", _gpu_overlap),
+    "gdn_prefill": ("BRANCHCHAT_GDN_PREFILL", _gdn_prefill),
     "prefill_chunk": ("BRANCHCHAT_PREFILL_CHUNK", _prefill_chunk),
     "threads": ("BRANCHCHAT_THREADS", _threads),
     "cpu_step": ("BRANCHCHAT_CPU_STEP", _on_unless_zero),

@@ -112,6 +112,7 @@ def load_model(
         kv_dtype=config.kv_dtype,
         gpu_matmul=config.gpu_matmul,
         gpu_overlap=config.gpu_overlap,
+        gdn_prefill=config.gdn_prefill,
     )
     report("preparing layers", 0.5)
     model: DecoderModel = files.family.build(ops, files.config, files.weights)

@@ -10,7 +10,9 @@ S[h, :, j] (Dk / 2 floats each, in registers) and walks the rows:
 
 A row is `gdn_row` (kernels/cuda/gated_delta_row.cuh), the one-launch step's own row with
 the same PAIR: a hybrid's verify tape replayed here gives the state its single steps gave,
-bit for bit.
+bit for bit. One build takes any number of rows (L is read from q's shape), so a prefill
+chunk may take it too (`MlxOps.gdn_prefill`, BRANCHCHAT_GDN_PREFILL=recurrent): its state
+is then the one the chunk's single steps would give, bit for bit.
 
 Same math as `kernels.gated_delta_ref.gated_delta_reference` (Yang et al. 2024), which the
 GPU test compares it against. Only built where MLX runs on CUDA.
@@ -59,7 +61,7 @@ def gated_delta_recurrent(
     q: mx.array, k: mx.array, v: mx.array, g: mx.array, beta: mx.array, state: mx.array
 ) -> tuple[mx.array, mx.array]:
     """Same contract as kernels.gated_delta_mlx.gated_delta_recurrent: (o [L, H, Dv], state)."""
-    L, H, Dk = q.shape
+    L, H, Dk = q.shape  # L: read by the kernel from q's shape (one build for every L)
     Dv = v.shape[-1]
     if Dk > MAX_DK:
         raise ValueError(f"key head dim {Dk} exceeds the kernel's register budget ({MAX_DK})")
@@ -69,7 +71,7 @@ def gated_delta_recurrent(
     block = min(256, 32 * -(-Dv * pair // 32))  # whole warps: every lane joins the pair sums
     out, state_out = _kernel()(
         inputs=[q, k, v, g, beta, state.astype(mx.float32)],
-        template=[("T", q.dtype), ("DK", Dk), ("Dv", Dv), ("L", L), ("H", H), ("P", pair)],
+        template=[("T", q.dtype), ("DK", Dk), ("Dv", Dv), ("H", H), ("P", pair)],
         grid=(-(-Dv * pair // block) * block, H, 1),
         threadgroup=(block, 1, 1),
         output_shapes=[(L, H, Dv), (H, Dk, Dv)],

@@ -96,6 +96,7 @@ def make_ops(
     kv_dtype: str | None = None,
     gpu_matmul: str | None = None,
     gpu_overlap: bool | None = None,
+    gdn_prefill: str | None = None,
 ) -> Ops:
     """The op set for `backend` (None: by MLX's default device, see `default_backend`).
 
@@ -109,7 +110,9 @@ def make_ops(
     float16). MLX keeps them in its compute dtype and refuses any other.
     gpu_matmul: how the MLX backend multiplies a prefill's rows by a quantized weight on a
     GPU (`kernels.ops_mlx.WIDE_MATMULS`; None: its default); gpu_overlap whether a GPU
-    forward starts each layer's rows as they are built (None: `OVERLAP_LAYERS`).
+    forward starts each layer's rows as they are built (None: `OVERLAP_LAYERS`);
+    gdn_prefill how a prefill chunk runs the Gated DeltaNet recurrence, "chunked" (None)
+    or "recurrent" (the CUDA kernel: refused where MLX has no CUDA GPU).
     """
     backend = backend or default_backend()
     if backend == "numpy":
@@ -119,7 +122,12 @@ def make_ops(
     if backend == "mlx":
         from kernels.ops_mlx import MlxOps
 
-        ops = MlxOps(dtype or None, wide_matmul=gpu_matmul, overlap_layers=gpu_overlap)
+        ops = MlxOps(
+            dtype or None,
+            wide_matmul=gpu_matmul,
+            overlap_layers=gpu_overlap,
+            gdn_prefill=gdn_prefill,
+        )
         computes_in = str(ops.dtype).rsplit(".", 1)[-1]
         if kv_dtype is not None and kv_dtype != computes_in:
             raise ValueError(

@@ -79,6 +79,7 @@ class MlxOps:
         dtype: str | None = None,
         wide_matmul: str | None = None,
         overlap_layers: bool | None = None,
+        gdn_prefill: str | None = None,
     ) -> None:
         if dtype is not None and dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, not {dtype!r}")
@@ -91,6 +92,15 @@ class MlxOps:
         self.act_dtype = mx.float32
         self.kv_dtype = self.dtype  # K/V rows in the compute dtype (make_ops refuses others)
         self._cuda_recurrent = gated_delta_cuda.is_available()
+        if gdn_prefill not in (None, "chunked", "recurrent"):
+            raise ValueError(f"gdn_prefill must be 'chunked' or 'recurrent', not {gdn_prefill!r}")
+        if gdn_prefill == "recurrent" and not self._cuda_recurrent:
+            raise ValueError(
+                "gdn_prefill 'recurrent' (BRANCHCHAT_GDN_PREFILL) runs the CUDA recurrence: "
+                "it needs MLX on a CUDA GPU"
+            )
+        # a prefill chunk's Gated DeltaNet rows: the chunked form, or the CUDA kernel's rows
+        self.gdn_prefill = gdn_prefill or "chunked"
         self._gpu = mx.default_device() == mx.gpu
         self._cuda = self._gpu and not mx.metal.is_available()
         self._freqs_cache: dict[bytes, mx.array] = {}
@@ -342,6 +352,8 @@ class MlxOps:
         return gated_delta_mlx.gated_delta_recurrent(q, k, v, g, beta, state)
 
     def gated_delta_chunked(self, q, k, v, g, beta, state):  # type: ignore[no-untyped-def]
+        if self.gdn_prefill == "recurrent":  # one launch, row by row (checked: on CUDA)
+            return gated_delta_cuda.gated_delta_recurrent(q, k, v, g, beta, state)
         return gated_delta_mlx.gated_delta_chunked(q, k, v, g, beta, state)
 
     def causal_conv1d(self, x, weight, conv_state):  # type: ignore[no-untyped-def]

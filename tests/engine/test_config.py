@@ -76,6 +76,26 @@ def test_gpu_prefill_settings_from_environment(tiny_llama_gguf) -> None:
     assert load_model(tiny_llama_gguf[0], off).ops.overlap_layers is False
 
 
+def test_a_hybrids_prefill_recurrence_is_chosen_and_refused_off_cuda(tiny_llama_gguf) -> None:
+    """BRANCHCHAT_GDN_PREFILL reaches the MLX backend; "recurrent" is the CUDA kernel's, so
+    where MLX has no CUDA GPU the load refuses it by name instead of running the other."""
+    from engine.loader import load_model
+    from kernels import gated_delta_cuda
+
+    config = EngineConfig.from_environment({"BRANCHCHAT_GDN_PREFILL": "recurrent"}, backend="mlx")
+    assert config.gdn_prefill == "recurrent"
+    assert EngineConfig.from_environment({}).gdn_prefill is None
+    with pytest.raises(ValueError, match="gdn_prefill must be one of"):
+        EngineConfig(gdn_prefill="fast")
+    plain = load_model(tiny_llama_gguf[0], EngineConfig(backend="mlx"))
+    assert plain.ops.gdn_prefill == "chunked"
+    if gated_delta_cuda.is_available():
+        assert load_model(tiny_llama_gguf[0], config).ops.gdn_prefill == "recurrent"
+    else:
+        with pytest.raises(ValueError, match="it needs MLX on a CUDA GPU"):
+            load_model(tiny_llama_gguf[0], config)
+
+
 def test_thread_count_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("BRANCHCHAT_THREADS", "3")
     assert EngineConfig.from_environment().threads == 3
@@ -148,6 +168,7 @@ def test_unset_variables_give_the_defaults() -> None:
         ("BRANCHCHAT_THREADS", "two", "BRANCHCHAT_THREADS must be a positive integer, not 'two'"),
         ("BRANCHCHAT_GPU_MATMUL", "int4", "BRANCHCHAT_GPU_MATMUL must be one of"),
         ("BRANCHCHAT_GPU_OVERLAP", "yes", "BRANCHCHAT_GPU_OVERLAP must be 0 or 1"),
+        ("BRANCHCHAT_GDN_PREFILL", "fast", "BRANCHCHAT_GDN_PREFILL must be one of chunked, rec"),
         ("BRANCHCHAT_HYBRID_STEP", "on", "BRANCHCHAT_HYBRID_STEP must be 0 or 1"),
         ("BRANCHCHAT_PREFILL_CHUNK", "0", "BRANCHCHAT_PREFILL_CHUNK must be a positive integer"),
         ("BRANCHCHAT_PREFILL_CHUNK", "2k", "BRANCHCHAT_PREFILL_CHUNK must be a positive integer"),

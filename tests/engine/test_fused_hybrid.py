@@ -124,6 +124,28 @@ def test_step_matches_the_plain_forward_in_float32(hybrid_gguf, prompt):
 
 @needs_cuda
 @pytest.mark.gpu
+def test_a_prefill_through_the_cuda_recurrence_matches_the_chunked_form(hybrid_gguf):
+    """BRANCHCHAT_GDN_PREFILL=recurrent: a 600-token prefill's Gated DeltaNet rows through
+    the CUDA kernel, row by row, give the chunked form's logits and states (float32: the
+    two sum in other orders)."""
+    from engine.sequence import prefill
+
+    results = []
+    for how in ("chunked", "recurrent"):
+        lm = _load(hybrid_gguf, dtype="float32", gdn_prefill=how)
+        assert lm.ops.gdn_prefill == how
+        state = lm.runner.new_state()
+        logits = np.array(lm.ops.to_numpy(prefill(lm.runner, state, LONG_PROMPT)))
+        results.append((logits, state))
+    (chunked, chunked_state), (recurrent, recurrent_state) = results
+    np.testing.assert_allclose(recurrent, chunked, atol=1e-3)
+    for mine, theirs in zip(recurrent_state.layers, chunked_state.layers, strict=True):
+        if hasattr(mine, "ssm"):
+            np.testing.assert_allclose(np.array(mine.ssm), np.array(theirs.ssm), atol=1e-4)
+
+
+@needs_cuda
+@pytest.mark.gpu
 @pytest.mark.parametrize("pair", [1, 2])  # threads a value column (gated_delta_cuda.PAIR)
 @pytest.mark.parametrize("prompt", [PROMPT, LONG_PROMPT], ids=["short", "long"])
 def test_verify_rows_are_bit_identical_to_single_steps(hybrid_gguf, prompt, pair, monkeypatch):

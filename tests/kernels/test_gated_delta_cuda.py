@@ -39,3 +39,19 @@ def test_cuda_recurrent_matches_reference(L, shape):
     o, s = gated_delta_cuda.gated_delta_recurrent(*(mx.array(a) for a in arrays))
     np.testing.assert_allclose(np.array(o), o_ref, atol=1e-4)
     np.testing.assert_allclose(np.array(s), s_ref, atol=1e-4)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("L", [64, 300, 2048])
+def test_one_build_takes_a_prefill_chunks_rows(L):
+    """The row count is read from q's shape, not built in: a prefill chunk's hundreds of
+    rows (BRANCHCHAT_GDN_PREFILL=recurrent) within float32's tolerance of the reference."""
+    import mlx.core as mx
+
+    arrays = _inputs(L, 16, 128, 128, seed=L)
+    o_ref, s_ref = gated_delta_reference(*arrays)
+    o, s = gated_delta_cuda.gated_delta_recurrent(*(mx.array(a) for a in arrays))
+    assert o.shape == (L, 16, 128)
+    scale = max(1.0, float(np.abs(s_ref).max()))
+    np.testing.assert_allclose(np.array(o), o_ref, atol=1e-4 * scale)
+    np.testing.assert_allclose(np.array(s), s_ref, atol=1e-4 * scale)
