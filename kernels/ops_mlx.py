@@ -104,6 +104,8 @@ class MlxOps:
         self._gpu = mx.default_device() == mx.gpu
         self._cuda = self._gpu and not mx.metal.is_available()
         self._freqs_cache: dict[bytes, mx.array] = {}
+        # (logits, their argmax rows) evaluated together by their producer (`remember_argmax`)
+        self._argmax: tuple[mx.array, mx.array] | None = None
         self.wide_matmul = wide_matmul or DEFAULT_WIDE_MATMUL
         # asked for, it is done on any device (MLX's CPU evaluates asynchronously too)
         default = self._gpu and OVERLAP_LAYERS
@@ -179,7 +181,16 @@ class MlxOps:
         return np.array(x.astype(mx.float32), dtype=np.float32)
 
     def argmax_rows(self, x: mx.array) -> np.ndarray:
+        kept = self._argmax
+        if kept is not None and kept[0] is x:  # the same array: the same values, one read
+            return np.array(kept[1])
         return np.array(mx.argmax(x, axis=-1))
+
+    def remember_argmax(self, logits: mx.array, top: mx.array) -> None:
+        """`top` = argmax(logits, axis=-1), evaluated with `logits` by their producer (the
+        fused step: in the launch's own evaluation), so a greedy read of these logits
+        takes `top` instead of a second launch and a second wait for the device."""
+        self._argmax = (logits, top)
 
     def linear(self, x: mx.array, w: Any) -> mx.array:
         if isinstance(w, RowParts):  # each part's columns of x @ W^T, side by side

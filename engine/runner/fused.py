@@ -288,7 +288,9 @@ class FusedDecode:
             linear=linear,
         )
         out, status = outs[0], outs[2]
-        mx.eval(out, status)  # with a hybrid's gstate and gconv, the same launch's outputs
+        # a greedy read's argmax, in the launch's evaluation: one wait for the device a step
+        top = mx.argmax(out, axis=-1) if logits != "none" else None
+        mx.eval(out, status, *([] if top is None else [top]))  # and a hybrid's gstate, gconv
         if self.keep_hidden and not int(status.item()):
             # the kernel leaves the residual rows in its scratch; copied before the next
             # launch overwrites them
@@ -313,6 +315,8 @@ class FusedDecode:
             self._dense_copy()
             caches = [kv for kv in kvs if isinstance(kv, FullKV)]  # every one (no rings)
             return self._eager_step(ids, pos, caches, logits, offset)
+        if top is not None:
+            self.ops.remember_argmax(out, top)
         if recurrent:  # the linear layers' new states, and their rows into recording tapes
             rows = int(ids.shape[0])
             self.stacks = fused_hybrid.adopt(

@@ -124,6 +124,22 @@ def test_step_matches_the_plain_forward_in_float32(hybrid_gguf, prompt):
 
 @needs_cuda
 @pytest.mark.gpu
+def test_a_steps_argmax_comes_from_its_own_evaluation(hybrid_gguf):
+    """The step evaluates its logits' argmax with the launch (`MlxOps.remember_argmax`):
+    a greedy read of those logits takes it, and it is their argmax, row by row."""
+    lm = _load(hybrid_gguf)
+    lm.runner.enable_fused_decode(mode="step")
+    state = lm.runner.new_state()
+    lm.runner.forward(PROMPT, state)
+    for token_ids, mode in (([5], "last"), (STEPS[:4], "all")):
+        logits = lm.runner.forward(token_ids, state, logits=mode)
+        assert lm.runner.last_path == "fused" and lm.ops._argmax[0] is logits
+        expected = np.argmax(np.array(logits), axis=-1)
+        np.testing.assert_array_equal(lm.ops.argmax_rows(logits), expected)
+
+
+@needs_cuda
+@pytest.mark.gpu
 def test_a_prefill_through_the_cuda_recurrence_matches_the_chunked_form(hybrid_gguf):
     """BRANCHCHAT_GDN_PREFILL=recurrent: a 600-token prefill's Gated DeltaNet rows through
     the CUDA kernel, row by row, give the chunked form's logits and states (float32: the
