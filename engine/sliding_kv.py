@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 
 from engine.errors import StateError
-from engine.kv_state import CursorRows, causal_mask, check_kv_dtype, kv_rows
+from engine.kv_state import CursorRows, check_kv_dtype, kv_rows
+from kernels.masks import WindowMask
 from kernels.ops import Array, Ops
 
 
@@ -64,7 +65,7 @@ class SlidingKV(CursorRows):
         keys = self.ops.concat([self.keys, k], axis=1)
         values = self.ops.concat([self.values, v], axis=1)
         k_pos = np.concatenate([self.positions, np.arange(start, start + L)])
-        mask = causal_mask(start, L, k_pos, self.window)
+        mask = WindowMask.of(start, L, k_pos, self.window)
         self._pending = (start, k, v)
         self.length = start + L
         return keys, values, mask

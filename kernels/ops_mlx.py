@@ -16,7 +16,7 @@ import mlx.core as mx
 import numpy as np
 
 from kernels import gated_delta_cuda, gated_delta_mlx, quantized
-from kernels.masks import CausalMask
+from kernels.masks import CausalMask, WindowMask
 from kernels.quantized import QuantizedWeight
 from kernels.row_parts import RowParts, join_runs
 
@@ -106,6 +106,7 @@ class MlxOps:
         self._freqs_cache: dict[bytes, mx.array] = {}
         # (logits, their argmax rows) evaluated together by their producer (`remember_argmax`)
         self._argmax: tuple[mx.array, mx.array] | None = None
+        self._window: tuple[WindowMask, mx.array] | None = None  # the last sliding mask
         self.wide_matmul = wide_matmul or DEFAULT_WIDE_MATMUL
         # asked for, it is done on any device (MLX's CPU evaluates asynchronously too)
         default = self._gpu and OVERLAP_LAYERS
@@ -302,12 +303,27 @@ class MlxOps:
     def attention(self, q: mx.array, k: mx.array, v: mx.array, scale: float, mask: Any) -> Any:
         if isinstance(mask, CausalMask):  # aligned to the last key, as CausalMask is
             m: Any = "causal"
+        elif isinstance(mask, WindowMask):
+            m = self._window_mask(mask)
         else:
             m = mask if mask is None or isinstance(mask, mx.array) else mx.array(mask)
         # in the cache's dtype: a float32 query would promote the whole cache every step
         q = q.astype(k.dtype)
         out = mx.fast.scaled_dot_product_attention(q[None], k[None], v[None], scale=scale, mask=m)
         return out[0]
+
+    def _window_mask(self, mask: WindowMask) -> mx.array:
+        """`mask` built on the device, once for the forward's sliding layers (their masks
+        are equal: the last one is kept)."""
+        kept = self._window
+        if kept is None or kept[0] != mask:
+            keys = mx.array(mask.key_positions())[None, :]
+            queries = mx.arange(mask.start, mask.start + mask.rows)[:, None]
+            built = (keys <= queries) & (keys >= 0)
+            if mask.window:
+                built = built & (keys > queries - mask.window)
+            kept = self._window = (mask, built)
+        return kept[1]
 
     def silu(self, x: mx.array) -> mx.array:
         return x * mx.sigmoid(x)

@@ -23,7 +23,7 @@ import numpy as np
 
 from kernels import gated_delta, int8_matmul, qmatmul, quantized
 from kernels.int8_matmul import Int8Matrix
-from kernels.masks import CausalMask
+from kernels.masks import CausalMask, WindowMask
 from kernels.qmatmul import QMatrix
 from kernels.quantized import QuantizedWeight
 from kernels.row_parts import RowParts, join_runs
@@ -219,8 +219,8 @@ class NumpyOps:
         self, q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float, mask: Any
     ) -> np.ndarray:
         # q: [Hq, L, D] float32, k/v: [Hkv, S, D] float32 or float16 (the KV buffers),
-        # mask: bool [L, S] (True = attend), a CausalMask or None
-        if isinstance(mask, CausalMask):
+        # mask: bool [L, S] (True = attend), a CausalMask, a WindowMask or None
+        if isinstance(mask, (CausalMask, WindowMask)):
             mask = mask.array()
         if (
             self.packed
