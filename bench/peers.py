@@ -263,7 +263,7 @@ def make_peers(
 
 
 def _why_not_converted(gguf_path: Path) -> str:
-    """Why mlx-lm has no directory: the converter's refusal of the file (a Qwen3 GGUF), so
+    """Why mlx-lm has no directory: the converter's refusal of the file (a Qwen3.5 GGUF), so
     the result records why, as it records a package that is not installed."""
     from engine.convert import check_convertible
     from engine.errors import EngineError

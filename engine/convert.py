@@ -1,4 +1,5 @@
-"""Convert a Llama-family GGUF into an MLX model directory that mlx-lm (and our loader) reads.
+"""Convert a Llama, Qwen3 or Gemma 3 GGUF into an MLX model directory that mlx-lm (and our
+loader) reads (what differs by family: engine/convert_families.py).
 
 The weights become what mlx-lm's layers hold, with the values the GGUF decodes to:
 
@@ -10,9 +11,10 @@ The weights become what mlx-lm's layers hold, with the values the GGUF decodes t
   float32, since a Q6_K weight d * sc * (q - 32) needs up to 24 significant bits (float16,
   as bfloat16, is lossy there; it is kept only where it holds every weight exactly);
 - names: GGUF's `blk.N.attn_q` becomes Hugging Face's `model.layers.N.self_attn.q_proj`;
-- Q/K rows: llama.cpp's converter interleaves each head's two rotate_half halves so its
-  pairwise ("traditional") rope applies; mlx-lm's Llama uses rotate_half rope, so the rows
-  are put back. Quantization groups run along a row, so moving whole rows of the packed
+- Q/K rows: for Llama, llama.cpp's converter interleaves each head's two rotate_half halves
+  so its pairwise ("traditional") rope applies; mlx-lm's Llama uses rotate_half rope, so the
+  rows are put back (a family whose GGUF rope is rotate_half already, Qwen3's and Gemma 3's,
+  keeps them). Quantization groups run along a row, so moving whole rows of the packed
   weight, its scales and its biases is exact.
 
 mlx-lm's "quantization" config is one (group_size, bits) for the model; tensors with other
@@ -39,6 +41,7 @@ import gguf
 import mlx.core as mx
 import numpy as np
 
+from engine.convert_families import HF_NORM_OFFSET, family_config
 from engine.errors import ModelLoadError, UnsupportedArchitecture
 from engine.loader import read_gguf
 from engine.models import rope
@@ -47,7 +50,7 @@ from engine.models.llama import ROPE_FREQS
 from engine.tokenizer import Tokenizer
 from kernels.quantized import QuantizedWeight, dequantize
 
-CONVERTED_ARCHITECTURES = ("llama",)
+CONVERTED_ARCHITECTURES = ("llama", "qwen3", "gemma3")
 # llama.cpp's converter computes rope_freqs in float32: a table recomputed from the derived
 # llama3 parameters agrees to a few float32 ulps; a wrong parameter is ~1e-3 off
 ROPE_RTOL = 1e-5
@@ -69,13 +72,16 @@ def convert_gguf(gguf_path: str | Path, out_dir: str | Path) -> Path:
         raise ModelLoadError(
             gguf_path, f"rope over {cfg.rope_dims} of {cfg.head_dim} head dims has no HF Llama form"
         )
+    extra, refusal = family_config(cfg)
+    if refusal:
+        raise ModelLoadError(gguf_path, refusal)
     tensors = dict(files.weights.tensors)
     table = tensors.pop(ROPE_FREQS, None)
     rope_scaling = _rope_scaling(gguf_path, cfg, table, header)
     arrays, held = _mlx_tensors(tensors, cfg)
     out.mkdir(parents=True, exist_ok=True)
     mx.save_safetensors(str(out / "model.safetensors"), arrays, {"format": "mlx"})
-    config = _hf_config(cfg, tokenizer, rope_scaling, _quantization(held))
+    config = _hf_config(cfg, tokenizer, rope_scaling, _quantization(held)) | extra
     (out / "config.json").write_text(json.dumps(config, indent=2))
     _write_tokenizer(out, tokenizer, cfg.context_length)
     return out
@@ -83,7 +89,7 @@ def convert_gguf(gguf_path: str | Path, out_dir: str | Path) -> Path:
 
 def check_convertible(gguf_path: str | Path) -> None:
     """Raise UnsupportedArchitecture where the GGUF's header names an architecture the
-    converter does not take (a Qwen3 file): the header only, cheap on a file of gigabytes."""
+    converter does not take (a Qwen3.5 file): the header only, cheap on a file of gigabytes."""
     path = Path(gguf_path).expanduser()
     _refuse_architecture(path, str(_header(path).get("general.architecture", "llama")))
 
@@ -92,7 +98,8 @@ def _refuse_architecture(path: Path, arch: str) -> None:
     if arch not in CONVERTED_ARCHITECTURES:
         raise UnsupportedArchitecture(
             path,
-            f"conversion to an MLX directory takes Llama-architecture GGUF files, not {arch!r}",
+            "conversion to an MLX directory takes Llama, Qwen3 and Gemma 3 GGUF files, "
+            f"not {arch!r}",
         )
 
 
@@ -119,10 +126,13 @@ def _mlx_tensors(
     """The safetensors arrays, and how each matrix is held (packed or dense)."""
     arrays: dict[str, mx.array] = {}
     held: dict[Module, Held] = {}
+    shift = HF_NORM_OFFSET.get(cfg.family, 0.0) - cfg.norm_offset
     for name, value in tensors.items():
-        n_head = _rope_heads(name, cfg)
+        n_head = _rope_heads(name, cfg) if cfg.rope_traditional else 0
         if n_head:
             value = _unpermute_rows(value, n_head)
+        if shift and name.endswith("norm.weight"):  # as the HF form stores it
+            value = mx.array(value).astype(mx.float32) - shift
         module = name.removesuffix(".weight")
         if isinstance(value, QuantizedWeight) and value.is_mlx_exact:
             arrays[name] = value.packed

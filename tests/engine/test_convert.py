@@ -1,6 +1,7 @@
 """GGUF -> MLX directory conversion: the directory loads back to the same logits, keeps the
 quantized weights as they were, and (when mlx-lm is installed) mlx-lm reads it too; what it
-cannot convert (a Qwen3 file, a rope table that is no llama3 scaling's) it refuses by name.
+cannot convert (a Qwen3.5 hybrid's file, a rope table that is no llama3 scaling's) it
+refuses by name.
 K-quants: test_convert_kquants.py; llama.cpp's own files: test_convert_oracles.py."""
 
 from __future__ import annotations
@@ -116,10 +117,9 @@ def test_tokenizer_and_chat_template_survive(tiny_models, tmp_path: Path):
     assert b.chat_template == a.chat_template
 
 
-@pytest.mark.parametrize(("shape", "arch"), [("tiny-qwen3", "qwen3"), ("tiny-qwen3.5", "qwen35")])
-def test_qwen_ggufs_are_refused_by_their_architecture(tmp_path: Path, shape: str, arch: str):
-    path = write_gguf(SHAPES[shape], tmp_path / f"{shape}.gguf")
-    message = f"takes Llama-architecture GGUF files, not '{arch}'"
+def test_a_hybrid_gguf_is_refused_by_its_architecture(tmp_path: Path):
+    path = write_gguf(SHAPES["tiny-qwen3.5"], tmp_path / "tiny-qwen3.5.gguf")
+    message = "takes Llama, Qwen3 and Gemma 3 GGUF files, not 'qwen35'"
     with pytest.raises(UnsupportedArchitecture, match=message):
         check_convertible(path)
     with pytest.raises(UnsupportedArchitecture, match=message):
@@ -131,11 +131,11 @@ def test_the_convert_command_prints_a_refusal_without_a_traceback(tmp_path: Path
     import subprocess
     import sys
 
-    path = write_gguf(SHAPES["tiny-qwen3"], tmp_path / "q.gguf")
+    path = write_gguf(SHAPES["tiny-qwen3.5"], tmp_path / "q.gguf")
     argv = [sys.executable, "-m", "engine", "convert", str(path), str(tmp_path / "mlx")]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert done.returncode == 1
-    assert "error:" in done.stderr and "not 'qwen3'" in done.stderr
+    assert "error:" in done.stderr and "not 'qwen35'" in done.stderr
     assert "Traceback" not in done.stderr and not (tmp_path / "mlx").exists()
 
 

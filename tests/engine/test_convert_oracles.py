@@ -28,7 +28,13 @@ from tests.oracles.fixture_files import (
     reference,
 )
 
-CASES = [(name, qtype) for name, qtype in gguf_params() if name.startswith("llama")]
+# every family the converter takes: Llama (each rope scaling), Qwen3, Gemma 3
+CASES = [
+    (name, qtype)
+    for name, qtype in gguf_params()
+    if name.startswith("llama") or name in ("qwen3", "gemma3_gguf")
+]
+LLAMA_CASES = [case for case in CASES if case[0].startswith("llama")]
 
 
 def case_id(case: tuple[str, str]) -> str:
@@ -45,9 +51,35 @@ def test_the_cases_hold_every_rope_scaling_and_a_group_of_16():
     names = {name for name, _ in CASES}
     assert {"llama_rope_llama3", "llama_rope_linear", "llama_rope_yarn"} <= names
     assert {("llama", "Q4_K_M"), ("llama", "Q6_K")} <= set(CASES)
+    assert {("qwen3", "Q4_K_M"), ("gemma3_gguf", "Q4_K_M"), ("gemma3_gguf", "Q6_K")} <= set(CASES)
 
 
-@pytest.mark.parametrize("case", CASES, ids=case_id)
+@pytest.mark.parametrize("case", [c for c in CASES if not c[0].startswith("llama")], ids=case_id)
+def test_a_qwen3_or_gemma3_directory_says_its_family(converted: dict, case: tuple[str, str]):
+    """The keys transformers and mlx-lm read for the family, the checkpoint's own values."""
+    config = json.loads((converted[case] / "config.json").read_text())
+    checkpoint = json.loads((FIXTURES / case[0] / "config.json").read_text())
+    assert config["model_type"] == checkpoint["model_type"]
+    for key in ("hidden_size", "num_hidden_layers", "num_key_value_heads", "head_dim"):
+        assert config[key] == checkpoint[key], key
+    if case[0] == "gemma3_gguf":  # a sliding window every layer but each sixth
+        assert config["sliding_window"] == checkpoint["sliding_window"]
+        assert config["sliding_window_pattern"] == 6
+        assert config["query_pre_attn_scalar"] == checkpoint["query_pre_attn_scalar"]
+        local = checkpoint["rope_parameters"]["sliding_attention"]["rope_theta"]
+        assert config["rope_local_base_freq"] == local
+        weights = mx.load(str(converted[case] / "model.safetensors"))
+        gguf_norm = np.array(load_model_weights(case)["model.norm.weight"])
+        np.testing.assert_array_equal(np.array(weights["model.norm.weight"]), gguf_norm - 1.0)
+
+
+def load_model_weights(case: tuple[str, str]) -> dict[str, Any]:
+    from engine.loader import read_gguf
+
+    return dict(read_gguf(gguf_reference(*case)[0]).weights.tensors)
+
+
+@pytest.mark.parametrize("case", LLAMA_CASES, ids=case_id)
 def test_rope_scaling_is_the_checkpoints(converted: dict, case: tuple[str, str]):
     name, _ = case
     config = json.loads((converted[case] / "config.json").read_text())
