@@ -3,7 +3,9 @@
 # one-launch step), after tools/gpu/unpack.sh's last parcel (PACK_MODELS=all brings Gemma
 # 3 270M; none: the tiny models and random shapes only). In order, each bounded:
 #   1. the step families' GPU tests, and those of speculation and the sliding rings beside
-#      them (session 17: the bfloat16 state checks against plain decoding);
+#      them (session 17: the bfloat16 state checks against plain decoding), the recurrence
+#      kernels', the window mask's, the argmax read's and the converter's (mlx-lm on Qwen3
+#      and Gemma 3 directories; session 18);
 #   2. Gemma 3 270M's decode with its step and without (BRANCHCHAT_GEMMA_STEP=1 / 0);
 #   3. the Qwen3.5-0.8B shape's decode through the step (and again with its prefill's
 #      recurrence through the CUDA kernel, BRANCHCHAT_GDN_PREFILL=recurrent), the stamped
@@ -30,7 +32,10 @@ if [ "${PART:-all}" != bench ]; then
     tests/engine/test_fused_gemma3.py tests/engine/test_fused_hybrid.py \
     tests/engine/test_fused_decode.py tests/engine/test_speculative.py \
     tests/engine/test_speculative_seeded.py tests/engine/test_block_drafter.py \
-    tests/engine/test_sliding_ring.py tests/engine/test_families_gemma3_state.py 2>&1 | tail -25
+    tests/engine/test_sliding_ring.py tests/engine/test_families_gemma3_state.py \
+    tests/kernels/test_gated_delta.py tests/kernels/test_gated_delta_cuda.py \
+    tests/kernels/test_window_mask.py tests/kernels/test_mlx_argmax.py \
+    tests/engine/test_convert_oracles.py 2>&1 | tail -25
 fi
 [ "${PART:-all}" != tests ] || exit 0
 if [ -f "$gemma" ]; then
