@@ -11,8 +11,8 @@ S[h, :, j] (Dk / 2 floats each, in registers) and walks the rows:
 A row is `gdn_row` (kernels/cuda/gated_delta_row.cuh), the one-launch step's own row with
 the same PAIR: a hybrid's verify tape replayed here gives the state its single steps gave,
 bit for bit. One build takes any number of rows (L is read from q's shape), so a prefill
-chunk may take it too (`MlxOps.gdn_prefill`, BRANCHCHAT_GDN_PREFILL=recurrent): its state
-is then the one the chunk's single steps would give, bit for bit.
+chunk may take it too (`MlxOps.gdn_prefill`, BRANCHCHAT_GDN_PREFILL=recurrent), in place
+of the chunked form's many small MLX operations.
 
 Same math as `kernels.gated_delta_ref.gated_delta_reference` (Yang et al. 2024), which the
 GPU test compares it against. Only built where MLX runs on CUDA.
