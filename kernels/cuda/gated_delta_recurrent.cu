@@ -3,8 +3,8 @@
 // template arguments, the row count L from q's shape: one build takes any number of rows,
 // a verify's, a replay's or a prefill chunk's). A block takes value columns of one head,
 // P adjacent threads one column S[:, j] (DK / P rows each, in registers); each row's q and
-// k are read once a block into shared memory, as float32. Every lane of a warp takes part in the lanes' sums (a
-// column past Dv computes on zeros and writes nothing).
+// k are read once a block into shared memory, as float32. Every lane of a warp takes part
+// in the lanes' sums (a column past Dv computes on zeros and writes nothing).
 
     constexpr int DKP = DK / P;
     const int L = q_shape[0];
