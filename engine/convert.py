@@ -1,5 +1,5 @@
-"""Convert a Llama, Qwen3 or Gemma 3 GGUF into an MLX model directory that mlx-lm (and our
-loader) reads (what differs by family: engine/convert_families.py).
+"""Convert a Llama, Qwen3, Qwen3.5 or Gemma 3 GGUF into an MLX model directory that mlx-lm
+(and our loader) reads (what differs by family: engine/convert_families.py).
 
 The weights become what mlx-lm's layers hold, with the values the GGUF decodes to:
 
@@ -41,7 +41,7 @@ import gguf
 import mlx.core as mx
 import numpy as np
 
-from engine.convert_families import HF_NORM_OFFSET, family_config
+from engine.convert_families import HF_NORM_OFFSET, family_config, family_tensors
 from engine.errors import ModelLoadError, UnsupportedArchitecture
 from engine.loader import read_gguf
 from engine.models import rope
@@ -50,7 +50,7 @@ from engine.models.llama import ROPE_FREQS
 from engine.tokenizer import Tokenizer
 from kernels.quantized import QuantizedWeight, dequantize
 
-CONVERTED_ARCHITECTURES = ("llama", "qwen3", "gemma3")
+CONVERTED_ARCHITECTURES = ("llama", "qwen3", "qwen35", "qwen3_5", "gemma3")  # GGUF and family
 # llama.cpp's converter computes rope_freqs in float32: a table recomputed from the derived
 # llama3 parameters agrees to a few float32 ulps; a wrong parameter is ~1e-3 off
 ROPE_RTOL = 1e-5
@@ -68,14 +68,14 @@ def convert_gguf(gguf_path: str | Path, out_dir: str | Path) -> Path:
     files = read_gguf(gguf_path)
     cfg, tokenizer = files.config, files.tokenizer
     _refuse_architecture(gguf_path, cfg.family)  # a header gguf-py could not read
-    if cfg.rope_dims != cfg.head_dim:
+    if cfg.rope_dims != cfg.head_dim and cfg.family != "qwen3_5":  # its partial rotary
         raise ModelLoadError(
             gguf_path, f"rope over {cfg.rope_dims} of {cfg.head_dim} head dims has no HF Llama form"
         )
     extra, refusal = family_config(cfg)
     if refusal:
         raise ModelLoadError(gguf_path, refusal)
-    tensors = dict(files.weights.tensors)
+    tensors = family_tensors(cfg, dict(files.weights.tensors))
     table = tensors.pop(ROPE_FREQS, None)
     rope_scaling = _rope_scaling(gguf_path, cfg, table, header)
     arrays, held = _mlx_tensors(tensors, cfg)
@@ -98,7 +98,7 @@ def _refuse_architecture(path: Path, arch: str) -> None:
     if arch not in CONVERTED_ARCHITECTURES:
         raise UnsupportedArchitecture(
             path,
-            "conversion to an MLX directory takes Llama, Qwen3 and Gemma 3 GGUF files, "
+            "conversion to an MLX directory takes Llama, Qwen3, Qwen3.5 and Gemma 3 GGUF files, "
             f"not {arch!r}",
         )
 

@@ -5,6 +5,7 @@ a family's directory cannot say (refused by name).
 
 - Qwen3: Llama's keys with q/k norms (per-head RMSNorm weights, as the GGUF holds them) and
   `head_dim`; llama.cpp writes its Q/K rows as they are (NEOX rope), so nothing is permuted.
+- Qwen3.5 (the hybrid): engine/convert_hybrid.py.
 - Gemma 3: `gemma3_text` keys (a local rope base for the sliding layers, the window, one
   sliding-window pattern, query_pre_attn_scalar); HF norms are zero-centred (x * (1 + w))
   where llama.cpp's converter added the 1, so each norm weight is written minus 1.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from engine.convert_hybrid import hybrid_config, hybrid_tensors
 from engine.models.base import FULL, SLIDING, ModelConfig
 
 # norms as Hugging Face stores them: y = norm(x) * (offset + w)
@@ -42,7 +44,14 @@ def family_config(cfg: ModelConfig) -> tuple[dict[str, Any], str | None]:
             "sliding_window_pattern": pattern,
             "query_pre_attn_scalar": cfg.query_pre_attn_scalar,
         }, None
+    if cfg.family == "qwen3_5":
+        return hybrid_config(cfg)
     return {}, f"no directory form for the {cfg.family!r} family"
+
+
+def family_tensors(cfg: ModelConfig, tensors: dict[str, Any]) -> dict[str, Any]:
+    """The tensors as the family's directory holds them (the hybrid's: engine/convert_hybrid.py)."""
+    return hybrid_tensors(cfg, tensors) if cfg.family == "qwen3_5" else tensors
 
 
 def _pattern(cfg: ModelConfig) -> int | None:

@@ -1,7 +1,6 @@
 """GGUF -> MLX directory conversion: the directory loads back to the same logits, keeps the
 quantized weights as they were, and (when mlx-lm is installed) mlx-lm reads it too; what it
-cannot convert (a Qwen3.5 hybrid's file, a rope table that is no llama3 scaling's) it
-refuses by name.
+cannot convert (a Qwen2 file, a rope table that is no llama3 scaling's) it refuses by name.
 K-quants: test_convert_kquants.py; llama.cpp's own files: test_convert_oracles.py."""
 
 from __future__ import annotations
@@ -15,8 +14,6 @@ import numpy as np
 import pytest
 from mlx.utils import tree_map
 
-from bench.shapes import SHAPES
-from bench.shapes_gguf import write_gguf
 from engine.config import EngineConfig
 from engine.convert import _llama3_rope, check_convertible, convert_gguf
 from engine.default_model import default_model_path, is_default_model_present
@@ -117,9 +114,9 @@ def test_tokenizer_and_chat_template_survive(tiny_models, tmp_path: Path):
     assert b.chat_template == a.chat_template
 
 
-def test_a_hybrid_gguf_is_refused_by_its_architecture(tmp_path: Path):
-    path = write_gguf(SHAPES["tiny-qwen3.5"], tmp_path / "tiny-qwen3.5.gguf")
-    message = "takes Llama, Qwen3 and Gemma 3 GGUF files, not 'qwen35'"
+def test_a_qwen2_gguf_is_refused_by_its_architecture(tmp_path: Path):
+    path = FIXTURES / "qwen2" / "Q8_0.gguf"
+    message = "takes Llama, Qwen3, Qwen3.5 and Gemma 3 GGUF files, not 'qwen2'"
     with pytest.raises(UnsupportedArchitecture, match=message):
         check_convertible(path)
     with pytest.raises(UnsupportedArchitecture, match=message):
@@ -131,11 +128,11 @@ def test_the_convert_command_prints_a_refusal_without_a_traceback(tmp_path: Path
     import subprocess
     import sys
 
-    path = write_gguf(SHAPES["tiny-qwen3.5"], tmp_path / "q.gguf")
+    path = FIXTURES / "qwen2" / "Q8_0.gguf"
     argv = [sys.executable, "-m", "engine", "convert", str(path), str(tmp_path / "mlx")]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert done.returncode == 1
-    assert "error:" in done.stderr and "not 'qwen35'" in done.stderr
+    assert "error:" in done.stderr and "not 'qwen2'" in done.stderr
     assert "Traceback" not in done.stderr and not (tmp_path / "mlx").exists()
 
 

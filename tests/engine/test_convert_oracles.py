@@ -28,11 +28,11 @@ from tests.oracles.fixture_files import (
     reference,
 )
 
-# every family the converter takes: Llama (each rope scaling), Qwen3, Gemma 3
+# every family the converter takes: Llama (each rope scaling), Qwen3, Qwen3.5, Gemma 3
 CASES = [
     (name, qtype)
     for name, qtype in gguf_params()
-    if name.startswith("llama") or name in ("qwen3", "gemma3_gguf")
+    if name.startswith("llama") or name in ("qwen3", "qwen3_5", "gemma3_gguf")
 ]
 LLAMA_CASES = [case for case in CASES if case[0].startswith("llama")]
 
@@ -52,14 +52,18 @@ def test_the_cases_hold_every_rope_scaling_and_a_group_of_16():
     assert {"llama_rope_llama3", "llama_rope_linear", "llama_rope_yarn"} <= names
     assert {("llama", "Q4_K_M"), ("llama", "Q6_K")} <= set(CASES)
     assert {("qwen3", "Q4_K_M"), ("gemma3_gguf", "Q4_K_M"), ("gemma3_gguf", "Q6_K")} <= set(CASES)
+    assert {("qwen3_5", "Q4_K_M"), ("qwen3_5", "Q8_0")} <= set(CASES)
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if not c[0].startswith("llama")], ids=case_id)
-def test_a_qwen3_or_gemma3_directory_says_its_family(converted: dict, case: tuple[str, str]):
-    """The keys transformers and mlx-lm read for the family, the checkpoint's own values."""
+def test_a_directory_says_its_family(converted: dict, case: tuple[str, str]):
+    """The keys transformers and mlx-lm read for the family, the checkpoint's own values
+    (the hybrid's model_type is mlx-lm's module, qwen3_5, where the checkpoint names its
+    text model, qwen3_5_text: transformers and our loader read both)."""
     config = json.loads((converted[case] / "config.json").read_text())
     checkpoint = json.loads((FIXTURES / case[0] / "config.json").read_text())
-    assert config["model_type"] == checkpoint["model_type"]
+    written = {"qwen3_5_text": "qwen3_5"}.get(checkpoint["model_type"], checkpoint["model_type"])
+    assert config["model_type"] == written
     for key in ("hidden_size", "num_hidden_layers", "num_key_value_heads", "head_dim"):
         assert config[key] == checkpoint[key], key
     if case[0] == "gemma3_gguf":  # a sliding window every layer but each sixth
