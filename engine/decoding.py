@@ -171,6 +171,17 @@ def best_draft_length(
     return best_k
 
 
+def cut_draft(draft: Draft, costs: CostModel) -> Draft:
+    """A draft with its drafter's confidence (P_j: tokens 1..j all accepted) cut at the k
+    with the most expected tokens per second, (1 + P_1 + ... + P_k) / cost(k + 1); one
+    token at least stays (the pass is paid, and its verdict feeds the acceptance model)."""
+    if len(draft.confidence) != len(draft.tokens) or len(draft.tokens) <= 1:
+        return draft
+    expected = 1.0 + np.cumsum(draft.confidence)
+    keep = 1 + int(np.argmax(expected / [costs.cost(k + 2) for k in range(len(expected))]))
+    return Draft(draft.tokens[:keep], draft.confidence[:keep])
+
+
 @dataclass
 class DecodeRequest:
     settings: SamplingSettings
@@ -249,6 +260,7 @@ def decode(
         k = _choose_k(req, costs, len(out.token_ids), state, row_limit)
         t0 = time.perf_counter()
         draft = drafter.propose(pending, k) if (drafter is not None and k) else Draft([])
+        draft = cut_draft(draft, costs)
         if draft.tokens and req.acceptance is not None:
             req.acceptance.observe_cost(len(draft.tokens), time.perf_counter() - t0, per_pass)
         rows = [pending, *draft.tokens[:k]]

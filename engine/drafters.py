@@ -31,7 +31,7 @@ prompt's rows through `observe_hidden(rows, start)` after the target's prefill.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -50,6 +50,11 @@ class Draft:
     what lets the decode loop's coupled sampling reproduce plain seeded decoding."""
 
     tokens: list[int]  # proposed continuation (may be shorter than asked, or empty)
+    # the drafter's own estimate, per token, that the draft up to and including it is
+    # accepted (a running product; empty: none): the decode loop cuts the draft where
+    # expected tokens per second peak (decoding.cut_draft). It must not depend on which
+    # tokens were sampled, or the sampled output's distribution would change.
+    confidence: list[float] = field(default_factory=list)
 
 
 class Drafter(Protocol):

@@ -138,6 +138,28 @@ def test_drafts_come_from_the_draft_vocabulary(pair: Pair, tmp_path: Path) -> No
     assert set(draft.tokens) <= set(drafter.w.vocab.tolist())
 
 
+def test_a_draft_carries_the_running_product_of_its_rows_top_probabilities(
+    pair: Pair, tmp_path: Path
+) -> None:
+    """What the decode loop cuts a draft by (decoding.cut_draft): row j's entry is the
+    product of rows 1..j's top-1 probabilities under the block's own logits, greedy or
+    sampled alike (it never reads the drawn tokens)."""
+    drafter = make_drafter(pair.target, tmp_path, vocab=7, seed=3)
+    tokens = list(range(3, 30))
+    drafter.begin(tokens)
+    drafter.observe_hidden(fresh_rows(pair.target, tokens), 0)
+    logits = np.asarray(pair.target.ops.to_numpy(drafter.block_logits(5, 6)), np.float64)
+    probs = np.exp(logits - logits.max(-1, keepdims=True))
+    want = np.cumprod(probs.max(-1) / probs.sum(-1))
+    greedy = drafter.propose(5, 6)
+    drafter.couple(lambda row, history: int(np.flatnonzero(np.isfinite(row))[-1]))
+    sampled = drafter.propose(5, 6)
+    assert sampled.tokens != greedy.tokens  # the coupled sampler drew other tokens
+    for draft in (greedy, sampled):
+        np.testing.assert_allclose(draft.confidence, want, rtol=1e-4)
+    assert 0 < want[-1] < want[0] <= 1
+
+
 def test_drafting_from_missing_or_stale_rows_fails_loudly(pair: Pair, tmp_path: Path) -> None:
     drafter = make_drafter(pair.target, tmp_path)
     tokens = list(range(3, 20))

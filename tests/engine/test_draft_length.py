@@ -15,7 +15,9 @@ from engine.decoding import (
     AcceptanceModel,
     CostModel,
     best_draft_length,
+    cut_draft,
 )
+from engine.drafters import Draft
 
 # -- the draft length: expected tokens per second ----------------------------------------
 
@@ -137,3 +139,37 @@ def test_acceptance_recovers_without_drafts() -> None:
     model.observe(drafted=4, accepted=0)
     model.forget()
     assert model.rate == 0.5
+
+
+# -- cutting a draft by its drafter's confidence -----------------------------------------
+
+SURE = [0.9, 0.8, 0.5, 0.1, 0.02, 0.01]  # P(rows 1..j all accepted), the drafter's estimate
+
+
+def by_hand(confidence: list[float], costs: CostModel) -> int:
+    """The k in 1..len with the most (1 + P_1 + ... + P_k) / cost(k + 1), worked out here."""
+    rates = [(1 + sum(confidence[:k])) / costs.cost(k + 1) for k in range(1, len(confidence) + 1)]
+    return 1 + int(np.argmax(rates))
+
+
+@pytest.mark.parametrize(
+    ("seconds", "keep"), [(gpu_flat, 4), (cpu_nearly_linear, 1), (lambda m: 0.01 + 0.002 * m, 3)]
+)
+def test_a_draft_is_cut_where_its_expected_tokens_per_second_peak(
+    seconds: Callable[[int], float], keep: int
+) -> None:
+    """Flat verify costs keep the confident rows and a few more; a CPU's costs keep one
+    row (never none: the pass is paid); the tokens and confidences kept are the first ones."""
+    costs = cost_model(seconds)
+    draft = cut_draft(Draft([11, 12, 13, 14, 15, 16], SURE), costs)
+    assert len(draft.tokens) == keep == by_hand(SURE, costs)
+    assert draft.tokens == [11, 12, 13, 14, 15, 16][:keep]
+    assert draft.confidence == SURE[:keep]
+
+
+def test_a_draft_without_confidence_is_left_whole() -> None:
+    """Prompt lookup and draft models give no confidence: the cost model's k stands."""
+    costs = cost_model(cpu_nearly_linear)
+    assert cut_draft(Draft([1, 2, 3]), costs).tokens == [1, 2, 3]
+    assert cut_draft(Draft([1]), costs).tokens == [1]
+    assert cut_draft(Draft([]), costs).tokens == []

@@ -123,9 +123,11 @@ class RandomK:
 
 @pytest.fixture
 def random_k(monkeypatch: pytest.MonkeyPatch) -> RandomK:
-    """Force draft lengths whatever the cost model says."""
+    """Force draft lengths whatever the cost model says (nor does a drafter's confidence
+    cut them: decoding.cut_draft)."""
     pick = RandomK()
     monkeypatch.setattr(decoding, "best_draft_length", pick)
+    monkeypatch.setattr(decoding, "cut_draft", lambda draft, _costs: draft)
     return pick
 
 

@@ -1,10 +1,10 @@
 """Train the block drafter: prompts and replies from the target, training, the file.
 
     python -m tools.drafter.train prompts --model GGUF --count N --out SELF.npz \
-        [--state DIR] [--minutes M] [--chunk 1024] [--batch-size 512] [--max-turn-tokens 128]
+        [--state DIR] [--minutes M] [--chunk 1024] [--batch-size 1024] [--max-turn-tokens 128]
     python -m tools.drafter.train generate --model GGUF --prompts P.npz [SELF.npz ...] \
         --out SEQS.npz [--passes 2 [1 ...]] [--state DIR] [--minutes M] [--chunk 1536] \
-        [--limit N] [--max-new-tokens 320] [--batch-size 384]
+        [--limit N] [--max-new-tokens 320] [--batch-size 1536]
     python -m tools.drafter.train train --model GGUF --data SEQS.npz --out DIR \
         [--resume] [--minutes M] [--run-steps K] [--steps S] [--distill [W] | --hard-labels]
         [--patience E] [...]
@@ -285,7 +285,7 @@ def parser() -> argparse.ArgumentParser:
     )
     gen.add_argument("--limit", type=int, default=0, help="only the first N prompts (0: all)")
     gen.add_argument("--max-new-tokens", type=int, default=320)
-    gen.add_argument("--batch-size", type=int, default=384)
+    gen.add_argument("--batch-size", type=int, default=1536)  # H200: 9,500 tok/s (384: 5,100)
     gen.add_argument(
         "--passes", type=int, nargs="+", default=[2], help="replies per prompt (per file)"
     )
