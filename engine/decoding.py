@@ -260,6 +260,7 @@ def decode(
         k = _choose_k(req, costs, len(out.token_ids), state, row_limit)
         t0 = time.perf_counter()
         draft = drafter.propose(pending, k) if (drafter is not None and k) else Draft([])
+        offered = min(k, len(draft.tokens))
         draft = cut_draft(draft, costs)
         if draft.tokens and req.acceptance is not None:
             req.acceptance.observe_cost(len(draft.tokens), time.perf_counter() - t0, per_pass)
@@ -283,8 +284,8 @@ def decode(
         forward_s = time.perf_counter() - t0
         num_drafted = len(rows) - 1
         accepted, nxt = _verify(logits, draft, num_drafted, state.tokens, s, uniforms)
-        if req.acceptance is not None:  # how good the drafter is, EOS or not
-            req.acceptance.observe(num_drafted, accepted)
+        if req.acceptance is not None:  # per row asked for (a cut's rows count as missed)
+            req.acceptance.observe(offered, accepted)
         eos_at = _first_eos(draft.tokens[:accepted], req.eos_ids)
         if eos_at is not None:
             # the reply ends at an accepted EOS: drafts after it are no part of it (neither

@@ -85,6 +85,31 @@ def test_the_pool_learns_which_member_pays_and_keeps_the_output(target: Any, cas
         assert wrong.position == right.position == len(state.tokens)  # both followed along
 
 
+class Unsure(ScriptedDrafter):
+    """An oracle that doubts itself: each draft says its rows are barely likely, so the
+    decode loop cuts it to one row (decoding.cut_draft)."""
+
+    def propose(self, pending: int, k: int) -> Draft:
+        tokens = super().propose(pending, k).tokens
+        return Draft(tokens, [0.02**j for j in range(1, len(tokens) + 1)])
+
+
+def test_a_member_whose_drafts_are_cut_short_gives_way_to_whole_drafts(
+    target: Any, cases
+) -> None:
+    """The cut rows of a draft count as missed in its member's acceptance: a member whose
+    every kept row is right, but who is cut to one row a round, loses to one drafting
+    whole (as prompt lookup does, copying text the block drafter doubts)."""
+    for prompt, max_tokens, script in cases:
+        unsure, whole = Unsure(script), ScriptedDrafter(script)
+        pool = DrafterPool([Member("unsure", unsure), Member("whole", whole)])  # unsure first
+        result, _ = run(target, prompt, max_tokens, pool, costs=cost_model(gpu_flat))
+        assert [*prompt, *result.token_ids] == script[: len(prompt) + len(result.token_ids)]
+        assert all(len(p) > 1 for p in unsure.proposals)  # asked for more, cut to one
+        assert pool.proposals["unsure"] == 1 < pool.proposals["whole"]
+        assert result.accepted == result.drafted
+
+
 def test_a_member_with_nothing_to_propose_gives_way(target: Any, cases) -> None:
     prompt, max_tokens, script = cases[0]
     silent, right = Silent(), ScriptedDrafter(script)
