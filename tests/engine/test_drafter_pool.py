@@ -94,9 +94,7 @@ class Unsure(ScriptedDrafter):
         return Draft(tokens, [0.02**j for j in range(1, len(tokens) + 1)])
 
 
-def test_a_member_whose_drafts_are_cut_short_gives_way_to_whole_drafts(
-    target: Any, cases
-) -> None:
+def test_a_member_whose_drafts_are_cut_short_gives_way_to_whole_drafts(target: Any, cases) -> None:
     """The cut rows of a draft count as missed in its member's acceptance: a member whose
     every kept row is right, but who is cut to one row a round, loses to one drafting
     whole (as prompt lookup does, copying text the block drafter doubts)."""
