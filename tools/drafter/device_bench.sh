@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # On the lent H200: the installed block drafter through the engine, beside plain decoding
-# (`python -m bench speculative`, the fused one-launch step in the default dtype), with
-# MLX unpacked by tools/gpu/unpack.sh and the default model already in the engine's
-# folder. The open-chat workloads run first, so a call cut at its limit still returns them.
+# and prompt lookup alone (`python -m bench speculative`, the fused one-launch step in the
+# default dtype), with MLX unpacked by tools/gpu/unpack.sh and the default model joined in
+# the engine's folder. The open-chat workloads run first, so a call cut at its limit
+# still returns them.
 #
 #   bash tools/drafter/device_bench.sh [RUNS]      (default 1; JSON under $OUT)
 #
@@ -33,7 +34,7 @@ nvidia-smi --query-gpu=name --format=csv,noheader || true
 sha256sum engine/drafters/*.safetensors
 runs=${1:-1}
 for workloads in chat,open_chat mixed,regenerate,code; do
-  python3 -m bench speculative --json --runs "$runs" --modes plain,block \
+  python3 -m bench speculative --json --runs "$runs" --modes plain,auto,block \
     --workloads "$workloads" > "$out/speculative-block-${workloads//,/-}.json"
   python3 -c "
 import json, sys
