@@ -21,7 +21,7 @@ class DrafterKind(StrEnum):
     """What proposes draft tokens for speculative decoding."""
 
     # the draft model when one is loaded, else prompt lookup (the shipped block drafter
-    # does not pay yet: docs/BENCHMARKS.md, "The block drafter")
+    # is not yet measured paying on a GPU: docs/BENCHMARKS.md, "The block drafter")
     AUTO = "auto"
     OFF = "off"
     LOOKUP = "lookup"  # prompt lookup over everything seen (engine.drafters.SuffixDrafter)
