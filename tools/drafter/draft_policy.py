@@ -38,7 +38,13 @@ from engine.drafter_pool import DrafterPool
 from engine.drafters import Draft
 from engine.loader import load_model
 from engine.session import Session
-from tools.drafter.engine_accuracy import RecordingDrafter, conversations, record, replay
+from tools.drafter.engine_accuracy import (
+    RecordingDrafter,
+    conversations,
+    record,
+    replay,
+    row_hits,
+)
 
 ROWS = 15
 TAUS = (0.9, 0.7, 0.5, 0.3, 0.2, 0.1, 0.05)
@@ -47,13 +53,7 @@ TAUS = (0.9, 0.7, 0.5, 0.3, 0.2, 0.1, 0.05)
 def row_stats(vocab: np.ndarray, seq: dict, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(correct [A, R] bool, the drafter's confidence [A, R]: block_drafter.confidence) at
     every reply anchor; a row past the reply's end counts as wrong (nothing to accept)."""
-    tokens, start = seq["tokens"], seq["reply_start"]
-    drafts = vocab[logits.argmax(-1)]
-    correct = np.zeros(drafts.shape, dtype=bool)
-    for i, a in enumerate(range(start, len(tokens) - 1)):
-        for j in range(1, drafts.shape[1] + 1):
-            if a + j < len(tokens):
-                correct[i, j - 1] = drafts[i, j - 1] == tokens[a + j]
+    correct, _ = row_hits(vocab, seq, logits)
     sure = np.array([confidence(np.asarray(block, np.float64)) for block in logits], np.float32)
     return correct, sure
 

@@ -123,18 +123,22 @@ def replay(weights: BlockDrafterWeights, target: Any, seq: dict, num_rows: int) 
     return np.stack(out) if out else np.zeros((0, num_rows, len(weights.vocab)), np.float32)
 
 
+def row_hits(vocab: np.ndarray, seq: dict, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(correct, present) [A, rows] bool: row j of anchor a against tokens[a + j], and
+    whether the reply reaches that token at all."""
+    tokens, start = seq["tokens"], seq["reply_start"]
+    drafts = vocab[logits.argmax(-1)]  # [A, rows]
+    anchors = np.arange(start, len(tokens) - 1)[:, None]
+    at = anchors + np.arange(1, logits.shape[1] + 1)[None, :]
+    present = at < len(tokens)
+    truth = np.asarray(tokens)[np.minimum(at, len(tokens) - 1)]
+    return (drafts == truth) & present, present
+
+
 def score(vocab: np.ndarray, seq: dict, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(hits, counted) per row: row j of anchor a against tokens[a + j]."""
-    tokens, start = seq["tokens"], seq["reply_start"]
-    num_rows = logits.shape[1]
-    hits, counted = np.zeros(num_rows), np.zeros(num_rows)
-    drafts = vocab[logits.argmax(-1)]  # [A, rows]
-    for i, a in enumerate(range(start, len(tokens) - 1)):
-        for j in range(1, num_rows + 1):
-            if a + j < len(tokens):
-                counted[j - 1] += 1
-                hits[j - 1] += drafts[i, j - 1] == tokens[a + j]
-    return hits, counted
+    correct, present = row_hits(vocab, seq, logits)
+    return correct.sum(axis=0).astype(float), present.sum(axis=0).astype(float)
 
 
 def save_sequences(path: Path, seqs: list[np.ndarray], reply_start: list[int]) -> None:
