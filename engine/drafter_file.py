@@ -176,16 +176,18 @@ class BlockDrafterWeights:
             name: np.asarray(a, dtype=np.float32) for name, a in arrays.items() if name != "vocab"
         }
         self.vocab = vocab
-        self.fc = ops.weight(f32["fc.weight"])
+        # the linears in the backend's compact form (Q8_0 on an int8 CPU): the drafter's
+        # rounding changes what it proposes, never what the target accepts
+        self.fc = ops.compact_weight(f32["fc.weight"])
         self.hidden_norm = ops.norm_weight(f32["hidden_norm.weight"])
         self.mask_embedding = ops.asarray(f32["mask_embedding"][None, :])
         self.final_norm = ops.norm_weight(f32["final_norm.weight"])
         # the head: the target's own (tied) embedding rows of the draft vocabulary
         head_rows = np.asarray(ops.to_numpy(ops.embed(target.embed, vocab)), dtype=np.float32)
-        self.head = ops.weight(head_rows)
+        self.head = ops.compact_weight(head_rows)
         self.layers = [
             {
-                name.split(".")[0]: (ops.norm_weight if "norm" in name else ops.weight)(
+                name.split(".")[0]: (ops.norm_weight if "norm" in name else ops.compact_weight)(
                     f32[f"layers.{i}.{name}"]
                 )
                 for name in _LAYER_TENSORS

@@ -14,6 +14,7 @@ from engine.config import EngineConfig
 from engine.default_model import default_model_path, is_default_model_present
 from engine.drafter_file import BlockDrafterWeights, _read
 from engine.loader import LoadedModel, load_model
+from kernels import int8_matmul
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "block_drafter"
 
@@ -23,11 +24,14 @@ pytestmark = [
 ]
 
 
-@pytest.fixture(scope="module", params=["numpy", "mlx"])
+@pytest.fixture(scope="module", params=["numpy-float", "mlx"])
 def loaded(request: pytest.FixtureRequest) -> LoadedModel:
-    # MLX in float32: its GPU default, bfloat16, misses the reference by ~1% of the logits
-    dtype = "float32" if request.param == "mlx" else None
-    return load_model(default_model_path(), EngineConfig(backend=request.param, dtype=dtype))
+    # NumPy with float products: the drafter's linears stay float32 (its int8 default
+    # holds them in Q8_0, checked below). MLX in float32: its GPU default, bfloat16,
+    # misses the reference by ~1% of the logits.
+    if request.param == "mlx":
+        return load_model(default_model_path(), EngineConfig(backend="mlx", dtype="float32"))
+    return load_model(default_model_path(), EngineConfig(backend="numpy", cpu_matmul="float"))
 
 
 @pytest.fixture(scope="module")
@@ -61,6 +65,29 @@ def test_a_draft_pass_equals_the_torch_reference(loaded: LoadedModel, case: dict
     drafted = drafter.propose(int(case["pending"]), block - 1).tokens
     # near-ties aside, the drafts are the reference's
     assert np.mean(np.asarray(drafted) == case["draft_tokens"]) >= 0.9
+
+
+@pytest.mark.skipif(not int8_matmul.has_simd(), reason="no int8 SIMD path on this CPU")
+def test_the_int8_cpu_drafts_with_q8_0_weights_within_their_rounding(case: dict) -> None:
+    """The CPU default holds the drafter's linears in Q8_0 and takes int8 activations, as
+    the target does: ~1% of the logits' scale from float32's reference, where the same
+    pass with its context one row short misses by over twice that (1.8% and 9.6%)."""
+    lm = load_model(default_model_path(), EngineConfig(backend="numpy"))
+    drafter = drafter_on(lm, case)
+    assert isinstance(drafter.w.layers[0]["q_proj"], int8_matmul.Int8Matrix)
+    block, pending = int(case["block"]), int(case["pending"])
+    want = case["logits"]
+    tolerance = 0.03 * float(np.abs(want).max())
+    got = lm.ops.to_numpy(drafter.block_logits(pending, block - 1))
+    assert np.abs(got - want).max() <= tolerance
+    drafted = drafter.propose(pending, block - 1).tokens
+    assert np.mean(np.asarray(drafted) == case["draft_tokens"]) >= 0.8
+    short = BlockDrafter(drafter.w, lm.model)
+    context = list(range(100, 100 + len(case["captures"])))
+    short.begin(context[1:])
+    short.observe_hidden(case["captures"][1:], 0)  # every row one position early
+    missed = lm.ops.to_numpy(short.block_logits(pending, block - 1))
+    assert np.abs(missed - want).max() > 2 * tolerance
 
 
 def test_the_shipped_drafter_fits_the_default_model_and_is_checked(tmp_path: Path) -> None:

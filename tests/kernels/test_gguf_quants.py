@@ -17,7 +17,7 @@ from gguf import GGMLQuantizationType
 
 from kernels import gguf_quants, qmatmul
 from kernels.qmatmul import QMatrix
-from kernels.quantized import QuantizedWeight
+from kernels.quantized import QuantizedWeight, quantize_q8_0
 from tests.kquant_blocks import random_k_blocks
 
 ROWS, COLS = 6, 512
@@ -145,3 +145,23 @@ def test_partial_blocks_are_refused() -> None:
         gguf_quants.to_affine(np.zeros((2, 144), np.uint8), "Q4_K", 2, 128)
     with pytest.raises(ValueError, match="bytes"):
         gguf_quants.to_affine(np.zeros((2, 140), np.uint8), "Q4_K", 2, 256)
+
+
+def test_q8_0_quantizer_is_gguf_py_bit_for_bit() -> None:
+    """`quantize_q8_0` (the drafter's compact CPU weights) writes what gguf-py's Q8_0
+    quantizer writes, read through `to_affine`: the same codes, scales and biases, with
+    an all-zero group and codes exactly half-way (rounded away from zero) among them."""
+    rng = np.random.default_rng(5)
+    w = (rng.standard_normal((ROWS, COLS)) * np.logspace(-3, 1, ROWS)[:, None]).astype(np.float32)
+    w[0, :32] = 0
+    w[1, :32] = (np.arange(32) - 14.5) / 8  # with 15.875 in the group, d = 1/8 exactly:
+    w[1, 31] = 15.875  # the others are m + 1/2 codes, rounded away from zero
+    got = quantize_q8_0(w)
+    packed, scales, biases = gguf_quants.to_affine(
+        gguf.quants.quantize(w, GGMLQuantizationType.Q8_0), "Q8_0", ROWS, COLS
+    )
+    assert np.array_equal(np.asarray(got.packed), packed)
+    assert same_bits(got.scales, scales) and same_bits(got.biases, biases)
+    assert (got.group_size, got.bits) == (32, 8)
+    with pytest.raises(ValueError, match="multiple of 32"):
+        quantize_q8_0(np.ones((2, 48), dtype=np.float32))

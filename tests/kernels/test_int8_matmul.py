@@ -17,7 +17,7 @@ from kernels.gguf_quants import pack_bits
 from kernels.int8_matmul import Int8Matrix
 from kernels.ops_numpy import NumpyOps
 from kernels.qmatmul import QMatrix
-from kernels.quantized import QuantizedWeight
+from kernels.quantized import QuantizedWeight, dequantize, quantize_q8_0
 from kernels.row_parts import RowParts
 from tests.kquant_blocks import encode
 
@@ -264,6 +264,22 @@ def test_numpy_ops_hold_int8_matrices_when_asked() -> None:
         NumpyOps(cpu_matmul="int4")
     with pytest.raises(ValueError, match="packed weights"):
         NumpyOps(packed=False, cpu_matmul="int8")
+
+
+def test_compact_weights_are_q8_0_under_int8_and_float32_otherwise() -> None:
+    """A drafter's float matrix: Q8_0 (symmetric, zero 128) where products take int8
+    activations, its product within the rounding of 8-bit weights; float32 as `weight`
+    gives it under float products."""
+    rng = np.random.default_rng(13)
+    w = rng.standard_normal((40, 96)).astype(np.float32)
+    x = rng.standard_normal((5, 96)).astype(np.float32)
+    compact = NumpyOps(cpu_matmul="int8").compact_weight(w)
+    assert isinstance(compact, Int8Matrix) and (compact.bits, compact.zero) == (8, 128)
+    assert np.array_equal(int8_matmul.dequantize(compact), dequantize(quantize_q8_0(w)))
+    got, want = NumpyOps(cpu_matmul="int8").linear(x, compact), x @ w.T
+    assert np.abs(got - want).max() <= 0.01 * np.abs(want).max()
+    dense = NumpyOps(cpu_matmul="float").compact_weight(w)
+    assert np.array_equal(dense, NumpyOps(cpu_matmul="float").weight(w))
 
 
 def test_bad_arguments_are_refused() -> None:
