@@ -41,6 +41,8 @@ class SuffixDrafter:
     its last tokens if it alone does not fit; older paths are forgotten.
     """
 
+    drafts_for_free = True  # a walk in the index, no model's forward (engine/drafter_pool.py)
+
     def __init__(
         self,
         min_match: int = 2,

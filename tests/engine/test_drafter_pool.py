@@ -119,6 +119,41 @@ def test_a_member_with_nothing_to_propose_gives_way(target: Any, cases) -> None:
     assert silent.committed == state.tokens  # it saw every committed token all the same
 
 
+class Free(ScriptedDrafter):
+    """An oracle whose drafts cost no model forward, as prompt lookup's."""
+
+    drafts_for_free = True
+
+
+class FreeSilent(Silent):
+    drafts_for_free = True
+
+
+class OnePass(ScriptedDrafter):
+    """An oracle that drafts in one model pass, as the block drafter."""
+
+    drafts_in_one_pass = True
+
+
+def test_a_free_member_with_a_draft_goes_before_a_model_ranked_above_it(
+    target: Any, cases
+) -> None:
+    """Prompt lookup's rate is measured on the rounds it had a match, and there the block
+    drafter's drafts are rarely right: a free member that pays and has a draft proposes
+    first, whatever the ranking says; without a draft it gives way to the model."""
+    prompt, max_tokens, script = cases[0]
+    model, free = OnePass(script), Free(script)
+    trusted = AcceptanceModel(accepted=50.0, trials=50.0)  # ranked first by far
+    pool = DrafterPool([Member("model", model, trusted), Member("free", free)])
+    result, _ = run(target, prompt, max_tokens, pool, costs=cost_model(gpu_flat))
+    assert [*prompt, *result.token_ids] == script[: len(prompt) + len(result.token_ids)]
+    assert pool.proposals["model"] == 0 and pool.proposals["free"] >= 2
+    model, silent = OnePass(script), FreeSilent()
+    pool = DrafterPool([Member("model", model, trusted), Member("free", silent)])
+    result, _ = run(target, prompt, max_tokens, pool, costs=cost_model(gpu_flat))
+    assert silent.asked >= 2 and pool.proposals["model"] >= 2 and pool.proposals["free"] == 0
+
+
 def test_hidden_rows_reach_only_the_members_that_want_them(target: Any, cases) -> None:
     prompt, max_tokens, script = cases[1]
     watching, plain = Watching(script), Silent()  # Silent has no observe_hidden: a call fails
