@@ -135,9 +135,7 @@ class OnePass(ScriptedDrafter):
     drafts_in_one_pass = True
 
 
-def test_a_free_member_with_a_draft_goes_before_a_model_ranked_above_it(
-    target: Any, cases
-) -> None:
+def test_a_free_member_with_a_draft_goes_before_a_model_ranked_above_it(target: Any, cases) -> None:
     """Prompt lookup's rate is measured on the rounds it had a match, and there the block
     drafter's drafts are rarely right: a free member that pays and has a draft proposes
     first, whatever the ranking says; without a draft it gives way to the model."""
