@@ -15,8 +15,9 @@ Workloads (greedy, so every mode must produce the same tokens):
   answered by the model, the last one measured).
 
 Modes: plain (drafter off), auto (what the engine picks: a draft model when one is loaded,
-else prompt lookup), block (the block drafter pooled with prompt lookup, each round the one
-promising more: engine/drafter_pool.py), lookup (prompt lookup alone). Fairness: the lookup
+else on the CPU the block pool, else prompt lookup), block (the block drafter pooled with
+prompt lookup, each round the one promising more: engine/drafter_pool.py), lookup (prompt
+lookup alone). Fairness: the lookup
 drafter learns from every request its session saw, so every measured conversation runs in
 its own fresh Session that first ran the conversation's earlier requests, in the same mode;
 all modes see the same token history. Every Session starts from one shared calibration of

@@ -20,8 +20,9 @@ from engine.sampling import SamplingSettings
 class DrafterKind(StrEnum):
     """What proposes draft tokens for speculative decoding."""
 
-    # the draft model when one is loaded, else prompt lookup (the shipped block drafter
-    # is not yet measured paying on a GPU: docs/BENCHMARKS.md, "The block drafter")
+    # the draft model when one is loaded; else, on the CPU, the block drafter pooled with
+    # prompt lookup where a block drafter fits the model; else prompt lookup (the block
+    # drafter is not yet measured paying on a GPU: docs/BENCHMARKS.md, "The block drafter")
     AUTO = "auto"
     OFF = "off"
     LOOKUP = "lookup"  # prompt lookup over everything seen (engine.drafters.SuffixDrafter)

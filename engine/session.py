@@ -77,12 +77,14 @@ class Session:
         self.draft_drafter = DraftModelDrafter(draft.runner) if draft is not None else None
         self.block_drafter, self.block_problem = load_block_drafter(config.block_drafter, loaded)
         self.acceptance = {kind: AcceptanceModel() for kind in ev.DrafterKind}
-        # "block": the block drafter, and prompt lookup where it promises more (a regenerate)
-        self.block_pool = None
+        # "block": the block drafter, and lookup where it promises more (a regenerate); Auto
+        # too where that was measured paying beside lookup alone, the CPU (BENCHMARKS.md)
+        self.block_pool = self.auto_pool = None
         if self.block_drafter is not None:
             blocks = (self.block_drafter, self.acceptance[ev.DrafterKind.BLOCK])
             looks = (self.lookup, self.acceptance[ev.DrafterKind.LOOKUP])
             self.block_pool = DrafterPool.of(block=blocks, lookup=looks)
+            self.auto_pool = self.block_pool if loaded.ops.name == "numpy" else None
         self.template = self.tokenizer.chat_template  # None: plain text completion only
         self._warned_inexact = False
 
@@ -114,12 +116,11 @@ class Session:
             text = render_chat(self.template, dicts, add_generation_prompt=True, **kw)
         ids, ends = self.tokenizer.encode_with_ends(text, add_special=self.tokenizer.add_bos)
         boundaries = []
-        # Turn boundaries: where each prefix of the messages ends, the whole list included,
-        # so the next turn (or a regenerate) can roll a recurrent state back to a snapshot.
-        # One tokenization: a boundary is the number of tokens ending within the prefix.
-        # A boundary only saves replay: a prefix the template refuses (Qwen3's [system]
-        # alone has no user query) or renders differently has none; only the whole
-        # conversation, rendered above, may fail the request.
+        # Turn boundaries: where each prefix of the messages ends (the whole list too), so
+        # the next turn or a regenerate can roll a recurrent state back to a snapshot; a
+        # boundary is the number of tokens ending within the prefix. It only saves replay:
+        # a prefix the template refuses (Qwen3's [system] alone) or renders otherwise has
+        # none; only the whole conversation, rendered above, may fail the request.
         for i in range(1, len(dicts) + 1):
             try:
                 prefix = render_chat(self.template, dicts[:i], add_generation_prompt=False, **kw)
@@ -160,11 +161,8 @@ class Session:
         messages = cmd.messages
         limit = cmd.settings.context_limit(self.loaded.config.context_length)
         headroom = min(cmd.settings.max_tokens, max(1, limit // REPLY_SHARE))
-        holder = (
-            "the model holds"
-            if limit == self.loaded.config.context_length
-            else "this chat's context length is"
-        )
+        full = limit == self.loaded.config.context_length
+        holder = "the model holds" if full else "this chat's context length is"
         while True:
             rendered = self.render(
                 messages,
@@ -371,10 +369,11 @@ class Session:
             return self.draft_drafter, self.acceptance[ev.DrafterKind.DRAFT_MODEL]
         if choice == ev.DrafterKind.DRAFT_MODEL:
             raise EngineError("No draft model is loaded; pick one in the settings or use lookup.")
-        if choice == ev.DrafterKind.BLOCK:
-            if self.block_pool is None:
-                raise EngineError(self.block_problem)
-            return self.block_pool, self.block_pool.acceptance
+        if choice == ev.DrafterKind.BLOCK and self.block_pool is None:
+            raise EngineError(self.block_problem)
+        pool = self.block_pool if choice == ev.DrafterKind.BLOCK else self.auto_pool
+        if choice in (ev.DrafterKind.BLOCK, ev.DrafterKind.AUTO) and pool is not None:
+            return pool, pool.acceptance
         return self.lookup, self.acceptance[ev.DrafterKind.LOOKUP]
 
     # -- persistent prompt cache ------------------------------------------------------------

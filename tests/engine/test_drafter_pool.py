@@ -223,4 +223,8 @@ def test_the_block_choice_pools_the_block_drafter_with_lookup(
     assert members["block"].drafter is session.block_drafter
     assert members["lookup"].drafter is session.lookup
     assert members["lookup"].acceptance is session.acceptance[ev.DrafterKind.LOOKUP]
-    assert session._drafter(ev.DrafterKind.AUTO)[0] is session.lookup  # Auto: lookup alone
+    assert session._drafter(ev.DrafterKind.AUTO)[0] is pool  # Auto on the CPU: the pool
+    config = EngineConfig(backend="mlx", dtype="float32", block_drafter=str(drafter))
+    session = Session(load_model(model_path, config), config=config)
+    assert isinstance(session._drafter(ev.DrafterKind.BLOCK)[0], DrafterPool)
+    assert session._drafter(ev.DrafterKind.AUTO)[0] is session.lookup  # not measured there
