@@ -97,8 +97,8 @@ class DrafterPool:
 
     # -- the choice --------------------------------------------------------------------
     def choose_k(self, costs: CostModel, room: int) -> int:
-        """Rank the members by expected tokens per second at their best k; the best one's k
-        (0: plain decoding beats every member)."""
+        """Rank the members by expected tokens per second at their best k; the largest of
+        those k, within which each drafts its own (0: plain decoding beats every member)."""
         ranked = []
         for member in self.members:
             acc = member.acceptance
@@ -108,7 +108,7 @@ class DrafterPool:
                 seconds = costs.cost(k + 1) + k * acc.token_seconds + acc.pass_seconds
                 ranked.append(Choice(member, k, expected_tokens(acc.rate, k) / seconds))
         self._ranked = sorted(ranked, key=lambda c: -c.tokens_per_second)
-        return self._ranked[0].k if self._ranked else 0
+        return max((c.k for c in ranked), default=0)
 
     # -- the Drafter protocol ----------------------------------------------------------
     def begin(self, context: list[int]) -> None:

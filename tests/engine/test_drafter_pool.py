@@ -152,6 +152,37 @@ def test_a_free_member_with_a_draft_goes_before_a_model_ranked_above_it(target: 
     assert silent.asked >= 2 and pool.proposals["model"] >= 2 and pool.proposals["free"] == 0
 
 
+class AskedK(Silent):
+    """Drafts k tokens when asked for k, keeping what it was asked."""
+
+    def __init__(self, free: bool = False, max_draft: int = 16) -> None:
+        super().__init__()
+        self.drafts_for_free, self.max_draft, self.asked_k = free, max_draft, []
+
+    def propose(self, pending: int, k: int) -> Draft:
+        self.asked_k.append(k)
+        return Draft([pending] * k)
+
+
+def test_each_member_drafts_its_own_k_whichever_is_ranked_first() -> None:
+    """The pool's k is the largest of its members' best k; the member that proposes is
+    asked for its own (a free member going first is not capped by the model's k)."""
+    model, free = AskedK(max_draft=2), AskedK(free=True)
+    pool = DrafterPool(
+        [
+            Member("model", model, AcceptanceModel(accepted=50.0, trials=50.0)),
+            Member("free", free, AcceptanceModel(accepted=6.0, trials=10.0)),
+        ]
+    )
+    costs = cost_model(gpu_flat)
+    k = pool.choose_k(costs, 15)
+    assert [c.member.name for c in pool._ranked] == ["model", "free"]  # the model ranks first
+    free_k = next(c.k for c in pool._ranked if c.member.name == "free")
+    assert free_k > 2 and k == free_k
+    assert len(pool.propose(7, k).tokens) == free_k and free.asked_k == [free_k]
+    assert model.asked_k == [] and pool.last is pool.members[1]
+
+
 def test_hidden_rows_reach_only_the_members_that_want_them(target: Any, cases) -> None:
     prompt, max_tokens, script = cases[1]
     watching, plain = Watching(script), Silent()  # Silent has no observe_hidden: a call fails
