@@ -142,9 +142,10 @@ class DrafterPool:
             ranked = [Choice(m, k, m.acceptance.rate) for m in by_rate]
         # A member that pays and drafts for free goes first when it has a draft: its rate
         # is measured on the rounds it had one, and there a model's draft does far worse
-        # than its average (held-out chats on the CPU: 7% of the block drafter's tokens
-        # accepted in rounds prompt lookup had a match, 49% of lookup's; 20% of the block
-        # drafter's in the others). The stable sort keeps the ranking within each side.
+        # than its average (open chat on the CPU, `python -m tools.drafter.pool_rounds
+        # --rank-only`: 6% of the block drafter's tokens accepted in rounds prompt lookup
+        # had a match, 43% of lookup's, 16% of the block drafter's in the others). The
+        # stable sort keeps the ranking within each side.
         ranked.sort(key=lambda choice: not choice.member.free)
         for choice in ranked:
             draft = choice.member.drafter.propose(pending, min(k, choice.k))
