@@ -2,8 +2,9 @@
 
     python -m bench speculative [--json] [--runs N] [--backend numpy|mlx] [--max-tokens N]
                                 [--modes plain,auto,block,lookup] [--workloads a,b]
+                                [--temperature T --top-p P --seed S]
 
-Workloads (greedy, so every mode must produce the same tokens):
+Workloads (greedy by default, so every mode must produce the same tokens):
 - regenerate: ask a question, then the same question with one word changed (an edit and
   regenerate); the second answer is measured.
 - chat: a fresh question in a fresh session; the drafter has little to go on there, so
@@ -24,7 +25,10 @@ all modes see the same token history. Every Session starts from one shared calib
 the forward cost (what Engine does at model load), and the modes rotate run by run so a
 burst of load hits each. Throughput is the engine's own decode rate of the measured
 requests (tokens after the first over decode seconds, summed over a workload's
-conversations); figures are medians over --runs."""
+conversations); figures are medians over --runs. `--temperature T --top-p P --seed S`
+samples instead (what the app does by default: 0.7 and 0.95): every request draws from
+the same seeded uniforms, and "identical" is n/a, since a sampled verify keeps the
+distribution, not each draw."""
 
 from __future__ import annotations
 
@@ -32,12 +36,13 @@ import argparse
 import copy
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from bench import common
 from engine.config import EngineConfig
+from engine.sampling import SamplingSettings
 
 ALL_MODES = {"plain": "off", "auto": "auto", "block": "block", "lookup": "lookup"}
 HELD_OUT = json.loads((Path(__file__).parent / "heldout_prompts.json").read_text())
@@ -97,12 +102,15 @@ class Sample:
         return self.tokens / self.seconds if self.seconds else 0.0
 
 
-def ask(session: Any, messages: tuple[Any, ...], drafter: str, max_tokens: int) -> Any:
-    """One greedy request on `session`; its Finished event."""
+def ask(
+    session: Any, messages: tuple[Any, ...], drafter: str, max_tokens: int, sampling: Any = None
+) -> Any:
+    """One request on `session` (greedy unless `sampling` says otherwise); its Finished."""
     from engine import events as ev
 
     events: list[Any] = []
-    settings = ev.GenerationSettings(max_tokens=max_tokens, drafter=drafter)
+    sampling = sampling or SamplingSettings()
+    settings = ev.GenerationSettings(max_tokens=max_tokens, drafter=drafter, sampling=sampling)
     session.generate(ev.Generate("bench", messages, settings), events.append, lambda: False)
     failed = [e for e in events if isinstance(e, ev.Failed)]
     if failed:
@@ -111,7 +119,13 @@ def ask(session: Any, messages: tuple[Any, ...], drafter: str, max_tokens: int) 
 
 
 def measure(
-    loaded: Any, config: EngineConfig, costs: Any, work: Workload, drafter: str, max_tokens: int
+    loaded: Any,
+    config: EngineConfig,
+    costs: Any,
+    work: Workload,
+    drafter: str,
+    max_tokens: int,
+    sampling: Any = None,
 ) -> Sample:
     """Each conversation in a fresh session: its earlier requests, then the measured one."""
     from engine import events as ev
@@ -125,7 +139,7 @@ def measure(
         for step in steps:
             added = tuple(ev.Message(role, content) for role, content in step)
             messages = (*history, *added) if work.follow_up else added
-            done = ask(session, messages, drafter, max_tokens)
+            done = ask(session, messages, drafter, max_tokens, sampling)
             history = (*messages, ev.Message("assistant", done.text))
         stats = done.stats
         decoded = max(0, stats.generated_tokens - 1)
@@ -137,13 +151,16 @@ def measure(
     return sample
 
 
-def summarize(samples: dict[str, list[Sample]]) -> dict[str, Any]:
+def summarize(samples: dict[str, list[Sample]], greedy: bool = True) -> dict[str, Any]:
+    """Per mode, against plain decoding; `identical` (every run's tokens plain's) only for
+    greedy runs: a sampled verify keeps the distribution, not each draw."""
     plain = samples["plain"]
     reference = plain[0].token_ids
+    same = all(s.token_ids == reference for runs in samples.values() for s in runs)
     out: dict[str, Any] = {
         "plain_tok_s": common.spread([s.tok_s for s in plain]),
         "tokens": sum(len(ids) for ids in reference),
-        "identical": all(s.token_ids == reference for runs in samples.values() for s in runs),
+        "identical": same if greedy else None,
     }
     for mode, runs in samples.items():
         if mode == "plain":
@@ -176,6 +193,7 @@ def run(args: argparse.Namespace, config: EngineConfig) -> dict[str, Any]:
     calibration.calibrate()
     costs = calibration.costs
     modes = {name: ALL_MODES[name] for name in args.modes}
+    sampling = SamplingSettings(temperature=args.temperature, top_p=args.top_p, seed=args.seed)
     if "block" in modes and calibration.block_drafter is None:
         raise SystemExit(
             calibration.block_problem or f"{loaded.name} has no block drafter: drop 'block'"
@@ -189,7 +207,9 @@ def run(args: argparse.Namespace, config: EngineConfig) -> dict[str, Any]:
             order = list(modes)
             order = order[run_index % len(order) :] + order[: run_index % len(order)]
             for mode in order:
-                sample = measure(loaded, config, costs, work, modes[mode], args.max_tokens)
+                sample = measure(
+                    loaded, config, costs, work, modes[mode], args.max_tokens, sampling
+                )
                 samples[name][mode].append(sample)
                 print(
                     f"run {run_index + 1}/{args.runs} {name:<10} {mode:<6} "
@@ -201,10 +221,15 @@ def run(args: argparse.Namespace, config: EngineConfig) -> dict[str, Any]:
     result: dict[str, Any] = {
         "command": _command(args),
         "date": common.now_iso(),
-        "workloads": {name: summarize(s) for name, s in samples.items()},
+        "workloads": {name: summarize(s, sampling.is_greedy) for name, s in samples.items()},
         "prompts": {name: w.conversations for name, w in workloads.items()},
         "calibrated_cost_s": {str(rows): s for rows, s in sorted(costs.seconds.items())},
-        "settings": {"runs": args.runs, "max_tokens": args.max_tokens, "modes": modes},
+        "settings": {
+            "runs": args.runs,
+            "max_tokens": args.max_tokens,
+            "modes": modes,
+            "sampling": asdict(sampling),
+        },
         "block_drafter": None if block is None else {"file": block.w.path.name, **block.w.meta},
         "machine": {**common.machine(), "load_average_1m_at_start": load_at_start},
         "versions": common.versions(),
@@ -220,6 +245,8 @@ def _command(args: argparse.Namespace) -> str:
     parts.append(f"--workloads {','.join(args.workloads)}")
     if args.backend:
         parts.append(f"--backend {args.backend}")
+    if args.temperature:
+        parts.append(f"--temperature {args.temperature} --top-p {args.top_p} --seed {args.seed}")
     return " ".join(parts)
 
 
@@ -234,7 +261,8 @@ def print_table(result: dict[str, Any]) -> None:
         for mode in modes:
             m = w[mode]
             line += f"{m['tok_s']['median']:>13.1f}{m['speedup']:>8.2f}x{m['acceptance']:>8.2f}"
-        print(line + f"{str(w['identical']):>11}{w['tokens']:>8}")
+        same = "n/a" if w["identical"] is None else str(w["identical"])
+        print(line + f"{same:>11}{w['tokens']:>8}")
     runs = result["settings"]["runs"]
     print(
         f"medians of {runs} runs; model {result['model']['name']} on {result['model']['backend']}"
@@ -262,6 +290,9 @@ def main(argv: list[str] | None = None, config: EngineConfig | None = None) -> i
         "--modes", type=_names(ALL_MODES), default=["plain", "auto"], help="plain is always run"
     )
     parser.add_argument("--workloads", type=_names(WORKLOADS), default=list(WORKLOADS))
+    parser.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
+    parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--seed", type=int, default=0, help="a sampled run's draws")
     args = parser.parse_args(argv)
     if args.runs < 1 or args.max_tokens < 2:
         parser.error("--runs must be >= 1 and --max-tokens >= 2")

@@ -75,21 +75,25 @@ def probabilities(logits: np.ndarray, history: Sequence[int], s: SamplingSetting
     return p / p.sum()
 
 
-NUCLEUS_TRIES = (64, 1024)  # likeliest tokens sorted before sorting the whole vocabulary
+# Candidates first: tokens within these factors of the likeliest one, then the whole
+# vocabulary. Every token left out is less likely than every candidate, so when the
+# candidates hold top_p of the mass the nucleus is among them, in the same order.
+NUCLEUS_FLOORS = (2.0**-10, 2.0**-24)
 
 
 def _nucleus(p: np.ndarray, top_p: float) -> np.ndarray:
     """p with all but the smallest set of likeliest tokens reaching `top_p` of its mass
     zeroed. The set is usually a few dozen tokens of a vocabulary of tens of thousands,
-    so the likeliest m are partitioned out and sorted, for larger m until they hold
-    enough mass: the same set a sort of the whole vocabulary gives, for a fraction of it."""
-    total, neg = p.sum(), -p
-    for m in (*NUCLEUS_TRIES, p.size):
-        if m < p.size:
-            top = np.argpartition(neg, m)[:m]
-            order = top[np.argsort(neg[top])]
+    so only the tokens within a factor of the likeliest are sorted (one comparison over
+    the vocabulary, ~10x cheaper than partitioning it), a wider factor if they hold too
+    little mass, the whole vocabulary last: the same set a full sort gives."""
+    total, top = p.sum(), p.max()
+    for floor in (*NUCLEUS_FLOORS, 0.0):
+        if floor:
+            candidates = np.flatnonzero(p >= top * floor)
+            order = candidates[np.argsort(-p[candidates])]
         else:
-            order = np.argsort(neg)
+            order = np.argsort(-p)
         cum = np.cumsum(p[order]) / total
         if cum[-1] >= top_p:
             break

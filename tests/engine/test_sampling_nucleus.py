@@ -1,5 +1,5 @@
 """Top-p keeps exactly the set a sort of the whole vocabulary keeps, whether the nucleus
-is a handful of tokens (found among the likeliest 64), a thousand, or nearly everything."""
+is a handful of tokens (found near the likeliest), a thousand, or nearly everything."""
 
 from __future__ import annotations
 
@@ -29,6 +29,19 @@ def test_the_nucleus_equals_a_full_sorts(scale: float, vocab: int) -> None:
         want = nucleus_by_full_sort(p, top_p)
         got = _nucleus(p, top_p)
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("tail", [1e-4, 1e-8])  # under the first floor; under both
+def test_a_long_tail_under_the_floors_is_sorted_too(tail: float) -> None:
+    """One likely token over 49,151 unlikely ones: the likeliest token's neighbourhood
+    holds too little mass, so the wider floor (tail 1e-4: 83% of the mass) or the whole
+    vocabulary (tail 1e-8, under 2^-24 of the top) is sorted; the same set as a full sort."""
+    rng = np.random.default_rng(7)
+    p = tail * (1 + 0.5 * rng.random(49152))
+    p[123] = 1.0
+    assert p[p < 2.0**-10].sum() > 0.5 * p.sum() or tail < 2.0**-24
+    for top_p in (0.5, 0.99, 0.9999999):
+        np.testing.assert_array_equal(_nucleus(p, top_p), nucleus_by_full_sort(p, top_p))
 
 
 def test_top_p_through_probabilities() -> None:

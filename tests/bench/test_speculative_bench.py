@@ -1,0 +1,46 @@
+"""The speculative bench's loop and JSON on the default model: greedy runs check every
+mode's tokens against plain decoding's; sampled runs (the app's default settings) record
+their settings and leave identity out, since a sampled verify keeps the distribution,
+not each draw. No timing is asserted."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench import speculative
+from bench.speculative import Sample, summarize
+from engine.default_model import is_default_model_present
+
+
+def sample(ids: tuple[tuple[int, ...], ...], tok_s: float = 100.0) -> Sample:
+    tokens = sum(len(t) for t in ids)
+    return Sample(tokens, tokens / tok_s, ids, drafted=4, accepted=3)
+
+
+def test_identity_is_judged_for_greedy_runs_only() -> None:
+    same = {"plain": [sample(((1, 2, 3),))], "auto": [sample(((1, 2, 3),), 200.0)]}
+    other = {"plain": [sample(((1, 2, 3),))], "auto": [sample(((1, 2, 4),), 200.0)]}
+    assert summarize(same)["identical"] is True
+    assert summarize(other)["identical"] is False
+    assert summarize(other, greedy=False)["identical"] is None
+    auto = summarize(same)["auto"]
+    assert auto["speedup"] == pytest.approx(2.0) and auto["acceptance"] == 0.75
+
+
+@pytest.mark.real_model
+@pytest.mark.skipif(not is_default_model_present(), reason="the default model is not fetched")
+@pytest.mark.parametrize("temperature", [0.0, 0.7])
+def test_a_run_writes_its_settings_and_figures(
+    temperature: float, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--runs", "1", "--max-tokens", "8", "--modes", "plain,lookup"]
+    argv += ["--workloads", "chat", "--json", "--temperature", str(temperature), "--top-p", "0.95"]
+    assert speculative.main(argv) == 0
+    result = json.loads(capsys.readouterr().out)
+    chat = result["workloads"]["chat"]
+    assert result["settings"]["sampling"]["temperature"] == temperature
+    assert chat["tokens"] == 8 and chat["lookup"]["tok_s"]["median"] > 0
+    assert chat["identical"] is (True if temperature == 0 else None)
+    assert ("--temperature 0.7" in result["command"]) == (temperature > 0)
