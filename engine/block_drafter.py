@@ -71,6 +71,11 @@ class BlockDrafter:
         """The position after the last target-derived row (computed or queued)."""
         return self.base + self.kv[0].length + self._queued_rows
 
+    def nbytes(self) -> int:
+        """The context's K/V rows and the queued target rows (engine/memory.py)."""
+        queued = sum(int(self.ops.nbytes(rows)) for rows in self._queued)
+        return sum(kv.nbytes() for kv in self.kv) + queued
+
     @property
     def max_draft(self) -> int:
         return self.w.shape.block - 1

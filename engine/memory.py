@@ -1,6 +1,7 @@
 """One byte budget over everything a session keeps beside the weights: the live state
-(KV rows and recurrent state, the draft model's included), the deep-rollback snapshots,
-the branch cache's tails and the lookup drafter's index.
+(KV rows and recurrent state, the draft model's and the block drafter's context rows
+included), the deep-rollback snapshots, the branch cache's tails and the lookup drafter's
+index.
 
 Eviction, when the parts together pass the budget, goes in this order:
 
@@ -61,7 +62,8 @@ class MemoryUse:
     live state does not hold too, and `total` counts an array shared by several parts
     once (a recurrent snapshot is a reference: a tail and the live state may share one)."""
 
-    kv: int  # the live state: KV rows and recurrent state (the draft model's included)
+    kv: int  # the live state: KV rows and recurrent state (the draft model's and the block
+    # drafter's context rows included)
     snapshots: int
     branch_cache: int
     drafter: int  # the lookup drafter's index
@@ -82,26 +84,29 @@ class MemoryBudget:
         states: Sequence[SequenceState],
         branches: BranchCache,
         drafter: SuffixDrafter,
+        live: Sequence[Any] = (),
     ) -> MemoryUse:
         """Give each part its share of what the live states leave, in the order of the
         module docstring (the last to be evicted is served first), and evict now what
-        does not fit. `states`: the session's state first, then the draft model's."""
-        room = max(0, self.max_bytes - _live_bytes(states))
+        does not fit. `states`: the session's state first, then the draft model's; `live`:
+        other parts the context needs whole (`nbytes()`: the block drafter's rows)."""
+        room = max(0, self.max_bytes - _live_bytes(states, live))
         drafter.set_budget(room)
         room = max(0, room - drafter.nbytes())
         for state in states:
             state.set_snapshot_budget(room)
             room = max(0, room - _own_snapshot_bytes(state))
         branches.set_budget(room)
-        return self.measure(states, branches, drafter)
+        return self.measure(states, branches, drafter, live)
 
     def measure(
         self,
         states: Sequence[SequenceState],
         branches: BranchCache,
         drafter: SuffixDrafter,
+        live: Sequence[Any] = (),
     ) -> MemoryUse:
-        kv = _live_bytes(states)
+        kv = _live_bytes(states, live)
         snapshots = sum(_own_snapshot_bytes(state) for state in states)
         held = {id(a): a for state in states for a in _state_arrays(state)}
         shared = sum(int(a.nbytes) for a in _tail_arrays(branches) if id(a) in held)
@@ -118,8 +123,9 @@ def _checked(max_bytes: int | None) -> int:
     return max_bytes
 
 
-def _live_bytes(states: Iterable[SequenceState]) -> int:
-    return sum(layer.nbytes() for state in states for layer in state.layers)
+def _live_bytes(states: Iterable[SequenceState], live: Iterable[Any] = ()) -> int:
+    held = sum(layer.nbytes() for state in states for layer in state.layers)
+    return held + sum(int(part.nbytes()) for part in live)
 
 
 def _own_snapshot_bytes(state: SequenceState) -> int:

@@ -350,7 +350,8 @@ class Session:
 
     def enforce_memory(self) -> MemoryUse:
         states = [self.state] + ([self.draft_drafter.state] if self.draft_drafter else [])
-        return self.memory.enforce(states, self.branches, self.lookup)
+        live = [self.block_drafter] if self.block_drafter is not None else []
+        return self.memory.enforce(states, self.branches, self.lookup, live)
 
     def _drafter(self, choice: str) -> tuple[Drafter | None, AcceptanceModel | None]:
         if choice == ev.DrafterKind.OFF:

@@ -255,6 +255,15 @@ def test_the_block_choice_pools_the_block_drafter_with_lookup(
     assert members["lookup"].drafter is session.lookup
     assert members["lookup"].acceptance is session.acceptance[ev.DrafterKind.LOOKUP]
     assert session._drafter(ev.DrafterKind.AUTO)[0] is pool  # Auto on the CPU: the pool
+    # the drafter's context rows count in the memory budget's live state
+    events: list[Any] = []
+    settings = ev.GenerationSettings(max_tokens=6, drafter="block", raw=True)
+    request = ev.Generate("r", (ev.Message("user", "the cat sat on the mat"),), settings)
+    session.generate(request, events.append, lambda: False)
+    assert any(isinstance(e, ev.Finished) for e in events)
+    rows = session.block_drafter.nbytes() if session.block_drafter is not None else 0
+    live = sum(layer.nbytes() for layer in session.state.layers)
+    assert rows > 0 and session.enforce_memory().kv == live + rows
     config = EngineConfig(backend="mlx", dtype="float32", block_drafter=str(drafter))
     session = Session(load_model(model_path, config), config=config)
     assert isinstance(session._drafter(ev.DrafterKind.BLOCK)[0], DrafterPool)
