@@ -150,8 +150,7 @@ class BlockDrafter:
         self._queued, self._queued_rows = [], 0
         c = ops.rms_norm(ops.linear(h, self.w.fc), self.w.hidden_norm, s.eps)
         for layer, kv in zip(self.w.layers, self.kv, strict=True):
-            k = self._heads(ops.linear(c, layer["k_proj"]), s.kv_heads)
-            v = self._heads(ops.linear(c, layer["v_proj"]), s.kv_heads)
+            k, v = self._split_kv(ops.linear(c, layer["kv_proj"]))
             kv.append(self._rope(k, start), v)
 
     # -- drafting -----------------------------------------------------------------------
@@ -193,15 +192,16 @@ class BlockDrafter:
         for layer, kv in zip(w.layers, self.kv, strict=True):
             a = ops.rms_norm(x, layer["input_norm"], s.eps)
             q = self._rope(self._heads(ops.linear(a, layer["q_proj"]), s.heads), P)
-            kb = self._rope(self._heads(ops.linear(a, layer["k_proj"]), s.kv_heads), P)
-            vb = self._heads(ops.linear(a, layer["v_proj"]), s.kv_heads)
+            kb, vb = self._split_kv(ops.linear(a, layer["kv_proj"]))
+            kb = self._rope(kb, P)
             keys = ops.concat([kv.keys[:, :n], kb.astype(kv.keys.dtype)], axis=1)
             values = ops.concat([kv.values[:, :n], vb.astype(kv.values.dtype)], axis=1)
             att = ops.attention(q, keys, values, s.head_dim**-0.5, mask)
             x = x + ops.linear(self._rows(att), layer["o_proj"])
             b = ops.rms_norm(x, layer["post_norm"], s.eps)
-            gate, up = ops.linear(b, layer["gate_proj"]), ops.linear(b, layer["up_proj"])
-            x = x + ops.linear(ops.silu(gate) * up, layer["down_proj"])
+            gate_up = ops.linear(b, layer["gate_up"])
+            F = s.intermediate
+            x = x + ops.linear(ops.silu(gate_up[:, :F]) * gate_up[:, F:], layer["down_proj"])
         out = ops.linear(ops.rms_norm(x[1:], w.final_norm, s.eps), w.head)
         ops.evaluate(out)
         return out
@@ -210,6 +210,12 @@ class BlockDrafter:
         """[L, heads * Dh] -> [heads, L, Dh]"""
         L = int(x.shape[0])
         return x.reshape(L, heads, self.w.shape.head_dim).transpose(1, 0, 2)
+
+    def _split_kv(self, kv: Array) -> tuple[Array, Array]:
+        """[L, 2 * kv_heads * Dh] of the fused k|v product -> k, v as [kv_heads, L, Dh]."""
+        width = self.w.shape.kv_heads * self.w.shape.head_dim
+        heads = self.w.shape.kv_heads
+        return self._heads(kv[:, :width], heads), self._heads(kv[:, width:], heads)
 
     def _rows(self, x: Array) -> Array:
         """[heads, L, Dh] -> [L, heads * Dh]"""

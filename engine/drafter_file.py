@@ -194,6 +194,9 @@ class BlockDrafterWeights:
             }
             for i in range(shape.layers)
         ]
+        for layer in self.layers:  # fused products: k|v (the context's rows too), gate|up
+            layer["kv_proj"] = ops.concat_weights([layer.pop("k_proj"), layer.pop("v_proj")])
+            layer["gate_up"] = ops.concat_weights([layer.pop("gate_proj"), layer.pop("up_proj")])
 
 
 def read_metadata(path: Path) -> dict[str, str]:

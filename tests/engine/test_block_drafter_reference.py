@@ -74,7 +74,7 @@ def test_the_int8_cpu_drafts_with_q8_0_weights_within_their_rounding(case: dict)
     pass with its context one row short misses by over twice that (1.8% and 9.6%)."""
     lm = load_model(default_model_path(), EngineConfig(backend="numpy"))
     drafter = drafter_on(lm, case)
-    assert isinstance(drafter.w.layers[0]["q_proj"], int8_matmul.Int8Matrix)
+    assert isinstance(drafter.w.layers[0]["kv_proj"], int8_matmul.Int8Matrix)
     block, pending = int(case["block"]), int(case["pending"])
     want = case["logits"]
     tolerance = 0.03 * float(np.abs(want).max())
