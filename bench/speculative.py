@@ -15,8 +15,8 @@ Workloads (greedy by default, so every mode must produce the same tokens):
 - mixed: ten held-out conversations of chat, code, lists and follow-ups (each earlier turn
   answered by the model, the last one measured).
 
-Modes: plain (drafter off), auto (what the engine picks: a draft model when one is loaded,
-else on the CPU the block pool, else prompt lookup), block (the block drafter pooled with
+Modes: plain (drafter off), auto (what the engine picks: every drafter it has, pooled; here
+on the CPU the block drafter with prompt lookup, on a GPU prompt lookup alone), block (the block drafter pooled with
 prompt lookup, each round the one promising more: engine/drafter_pool.py), lookup (prompt
 lookup alone). Fairness: the lookup
 drafter learns from every request its session saw, so every measured conversation runs in

@@ -164,3 +164,17 @@ class DrafterPool:
     def end(self) -> None:
         for member in self.members:
             member.drafter.end()
+
+
+def choice_pools(
+    lookup: Member, block: Member | None, draft_model: Member | None, block_in_auto: bool
+) -> tuple[DrafterPool | None, DrafterPool | None]:
+    """The pools behind a session's drafter choices. "block": the block drafter, and lookup
+    where it promises more (a regenerate). Auto: every drafter there is, pooled (a draft
+    model; the block drafter where `block_in_auto`, where it was measured paying beside
+    lookup alone; lookup); None where lookup would be alone."""
+    block_pool = DrafterPool([block, lookup]) if block is not None else None
+    if draft_model is None:
+        return block_pool, block_pool if block_in_auto else None
+    models = [draft_model, *([block] if block is not None and block_in_auto else [])]
+    return block_pool, DrafterPool([*models, lookup])

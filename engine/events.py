@@ -20,9 +20,10 @@ from engine.sampling import SamplingSettings
 class DrafterKind(StrEnum):
     """What proposes draft tokens for speculative decoding."""
 
-    # the draft model when one is loaded; else, on the CPU, the block drafter pooled with
-    # prompt lookup where a block drafter fits the model; else prompt lookup (the block
-    # drafter is not yet measured paying on a GPU: docs/BENCHMARKS.md, "The block drafter")
+    # every drafter the session has, pooled (engine.drafter_pool): a loaded draft model,
+    # on the CPU the block drafter where one fits the model (not yet measured paying on a
+    # GPU: docs/BENCHMARKS.md, "The block drafter"), and prompt lookup, which proposes
+    # alone where there is nothing else
     AUTO = "auto"
     OFF = "off"
     LOOKUP = "lookup"  # prompt lookup over everything seen (engine.drafters.SuffixDrafter)

@@ -25,7 +25,7 @@ from engine.branch_cache import BranchCache
 from engine.chat_template import ChatTemplateError, render_chat
 from engine.config import EngineConfig
 from engine.decoding import AcceptanceModel, CostModel, DecodeRequest, decode
-from engine.drafter_pool import DrafterPool
+from engine.drafter_pool import Member, choice_pools
 from engine.drafters import Drafter, DraftModelDrafter
 from engine.errors import ContextOverflow, EngineError
 from engine.loader import LoadedModel
@@ -76,15 +76,14 @@ class Session:
         self.draft = draft
         self.draft_drafter = DraftModelDrafter(draft.runner) if draft is not None else None
         self.block_drafter, self.block_problem = load_block_drafter(config.block_drafter, loaded)
-        self.acceptance = {kind: AcceptanceModel() for kind in ev.DrafterKind}
-        # "block": the block drafter, and lookup where it promises more (a regenerate); Auto
-        # too where that was measured paying beside lookup alone, the CPU (BENCHMARKS.md)
-        self.block_pool = self.auto_pool = None
-        if self.block_drafter is not None:
-            blocks = (self.block_drafter, self.acceptance[ev.DrafterKind.BLOCK])
-            looks = (self.lookup, self.acceptance[ev.DrafterKind.LOOKUP])
-            self.block_pool = DrafterPool.of(block=blocks, lookup=looks)
-            self.auto_pool = self.block_pool if loaded.ops.name == "numpy" else None
+        self.acceptance = acc = {kind: AcceptanceModel() for kind in ev.DrafterKind}
+        draft_d, block_d, kind = self.draft_drafter, self.block_drafter, ev.DrafterKind
+        self.block_pool, self.auto_pool = choice_pools(
+            Member("lookup", self.lookup, acc[kind.LOOKUP]),
+            Member("block", block_d, acc[kind.BLOCK]) if block_d is not None else None,
+            Member("draft_model", draft_d, acc[kind.DRAFT_MODEL]) if draft_d is not None else None,
+            block_in_auto=loaded.ops.name == "numpy",  # measured paying there (BENCHMARKS.md)
+        )
         self.template = self.tokenizer.chat_template  # None: plain text completion only
         self._warned_inexact = False
 
@@ -365,11 +364,12 @@ class Session:
                 )
                 self._warned_inexact = True
             return None, None
-        can_use_draft_model = choice in (ev.DrafterKind.DRAFT_MODEL, ev.DrafterKind.AUTO)
-        if can_use_draft_model and self.draft_drafter is not None:
-            return self.draft_drafter, self.acceptance[ev.DrafterKind.DRAFT_MODEL]
         if choice == ev.DrafterKind.DRAFT_MODEL:
-            raise EngineError("No draft model is loaded; pick one in the settings or use lookup.")
+            if self.draft_drafter is None:
+                raise EngineError(
+                    "No draft model is loaded; pick one in the settings or use lookup."
+                )
+            return self.draft_drafter, self.acceptance[ev.DrafterKind.DRAFT_MODEL]
         if choice == ev.DrafterKind.BLOCK and self.block_pool is None:
             raise EngineError(self.block_problem)
         pool = self.block_pool if choice == ev.DrafterKind.BLOCK else self.auto_pool

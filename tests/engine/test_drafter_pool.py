@@ -268,3 +268,33 @@ def test_the_block_choice_pools_the_block_drafter_with_lookup(
     session = Session(load_model(model_path, config), config=config)
     assert isinstance(session._drafter(ev.DrafterKind.BLOCK)[0], DrafterPool)
     assert session._drafter(ev.DrafterKind.AUTO)[0] is session.lookup  # not measured there
+
+
+def test_auto_pools_a_loaded_draft_model_with_lookup(tiny_models: TinyModels) -> None:
+    """Auto with a draft model loaded: the draft model pooled with prompt lookup (lookup's
+    matches first, a regenerate's copy); the "draft model" choice is the model alone.
+    Greedy output is plain decoding's either way."""
+    from engine import events as ev
+    from engine.session import Session
+
+    config = EngineConfig(backend="numpy")
+    target = load_model(tiny_models.gguf(qtype="F32", seed=0)[0], config)
+    draft = load_model(tiny_models.gguf(qtype="F32", seed=1)[0], config)
+    session = Session(target, draft=draft, config=config)
+    session.costs = cost_model(gpu_flat)  # a verify as cheap as a step: drafting pays
+    auto, acceptance = session._drafter(ev.DrafterKind.AUTO)
+    assert isinstance(auto, DrafterPool) and acceptance is auto.acceptance
+    assert [m.name for m in auto.members] == ["draft_model", "lookup"]
+    assert [m.drafter for m in auto.members] == [session.draft_drafter, session.lookup]
+    assert session._drafter(ev.DrafterKind.DRAFT_MODEL)[0] is session.draft_drafter
+    replies = {}
+    for choice in ("off", "auto"):
+        events: list[Any] = []
+        settings = ev.GenerationSettings(max_tokens=12, drafter=choice, raw=True)
+        request = ev.Generate(choice, (ev.Message("user", "the cat sat on the mat"),), settings)
+        session.generate(request, events.append, lambda: False)
+        replies[choice] = next(e for e in events if isinstance(e, ev.Finished))
+    assert replies["auto"].token_ids == replies["off"].token_ids
+    assert replies["auto"].stats is not None and replies["auto"].stats.drafted > 0
+    plain = Session(target, config=config)  # no draft model, no block drafter: lookup alone
+    assert plain._drafter(ev.DrafterKind.AUTO)[0] is plain.lookup
