@@ -16,11 +16,11 @@ Workloads (greedy by default, so every mode must produce the same tokens):
   answered by the model, the last one measured).
 
 Modes: plain (drafter off), auto (what the engine picks: every drafter it has, pooled; here
-on the CPU the block drafter with prompt lookup, on a GPU prompt lookup alone), block (the block drafter pooled with
-prompt lookup, each round the one promising more: engine/drafter_pool.py), lookup (prompt
-lookup alone). Fairness: the lookup
-drafter learns from every request its session saw, so every measured conversation runs in
-its own fresh Session that first ran the conversation's earlier requests, in the same mode;
+on the CPU the block drafter with prompt lookup, on a GPU prompt lookup alone), block (the
+block drafter pooled with prompt lookup, each round the one promising more:
+engine/drafter_pool.py), lookup (prompt lookup alone). Fairness: the lookup drafter learns
+from every request its session saw, so every measured conversation runs in its own fresh
+Session that first ran the conversation's earlier requests, in the same mode;
 all modes see the same token history. Every Session starts from one shared calibration of
 the forward cost (what Engine does at model load), and the modes rotate run by run so a
 burst of load hits each. Throughput is the engine's own decode rate of the measured

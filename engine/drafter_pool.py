@@ -90,11 +90,6 @@ class DrafterPool:
         self._ranked: list[Choice] = []
         self.proposals: dict[str, int] = {m.name: 0 for m in members}  # drafts, by member
 
-    @classmethod
-    def of(cls, **members: tuple[Drafter, AcceptanceModel]) -> DrafterPool:
-        """A pool of name=(drafter, its acceptance model), in order of preference on a tie."""
-        return cls([Member(name, d, acc) for name, (d, acc) in members.items()])
-
     # -- the choice --------------------------------------------------------------------
     def choose_k(self, costs: CostModel, room: int) -> int:
         """Rank the members by expected tokens per second at their best k; the largest of

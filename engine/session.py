@@ -370,11 +370,12 @@ class Session:
                     "No draft model is loaded; pick one in the settings or use lookup."
                 )
             return self.draft_drafter, self.acceptance[ev.DrafterKind.DRAFT_MODEL]
-        if choice == ev.DrafterKind.BLOCK and self.block_pool is None:
-            raise EngineError(self.block_problem)
-        pool = self.block_pool if choice == ev.DrafterKind.BLOCK else self.auto_pool
-        if choice in (ev.DrafterKind.BLOCK, ev.DrafterKind.AUTO) and pool is not None:
-            return pool, pool.acceptance
+        if choice == ev.DrafterKind.BLOCK:
+            if self.block_pool is None:
+                raise EngineError(self.block_problem)
+            return self.block_pool, self.block_pool.acceptance
+        if choice == ev.DrafterKind.AUTO and self.auto_pool is not None:
+            return self.auto_pool, self.auto_pool.acceptance
         return self.lookup, self.acceptance[ev.DrafterKind.LOOKUP]
 
     # -- persistent prompt cache ------------------------------------------------------------
