@@ -41,3 +41,9 @@ import json, sys
 r = json.load(open(sys.argv[1]))
 print(json.dumps(r, indent=1)[:3000])" "$out/speculative-block-${workloads//,/-}.json"
 done
+# which member drafts each round there, split by whether lookup had a match (the rule that
+# lookup goes first with a match was decided on the CPU's counts: docs/BENCHMARKS.md)
+python3 -m tools.drafter.pool_rounds --workload open_chat | tail -n 1 > "$out/pool-rounds-open-chat.json"
+python3 -m tools.drafter.pool_rounds --workload open_chat --rank-only | tail -n 1 \
+  > "$out/pool-rounds-open-chat-rank-only.json"
+cat "$out"/pool-rounds-*.json
