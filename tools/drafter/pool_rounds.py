@@ -17,6 +17,8 @@ from __future__ import annotations
 import argparse
 import json
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from bench import common
@@ -33,9 +35,11 @@ class Tally:
         self.rows: dict[tuple[str, bool], list[int]] = defaultdict(lambda: [0, 0, 0])
         self.key: tuple[str, bool] | None = None
 
-    def install(self) -> None:
-        """Wrap the pool's propose and its acceptance's observe to count each round."""
-        propose, observe = DrafterPool.propose, PoolAcceptance.observe
+    @contextmanager
+    def installed(self, rank_only: bool) -> Iterator[None]:
+        """The pool's propose and its acceptance's observe wrapped to count each round
+        (and, with `rank_only`, no member counted free), put back on the way out."""
+        propose, observe, free = DrafterPool.propose, PoolAcceptance.observe, Member.free
 
         def counted_propose(pool: DrafterPool, pending: int, k: int) -> Draft:
             lookup = next(m for m in pool.members if m.name == "lookup")
@@ -53,6 +57,14 @@ class Tally:
 
         DrafterPool.propose = counted_propose  # type: ignore[method-assign]
         PoolAcceptance.observe = counted_observe  # type: ignore[method-assign]
+        if rank_only:
+            Member.free = property(lambda _m: False)  # type: ignore[assignment, method-assign]
+        try:
+            yield
+        finally:
+            DrafterPool.propose = propose  # type: ignore[method-assign]
+            PoolAcceptance.observe = observe  # type: ignore[method-assign]
+            Member.free = free  # type: ignore[method-assign]
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -62,19 +74,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--max-tokens", type=int, default=128)
     p.add_argument("--rank-only", action="store_true", help="no free-member-first rule")
     args = p.parse_args(argv)
-    if args.rank_only:
-        Member.free = property(lambda _m: False)  # type: ignore[assignment, method-assign]
     tally = Tally()
-    tally.install()
     config = EngineConfig()
     loaded = load_model(common.default_model(), config)
     calibration = Session(loaded, config=config)
     calibration.calibrate()
     work = bench.WORKLOADS[args.workload]
     tok_s = []
-    for _ in range(args.runs):
-        sample = bench.measure(loaded, config, calibration.costs, work, "block", args.max_tokens)
-        tok_s.append(round(sample.tok_s, 1))
+    with tally.installed(args.rank_only):
+        for _ in range(args.runs):
+            costs = calibration.costs
+            sample = bench.measure(loaded, config, costs, work, "block", args.max_tokens)
+            tok_s.append(round(sample.tok_s, 1))
     rows = [
         {"member": member, "lookup_had_match": match, "rounds": r, "drafted": d, "accepted": a}
         for (member, match), (r, d, a) in sorted(tally.rows.items())
