@@ -40,7 +40,7 @@ from engine.errors import ModelLoadError, StateError
 from engine.kv_state import FullKV
 from engine.models.base import DecoderModel
 from engine.sequence import SequenceState
-from kernels.ops import Array, Ops
+from kernels.ops import Array, CausalMask, Ops
 
 QUEUE_ROWS = 256  # queued target rows projected at once when no draft asked for them
 
@@ -187,8 +187,9 @@ class BlockDrafter:
             x0 = x0 * self.target.config.embed_scale
         x = ops.concat([x0, ops.concat([w.mask_embedding] * k, axis=0)], axis=0)
         n = self.kv[0].length
-        mask = np.ones((L, n + L), dtype=bool)
-        mask[:, n:] = np.tril(np.ones((L, L), dtype=bool))
+        # every context row, and causal inside the block: the causal mask of rows n..n+L-1
+        # (MLX's fused causal form; no bool array to build and copy to the device)
+        mask = CausalMask(n, L)
         for layer, kv in zip(w.layers, self.kv, strict=True):
             a = ops.rms_norm(x, layer["input_norm"], s.eps)
             q = self._rope(self._heads(ops.linear(a, layer["q_proj"]), s.heads), P)
