@@ -253,12 +253,17 @@ def load_block_drafter(setting: str | None, loaded: Any) -> tuple[BlockDrafter |
         meta, cfg = read_metadata(path), target.config
         if setting is None and meta.get("target_vocab", str(cfg.vocab_size)) != str(cfg.vocab_size):
             return None, none  # shipped for another model (its vocabulary says so at once)
-        signature = target_signature(cfg, loaded.tokenizer)
+        built = loaded.built  # what earlier sessions on this model built, by file version
+        signature = built.get("target_signature") or target_signature(cfg, loaded.tokenizer)
+        built["target_signature"] = signature
         if setting is None and meta and meta.get("target_check") != signature:
             return None, none
         check_digest(path)
-        weights = BlockDrafterWeights(path, target, signature)
-    except ModelLoadError as exc:
+        stat = path.stat()
+        key = ("block_drafter", str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+        weights = built.get(key) or BlockDrafterWeights(path, target, signature)
+        built[key] = weights  # read-only: each session's drafter keeps its own rows
+    except (ModelLoadError, OSError) as exc:
         return None, f"block drafter not used: {exc}"
     return BlockDrafter(weights, target), ""
 

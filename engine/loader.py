@@ -62,6 +62,9 @@ class LoadedModel:
     ops: Ops
     weight_files: tuple[Path, ...]  # every file the weights and their config were read from
     digests: DigestCache = field(default_factory=lambda: DigestCache(None))
+    # read-only things built for this model and shared by its sessions (a block drafter's
+    # weights, by file version): a new session on the same model does not rebuild them
+    built: dict[Any, Any] = field(default_factory=dict)
 
     @property
     def name(self) -> str:

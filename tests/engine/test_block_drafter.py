@@ -317,3 +317,32 @@ def test_a_bfloat16_file_is_refused_by_name(target: Any, tmp_path: Path) -> None
     mx.save_safetensors(str(path), arrays, drafter_metadata(cfg, SIGNATURE, 1, 32, 8))
     with pytest.raises(ModelLoadError, match="bf16.safetensors.*type this format does not use"):
         BlockDrafterWeights(path, target.model, SIGNATURE)
+
+
+def test_sessions_on_one_model_share_its_weights_not_its_rows(
+    tiny_models: Any, tmp_path: Path
+) -> None:
+    """A second session on the same loaded model reuses the drafter's weights (Q8_0
+    rounding and the target's check are not redone) with rows of its own; a file
+    rewritten since is read again."""
+    import os
+
+    from engine.block_drafter import load_block_drafter
+    from engine.config import EngineConfig
+    from engine.drafter_file import target_signature
+    from engine.loader import load_model
+
+    loaded = load_model(tiny_models.gguf(qtype="F32", seed=0)[0], EngineConfig(backend="numpy"))
+    signature = target_signature(loaded.config, loaded.tokenizer)
+    path = write_drafter(tmp_path / "d.safetensors", loaded.config, signature, block=6)
+    first, problem = load_block_drafter(str(path), loaded)
+    second, _ = load_block_drafter(str(path), loaded)
+    assert problem == "" and first is not None and second is not None
+    assert second.w is first.w and second.kv is not first.kv
+    first.begin([1, 2, 3])
+    first.observe_hidden(np.ones((3, loaded.config.hidden_size), dtype=np.float32), 0)
+    assert first.cursor == 3 and second.cursor == 0
+    write_drafter(path, loaded.config, signature, block=6, seed=1)
+    os.utime(path, ns=(1, 1))  # another version of the file, whatever the clock's grain
+    third, _ = load_block_drafter(str(path), loaded)
+    assert third is not None and third.w is not first.w
