@@ -34,7 +34,7 @@ from engine.config import EngineConfig
 from engine.decoding import CostModel, cut_draft
 from engine.default_model import default_model_path
 from engine.drafter_file import BlockDrafterWeights, target_signature
-from engine.drafter_pool import DrafterPool
+from engine.drafter_pool import DrafterPool, Member
 from engine.drafters import Draft
 from engine.loader import load_model
 from engine.session import Session
@@ -134,8 +134,8 @@ def collect(args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray]:
     for n, messages in enumerate(conversations(args.limit)):
         session = Session(loaded, config=config)
         session.block_drafter = RecordingDrafter(weights, loaded.model)
-        own = (session.block_drafter, session.acceptance[ev.DrafterKind.BLOCK])
-        session.block_pool = DrafterPool.of(block=own)
+        own = Member("block", session.block_drafter, session.acceptance[ev.DrafterKind.BLOCK])
+        session.block_pool = DrafterPool([own])
         seq = record(session, messages, args.max_tokens)
         c, t = row_stats(weights.vocab, seq, replay(weights, loaded.model, seq, ROWS))
         correct.append(c)

@@ -31,7 +31,7 @@ from engine.block_drafter import BlockDrafter
 from engine.config import EngineConfig
 from engine.default_model import default_model_path
 from engine.drafter_file import BlockDrafterWeights, target_signature
-from engine.drafter_pool import DrafterPool
+from engine.drafter_pool import DrafterPool, Member
 from engine.loader import load_model
 from engine.session import Session
 
@@ -188,8 +188,8 @@ def main(argv: list[str] | None = None) -> None:
         session.block_drafter = RecordingDrafter(weights, loaded.model)
         # the block drafter alone: lookup's drafts would hand it no other rows, but would
         # muddle the live acceptance this prints
-        own = (session.block_drafter, session.acceptance[ev.DrafterKind.BLOCK])
-        session.block_pool = DrafterPool.of(block=own)
+        own = Member("block", session.block_drafter, session.acceptance[ev.DrafterKind.BLOCK])
+        session.block_pool = DrafterPool([own])
         seq = record(session, messages, args.max_tokens)
         logits = replay(weights, loaded.model, seq, args.rows)
         h, c = score(vocab, seq, logits)
