@@ -35,10 +35,14 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import statistics
 import sys
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from bench import common
 from engine.config import EngineConfig
@@ -231,11 +235,38 @@ def run(args: argparse.Namespace, config: EngineConfig) -> dict[str, Any]:
             "sampling": asdict(sampling),
         },
         "block_drafter": None if block is None else {"file": block.w.path.name, **block.w.meta},
+        "block_pass_ms": None if block is None else time_block_pass(block),
         "machine": {**common.machine(), "load_average_1m_at_start": load_at_start},
         "versions": common.versions(),
         "model": {**common.model_info(path), "backend": loaded.ops.name},
     }
     return common.rounded(result)
+
+
+def time_block_pass(
+    drafter: Any, ks: tuple[int, ...] = (1, 4, 8, 15), context: int = 300, repeats: int = 10
+) -> dict[str, float]:
+    """Milliseconds of one draft pass (`propose`, its logits read back included) at each k,
+    over `context` rows of target-shaped noise (a pass's cost does not depend on the
+    values): the median of `repeats` after one warm-up. The drafter is left reset."""
+    rng = np.random.default_rng(0)
+    width = drafter.target.config.hidden_size
+    tokens = [int(t) for t in rng.integers(0, drafter.target.config.vocab_size, context)]
+    drafter.begin(tokens)
+    drafter.observe_hidden(rng.standard_normal((context, width)).astype(np.float32), 0)
+    out: dict[str, float] = {}
+    for k in ks:
+        if k > drafter.max_draft:
+            continue
+        drafter.propose(tokens[-1], k)
+        seconds = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            drafter.propose(tokens[-1], k)
+            seconds.append(time.perf_counter() - t0)
+        out[str(k)] = 1e3 * statistics.median(seconds)
+    drafter.begin([])
+    return out
 
 
 def _command(args: argparse.Namespace) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from bench import speculative
@@ -44,3 +45,27 @@ def test_a_run_writes_its_settings_and_figures(
     assert chat["tokens"] == 8 and chat["lookup"]["tok_s"]["median"] > 0
     assert chat["identical"] is (True if temperature == 0 else None)
     assert ("--temperature 0.7" in result["command"]) == (temperature > 0)
+
+
+@pytest.mark.real_model
+@pytest.mark.skipif(not is_default_model_present(), reason="the default model is not fetched")
+def test_the_pass_timing_leaves_the_drafter_empty_and_drafting_as_before() -> None:
+    from engine.config import EngineConfig
+    from engine.default_model import default_model_path
+    from engine.loader import load_model
+    from engine.session import Session
+
+    session = Session(load_model(default_model_path(), EngineConfig()), config=EngineConfig())
+    drafter = session.block_drafter
+    assert drafter is not None
+    context = list(range(100, 140))
+    rows = np.random.default_rng(1).standard_normal((40, 576)).astype(np.float32)
+    drafter.begin(context)
+    drafter.observe_hidden(rows, 0)
+    before = drafter.propose(7, 4).tokens
+    timed = speculative.time_block_pass(drafter, ks=(1, 4, 99), context=50, repeats=2)
+    assert list(timed) == ["1", "4"] and all(ms > 0 for ms in timed.values())
+    assert drafter.cursor == 0 and drafter.tokens == []
+    drafter.begin(context)
+    drafter.observe_hidden(rows, 0)
+    assert drafter.propose(7, 4).tokens == before
