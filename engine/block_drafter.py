@@ -163,19 +163,21 @@ class BlockDrafter:
                 f"the block drafter's rows end at position {self.cursor}, its context at "
                 f"{len(self.tokens)}: it would draft from stale rows"
             )
-        logits = np.asarray(self.ops.to_numpy(self.block_logits(pending, k)), dtype=np.float64)
+        block = self.block_logits(pending, k)
+        top, probability = self.ops.top1_rows(block)  # a greedy draft reads no more
+        sure = running_product(probability)
+        if self._sample is None:
+            return Draft([int(t) for t in self.w.vocab[top]], sure)
         drafted: list[int] = []
         history = [*self.tokens, pending]
-        for row in logits:
-            if self._sample is None:
-                token = int(self.w.vocab[int(np.argmax(row))])
-            else:  # q over the whole vocabulary: nothing outside the draft vocabulary
-                full = np.full(self.target.config.vocab_size, -np.inf)
-                full[self.w.vocab] = row
-                token = self._sample(full, history)
+        for row in np.asarray(self.ops.to_numpy(block), dtype=np.float64):
+            # q over the whole vocabulary: nothing outside the draft vocabulary
+            full = np.full(self.target.config.vocab_size, -np.inf)
+            full[self.w.vocab] = row
+            token = self._sample(full, history)
             drafted.append(token)
             history.append(token)
-        return Draft(drafted, confidence(logits))
+        return Draft(drafted, sure)
 
     def block_logits(self, pending: int, k: int) -> Array:
         """Draft-vocabulary logits [k, N] of the block rows 1..k after `pending`."""
@@ -228,15 +230,19 @@ class BlockDrafter:
         return self.ops.rope(x, offset, s.head_dim, s.rope_base, False)
 
 
+def running_product(top: np.ndarray) -> list[float]:
+    """Given each row's top-1 probability, the running product: the drafter's estimate
+    that rows 1..j are all accepted. On held-out chats the shipped drafter's estimate is a
+    little under the observed rate at every level (docs/BENCHMARKS.md, "The block
+    drafter"), so a cut by it errs toward fewer rows. It reads the rows' distributions
+    alone, never the tokens drawn from them."""
+    return [float(p) for p in np.cumprod(np.asarray(top, dtype=np.float64))]
+
+
 def confidence(logits: np.ndarray) -> list[float]:
-    """Per row of block logits [k, N], the running product of each row's top-1
-    probability: the drafter's estimate that rows 1..j are all accepted. On held-out chats
-    the shipped drafter's estimate is a little under the observed rate at every level
-    (docs/BENCHMARKS.md, "The block drafter"), so a cut by it errs toward fewer rows.
-    It reads the rows' distributions alone, never the tokens drawn from them."""
+    """`running_product` of block logits [k, N]'s rows' top-1 probabilities."""
     z = logits - logits.max(axis=-1, keepdims=True)
-    top = 1.0 / np.exp(z).sum(axis=-1)  # the top-1 term is exp(0) = 1
-    return [float(p) for p in np.cumprod(top)]
+    return running_product(1.0 / np.exp(z).sum(axis=-1))  # the top-1 term is exp(0) = 1
 
 
 def load_block_drafter(setting: str | None, loaded: Any) -> tuple[BlockDrafter | None, str]:

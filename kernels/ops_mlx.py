@@ -191,6 +191,14 @@ class MlxOps:
             return np.array(kept[1])
         return np.array(mx.argmax(x, axis=-1))
 
+    def top1_rows(self, x: mx.array) -> tuple[np.ndarray, np.ndarray]:
+        x = x.astype(mx.float32)
+        top = mx.argmax(x, axis=-1)
+        peak = mx.take_along_axis(x, top[:, None], axis=-1)
+        probability = 1.0 / mx.exp(x - peak).sum(axis=-1)
+        mx.eval(top, probability)  # one wait for the device, k ids and k floats read back
+        return np.array(top), np.array(probability, dtype=np.float32)
+
     def remember_argmax(self, logits: mx.array, top: mx.array) -> None:
         """`top` = argmax(logits, axis=-1), evaluated with `logits` by their producer (the
         fused step: in the launch's own evaluation), so a greedy read of these logits

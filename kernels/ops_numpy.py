@@ -302,6 +302,12 @@ class NumpyOps:
     def argmax_rows(self, x: np.ndarray) -> np.ndarray:
         return np.argmax(x, axis=-1)
 
+    def top1_rows(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        x = _as_f32(x)
+        top = np.argmax(x, axis=-1)
+        peak = np.take_along_axis(x, top[:, None], axis=-1)
+        return top, 1.0 / np.exp(x - peak).sum(axis=-1)  # the top term is exp(0) = 1
+
     def snapshot(self, x: np.ndarray) -> np.ndarray:
         return x.copy()
 
