@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from pathlib import Path
 
@@ -63,6 +64,18 @@ def cmd_generate(args: argparse.Namespace) -> None:
     ended = sum(int(seqs.reply(i)[-1] == target.eos_id) for i in range(len(seqs)))
     print(f"{len(seqs)} sequences, {int(replies.sum())} reply tokens (mean {replies.mean():.0f}), "
           f"{ended} ended at EOS, {time.time() - started:.0f} s -> {args.out}")  # fmt: skip
+
+
+def cmd_merge(args: argparse.Namespace) -> None:
+    """`merge`: sequences files in one, prompt indices as they are (each file's replies
+    answer prompts counted over the same prompt files: a grown set's `generate` takes
+    every earlier file with --passes 0, so its indices follow the earlier ones)."""
+    parts = [data.Sequences.load(path) for path in args.data]
+    merged = data.concatenate(parts)
+    tmp = Path(args.out).with_name(Path(args.out).stem + ".tmp.npz")
+    merged.save(tmp)
+    os.replace(tmp, args.out)
+    print(f"{len(merged)} sequences ({' + '.join(str(len(p)) for p in parts)}) -> {args.out}")
 
 
 def cmd_export(args: argparse.Namespace) -> None:

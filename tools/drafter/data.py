@@ -97,6 +97,25 @@ def draft_vocabulary(seqs: Sequences, indices: np.ndarray, size: int) -> tuple[n
     return vocab, float(counts[vocab].sum() / counts.sum())
 
 
+def coverage(seqs: Sequences, indices: np.ndarray, vocab: np.ndarray) -> float:
+    """The share of the replies' tokens over `indices` that `vocab` holds."""
+    tokens = np.concatenate([seqs.reply(i) for i in indices])
+    return float(np.isin(tokens, vocab).mean())
+
+
+def concatenate(parts: list[Sequences]) -> Sequences:
+    """One sequences file of several, in order; prompt indices kept as they are (each part
+    must count its prompts over the same prompt files, in the same order)."""
+    seqs, starts, sampled, prompt = [], [], [], []
+    for part in parts:
+        for n in range(len(part)):
+            seqs.append(part.sequence(n))
+            starts.append(int(part.reply_start[n]))
+            sampled.append(bool(part.sampled[n]))
+            prompt.append(int(part.prompt_index[n]))
+    return Sequences.from_lists(seqs, starts, sampled, prompt)
+
+
 @dataclass(frozen=True)
 class Batch:
     tokens: torch.Tensor  # [N, T] right-padded

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tools.drafter.data import Sequences
+from tools.drafter.data import Sequences, concatenate
 from tools.drafter.target import Target
 
 TEMPERATURES = (0.7, 0.85, 1.0)
@@ -131,14 +131,7 @@ def generate_replies(
         done += len(part)
         log(f"generate: chunk {c + 1}/{len(chunks)}, {done}/{len(plan)} replies, "
             f"{new_tokens} new tokens, {time.time() - started:.0f} s")  # fmt: skip
-    seqs, starts, sampled, prompt_ids = [], [], [], []
-    for part in parts:
-        for n in range(len(part)):
-            seqs.append(part.sequence(n))
-            starts.append(int(part.reply_start[n]))
-            sampled.append(bool(part.sampled[n]))
-            prompt_ids.append(int(part.prompt_index[n]))
-    return Sequences.from_lists(seqs, starts, sampled, prompt_ids)
+    return concatenate(parts)
 
 
 def _generate_chunk(target, prompts, members, temperature, max_new, batch_size, seed, c):

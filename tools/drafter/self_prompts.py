@@ -20,6 +20,7 @@ transformers and torch, so the H200 has them) and the GGUF's metadata via gguf_t
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -160,9 +161,11 @@ def sample_chunk(target, tokenizer, flt: Filter, k: int, *, chunk: int, batch_si
 def sample_prompts(target, tokenizer, count: int, state: Path, *, chunk: int = 1024,
                    batch_size: int = 1024, max_turn_tokens: int = 128, temperature: float = 1.0,
                    top_p: float = 0.95, seed: int = 0, deadline: float | None = None,
+                   avoid: frozenset[str] = frozenset(),
                    log=print) -> list[dict] | None:  # fmt: skip
     """`count` conversations (chunks on disk first), or None when `deadline` comes before
-    the next chunk could end (judged by the last chunk's time)."""
+    the next chunk could end (judged by the last chunk's time). A turn equal to one in
+    `avoid` (normalised: an earlier set's, `avoided_turns`) is dropped as a duplicate."""
     state = Path(state)
     state.mkdir(parents=True, exist_ok=True)
     settings = {
@@ -172,6 +175,7 @@ def sample_prompts(target, tokenizer, count: int, state: Path, *, chunk: int = 1
         "top_p": top_p,
         "seed": seed,
         "target_check": getattr(target, "check", None),
+        "avoid": hashlib.sha256("\n".join(sorted(avoid)).encode()).hexdigest() if avoid else "",
     }
     manifest = state / "settings.json"
     if manifest.exists() and json.loads(manifest.read_text()) != settings:
@@ -179,7 +183,7 @@ def sample_prompts(target, tokenizer, count: int, state: Path, *, chunk: int = 1
     manifest.write_text(json.dumps(settings, indent=1, sort_keys=True))
     end_id = tokenizer.token_to_id("<|im_end|>")
     end_id = tokenizer.eos_id if end_id is None else end_id
-    flt = Filter(tokenizer, end_id, max_turn_tokens, heldout_turns())
+    flt = Filter(tokenizer, end_id, max_turn_tokens, heldout_turns(), seen=set(avoid))
     records: list[dict] = []
     k, last = 0, 0.0
     while True:
@@ -208,6 +212,15 @@ def sample_prompts(target, tokenizer, count: int, state: Path, *, chunk: int = 1
             records += new
         k += 1
     return records[:count]
+
+
+def avoided_turns(paths: list[Path]) -> frozenset[str]:
+    """The sampled user turns of earlier prompt files (save_prompts'), normalised."""
+    turns = set()
+    for path in paths:
+        with np.load(path) as f:
+            turns |= {normalise(json.loads(m)[-1]["content"]) for m in f["messages"]}
+    return frozenset(turns)
 
 
 def save_prompts(records: list[dict], path: Path, vocab_size: int) -> None:
@@ -244,7 +257,7 @@ def cmd_prompts(args) -> None:
     records = sample_prompts(target, tokenizer, args.count, state, chunk=args.chunk,
                              batch_size=args.batch_size, max_turn_tokens=args.max_turn_tokens,
                              temperature=args.temperature, top_p=args.top_p, seed=args.seed,
-                             deadline=deadline)  # fmt: skip
+                             deadline=deadline, avoid=avoided_turns(args.avoid))  # fmt: skip
     if records is None:
         print(f"prompts: incomplete after {time.time() - started:.0f} s; run again to go on")
         return

@@ -30,6 +30,9 @@ class Settings:
     seed: int = 0
     distill: float = 1.0  # weight of the KL to the target's distribution; 0: hard labels
     distill_temperature: float = 1.0
+    # a drafter file (format 1) the run starts from instead of random weights: its shape
+    # and its draft vocabulary are kept (a warm start on more data, not a new drafter)
+    init: str = ""
 
     def __post_init__(self) -> None:
         if self.steps < 1 or self.batch < 1 or self.anchors < 1 or self.warmup < 0:

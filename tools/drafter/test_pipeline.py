@@ -90,3 +90,37 @@ def test_export_writes_the_spec_file(runs):
     drafter = load_drafter(path, torch.from_numpy(embedding))
     want = whole["drafter"]["layers.0.o_proj.weight"].half().float()
     assert torch.equal(drafter.layers[0].o_proj.weight.detach(), want)
+
+
+def test_a_warm_start_begins_at_the_files_weights_and_vocabulary(runs):
+    tmp, whole, _ = runs
+    path = tmp / "start.safetensors"
+    train.main(["export", "--model", str(MODEL), "--out", str(tmp / "whole"), "--file", str(path)])
+    tensors, _ = read_drafter_file(path)
+    warm = _train(tmp, tmp / "s.npz", "warm", "--init", str(path), "--run-steps", "0")
+    assert warm["step"] == 0 and warm["settings"]["init"] == str(path)
+    start = load_drafter(path, torch.from_numpy(GGUFFile(MODEL).tensor("token_embd.weight")))
+    for name, tensor in start.state_dict().items():
+        assert torch.equal(warm["drafter"][name], tensor), name
+    np.testing.assert_array_equal(warm["drafter"]["vocab"].numpy(), tensors["vocab"])
+    with pytest.raises(SystemExit, match="shape"):
+        _train(tmp, tmp / "s.npz", "wrong", "--init", str(path), "--intermediate", "32")
+
+
+def test_merged_sequences_keep_every_reply_and_its_prompt(tmp_path):
+    rng = np.random.default_rng(1)
+    a = data.Sequences.from_lists(
+        [rng.integers(0, 90, 9) for _ in range(2)], [3, 4], [True, False], [0, 1]
+    )
+    b = data.Sequences.from_lists([rng.integers(0, 90, 7)], [2], [True], [5])
+    a.save(tmp_path / "a.npz")
+    b.save(tmp_path / "b.npz")
+    out = tmp_path / "ab.npz"
+    train.main(
+        ["merge", "--data", str(tmp_path / "a.npz"), str(tmp_path / "b.npz"), "--out", str(out)]
+    )
+    ab = data.Sequences.load(out)
+    assert list(ab.prompt_index) == [0, 1, 5] and list(ab.sampled) == [True, False, True]
+    for n, (part, m) in enumerate([(a, 0), (a, 1), (b, 0)]):
+        np.testing.assert_array_equal(ab.sequence(n), part.sequence(m))
+        assert ab.reply_start[n] == part.reply_start[m]

@@ -165,3 +165,31 @@ def test_generation_resumes_after_a_kill(model, tmp_path, monkeypatch):
     assert deadline is None and not list((tmp_path / "late").glob("chunk_*"))
     with pytest.raises(ValueError, match="other settings"):
         generate.generate_replies(target, prompts, state=tmp_path, **{**options, "seed": 1})
+
+
+def test_a_grown_set_repeats_no_turn_of_the_earlier_one(model, whole, tmp_path, monkeypatch):
+    """GROW's prompts (`--avoid` the carried file): a turn sampled again is a duplicate."""
+    target, tokenizer = model
+    earlier = tmp_path / "self.npz"
+    self_prompts.save_prompts(whole, earlier, tokenizer.vocab_size)
+    avoid = self_prompts.avoided_turns([earlier])
+    assert avoid == {self_prompts.normalise(r["messages"][-1]["content"]) for r in whole}
+    end = tokenizer.token_to_id("<|im_end|>")
+    texts = [r["messages"][-1]["content"] for r in whole]
+    again = iter([tokenizer.encode(t) + [end] for t in texts] * 4)
+
+    def fake_batch(target, prompts, *args):  # every "sampled" turn one the earlier set had
+        return [np.array(next(again)) for _ in prompts]
+
+    monkeypatch.setattr(generate, "_generate_batch", fake_batch)
+    monkeypatch.setattr(prompt_seeds, "SHARES", {"open": 1.0})
+    flt = self_prompts.Filter(tokenizer, end, 200, self_prompts.heldout_turns(), seen=set(avoid))
+    logged = []
+    options = {"temperature": 1.0, "top_p": 0.95, "seed": 0, "log": logged.append}
+    assert (
+        self_prompts.sample_chunk(None, tokenizer, flt, 0, chunk=2, batch_size=2, **options) == []
+    )
+    assert "{'duplicate': 2}" in logged[0]
+    with pytest.raises(ValueError, match="other settings"):  # another avoid set, same folder
+        self_prompts.sample_prompts(target, tokenizer, 0, tmp_path / "s", **SMALL)
+        self_prompts.sample_prompts(target, tokenizer, 0, tmp_path / "s", avoid=avoid, **SMALL)

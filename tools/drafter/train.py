@@ -8,6 +8,7 @@
     python -m tools.drafter.train train --model GGUF --data SEQS.npz --out DIR \
         [--resume] [--minutes M] [--run-steps K] [--steps S] [--distill [W] | --hard-labels]
         [--patience E] [...]
+    python -m tools.drafter.train merge --data SEQS.npz MORE.npz --out ALL.npz
     python -m tools.drafter.train export --model GGUF --out DIR --file drafter.safetensors [--best]
 
 Training: the frozen target computes its last layer's rows for each batch on the fly
@@ -39,9 +40,11 @@ import numpy as np
 import torch
 
 from tools.drafter import data
-from tools.drafter.commands import BEST, CHECKPOINT, cmd_export, cmd_generate
+from tools.drafter.commands import BEST, CHECKPOINT, cmd_export, cmd_generate, cmd_merge
+from tools.drafter.export import load_drafter
 from tools.drafter.losses import mixed_loss, row_target_logp, row_weights
 from tools.drafter.model import BlockDrafter, init_weights
+from tools.drafter.safetensors_io import read_drafter_file
 from tools.drafter.settings import LEGACY_SETTINGS, Settings, better, drafter_config
 from tools.drafter.target import Target
 
@@ -75,10 +78,16 @@ class Trainer:
             self.seqs.prompt_index, s.heldout_fraction, s.seed
         )
         vocab, self.coverage = data.draft_vocabulary(self.seqs, self.train_idx, s.vocab_size)
+        start = self.warm_start(s) if s.init and not saved else None
+        if start is not None:  # the file's vocabulary, and what it covers of this data
+            vocab = start.vocab.numpy()
+            self.coverage = data.coverage(self.seqs, self.train_idx, vocab)
         vocab_t = saved["drafter"]["vocab"] if saved else torch.from_numpy(vocab)
         cfg = drafter_config(self.target.config, s, len(vocab_t))
         self.drafter = BlockDrafter(cfg, self.target.embedding, vocab_t)
         init_weights(self.drafter, s.seed)
+        if start is not None:
+            self.drafter.load_state_dict(start.state_dict())
         self.drafter.to(self.device)
         self.vocab_index = data.vocab_lookup(vocab_t.numpy(), self.target.config["vocab_size"])
         decay = [p for p in self.drafter.parameters() if p.dim() == 2]
@@ -99,6 +108,20 @@ class Trainer:
             self.best = saved.get("best")
         self.weights = row_weights(s.block, s.decay_gamma, self.device)
         self._cache: dict[int, dict[int, torch.Tensor]] = {}
+
+    def warm_start(self, s: Settings) -> BlockDrafter:
+        """The drafter file `s.init` names, refused unless it was trained for this target
+        in the shape these settings give."""
+        _, meta = read_drafter_file(s.init)
+        if meta.get("target_check") != self.target.check:
+            raise SystemExit(f"--init {s.init}: a drafter for another target")
+        start = load_drafter(s.init, self.target.embedding)
+        want = drafter_config(self.target.config, s, start.cfg.vocab_size)
+        if start.cfg != want:
+            raise SystemExit(
+                f"--init {s.init}: its shape {start.cfg} is not these settings' {want}"
+            )
+        return start
 
     def autocast(self):
         return torch.autocast("cuda", torch.bfloat16, enabled=self.device.type == "cuda")
@@ -279,6 +302,9 @@ def parser() -> argparse.ArgumentParser:
     pr.add_argument("--max-turn-tokens", type=int, default=128)
     pr.add_argument("--temperature", type=float, default=1.0)
     pr.add_argument("--top-p", type=float, default=0.95)
+    pr.add_argument(
+        "--avoid", type=Path, nargs="*", default=[], help="earlier prompt files: no repeats"
+    )
     gen = sub.add_parser("generate", help="replies from the target for the prompt set")
     gen.add_argument(
         "--prompts", type=Path, nargs="+", default=[Path(__file__).parent / "prompts.npz"]
@@ -322,6 +348,9 @@ def parser() -> argparse.ArgumentParser:
             tr.add_argument("--hard-labels", dest="distill", action="store_const", const=0.0)
         else:
             tr.add_argument(flag, type=type(f.default), default=f.default)
+    mg = sub.add_parser("merge", help="sequences files in one (a grown data set)")
+    mg.add_argument("--data", type=Path, nargs="+", required=True)
+    mg.add_argument("--out", type=Path, required=True)
     ex = sub.add_parser("export", help="the safetensors file of DIR's checkpoint")
     ex.add_argument("--out", type=Path, required=True, help="the training DIR")
     ex.add_argument("--file", type=Path, required=True)
@@ -345,6 +374,8 @@ def main(argv: list[str] | None = None) -> None:
         cmd_generate(args)
     elif args.command == "train":
         Trainer(args).run()
+    elif args.command == "merge":
+        cmd_merge(args)
     else:
         cmd_export(args)
 
