@@ -1,7 +1,8 @@
 """Speculative decoding on the default model: plain decoding against drafting.
 
     python -m bench speculative [--json] [--runs N] [--backend numpy|mlx] [--max-tokens N]
-                                [--modes plain,auto,block,lookup] [--workloads a,b]
+                                [--modes plain,auto,block,lookup,draft] [--workloads a,b]
+                                [--draft-model GGUF]
                                 [--temperature T --top-p P --seed S]
 
 Workloads (greedy by default, so every mode must produce the same tokens):
@@ -16,7 +17,9 @@ Workloads (greedy by default, so every mode must produce the same tokens):
   answered by the model, the last one measured).
 
 Modes: plain (drafter off), auto (what the engine picks: every drafter it has, pooled; here
-on the CPU the block drafter with prompt lookup, on a GPU prompt lookup alone), block (the
+on the CPU the block drafter with prompt lookup, on a GPU prompt lookup alone; and with
+--draft-model, that model in every mode's session, so auto pools it too), draft (the draft
+model alone), block (the
 block drafter pooled with prompt lookup, each round the one promising more:
 engine/drafter_pool.py), lookup (prompt lookup alone). Fairness: the lookup drafter learns
 from every request its session saw, so every measured conversation runs in its own fresh
@@ -48,7 +51,13 @@ from bench import common
 from engine.config import EngineConfig
 from engine.sampling import SamplingSettings
 
-ALL_MODES = {"plain": "off", "auto": "auto", "block": "block", "lookup": "lookup"}
+ALL_MODES = {
+    "plain": "off",
+    "auto": "auto",
+    "block": "block",
+    "lookup": "lookup",
+    "draft": "draft_model",
+}
 HELD_OUT = json.loads((Path(__file__).parent / "heldout_prompts.json").read_text())
 
 
@@ -130,14 +139,16 @@ def measure(
     drafter: str,
     max_tokens: int,
     sampling: Any = None,
+    draft: Any = None,
 ) -> Sample:
-    """Each conversation in a fresh session: its earlier requests, then the measured one."""
+    """Each conversation in a fresh session (with the draft model `draft`, if any): its
+    earlier requests, then the measured one."""
     from engine import events as ev
     from engine.session import Session
 
     sample = Sample(0, 0.0, (), 0, 0)
     for steps in work.conversations:
-        session = Session(loaded, config=config)
+        session = Session(loaded, draft, config=config)
         session.costs = copy.deepcopy(costs)
         history: tuple[Any, ...] = ()
         for step in steps:
@@ -193,7 +204,10 @@ def run(args: argparse.Namespace, config: EngineConfig) -> dict[str, Any]:
     path = common.default_model()
     load_at_start = common.machine()["load_average_1m"]
     loaded = load_model(path, config)
-    calibration = Session(loaded, config=config)
+    draft = load_model(args.draft_model, config) if args.draft_model else None
+    if ("draft" in args.modes) != (draft is not None):
+        raise SystemExit("the draft mode and --draft-model go together")
+    calibration = Session(loaded, draft, config=config)
     calibration.calibrate()
     costs = calibration.costs
     modes = {name: ALL_MODES[name] for name in args.modes}
@@ -212,7 +226,7 @@ def run(args: argparse.Namespace, config: EngineConfig) -> dict[str, Any]:
             order = order[run_index % len(order) :] + order[: run_index % len(order)]
             for mode in order:
                 sample = measure(
-                    loaded, config, costs, work, modes[mode], args.max_tokens, sampling
+                    loaded, config, costs, work, modes[mode], args.max_tokens, sampling, draft
                 )
                 samples[name][mode].append(sample)
                 print(
@@ -236,6 +250,7 @@ def run(args: argparse.Namespace, config: EngineConfig) -> dict[str, Any]:
         },
         "block_drafter": None if block is None else {"file": block.w.path.name, **block.w.meta},
         "block_pass_ms": None if block is None else time_block_pass(block),
+        "draft_model": None if draft is None else common.model_info(Path(args.draft_model)),
         "machine": {**common.machine(), "load_average_1m_at_start": load_at_start},
         "versions": common.versions(),
         "model": {**common.model_info(path), "backend": loaded.ops.name},
@@ -276,6 +291,8 @@ def _command(args: argparse.Namespace) -> str:
     parts.append(f"--workloads {','.join(args.workloads)}")
     if args.backend:
         parts.append(f"--backend {args.backend}")
+    if args.draft_model:
+        parts.append(f"--draft-model {args.draft_model}")
     if args.temperature:
         parts.append(f"--temperature {args.temperature} --top-p {args.top_p} --seed {args.seed}")
     return " ".join(parts)
@@ -324,6 +341,9 @@ def main(argv: list[str] | None = None, config: EngineConfig | None = None) -> i
     parser.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
     parser.add_argument("--top-p", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=0, help="a sampled run's draws")
+    parser.add_argument(
+        "--draft-model", default=None, help="a GGUF drafting for the default model (mode draft)"
+    )
     args = parser.parse_args(argv)
     if args.runs < 1 or args.max_tokens < 2:
         parser.error("--runs must be >= 1 and --max-tokens >= 2")

@@ -69,3 +69,25 @@ def test_the_pass_timing_leaves_the_drafter_empty_and_drafting_as_before() -> No
     drafter.begin(context)
     drafter.observe_hidden(rows, 0)
     assert drafter.propose(7, 4).tokens == before
+
+
+@pytest.mark.real_model
+@pytest.mark.skipif(not is_default_model_present(), reason="the default model is not fetched")
+def test_a_draft_model_drafts_in_its_mode_and_joins_auto(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The default model drafting for itself: every draft is the target's own greedy token,
+    so the draft mode accepts all it drafts, and the output is plain decoding's."""
+    from engine.default_model import default_model_path
+
+    argv = ["--runs", "1", "--max-tokens", "12", "--modes", "plain,draft,auto", "--workloads"]
+    argv += ["chat", "--json", "--draft-model", str(default_model_path())]
+    assert speculative.main(argv) == 0
+    result = json.loads(capsys.readouterr().out)
+    chat = result["workloads"]["chat"]
+    assert chat["identical"] is True and chat["draft"]["drafted"] > 0
+    assert chat["draft"]["accepted"] == chat["draft"]["drafted"]
+    assert result["draft_model"]["name"] == default_model_path().name
+    assert "--draft-model" in result["command"]
+    with pytest.raises(SystemExit, match="go together"):
+        speculative.main(["--runs", "1", "--modes", "plain,draft", "--workloads", "chat"])
