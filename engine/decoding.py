@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -179,7 +179,7 @@ def cut_draft(draft: Draft, costs: CostModel) -> Draft:
         return draft
     expected = 1.0 + np.cumsum(draft.confidence)
     keep = 1 + int(np.argmax(expected / [costs.cost(k + 2) for k in range(len(expected))]))
-    return Draft(draft.tokens[:keep], draft.confidence[:keep])
+    return replace(draft, tokens=draft.tokens[:keep], confidence=draft.confidence[:keep])
 
 
 @dataclass
@@ -192,8 +192,7 @@ class DecodeRequest:
     drafter: Drafter | None = None
     acceptance: AcceptanceModel | None = None
     context_limit: int = 1 << 30
-    # the prompt's last-layer rows, (start position, rows) per prefill chunk, for a drafter
-    # that wants them (`wants_hidden`, engine/drafters.py)
+    # the prompt's last-layer rows per prefill chunk, (start, rows), for a `wants_hidden` drafter
     prompt_hidden: list[tuple[int, Any]] = field(default_factory=list)
 
 
@@ -262,8 +261,9 @@ def decode(
         draft = drafter.propose(pending, k) if (drafter is not None and k) else Draft([])
         offered = min(k, len(draft.tokens))
         draft = cut_draft(draft, costs)
-        if draft.tokens and req.acceptance is not None:
-            req.acceptance.observe_cost(len(draft.tokens), time.perf_counter() - t0, per_pass)
+        if draft.tokens and req.acceptance is not None:  # (a prompt's setup is not k's cost)
+            spent = time.perf_counter() - t0 - draft.setup_seconds
+            req.acceptance.observe_cost(len(draft.tokens), spent, per_pass)
         rows = [pending, *draft.tokens[:k]]
         t0 = time.perf_counter()
         if len(rows) == 1:

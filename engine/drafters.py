@@ -30,6 +30,7 @@ prompt's rows through `observe_hidden(rows, start)` after the target's prefill.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -55,6 +56,9 @@ class Draft:
     # expected tokens per second peak (decoding.cut_draft). The verify gives the same
     # output at any length, so a cut moves speed alone.
     confidence: list[float] = field(default_factory=list)
+    # seconds of the proposal spent on work that is not this round's drafting (a draft
+    # model forwarding a request's prompt at its first draft): not charged to the draft
+    setup_seconds: float = 0.0
 
 
 class Drafter(Protocol):
@@ -77,41 +81,48 @@ class Drafter(Protocol):
 class DraftModelDrafter:
     """A small model sharing the target's tokenizer, drafting one token per forward.
 
-    Between requests its state holds exactly the committed context: `propose`
-    checkpoints, drafts, and rolls back; `commit` only queues the committed tokens, which
-    the next `propose` (or `end`) forwards in one batched call, so plain steps between
-    drafts cost the draft model nothing until it drafts again. Each draft is a function of
-    the context (what coupled sampling needs): greedy on its own, and under `couple` drawn
-    with the request's sampler from the draft model's logits.
+    Its state holds a prefix of the committed context and a queue holds the rest:
+    `begin` and `commit` only queue tokens, which the next `propose` forwards in one
+    batched call before it checkpoints, drafts and rolls back. So a draft model that is
+    not asked to draft (a pool's member that does not pay, or k = 0) costs nothing, not
+    even the prompt: that is forwarded at the request's first draft, and reported as the
+    draft's `setup_seconds`, since it is the request's cost, not the draft's. Each draft
+    is a function of the context (what coupled sampling needs): greedy on its own, and
+    under `couple` drawn with the request's sampler from the draft model's logits.
     """
 
     def __init__(self, model: Model) -> None:
         self.model = model
         self.state = model.new_state()
         self._sample: Sampler | None = None  # the request's, while one is coupled
-        self._queued: list[int] = []  # committed, not yet forwarded
+        self._queued: list[int] = []  # the context after the state's, not yet forwarded
+        self._prompt = 0  # of those, how many `begin` queued (the prompt's)
 
     def couple(self, sample: Sampler | None) -> None:
         """Draw drafts with the request's sampler (None: greedy) until the request ends."""
         self._sample = sample
 
     def begin(self, context: list[int]) -> None:
-        self._queued = []
         self._sample = None  # a request couples after `begin`, if it samples
-        tokens = self.state.tokens
+        held = len(self.state.tokens)
         lcp = 0
-        for a, b in zip(tokens, context, strict=False):
+        for a, b in zip([*self.state.tokens, *self._queued], context, strict=False):
             if a != b:
                 break
             lcp += 1
-        if lcp < len(tokens):
+        if lcp < held:
             truncate(self.model, self.state, lcp)
-        if lcp < len(context):
-            prefill(self.model, self.state, context[lcp:])
+        self._queued = list(context[len(self.state.tokens) :])
+        self._prompt = len(self._queued)
 
     def propose(self, pending: int, k: int) -> Draft:
         if k <= 0:
             return Draft([])
+        setup = 0.0
+        if self._prompt:
+            t0 = time.perf_counter()
+            self.sync(self._prompt)
+            setup = time.perf_counter() - t0
         self.sync()
         state, model = self.state, self.model
         cp = state.checkpoint()
@@ -129,20 +140,22 @@ class DraftModelDrafter:
                     logits = model.forward([token], state, logits="last")
         finally:
             self._restore(cp)
-        return Draft(drafted)
+        return Draft(drafted, setup_seconds=setup)
 
     def commit(self, tokens: list[int]) -> None:
         self._queued.extend(tokens)
 
     def end(self) -> None:
+        """The queue stays: the next request's `begin` keeps what it shares of it."""
         self._sample = None
-        self.sync()  # keep the state: the next request usually shares a long prefix
 
-    def sync(self) -> None:
-        """Forward the queued committed tokens now."""
-        if self._queued:
-            prefill(self.model, self.state, self._queued)
-            self._queued = []
+    def sync(self, count: int | None = None) -> None:
+        """Forward the first `count` queued tokens (None: all) now."""
+        n = len(self._queued) if count is None else min(count, len(self._queued))
+        if n:
+            prefill(self.model, self.state, self._queued[:n])
+            self._queued = self._queued[n:]
+            self._prompt = max(0, self._prompt - n)
 
     def _restore(self, cp: Checkpoint) -> None:
         try:

@@ -23,17 +23,11 @@ from kernels.row_parts import RowParts, join_runs
 _DTYPES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
 # How a GPU multiplies WIDE_ROWS or more rows of x (a prefill chunk) by a quantized weight:
 # "quantized" (MLX's quantized_matmul), "dense32" (the weight dequantized to float32, one
-# float32 GEMM), "dense16" (rows and weight in the compute dtype, so bfloat16 rows) or
-# "quantized16" (MLX's quantized_matmul on the rows rounded to the compute dtype, the
-# weight read as stored, the product back in float32).
-# Measured on the H200 at 2,048-row chunks (docs/h200/prefill-probe-20261202-s10.json):
-# 62k / 67k / 105k tok/s for a 2,048-token prompt, 32k / 18k / 26k for a 512-token one;
-# top-1 against float64 0.985 / 0.989 / 0.969, mean KL 5.3e-4 / 5.4e-4 / 1.3e-3.
-# quantized16 (docs/h200/prefill-probe-20261202-s11.json, beside quantized in one run):
-# 46k against 33k tok/s at 512 tokens, 135k against 63k at 2,048, and the same agreement as
-# dense16 to the last digit (MLX's kernel rounds the weights it dequantizes to bfloat16
-# too, in registers): top-1 0.969 and mean KL 1.28e-3 against llama.cpp's 0.964 and
-# 2.47e-3 on the CPU. It is the default: short prompts were 0.64x llama.cpp's CUDA build.
+# float32 GEMM), "dense16" (rows and weight in the compute dtype) or "quantized16" (MLX's
+# quantized_matmul on the rows rounded to the compute dtype, the product back in float32).
+# quantized16 is the default: on the H200 46k against quantized's 33k tok/s at 512 tokens,
+# 135k against 63k at 2,048, top-1 against float64 0.969 (llama.cpp on the CPU: 0.964);
+# every figure: docs/BENCHMARKS.md, "Prefill rows in bfloat16", and docs/h200/prefill-probe-*.
 WIDE_MATMULS = ("quantized", "dense32", "dense16", "quantized16")
 DEFAULT_WIDE_MATMUL = "quantized16"
 WIDE_ROWS = 64

@@ -242,7 +242,7 @@ def to_numpy(model, logits) -> np.ndarray:
 
 def assert_holds_exactly(drafter: DraftModelDrafter, context: list[int], probe: int = 3):
     """The draft state is `context`, and its cache gives a fresh prefill's logits."""
-    drafter.sync()  # commit only queues tokens; propose, end and sync forward them
+    drafter.sync()  # begin and commit only queue tokens; propose and sync forward them
     model, state = drafter.model, drafter.state
     assert state.tokens == context
     cp = state.checkpoint()
@@ -285,7 +285,10 @@ def test_draft_state_is_the_committed_context(draft_model: CountingModel):
     edited = context[:9] + [int(t) for t in rng.integers(0, vocab, 5)]
     before = draft_model.num_forwarded
     drafter.begin(edited)
-    if drafter.state.needs_snapshots:  # replays from the nearest snapshot at or before 9
+    if not drafter.state.needs_snapshots:  # (a hybrid replays from a snapshot at or before 9)
+        assert draft_model.num_forwarded == before  # queued: forwarded at the first draft
+    drafter.sync()
+    if drafter.state.needs_snapshots:
         assert draft_model.num_forwarded - before <= len(edited)
     else:
         assert draft_model.num_forwarded - before == 5
@@ -300,3 +303,27 @@ def test_empty_draft_requests(draft_model: CountingModel):
     assert drafter.propose(4, 0).tokens == []
     assert drafter.propose(4, 3).tokens == greedy_continuation(draft_model, [4], 3)
     assert drafter.state.tokens == []
+
+
+def test_a_draft_model_not_asked_to_draft_forwards_nothing(draft_model: CountingModel):
+    """A pool's member that does not pay costs nothing, not even the prompt; the first
+    draft of a request forwards the prompt and says so (`setup_seconds`: the request's
+    cost, not the draft's), and the draft is what an eager drafter gives."""
+    drafter = DraftModelDrafter(draft_model)
+    before = draft_model.num_forwarded
+    prompt = list(range(3, 15))
+    drafter.begin(prompt)
+    drafter.commit([5, 6])
+    drafter.end()
+    context = prompt + [5, 6, 7]  # the next request shares the whole queue
+    drafter.begin(context)
+    drafter.end()
+    assert draft_model.num_forwarded == before and drafter.state.tokens == []
+    drafter.begin(context)
+    first = drafter.propose(8, 2)
+    assert first.tokens == greedy_continuation(draft_model, context + [8], 2)
+    assert first.setup_seconds > 0 and drafter.state.tokens == context
+    drafter.commit([8, *first.tokens[:1]])
+    second = drafter.propose(9, 2)
+    assert second.setup_seconds == 0.0
+    assert second.tokens == greedy_continuation(draft_model, [*context, 8, first.tokens[0], 9], 2)
