@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.decoding import (
+from engine.draft_costs import (
     MAX_DRAFT,
     AcceptanceModel,
     CostModel,
@@ -98,9 +98,10 @@ class DrafterPool:
         for member in self.members:
             acc = member.acceptance
             cap = min(room, getattr(member.drafter, "max_draft", room))
-            k = best_draft_length(acc.rate, costs, max(0, cap), acc.token_seconds, acc.pass_seconds)
+            token_s = acc.draft_seconds(costs)
+            k = best_draft_length(acc.rate, costs, max(0, cap), token_s, acc.pass_seconds)
             if k:
-                seconds = costs.cost(k + 1) + k * acc.token_seconds + acc.pass_seconds
+                seconds = costs.cost(k + 1) + k * token_s + acc.pass_seconds
                 ranked.append(Choice(member, k, expected_tokens(acc.rate, k) / seconds))
         self._ranked = sorted(ranked, key=lambda c: -c.tokens_per_second)
         return max((c.k for c in ranked), default=0)

@@ -71,6 +71,11 @@ class LoadedModel:
         return self.path.stem if self.path.is_file() else self.path.name
 
     @cached_property
+    def weight_bytes(self) -> int:
+        """The weight files' bytes: what a forward reads, roughly (a draft model's cost)."""
+        return sum(path.stat().st_size for path in self.weight_files)
+
+    @cached_property
     def compute_path(self) -> str:
         """Backend, dtype, device and kernel path, as engine.fingerprint spells them."""
         return compute_key(self.runner)

@@ -24,7 +24,8 @@ from engine.block_drafter import CapturingForward, load_block_drafter
 from engine.branch_cache import BranchCache
 from engine.chat_template import ChatTemplateError, render_chat
 from engine.config import EngineConfig
-from engine.decoding import AcceptanceModel, CostModel, DecodeRequest, decode
+from engine.decoding import DecodeRequest, decode
+from engine.draft_costs import AcceptanceModel, CostModel
 from engine.drafter_pool import Member, choice_pools
 from engine.drafters import Drafter, DraftModelDrafter
 from engine.errors import ContextOverflow, EngineError
@@ -77,6 +78,8 @@ class Session:
         self.draft_drafter = DraftModelDrafter(draft.runner) if draft is not None else None
         self.block_drafter, self.block_problem = load_block_drafter(config.block_drafter, loaded)
         self.acceptance = acc = {kind: AcceptanceModel() for kind in ev.DrafterKind}
+        if draft is not None:  # a drafted token's cost until one is timed: by weights' bytes
+            acc[ev.DrafterKind.DRAFT_MODEL].prior_steps = draft.weight_bytes / loaded.weight_bytes
         draft_d, block_d, kind = self.draft_drafter, self.block_drafter, ev.DrafterKind
         self.block_pool, self.auto_pool = choice_pools(
             Member("lookup", self.lookup, acc[kind.LOOKUP]),
@@ -274,17 +277,9 @@ class Session:
         ttft = result.first_token_time - start
         decode_s = max(result.end_time - result.first_token_time, 1e-9)
         n = len(result.token_ids)
+        rate = (n - 1) / decode_s if n > 1 else 0.0
         stats = self._stats(
-            cmd,
-            ids,
-            reused,
-            prefilled,
-            ttft,
-            (n - 1) / decode_s if n > 1 else 0.0,
-            n,
-            result.drafted,
-            result.accepted,
-            replayed,
+            cmd, ids, reused, prefilled, ttft, rate, n, result.drafted, result.accepted, replayed
         )
         stats = replace(stats, thinking_tokens=reply.num_thinking_tokens)
         ids_out = tuple(result.token_ids)

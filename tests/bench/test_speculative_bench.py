@@ -76,8 +76,9 @@ def test_the_pass_timing_leaves_the_drafter_empty_and_drafting_as_before() -> No
 def test_a_draft_model_drafts_in_its_mode_and_joins_auto(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """The default model drafting for itself: every draft is the target's own greedy token,
-    so the draft mode accepts all it drafts, and the output is plain decoding's."""
+    """The default model as its own draft model: as large as the target, so the cost model
+    never tries it (engine/draft_costs.py: its prior cost is a whole step a token), and
+    the output is plain decoding's in every mode."""
     from engine.default_model import default_model_path
 
     argv = ["--runs", "1", "--max-tokens", "12", "--modes", "plain,draft,auto", "--workloads"]
@@ -85,8 +86,7 @@ def test_a_draft_model_drafts_in_its_mode_and_joins_auto(
     assert speculative.main(argv) == 0
     result = json.loads(capsys.readouterr().out)
     chat = result["workloads"]["chat"]
-    assert chat["identical"] is True and chat["draft"]["drafted"] > 0
-    assert chat["draft"]["accepted"] == chat["draft"]["drafted"]
+    assert chat["identical"] is True and chat["draft"]["drafted"] == 0
     assert result["draft_model"]["name"] == default_model_path().name
     assert "--draft-model" in result["command"]
     with pytest.raises(SystemExit, match="go together"):

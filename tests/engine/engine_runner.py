@@ -16,7 +16,7 @@ import pytest
 
 from engine import events as ev
 from engine.config import EngineConfig
-from engine.decoding import CostModel
+from engine.draft_costs import AcceptanceModel, CostModel
 from engine.engine import Engine
 from engine.sampling import SamplingSettings
 from tests.conftest import TinyModels
@@ -149,6 +149,8 @@ def build_models(tiny_models: TinyModels, tmp_path_factory: pytest.TempPathFacto
 
 
 def always_draft(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Verifying any number of rows costs one step, so every request drafts the longest
-    proposal it can (measured costs would make the choice depend on the machine's load)."""
+    """Verifying any number of rows costs one step and drafting a token nothing, so every
+    request drafts the longest proposal it can (measured costs would make the choice
+    depend on the machine's load, and a draft model's size prior on the tiny models')."""
     monkeypatch.setattr(CostModel, "cost", lambda self, rows: 1.0)
+    monkeypatch.setattr(AcceptanceModel, "draft_seconds", lambda self, costs: 0.0)

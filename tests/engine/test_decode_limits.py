@@ -15,7 +15,8 @@ import pytest
 from engine import decoding
 from engine import events as ev
 from engine.config import EngineConfig
-from engine.decoding import AcceptanceModel, CostModel, DecodeRequest, DecodeResult, decode
+from engine.decoding import DecodeRequest, DecodeResult, decode
+from engine.draft_costs import AcceptanceModel, CostModel
 from engine.drafters import Drafter
 from engine.loader import load_model
 from engine.sampling import SamplingSettings

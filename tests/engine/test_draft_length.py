@@ -10,13 +10,8 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from engine.decoding import (
-    MAX_DRAFT,
-    AcceptanceModel,
-    CostModel,
-    best_draft_length,
-    cut_draft,
-)
+from engine.decoding import cut_draft
+from engine.draft_costs import MAX_DRAFT, AcceptanceModel, CostModel, best_draft_length
 from engine.drafters import Draft
 
 # -- the draft length: expected tokens per second ----------------------------------------

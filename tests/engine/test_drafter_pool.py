@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from engine.config import EngineConfig
-from engine.decoding import AcceptanceModel
+from engine.draft_costs import AcceptanceModel
 from engine.drafter_pool import DrafterPool, Member
 from engine.drafters import Draft
 from engine.loader import load_model
@@ -298,3 +298,34 @@ def test_auto_pools_a_loaded_draft_model_with_lookup(tiny_models: TinyModels) ->
     assert replies["auto"].stats is not None and replies["auto"].stats.drafted > 0
     plain = Session(target, config=config)  # no draft model, no block drafter: lookup alone
     assert plain._drafter(ev.DrafterKind.AUTO)[0] is plain.lookup
+
+
+def test_a_draft_model_is_tried_by_its_size_until_its_drafts_are_timed(
+    tiny_models: TinyModels,
+) -> None:
+    """Before its first draft is timed, a drafted token is taken to cost the draft model's
+    weight bytes over the target's, in plain steps: one as large as the target is never
+    tried (a try forwards it the whole prompt), a quarter of its size is; greedy output is
+    plain decoding's either way."""
+    from engine import events as ev
+    from engine.session import Session
+
+    config = EngineConfig(backend="numpy")
+    target = load_model(tiny_models.gguf(qtype="F32", seed=0)[0], config)
+    replies = {}
+    for name, qtype in (("large", "F32"), ("small", "Q8_0")):
+        draft = load_model(tiny_models.gguf(qtype=qtype, seed=1)[0], config)
+        session = Session(target, draft=draft, config=config)
+        session.costs = cost_model(gpu_flat)  # a verify as cheap as a step
+        prior = session.acceptance[ev.DrafterKind.DRAFT_MODEL].prior_steps
+        assert prior == pytest.approx(draft.weight_bytes / target.weight_bytes)
+        events: list[Any] = []
+        settings = ev.GenerationSettings(max_tokens=12, drafter="draft_model", raw=True)
+        request = ev.Generate(name, (ev.Message("user", "the cat sat on the mat"),), settings)
+        session.generate(request, events.append, lambda: False)
+        replies[name] = next(e for e in events if isinstance(e, ev.Finished))
+        assert session.draft_drafter is not None
+        tried = replies[name].stats.drafted > 0
+        assert tried == (name == "small"), (name, prior)
+        assert (session.draft_drafter.state.tokens != []) == tried  # untried: forwarded nothing
+    assert replies["large"].token_ids == replies["small"].token_ids

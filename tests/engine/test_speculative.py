@@ -19,13 +19,8 @@ import pytest
 from engine import decoding
 from engine.block_drafter import CapturingForward
 from engine.config import EngineConfig
-from engine.decoding import (
-    AcceptanceModel,
-    CostModel,
-    DecodeRequest,
-    DecodeResult,
-    decode,
-)
+from engine.decoding import DecodeRequest, DecodeResult, decode
+from engine.draft_costs import AcceptanceModel, CostModel
 from engine.drafters import Draft, Drafter, DraftModelDrafter
 from engine.loader import load_model
 from engine.sampling import SamplingSettings

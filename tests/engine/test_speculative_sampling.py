@@ -17,7 +17,8 @@ import pytest
 
 from engine import decoding
 from engine.config import EngineConfig
-from engine.decoding import CostModel, DecodeRequest, decode
+from engine.decoding import DecodeRequest, decode
+from engine.draft_costs import AcceptanceModel, CostModel
 from engine.drafters import Draft
 from engine.loader import load_model
 from engine.sampling import PositionalUniforms, SamplingSettings, probabilities, sample
@@ -204,7 +205,7 @@ def test_decode_with_drafts_keeps_the_target_distribution(
                 emit=lambda _ids, _flags: None,
                 should_stop=lambda: False,
                 drafter=FixedDrafter(drafts),
-                acceptance=decoding.AcceptanceModel(),
+                acceptance=AcceptanceModel(),
             )
             result = decode(model, state, last.reshape(-1), req, CostModel())
             outputs[tuple(result.token_ids)] += 1

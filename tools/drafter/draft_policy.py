@@ -31,8 +31,9 @@ import numpy as np
 from engine import events as ev
 from engine.block_drafter import confidence
 from engine.config import EngineConfig
-from engine.decoding import CostModel, cut_draft
+from engine.decoding import cut_draft
 from engine.default_model import default_model_path
+from engine.draft_costs import CostModel
 from engine.drafter_file import BlockDrafterWeights, target_signature
 from engine.drafter_pool import DrafterPool, Member
 from engine.drafters import Draft

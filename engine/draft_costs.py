@@ -1,0 +1,154 @@
+"""What speculation costs and yields, as the decode loop weighs it each round: the forward
+cost of m rows on this device (`CostModel`), each drafter's acceptance and drafting cost
+(`AcceptanceModel`), and the draft length with the most expected tokens per second
+(`best_draft_length`, 0 included: never slower than plain decoding)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from engine.runner import ModelRunner
+from engine.sequence import prefill
+
+MAX_DRAFT = 16
+
+
+class CostModel:
+    """Seconds per forward of m rows on this device: the cost of one row times the measured
+    ratio cost(m) / cost(1) (EMAs).
+
+    On MLX's CPU backend a verify of m rows costs ~m decode steps; on a GPU or through
+    BLAS it is nearly flat in m, which is what makes speculation pay. Ratios rather than
+    seconds are kept for m > 1 because they are only measured while speculating: absolute
+    verify times taken under a burst of load (at calibration, say) would stay stale once
+    they stopped speculation, while plain steps sped up again, and nothing re-measured them.
+    """
+
+    def __init__(self, decay: float = 0.8) -> None:
+        self.decay = decay
+        self.step_seconds: float | None = None  # one row
+        self.ratios: dict[int, float] = {1: 1.0}
+
+    @property
+    def seconds(self) -> dict[int, float]:
+        """The current estimate for every measured row count."""
+        return {rows: self.cost(rows) for rows in sorted(self.ratios)}
+
+    def observe(self, rows: int, seconds: float) -> None:
+        if rows == 1:
+            self.step_seconds = self._ema(self.step_seconds, seconds)
+        elif self.step_seconds is not None:  # a ratio needs the one-row cost first
+            self.ratios[rows] = self._ema(self.ratios.get(rows), seconds / self.step_seconds)
+
+    def _ema(self, old: float | None, new: float) -> float:
+        return new if old is None else self.decay * old + (1 - self.decay) * new
+
+    def calibrate(self, runner: ModelRunner) -> None:
+        """Observe forwards of 1, 2, 4, 8 and 16 rows (twice each) on a 32-token state."""
+        state = runner.new_state()
+        prefill(runner, state, [1] * 32)
+        for rows in (1, 2, 4, 8, 16):
+            for _ in range(2):
+                cp = state.checkpoint()
+                t0 = time.perf_counter()
+                runner.forward([1] * rows, state, logits="all")
+                self.observe(rows, time.perf_counter() - t0)
+                state.rollback(cp)
+
+    def cost(self, rows: int) -> float:
+        step = 1.0 if self.step_seconds is None else self.step_seconds
+        return step * self._ratio(rows)
+
+    def _ratio(self, rows: int) -> float:
+        ratios = self.ratios
+        if rows in ratios:
+            return ratios[rows]
+        lo = max(m for m in ratios if m < rows)  # 1 is always known
+        hi = min((m for m in ratios if m > rows), default=None)
+        if hi is not None:
+            w = (rows - lo) / (hi - lo)
+            return (1 - w) * ratios[lo] + w * ratios[hi]
+        # past the top point: linear in the extra rows (with nothing measured: cost(m) = m,
+        # never optimistic)
+        return ratios[lo] + (rows - lo) * ratios[lo] / lo
+
+
+@dataclass
+class AcceptanceModel:
+    """Per-token acceptance of one drafter: a Beta(1, 1) prior plus forgotten evidence.
+
+    Evidence ages per token: `decay` per drafted token judged (so a run of accepts that ends
+    is outweighed within a few failed drafts) and `idle_decay` per plain step. Evidence is
+    only gathered while drafting, so without the idle ageing, and without dropping it when a
+    request begins, a rate that once fell below break-even would never be tested again: a
+    regenerate repeating the previous answer after a fresh question got no drafts at all.
+    """
+
+    decay: float = 0.9  # per judged draft token: a memory of ~10 of them
+    idle_decay: float = 0.98  # per plain step: 35 undrafted tokens halve the evidence
+    accepted: float = 0.0
+    trials: float = 0.0
+    token_seconds: float = 0.0  # what drafting one token costs (a draft model's forward)
+    # until the first draft is timed, what a drafted token is taken to cost, in plain
+    # steps (a draft model's: its weights' bytes over the target's), so a draft model as
+    # large as the target is not tried at the price of forwarding it a whole prompt
+    prior_steps: float = 0.0
+    pass_seconds: float = 0.0  # what one drafting pass costs, whatever k (a block drafter)
+
+    def observe_cost(self, drafted: int, seconds: float, per_pass: bool = False) -> None:
+        if per_pass:
+            self.pass_seconds = _ema(self.pass_seconds, seconds)
+        else:
+            self.token_seconds = _ema(self.token_seconds, seconds / drafted)
+
+    def draft_seconds(self, costs: CostModel) -> float:
+        """What drafting one token costs: as measured, else the prior."""
+        return self.token_seconds or self.prior_steps * costs.cost(1)
+
+    @property
+    def rate(self) -> float:
+        return (self.accepted + 1.0) / (self.trials + 2.0)  # the posterior mean
+
+    def observe(self, drafted: int, accepted: int) -> None:
+        judged = accepted + (1 if accepted < drafted else 0)
+        keep = self.decay**judged
+        self.accepted = keep * self.accepted + accepted
+        self.trials = keep * self.trials + judged
+
+    def idle(self) -> None:
+        """A step without a draft: the evidence ages."""
+        self.accepted *= self.idle_decay
+        self.trials *= self.idle_decay
+
+    def forget(self) -> None:
+        """A new request: whether it repeats earlier text is its own matter."""
+        self.accepted = self.trials = 0.0
+
+
+def _ema(old: float, new: float) -> float:
+    return new if not old else 0.8 * old + 0.2 * new
+
+
+def expected_tokens(alpha: float, k: int) -> float:
+    """Tokens a verify of k drafts yields when each is accepted with probability alpha (the
+    accepted run plus the target's own token after it)."""
+    return sum(alpha**i for i in range(k + 1))
+
+
+def best_draft_length(
+    alpha: float,
+    costs: CostModel,
+    available: int,
+    draft_token_s: float = 0.0,
+    draft_pass_s: float = 0.0,
+) -> int:
+    """k maximising expected tokens per second: (1 - a^(k+1)) / (1 - a) tokens per
+    cost(k+1) + k * draft_token_s + draft_pass_s (the verify plus drafting the k tokens,
+    a token at a time or in one pass)."""
+    best_k, best_rate = 0, 1.0 / costs.cost(1)
+    for k in range(1, min(available, MAX_DRAFT) + 1):
+        rate = expected_tokens(alpha, k) / (costs.cost(k + 1) + k * draft_token_s + draft_pass_s)
+        if rate > best_rate * 1.02:  # a margin: never speculate for a rounding error
+            best_k, best_rate = k, rate
+    return best_k
