@@ -59,7 +59,8 @@ class DecodeRequest:
     drafter: Drafter | None = None
     acceptance: AcceptanceModel | None = None
     context_limit: int = 1 << 30
-    # the prompt's last-layer rows per prefill chunk, (start, rows), for a `wants_hidden` drafter
+    # the prompt's last-layer rows, (start position, rows) per prefill chunk, for a drafter
+    # that wants them (`wants_hidden`, engine/drafters.py)
     prompt_hidden: list[tuple[int, Any]] = field(default_factory=list)
 
 
@@ -128,8 +129,8 @@ def decode(
         draft = drafter.propose(pending, k) if (drafter is not None and k) else Draft([])
         offered = min(k, len(draft.tokens))
         draft = cut_draft(draft, costs)
-        if draft.tokens and req.acceptance is not None:  # (a prompt's setup is not k's cost)
-            spent = time.perf_counter() - t0 - draft.setup_seconds
+        if draft.tokens and req.acceptance is not None:
+            spent = time.perf_counter() - t0 - draft.setup_seconds  # a prompt's: not k's cost
             req.acceptance.observe_cost(len(draft.tokens), spent, per_pass)
         rows = [pending, *draft.tokens[:k]]
         t0 = time.perf_counter()
