@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
 from pathlib import Path
 
@@ -70,11 +69,11 @@ def cmd_merge(args: argparse.Namespace) -> None:
     """`merge`: sequences files in one, prompt indices as they are (each file's replies
     answer prompts counted over the same prompt files: a grown set's `generate` takes
     every earlier file with --passes 0, so its indices follow the earlier ones)."""
+    from tools.drafter.generate import save_atomic
+
     parts = [data.Sequences.load(path) for path in args.data]
     merged = data.concatenate(parts)
-    tmp = Path(args.out).with_name(Path(args.out).stem + ".tmp.npz")
-    merged.save(tmp)
-    os.replace(tmp, args.out)
+    save_atomic(merged, Path(args.out))
     print(f"{len(merged)} sequences ({' + '.join(str(len(p)) for p in parts)}) -> {args.out}")
 
 
