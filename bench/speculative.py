@@ -261,12 +261,15 @@ def run(args: argparse.Namespace, config: EngineConfig) -> dict[str, Any]:
 def time_block_pass(
     drafter: Any, ks: tuple[int, ...] = (1, 4, 8, 15), context: int = 300, repeats: int = 10
 ) -> dict[str, float]:
-    """Milliseconds of one draft pass (`propose`, its logits read back included) at each k,
-    over `context` rows of target-shaped noise (a pass's cost does not depend on the
-    values): the median of `repeats` after one warm-up. The drafter is left reset."""
+    """Milliseconds of one draft pass (`propose`, its logits read back and the projection
+    of the row committed before it included) at each k, from `context` rows of
+    target-shaped noise on (a pass's cost does not depend on the values), one more row each
+    pass as a request's rounds see: a cost paid per new shape (a GPU library building a
+    graph for each key count) shows. The median of `repeats` after one warm-up. The
+    drafter is left reset."""
     rng = np.random.default_rng(0)
-    width = drafter.target.config.hidden_size
-    tokens = [int(t) for t in rng.integers(0, drafter.target.config.vocab_size, context)]
+    width, vocab = drafter.target.config.hidden_size, drafter.target.config.vocab_size
+    tokens = [int(t) for t in rng.integers(0, vocab, context)]
     drafter.begin(tokens)
     drafter.observe_hidden(rng.standard_normal((context, width)).astype(np.float32), 0)
     out: dict[str, float] = {}
@@ -276,8 +279,10 @@ def time_block_pass(
         drafter.propose(tokens[-1], k)
         seconds = []
         for _ in range(repeats):
+            drafter.observe_hidden(rng.standard_normal((1, width)).astype(np.float32))
+            drafter.commit([int(rng.integers(0, vocab))])
             t0 = time.perf_counter()
-            drafter.propose(tokens[-1], k)
+            drafter.propose(drafter.tokens[-1], k)
             seconds.append(time.perf_counter() - t0)
         out[str(k)] = 1e3 * statistics.median(seconds)
     drafter.begin([])

@@ -45,15 +45,19 @@ class CostModel:
         return new if old is None else self.decay * old + (1 - self.decay) * new
 
     def calibrate(self, runner: ModelRunner) -> None:
-        """Observe forwards of 1, 2, 4, 8 and 16 rows (twice each) on a 32-token state."""
+        """Observe forwards of 1, 2, 4, 8 and 16 rows (twice each) on a 32-token state,
+        each after one untimed forward of its shape: a GPU's first call of a shape compiles
+        (the H200's fused step: 1-4 s), which would stand as the one-row cost and make
+        every verify look free."""
         state = runner.new_state()
         prefill(runner, state, [1] * 32)
         for rows in (1, 2, 4, 8, 16):
-            for _ in range(2):
+            for timed in (False, True, True):
                 cp = state.checkpoint()
                 t0 = time.perf_counter()
                 runner.forward([1] * rows, state, logits="all")
-                self.observe(rows, time.perf_counter() - t0)
+                if timed:
+                    self.observe(rows, time.perf_counter() - t0)
                 state.rollback(cp)
 
     def cost(self, rows: int) -> float:

@@ -15,7 +15,7 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
-from kernels import gated_delta_cuda, gated_delta_mlx, quantized
+from kernels import few_query_attention, gated_delta_cuda, gated_delta_mlx, quantized
 from kernels.masks import CausalMask, WindowMask
 from kernels.quantized import QuantizedWeight
 from kernels.row_parts import RowParts, join_runs
@@ -314,9 +314,10 @@ class MlxOps:
         else:
             m = mask if mask is None or isinstance(mask, mx.array) else mx.array(mask)
         # in the cache's dtype: a float32 query would promote the whole cache every step
-        q = q.astype(k.dtype)
-        out = mx.fast.scaled_dot_product_attention(q[None], k[None], v[None], scale=scale, mask=m)
-        return out[0]
+        q, k, v = q.astype(k.dtype)[None], k[None], v[None]
+        if self._cuda and few_query_attention.takes(q, m):  # no cuDNN graph build a shape
+            return few_query_attention.few_query_attention(q, k, v, scale, m)[0]
+        return mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=m)[0]
 
     def _window_mask(self, mask: WindowMask) -> mx.array:
         """`mask` built on the device, once for the forward's sliding layers (their masks

@@ -1,0 +1,54 @@
+"""Attention of a few query rows (a verify, a block drafter's pass) as plain MLX matmuls,
+for the CUDA backend.
+
+MLX's CUDA `scaled_dot_product_attention` takes more than one query row in half precision
+through cuDNN, which builds a graph for every (query rows, key rows, strides) it meets and
+keeps the last 256. A draft pass or a verify meets a new key count every round, so every
+round paid a graph build: on the H200 the block drafter's requests ran at 15-280 tok/s
+against plain decoding's 770 while its pass at one fixed context took 1.7 ms
+(docs/BENCHMARKS.md, "The block drafter on the H200"). Matmuls take any shape with no
+build. Scores, softmax and the weighted sum are float32; the result comes back in the
+caches' dtype, as the fused kernel's does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import mlx.core as mx
+
+# Up to this many query rows take the matmuls: a verify of MAX_DRAFT + 1 rows and a block
+# pass fit; a prefill chunk keeps cuDNN's flash kernel (one build a chunk shape, and no
+# [rows, keys] score matrix per head).
+FEW_QUERY_ROWS = 32
+
+
+def takes(q: mx.array, mask: Any) -> bool:
+    """Whether `few_query_attention` serves q [1, H, L, Dh] with `mask` ("causal", None or
+    a bool or additive [L, S] array): more than one and at most FEW_QUERY_ROWS rows."""
+    if not 1 < int(q.shape[2]) <= FEW_QUERY_ROWS:
+        return False
+    return mask is None or isinstance(mask, str) or mask.ndim == 2
+
+
+def few_query_attention(q: mx.array, k: mx.array, v: mx.array, scale: float, mask: Any) -> mx.array:
+    """softmax(q k^T * scale + mask) v for q [1, H, L, Dh] and k, v [1, KVH, S, Dh], query
+    head h reading key head h // (H / KVH); mask "causal" (aligned to the last key), None,
+    or an [L, S] array (bool: True reads; else added to the scores). [1, H, L, Dh]."""
+    _, H, L, Dh = (int(d) for d in q.shape)
+    KVH, S = int(k.shape[1]), int(k.shape[2])
+    group = H // KVH
+    queries = q.astype(mx.float32).reshape(KVH, group, L, Dh) * scale
+    keys = k[0].astype(mx.float32)[:, None]  # [KVH, 1, S, Dh]: every head of the group
+    values = v[0].astype(mx.float32)[:, None]
+    scores = queries @ keys.swapaxes(-1, -2)  # [KVH, group, L, S]
+    if isinstance(mask, str):
+        if mask != "causal":
+            raise ValueError(f"unknown mask {mask!r}")
+        mask = mx.arange(S)[None, :] <= mx.arange(S - L, S)[:, None]
+    if mask is not None and mask.dtype == mx.bool_:
+        scores = mx.where(mask, scores, mx.array(-mx.inf, dtype=mx.float32))
+    elif mask is not None:
+        scores = scores + mask.astype(mx.float32)
+    weights = mx.softmax(scores, axis=-1, precise=True)
+    return (weights @ values).reshape(1, H, L, Dh).astype(k.dtype)

@@ -1,0 +1,55 @@
+"""`CostModel.calibrate`: a GPU's first forward of each shape compiles (the H200's fused
+step took 1-4 s for a one-row "all" call, and the one-row cost then read 3.4 s, so every
+verify looked free to the cost model); those first calls must not be measured."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from engine import draft_costs
+from engine.config import EngineConfig
+from engine.draft_costs import CostModel
+from engine.loader import load_model
+from engine.sequence import SequenceState
+from tests.conftest import TinyModels
+
+
+class CompilingClock:
+    """Time that moves only when the model forwards: 1 ms plus 0.1 ms a row, and 3 s more
+    the first time a row count is seen."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.seen: set[int] = set()
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def forward(self, rows: int) -> None:
+        self.now += 0.001 + 0.0001 * rows + (0.0 if rows in self.seen else 3.0)
+        self.seen.add(rows)
+
+
+def test_calibration_measures_each_shape_after_its_first_call(
+    tiny_models: TinyModels, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = CompilingClock()
+    monkeypatch.setattr(draft_costs, "time", clock)
+    runner = load_model(tiny_models.gguf(qtype="F32")[0], EngineConfig(backend="numpy")).runner
+    forward = runner.forward
+    rows_seen: list[int] = []
+
+    def timed_forward(token_ids: list[int], state: SequenceState, logits: str = "last") -> Any:
+        clock.forward(len(token_ids))
+        rows_seen.append(len(token_ids))
+        return forward(token_ids, state, logits)
+
+    runner.forward = timed_forward  # type: ignore[method-assign]
+    costs = CostModel()
+    costs.calibrate(runner)
+    assert costs.step_seconds == pytest.approx(0.0011)
+    for rows in (2, 4, 8, 16):
+        assert costs.cost(rows) == pytest.approx(0.001 + 0.0001 * rows)
+    assert rows_seen.count(16) == 3  # one untimed, two timed
