@@ -164,13 +164,14 @@ class BlockDrafter:
                 f"{len(self.tokens)}: it would draft from stale rows"
             )
         block = self.block_logits(pending, k)
-        top, probability = self.ops.top1_rows(block)  # a greedy draft reads no more
-        sure = running_product(probability)
-        if self._sample is None:
-            return Draft([int(t) for t in self.w.vocab[top]], sure)
+        if self._sample is None:  # a greedy draft reads each row's top token and its odds
+            top, probability = self.ops.top1_rows(block)
+            return Draft([int(t) for t in self.w.vocab[top]], running_product(probability))
+        rows = np.asarray(self.ops.to_numpy(block), dtype=np.float64)  # one read of the rows
+        sure = confidence(rows)
         drafted: list[int] = []
         history = [*self.tokens, pending]
-        for row in np.asarray(self.ops.to_numpy(block), dtype=np.float64):
+        for row in rows:
             # q over the whole vocabulary: nothing outside the draft vocabulary
             full = np.full(self.target.config.vocab_size, -np.inf)
             full[self.w.vocab] = row
