@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.block_pass_mlx import CompiledPass
 from engine.drafter_file import (
     DEFAULT_FILE,
     BlockDrafterWeights,
@@ -53,9 +54,15 @@ class BlockDrafter:
     wants_hidden = True
     drafts_in_one_pass = True  # a pass costs about the same for any k (the cost model)
 
-    def __init__(self, weights: BlockDrafterWeights, target: DecoderModel) -> None:
+    def __init__(
+        self, weights: BlockDrafterWeights, target: DecoderModel, compiled: bool = False
+    ) -> None:
+        """`compiled`: on MLX, the pass traced once (engine/block_pass_mlx.py)."""
         self.w, self.target = weights, target
         self.ops: Ops = target.ops
+        self.compiled = (
+            CompiledPass(weights, self.ops) if compiled and self.ops.name == "mlx" else None
+        )
         s = weights.shape
         self.tokens: list[int] = []  # the committed context
         self.base = 0  # first position with a row
@@ -163,11 +170,10 @@ class BlockDrafter:
                 f"the block drafter's rows end at position {self.cursor}, its context at "
                 f"{len(self.tokens)}: it would draft from stale rows"
             )
-        block = self.block_logits(pending, k)
         if self._sample is None:  # a greedy draft reads each row's top token and its odds
-            top, probability = self.ops.top1_rows(block)
+            top, probability = self._top1(pending, k)
             return Draft([int(t) for t in self.w.vocab[top]], running_product(probability))
-        rows = np.asarray(self.ops.to_numpy(block), dtype=np.float64)  # one read of the rows
+        rows = self._logit_rows(pending, k)  # one read of the rows
         sure = confidence(rows)
         drafted: list[int] = []
         history = [*self.tokens, pending]
@@ -180,15 +186,39 @@ class BlockDrafter:
             history.append(token)
         return Draft(drafted, sure)
 
+    def _top1(self, pending: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Rows 1..k's top draft-vocabulary index and its probability."""
+        if self.compiled is None:
+            return self.ops.top1_rows(self.block_logits(pending, k))
+        top, probability = self.compiled.greedy(*self._pass_inputs(pending))
+        return np.array(top)[:k], np.array(probability, dtype=np.float32)[:k]
+
+    def _logit_rows(self, pending: int, k: int) -> np.ndarray:
+        """Rows 1..k's draft-vocabulary logits [k, N], float64 on the host."""
+        if self.compiled is None:
+            block = self.block_logits(pending, k)
+        else:
+            block = self.compiled.logits(*self._pass_inputs(pending))
+        return np.asarray(self.ops.to_numpy(block), dtype=np.float64)[:k]
+
+    def _pass_inputs(self, pending: int) -> tuple[Array, int, int, list[Array]]:
+        self._flush()
+        buffers = [b for kv in self.kv for b in (kv.keys, kv.values)]
+        return self._embedding(pending), self.cursor, self.kv[0].length, buffers
+
+    def _embedding(self, pending: int) -> Array:
+        x0 = self.ops.embed(self.target.embed, np.asarray([pending], dtype=np.int64))
+        scale = self.target.config.embed_scale
+        return x0 if scale == 1.0 else x0 * scale
+
     def block_logits(self, pending: int, k: int) -> Array:
-        """Draft-vocabulary logits [k, N] of the block rows 1..k after `pending`."""
+        """Draft-vocabulary logits [k, N] of the block rows 1..k after `pending`, op by op."""
         self._flush()
         ops, s, w = self.ops, self.w.shape, self.w
         P, L = self.cursor, k + 1
-        x0 = ops.embed(self.target.embed, np.asarray([pending], dtype=np.int64))
-        if self.target.config.embed_scale != 1.0:
-            x0 = x0 * self.target.config.embed_scale
-        x = ops.concat([x0, ops.concat([w.mask_embedding] * k, axis=0)], axis=0)
+        x = ops.concat(
+            [self._embedding(pending), ops.concat([w.mask_embedding] * k, axis=0)], axis=0
+        )
         n = self.kv[0].length
         # every context row, and causal inside the block: the causal mask of rows n..n+L-1
         # (MLX's fused causal form; no bool array to build and copy to the device)
@@ -246,9 +276,12 @@ def confidence(logits: np.ndarray) -> list[float]:
     return running_product(1.0 / np.exp(z).sum(axis=-1))  # the top-1 term is exp(0) = 1
 
 
-def load_block_drafter(setting: str | None, loaded: Any) -> tuple[BlockDrafter | None, str]:
+def load_block_drafter(
+    setting: str | None, loaded: Any, compiled: bool = False
+) -> tuple[BlockDrafter | None, str]:
     """The block drafter `setting` names for `loaded` (a LoadedModel; None: the one shipped
-    for the model, if any; "off": none), and why there is none ("" when it loaded)."""
+    for the model, if any; "off": none), and why there is none ("" when it loaded);
+    `compiled`: its pass traced on MLX."""
     target = loaded.model
     none = f"{loaded.name} has no block drafter; use Auto or prompt lookup."
     if setting == "off":
@@ -272,7 +305,7 @@ def load_block_drafter(setting: str | None, loaded: Any) -> tuple[BlockDrafter |
         built[key] = weights  # read-only: each session's drafter keeps its own rows
     except (ModelLoadError, OSError) as exc:
         return None, f"block drafter not used: {exc}"
-    return BlockDrafter(weights, target), ""
+    return BlockDrafter(weights, target, compiled), ""
 
 
 class CapturingForward:

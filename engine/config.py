@@ -80,6 +80,7 @@ class EngineConfig:
     # the trained block drafter (engine/block_drafter.py): None, the one shipped for the
     # loaded model where there is one; "off"; or a drafter file's path
     block_drafter: str | None = None
+    drafter_compile: bool = True  # its pass traced once with mx.compile on MLX
 
     def __post_init__(self) -> None:
         if self.backend is not None and self.backend not in BACKENDS:
@@ -272,6 +273,7 @@ _VARIABLES = {
     "kv_dtype": ("BRANCHCHAT_KV_DTYPE", _kv_dtype),
     "memory_budget_bytes": ("BRANCHCHAT_MEMORY_BUDGET", _byte_size),
     "block_drafter": ("BRANCHCHAT_BLOCK_DRAFTER", lambda value: value.strip() or None),
+    "drafter_compile": ("BRANCHCHAT_DRAFTER_COMPILE", _on_unless_zero),
 }
 
 

@@ -76,7 +76,9 @@ class Session:
         self.lookup = SuffixDrafter()
         self.draft = draft
         self.draft_drafter = DraftModelDrafter(draft.runner) if draft is not None else None
-        self.block_drafter, self.block_problem = load_block_drafter(config.block_drafter, loaded)
+        self.block_drafter, self.block_problem = load_block_drafter(
+            config.block_drafter, loaded, config.drafter_compile
+        )
         self.acceptance = acc = {kind: AcceptanceModel() for kind in ev.DrafterKind}
         if draft is not None:  # a drafted token's cost until one is timed: by weights' bytes
             acc[ev.DrafterKind.DRAFT_MODEL].prior_steps = draft.weight_bytes / loaded.weight_bytes

@@ -1,0 +1,118 @@
+"""The block drafter's pass traced with mx.compile (engine/block_pass_mlx.py): the same
+drafts and logits as the pass run op by op, over contexts that outgrow their buffers and
+after a cut that leaves stale rows in them; and speculation with it never changes the
+output. On the MLX backend (the CPU here, the GPU on the lent machine)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from engine.block_drafter import BlockDrafter, confidence
+from engine.drafter_file import BlockDrafterWeights
+from engine.sampling import SamplingSettings
+from tests.block_drafters import write_drafter
+from tests.engine import test_speculative
+from tests.engine.test_block_drafter import SIGNATURE, fresh_rows
+from tests.engine.test_speculative import Case, Pair, RandomK, assert_holds_output, run
+
+pair = test_speculative.pair
+cases = test_speculative.cases
+random_k = test_speculative.random_k
+
+
+@pytest.fixture
+def mlx_pair(pair: Pair) -> Pair:
+    if pair.backend != "mlx":
+        pytest.skip("the traced pass is MLX's")
+    return pair
+
+
+def drafters(target: Any, tmp_path: Path, **kwargs: Any) -> tuple[BlockDrafter, BlockDrafter]:
+    """The same file's drafter op by op and traced."""
+    path = write_drafter(tmp_path / "drafter.safetensors", target.config, SIGNATURE, **kwargs)
+    weights = BlockDrafterWeights(path, target.model, SIGNATURE)
+    eager, traced = BlockDrafter(weights, target.model), BlockDrafter(weights, target.model, True)
+    assert eager.compiled is None and traced.compiled is not None
+    return eager, traced
+
+
+def feed(drafter: BlockDrafter, tokens: list[int], rows: np.ndarray) -> None:
+    drafter.begin(tokens)
+    drafter.observe_hidden(rows, 0)
+
+
+def test_the_traced_pass_drafts_as_the_pass_op_by_op(mlx_pair: Pair, tmp_path: Path) -> None:
+    target = mlx_pair.target
+    eager, traced = drafters(target, tmp_path, layers=2, block=9, vocab=40, seed=2)
+    tokens = [3 + (i * 7) % 90 for i in range(300)]  # past FullKV's first capacity
+    rows = fresh_rows(target, tokens)
+    capacities = set()
+    for end in (5, 40, 130, 300):  # growing contexts: new buffer capacities, new traces
+        for d in (eager, traced):
+            feed(d, tokens[:end], rows[:end])
+        for k in (1, 4, 8):
+            a, b = eager.propose(11, k), traced.propose(11, k)
+            assert a.tokens == b.tokens, (end, k)
+            np.testing.assert_allclose(a.confidence, b.confidence, rtol=1e-4, atol=1e-6)
+        capacities.add(traced.kv[0].capacity())
+    assert len(capacities) > 1
+    # a cut to an earlier point leaves later rows in the buffers: masked, never read
+    for d in (eager, traced):
+        feed(d, tokens[:60], rows[:60])
+    assert traced.kv[0].capacity() > 60
+    assert eager.propose(11, 8).tokens == traced.propose(11, 8).tokens
+    (tmp_path / "fresh").mkdir()
+    fresh = drafters(target, tmp_path / "fresh", layers=2, block=9, vocab=40, seed=2)[1]
+    feed(fresh, tokens[:60], rows[:60])
+    assert fresh.propose(11, 8).tokens == traced.propose(11, 8).tokens
+
+
+def test_a_sampled_draft_reads_the_traced_rows(mlx_pair: Pair, tmp_path: Path) -> None:
+    target = mlx_pair.target
+    eager, traced = drafters(target, tmp_path, block=9, vocab=40, seed=4)
+    tokens = list(range(3, 50))
+    rows = fresh_rows(target, tokens)
+    seen: dict[str, list[np.ndarray]] = {"eager": [], "traced": []}
+    for name, d in (("eager", eager), ("traced", traced)):
+        feed(d, tokens, rows)
+        d.couple(lambda row, history, name=name: seen[name].append(row) or int(np.argmax(row)))
+        draft = d.propose(11, 6)
+        assert len(draft.tokens) == 6
+    want = np.array(seen["eager"])
+    got = np.array(seen["traced"])
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    finite = np.isfinite(want)
+    block = want[finite].reshape(6, -1)
+    np.testing.assert_allclose(traced.propose(11, 6).confidence, confidence(block), rtol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [SamplingSettings(seed=0), SamplingSettings(temperature=1.1, top_p=0.95, seed=5)],
+    ids=["greedy", "sampled"],
+)
+def test_speculation_with_the_traced_pass_never_changes_the_output(
+    mlx_pair: Pair,
+    cases: list[Case],
+    random_k: RandomK,
+    tmp_path: Path,
+    settings: SamplingSettings,
+) -> None:
+    target = mlx_pair.target
+    traced = drafters(target, tmp_path, block=9)[1]
+    drafted = 0
+    for i, case in enumerate(cases[:3]):
+        seeded = dataclasses.replace(settings, seed=settings.seed + i)
+        plain, _ = run(target, case.prompt, case.max_tokens, settings=seeded)
+        random_k.restart()
+        result, state = run(target, case.prompt, case.max_tokens, traced, seeded)
+        assert result.token_ids == plain.token_ids, f"prompt {i}"
+        assert_holds_output(state, case.prompt, result)
+        assert traced.cursor == len(traced.tokens) == len(state.tokens)
+        drafted += result.drafted
+    assert drafted > 0
