@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.block_pass_mlx import CompiledPass
+from engine.block_pass_mlx import CompiledPass, on_gpu
 from engine.drafter_file import (
     DEFAULT_FILE,
     BlockDrafterWeights,
@@ -281,7 +281,8 @@ def load_block_drafter(
 ) -> tuple[BlockDrafter | None, str]:
     """The block drafter `setting` names for `loaded` (a LoadedModel; None: the one shipped
     for the model, if any; "off": none), and why there is none ("" when it loaded);
-    `compiled`: its pass traced on MLX."""
+    `compiled`: its pass traced, on an MLX GPU (on MLX's CPU a pass is bound by its
+    products, not by per-operation overhead, and the traced whole block costs more)."""
     target = loaded.model
     none = f"{loaded.name} has no block drafter; use Auto or prompt lookup."
     if setting == "off":
@@ -305,7 +306,7 @@ def load_block_drafter(
         built[key] = weights  # read-only: each session's drafter keeps its own rows
     except (ModelLoadError, OSError) as exc:
         return None, f"block drafter not used: {exc}"
-    return BlockDrafter(weights, target, compiled), ""
+    return BlockDrafter(weights, target, compiled and on_gpu(loaded.ops)), ""
 
 
 class CapturingForward:

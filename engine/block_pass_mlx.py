@@ -1,4 +1,5 @@
-"""The block drafter's pass on MLX, traced once with `mx.compile` (EngineConfig.drafter_compile).
+"""The block drafter's pass on an MLX GPU, traced once with `mx.compile`
+(EngineConfig.drafter_compile).
 
 Run op by op, a pass is ~70 small operations, each paying MLX's per-operation cost: on the
 H200 a pass took 1.4-2.1 ms for any k, more than the target's whole one-launch step
@@ -25,6 +26,11 @@ import mlx.core as mx
 
 from engine.drafter_file import BlockDrafterWeights
 from kernels.ops import Ops
+
+
+def on_gpu(ops: Ops) -> bool:
+    """Whether `ops` computes on an MLX GPU (Metal or CUDA), where a pass is overhead."""
+    return ops.name == "mlx" and mx.default_device() == mx.gpu
 
 
 class CompiledPass:

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from engine.block_drafter import BlockDrafter, confidence
+from engine.default_model import is_default_model_present
 from engine.drafter_file import BlockDrafterWeights
 from engine.sampling import SamplingSettings
 from tests.block_drafters import write_drafter
@@ -116,3 +117,24 @@ def test_speculation_with_the_traced_pass_never_changes_the_output(
         assert traced.cursor == len(traced.tokens) == len(state.tokens)
         drafted += result.drafted
     assert drafted > 0
+
+
+@pytest.mark.real_model
+@pytest.mark.skipif(not is_default_model_present(), reason="the default model is not fetched")
+def test_the_engine_traces_the_pass_on_a_gpu_only() -> None:
+    """On MLX's CPU a pass is bound by its products (the traced whole block would cost
+    more than k + 1 rows op by op); on a GPU it is overhead, and traced by default."""
+    import mlx.core as mx
+
+    from engine.config import EngineConfig
+    from engine.default_model import default_model_path
+    from engine.loader import load_model
+    from engine.session import Session
+
+    config = EngineConfig(backend="mlx")
+    loaded = load_model(default_model_path(), config)
+    traced = Session(loaded, config=config).block_drafter
+    assert traced is not None
+    assert (traced.compiled is not None) == (mx.default_device() == mx.gpu)
+    off = Session(loaded, config=dataclasses.replace(config, drafter_compile=False))
+    assert off.block_drafter is not None and off.block_drafter.compiled is None
