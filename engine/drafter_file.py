@@ -110,6 +110,13 @@ class BlockDrafterWeights:
                 f"trained for {meta.get('target', 'another model')!r}, not this model "
                 "(its shapes or token strings differ)",
             )
+        last = str(cfg.num_layers - 1)
+        if meta.get("target_layers", last) != last:  # tools/drafter's --taps
+            raise ModelLoadError(
+                path,
+                f"its context rows are target layers {meta['target_layers']} side by side; "
+                "this engine hands a drafter the last layer's rows alone",
+            )
         shape = DrafterShape(
             layers=_int(meta, "layers", path),
             heads=_int(meta, "heads", path),

@@ -77,6 +77,8 @@ def export_drafter(
         "steps": str(steps),
         "notes": notes,
     }
+    if cfg.target_layers:  # format 1 without it: the last layer's rows alone
+        metadata["target_layers"] = ",".join(str(i) for i in cfg.target_layers)
     path = Path(path)
     write_safetensors(path, tensors, metadata)
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
@@ -100,6 +102,7 @@ def load_drafter(path: str | Path, embedding: torch.Tensor) -> BlockDrafter:
         rope_base=float(meta["rope_base"]),
         rms_eps=float(meta["rms_eps"]),
         vocab_size=len(tensors["vocab"]),
+        target_layers=tuple(int(i) for i in meta.get("target_layers", "").split(",") if i),
     )
     drafter = BlockDrafter(cfg, embedding, torch.from_numpy(tensors["vocab"].copy()))
     with torch.no_grad():

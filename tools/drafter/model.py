@@ -34,6 +34,9 @@ class DrafterConfig:
     rope_base: float = 100000.0
     rms_eps: float = 1e-5
     vocab_size: int = 8192  # N, the draft vocabulary
+    # the target layers whose outputs, side by side, make a context row (fc's input);
+    # (): the last layer's alone, format 1 as the engine reads it
+    target_layers: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.num_heads % self.num_kv_heads:
@@ -42,6 +45,11 @@ class DrafterConfig:
             raise ValueError(f"a block of {self.block} rows drafts nothing (needs >= 2)")
         if min(self.num_layers, self.intermediate, self.vocab_size, self.head_dim) < 1:
             raise ValueError(f"a drafter needs positive sizes: {self}")
+
+    @property
+    def capture_width(self) -> int:
+        """fc's input: a row of every tapped layer's output, D each."""
+        return max(1, len(self.target_layers)) * self.hidden
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -117,7 +125,7 @@ class BlockDrafter(nn.Module):
             raise ValueError(f"embedding rows of {embedding.shape[1]}, drafter hidden {cfg.hidden}")
         D = cfg.hidden
         self.cfg = cfg
-        self.fc = nn.Linear(D, D, bias=False)
+        self.fc = nn.Linear(cfg.capture_width, D, bias=False)
         self.hidden_norm = nn.Parameter(torch.ones(D))
         self.mask_embedding = nn.Parameter(torch.zeros(D))
         self.final_norm = nn.Parameter(torch.ones(D))
@@ -127,7 +135,8 @@ class BlockDrafter(nn.Module):
         self.register_buffer("vocab", vocab.long(), persistent=True)
 
     def context_rows(self, captures: torch.Tensor) -> torch.Tensor:
-        """c_t = rms_norm(fc(h_t)) * hidden_norm: captures [..., T, D] -> [..., T, D]."""
+        """c_t = rms_norm(fc(h_t)) * hidden_norm: captures [..., T, capture_width] ->
+        [..., T, D] (h_t: the tapped layers' outputs at t, side by side)."""
         return rms_norm(self.fc(captures), self.hidden_norm, self.cfg.rms_eps)
 
     def draft_logits(self, x: torch.Tensor) -> torch.Tensor:

@@ -33,6 +33,9 @@ class Settings:
     # a drafter file (format 1) the run starts from instead of random weights: its shape
     # and its draft vocabulary are kept (a warm start on more data, not a new drafter)
     init: str = ""
+    # the target layers whose outputs make a context row, comma-separated and rising,
+    # the last layer last (the distillation reads its rows there); "": the last alone
+    taps: str = ""
 
     def __post_init__(self) -> None:
         if self.steps < 1 or self.batch < 1 or self.anchors < 1 or self.warmup < 0:
@@ -41,6 +44,19 @@ class Settings:
             raise ValueError(f"heldout_fraction {self.heldout_fraction} is not in [0, 1)")
         if not 0 <= self.distill <= 1 or self.distill_temperature <= 0:
             raise ValueError(f"distill must be in [0, 1], its temperature positive: {self}")
+        if self.taps and not all(t.strip().isdigit() for t in self.taps.split(",")):
+            raise ValueError(f"taps {self.taps!r}: layer numbers, comma-separated")
+
+    def target_layers(self, num_layers: int) -> tuple[int, ...]:
+        """The tapped layers of a target of `num_layers`: () for the last alone."""
+        if not self.taps:
+            return ()
+        layers = tuple(int(t) for t in self.taps.split(","))
+        if list(layers) != sorted(set(layers)) or layers[-1] != num_layers - 1:
+            raise ValueError(
+                f"taps {self.taps!r}: rising layer numbers ending at the last, {num_layers - 1}"
+            )
+        return layers
 
     def lr_at(self, step: int) -> float:
         warm = min(1.0, (step + 1) / self.warmup) if self.warmup else 1.0
@@ -61,11 +77,12 @@ def drafter_config(target: dict, s: Settings, vocab_size: int) -> DrafterConfig:
         rope_base=target["rope_theta"],
         rms_eps=target["rms_norm_eps"],
         vocab_size=vocab_size,
+        target_layers=s.target_layers(target["num_hidden_layers"]),
     )
 
 
 # settings a checkpoint from before they existed was trained with
-LEGACY_SETTINGS = {"distill": 0.0, "distill_temperature": 1.0}
+LEGACY_SETTINGS = {"distill": 0.0, "distill_temperature": 1.0, "taps": ""}
 
 
 def better(score: dict, best: dict | None) -> bool:

@@ -1,7 +1,8 @@
 """The target (the default model) in torch: transformers' LlamaForCausalLM built from
 the GGUF's metadata and our dequantized weights, so the reference forward is
-transformers' own, with a hook that captures the last decoder layer's output (the
-residual stream before the final norm: what the drafter's context rows are made of).
+transformers' own, with hooks that capture decoder layers' outputs (the last one's is
+the residual stream before the final norm; a drafter's context rows are made of the
+layers it taps, by default that one alone).
 """
 
 from __future__ import annotations
@@ -69,8 +70,10 @@ class Target:
         model.tie_weights()
         self.model = model.to(device=device, dtype=dtype).eval().requires_grad_(False)
         self.device = torch.device(device)
-        self._captured: torch.Tensor | None = None
-        self.model.model.layers[-1].register_forward_hook(self._capture)
+        self._want: tuple[int, ...] = ()
+        self._captured: dict[int, torch.Tensor] = {}
+        for i, layer in enumerate(self.model.model.layers):
+            layer.register_forward_hook(self._capture_layer(i))
 
     def _state_dict(self, gguf: GGUFFile) -> dict[str, torch.Tensor]:
         cfg = self.config
@@ -90,27 +93,38 @@ class Target:
                 state[f"model.layers.{i}.{hf_name}.weight"] = w
         return {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in state.items()}
 
-    def _capture(self, _module, _inputs, output) -> None:
-        self._captured = output[0] if isinstance(output, tuple) else output
+    def _capture_layer(self, index: int):
+        def hook(_module, _inputs, output) -> None:
+            if index in self._want:
+                self._captured[index] = output[0] if isinstance(output, tuple) else output
+
+        return hook
 
     @contextmanager
-    def _capturing(self):
-        self._captured = None
+    def _capturing(self, layers: tuple[int, ...]):
+        self._want, self._captured = layers, {}
         try:
             yield
         finally:
-            self._captured = None
+            self._want, self._captured = (), {}
 
     @torch.no_grad()
-    def captures(self, tokens: torch.Tensor) -> torch.Tensor:
-        """The last decoder layer's output (before the final norm), float32 [N, T, D], for
-        right-padded tokens [N, T] (causal: padding after a row never reaches it)."""
-        with self._capturing():
+    def captures(self, tokens: torch.Tensor, layers: tuple[int, ...] = ()) -> torch.Tensor:
+        """The outputs of decoder `layers` side by side (default: the last layer's, before
+        the final norm), float32 [N, T, len(layers) * D], for right-padded tokens [N, T]
+        (causal: padding after a row never reaches it). The last layer's rows are the
+        last D columns when `layers` ends with it (`final_rows`)."""
+        layers = layers or (len(self.model.model.layers) - 1,)
+        with self._capturing(layers):
             self.model.model(input_ids=tokens.to(self.device), use_cache=False)
-            rows = self._captured
-            if rows is None:
-                raise RuntimeError("the last decoder layer's hook did not fire")
-            return rows.float()
+            missing = [i for i in layers if i not in self._captured]
+            if missing:
+                raise RuntimeError(f"the hooks of decoder layers {missing} did not fire")
+            return torch.cat([self._captured[i].float() for i in layers], dim=-1)
+
+    def final_rows(self, captures: torch.Tensor) -> torch.Tensor:
+        """The last decoder layer's rows [..., D] of captures whose tapped layers end with it."""
+        return captures[..., -self.config["hidden_size"] :]
 
     @torch.no_grad()
     def vocab_logits(self, rows: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:

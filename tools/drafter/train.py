@@ -131,18 +131,19 @@ class Trainer:
     ) -> tuple[data.Batch, torch.Tensor]:
         s, seqs = self.settings, self.seqs if seqs is None else seqs
         batch = data.make_batch(seqs, indices, self.vocab_index, s.block, s.anchors, s.max_len, rng)
+        layers = self.drafter.cfg.target_layers
         if not getattr(self.args, "cache_captures", False):
-            return batch, self.target.captures(batch.tokens)
+            return batch, self.target.captures(batch.tokens, layers)
         # small CPU runs: each sequence's rows computed once (the same rows, to rounding)
         cache = self._cache.setdefault(id(seqs), {})
         missing = [n for n, i in enumerate(indices) if int(i) not in cache]
         if missing:
-            rows = self.target.captures(batch.tokens[missing])
+            rows = self.target.captures(batch.tokens[missing], layers)
             for n, r in zip(missing, rows, strict=True):
                 i = int(indices[n])
                 cache[i] = r[: min(len(seqs.sequence(i)), s.max_len)].clone()
-        D = self.target.config["hidden_size"]
-        captures = torch.zeros(*batch.tokens.shape, D, device=self.target.device)
+        width = self.drafter.cfg.capture_width
+        captures = torch.zeros(*batch.tokens.shape, width, device=self.target.device)
         for n, i in enumerate(indices):
             captures[n, : len(cache[int(i)])] = cache[int(i)]
         return batch, captures
@@ -150,7 +151,8 @@ class Trainer:
     def target_logp(self, captures: torch.Tensor, batch: data.Batch) -> torch.Tensor:
         """[N, m, B-1, vocab] the target's log-distribution for each row (losses.py)."""
         s = self.settings
-        return row_target_logp(self.target, captures, batch.anchors, self.drafter.vocab,
+        rows = self.target.final_rows(captures)  # what the target's head reads
+        return row_target_logp(self.target, rows, batch.anchors, self.drafter.vocab,
                                s.block, s.distill_temperature)  # fmt: skip
 
     def train_step(self) -> tuple[float, float]:
