@@ -59,6 +59,7 @@ class BlockDrafter:
     ) -> None:
         """`compiled`: on MLX, the pass traced once (engine/block_pass_mlx.py)."""
         self.w, self.target = weights, target
+        self.taps = weights.shape.taps  # the target layers its rows are made of
         self.ops: Ops = target.ops
         self.compiled = (
             CompiledPass(weights, self.ops) if compiled and self.ops.name == "mlx" else None
@@ -109,6 +110,11 @@ class BlockDrafter:
         Rows re-sent for positions already held replace them with the same values; a gap
         after the cursor drops the older rows (the context then starts at `start`)."""
         rows = self.ops.asarray(rows)
+        if int(rows.shape[-1]) != self.w.shape.capture_width:
+            raise StateError(
+                f"the block drafter takes rows of {self.w.shape.capture_width} (target layers "
+                f"{self.taps or 'the last'}), not {int(rows.shape[-1])}"
+            )
         n = int(rows.shape[0])
         start = self.cursor if start is None else start
         if start > self.cursor:
@@ -306,6 +312,12 @@ def load_block_drafter(
         built[key] = weights  # read-only: each session's drafter keeps its own rows
     except (ModelLoadError, OSError) as exc:
         return None, f"block drafter not used: {exc}"
+    problem = loaded.runner.tap_problem(weights.shape.taps)
+    if problem:  # its rows would come off another path, whose verifies round otherwise
+        return (
+            None,
+            f"block drafter not used: its rows are target layers {weights.shape.taps}; {problem}",
+        )
     return BlockDrafter(weights, target, compiled and on_gpu(loaded.ops)), ""
 
 
@@ -313,12 +325,12 @@ class CapturingForward:
     """A runner whose forwards also hand their last-layer rows to `on_rows(start, rows)`:
     what a prefill is given when the request's drafter wants the prompt's rows."""
 
-    def __init__(self, runner: Any, on_rows: Any) -> None:
-        self.runner, self.on_rows = runner, on_rows
+    def __init__(self, runner: Any, on_rows: Any, taps: tuple[int, ...] = ()) -> None:
+        self.runner, self.on_rows, self.taps = runner, on_rows, taps
 
     def forward(self, token_ids: list[int], state: SequenceState, logits: str = "last") -> Any:
         start = state.offset
-        out, rows = self.runner.forward_hidden(token_ids, state, logits)
+        out, rows = self.runner.forward_hidden(token_ids, state, logits, self.taps)
         self.on_rows(start, rows)
         return out
 

@@ -110,7 +110,7 @@ def decode(
     def forward(rows: list[int], logits: str) -> Any:
         if not hidden:
             return runner.forward(rows, state, logits=logits), None
-        return runner.forward_hidden(rows, state, logits=logits)
+        return runner.forward_hidden(rows, state, logits, getattr(drafter, "taps", ()))
 
     if req.acceptance is not None:
         req.acceptance.forget()

@@ -51,6 +51,13 @@ class DrafterShape:
     block: int  # rows of a pass in training: the pending token and block - 1 masks
     rope_base: float
     eps: float
+    # the target layers whose outputs, side by side, make a context row (): the last's
+    taps: tuple[int, ...] = ()
+
+    @property
+    def capture_width(self) -> int:
+        """A context row's width before `fc`: D for each tapped layer."""
+        return max(1, len(self.taps)) * self.hidden
 
 
 _LAYER_TENSORS = (
@@ -82,6 +89,20 @@ def _read(path: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
         raise ModelLoadError(path, f"tensors of a type this format does not use ({exc})") from None
 
 
+def _taps(text: str, num_layers: int, path: Path) -> tuple[int, ...]:
+    """`target_layers` ("7,14,29": training's --taps) as layer numbers; () for the last
+    layer's rows alone (absent, or naming only it)."""
+    try:
+        taps = tuple(int(t) for t in text.split(",")) if text.strip() else ()
+    except ValueError:
+        taps = (-1,)
+    if taps and (list(taps) != sorted(set(taps)) or taps[0] < 0 or taps[-1] >= num_layers):
+        raise ModelLoadError(
+            path, f"target_layers {text!r}: not rising layer numbers of this target's {num_layers}"
+        )
+    return () if taps == (num_layers - 1,) else taps
+
+
 def _int(meta: dict[str, str], key: str, path: Path) -> int:
     try:
         return int(meta[key])
@@ -110,13 +131,7 @@ class BlockDrafterWeights:
                 f"trained for {meta.get('target', 'another model')!r}, not this model "
                 "(its shapes or token strings differ)",
             )
-        last = str(cfg.num_layers - 1)
-        if meta.get("target_layers", last) != last:  # tools/drafter's --taps
-            raise ModelLoadError(
-                path,
-                f"its context rows are target layers {meta['target_layers']} side by side; "
-                "this engine hands a drafter the last layer's rows alone",
-            )
+        taps = _taps(meta.get("target_layers", ""), cfg.num_layers, path)
         shape = DrafterShape(
             layers=_int(meta, "layers", path),
             heads=_int(meta, "heads", path),
@@ -127,12 +142,13 @@ class BlockDrafterWeights:
             block=_int(meta, "block", path),
             rope_base=float(meta.get("rope_base", cfg.rope_theta)),
             eps=float(meta.get("rms_eps", cfg.rms_norm_eps)),
+            taps=taps,
         )
         self.shape, self.meta = shape, meta
         D, F = shape.hidden, shape.intermediate
         q_out, kv_out = shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim
         expected = {
-            "fc.weight": (D, D),
+            "fc.weight": (D, shape.capture_width),
             "hidden_norm.weight": (D,),
             "mask_embedding": (D,),
             "final_norm.weight": (D,),

@@ -85,7 +85,11 @@ class DrafterPool:
             raise ValueError("a drafter pool needs at least one drafter")
         self.members = members
         self.acceptance = PoolAcceptance(self)
-        self.wants_hidden = any(getattr(m.drafter, "wants_hidden", False) for m in members)
+        seeing = [m.drafter for m in members if getattr(m.drafter, "wants_hidden", False)]
+        self.wants_hidden = bool(seeing)
+        self.taps: tuple[int, ...] = getattr(seeing[0], "taps", ()) if seeing else ()
+        if any(getattr(d, "taps", ()) != self.taps for d in seeing):
+            raise ValueError("a pool's drafters that read the target's rows read one layer set")
         self.last: Member | None = None  # the member whose draft is being verified
         self._ranked: list[Choice] = []
         self.proposals: dict[str, int] = {m.name: 0 for m in members}  # drafts, by member

@@ -208,7 +208,9 @@ class Session:
         prompt_hidden: list[tuple[int, Any]] = []  # a block drafter's context, as prefilled
         forward: Any = self.runner
         if getattr(drafter, "wants_hidden", False):
-            forward = CapturingForward(self.runner, lambda *rows: prompt_hidden.append(rows))
+            forward = CapturingForward(
+                self.runner, lambda *rows: prompt_hidden.append(rows), getattr(drafter, "taps", ())
+            )
         plan = plan_resume(self.state, ids, self.branches, saved)
         reused, replayed = plan.num_reused, plan.num_replayed
         # one progress over all the work the person waits for: the replay from a snapshot

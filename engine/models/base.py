@@ -330,15 +330,22 @@ class DecoderModel:
         return self.forward_hidden(token_ids, state, logits)[0]
 
     def forward_hidden(
-        self, token_ids: list[int], state: SequenceState, logits: str = "last"
+        self,
+        token_ids: list[int],
+        state: SequenceState,
+        logits: str = "last",
+        taps: tuple[int, ...] = (),
     ) -> tuple[Array, Array]:
-        """`forward`, and the last layer's output rows [L, D] (before the final norm)."""
+        """`forward`, and the last layer's output rows [L, D] (before the final norm); with
+        `taps`, those layers' outputs side by side [L, len(taps) * D]."""
         if not token_ids:
             raise ValueError("forward needs at least one token")
         ops = self.ops
         offset = state.begin_forward(len(token_ids))
+        tapped: list[Array] = []
         try:
-            x = self.hidden(np.asarray(token_ids, dtype=np.int64), state.layers, offset)
+            ids = np.asarray(token_ids, dtype=np.int64)
+            x = self.hidden(ids, state.layers, offset, taps, tapped.append)
             out = None
             if logits != "none":
                 out = self.logits(x if logits == "all" else x[-1:])
@@ -349,15 +356,25 @@ class DecoderModel:
         except BaseException:  # out of memory, a stop signal, a bug: undo, then report it
             state.abort_forward()
             raise
-        return out, x
+        return out, (ops.concat(tapped, axis=-1) if taps else x)
 
-    def hidden(self, ids: Any, layer_states: list[Any], offset: Any) -> Array:
-        """The last hidden states [L, D] for token ids appended at `offset`."""
+    def hidden(
+        self,
+        ids: Any,
+        layer_states: list[Any],
+        offset: Any,
+        taps: tuple[int, ...] = (),
+        tap: Any = None,
+    ) -> Array:
+        """The last hidden states [L, D] for token ids appended at `offset`; each layer in
+        `taps` hands its output to `tap` on the way."""
         x = self.ops.embed(self.embed, ids)
         if self.config.embed_scale != 1.0:
             x = x * self.config.embed_scale
-        for layer, layer_state in zip(self.layers, layer_states, strict=True):
+        for i, (layer, layer_state) in enumerate(zip(self.layers, layer_states, strict=True)):
             x = layer(x, layer_state, offset)
+            if i in taps:
+                tap(x)
             self.ops.start(x)  # a GPU may run this layer while the next one is built
         return x
 

@@ -28,6 +28,11 @@ class Model(Protocol):
         """Append `token_ids` to `state`; logits for "all" rows, the "last" row, or "none"."""
 
     def forward_hidden(
-        self, token_ids: list[int], state: SequenceState, logits: str = "last"
+        self,
+        token_ids: list[int],
+        state: SequenceState,
+        logits: str = "last",
+        taps: tuple[int, ...] = (),
     ) -> tuple[Array, Array]:
-        """`forward`, and the last decoder layer's output rows [L, D] (before the norm)."""
+        """`forward`, and the last decoder layer's output rows [L, D] (before the norm);
+        with `taps`, those layers' outputs side by side [L, len(taps) * D]."""

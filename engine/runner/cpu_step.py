@@ -207,10 +207,15 @@ class CpuStep:
         return self.forward_hidden(token_ids, state, logits)[0]
 
     def forward_hidden(
-        self, token_ids: list[int], state: SequenceState, logits: str = "last"
+        self,
+        token_ids: list[int],
+        state: SequenceState,
+        logits: str = "last",
+        taps: tuple[int, ...] = (),
     ) -> tuple[Any, np.ndarray]:
         """The call, and the last layer's output rows [L, D]: the residual stream the C
-        step leaves in place."""
+        step leaves in place; with `taps`, those layers' outputs side by side, copied out
+        by the step as it passes them [L, len(taps) * D]."""
         num_rows = len(token_ids)
         if not self.supports(state, num_rows):
             raise ValueError(f"the C decode step does not take {num_rows} rows on this state")
@@ -227,7 +232,12 @@ class CpuStep:
             out = None
             if logits != "none":
                 out = np.empty((num_rows if logits == "all" else 1, cfg.vocab_size), dtype=F32)
-            self._run(self.plan, x, offset, kv, tables, out)
+            tapped = None
+            if taps:
+                tapped = np.empty((num_rows, len(taps) * cfg.hidden_size), dtype=F32)
+                self._run(self.plan, x, offset, kv, tables, out, (tuple(taps), tapped))
+            else:
+                self._run(self.plan, x, offset, kv, tables, out)
             for layer, arg in zip(state.layers, kv, strict=True):
                 if isinstance(layer, SlidingKV):  # written into the ring at end_forward
                     layer._pending = (offset, arg[3], arg[4])
@@ -237,7 +247,7 @@ class CpuStep:
             state.abort_forward()
             raise
         self.num_steps += 1
-        return out, x
+        return out, (x if tapped is None else tapped)
 
     def _rope_table(self, rope: Rope, end: int) -> tuple[np.ndarray, np.ndarray]:
         """The NumPy backend's own cos/sin tables, so both paths rotate by equal factors."""

@@ -105,10 +105,11 @@ class FusedDecode:
             self._dense_copy()
         self.mode = mode
         self.compiled = compiled
-        self._traced: dict[str, Any] = {}
+        self._traced: dict[tuple[str, tuple[int, ...]], Any] = {}
         self.shapes = shapes
         self.keep_hidden = False  # set around `forward_hidden`: the rows cost a copy
-        self.hidden: mx.array | None = None  # the latest step's last-layer rows, if kept
+        self.taps: tuple[int, ...] = ()  # and the layers whose rows it keeps (): the last
+        self.hidden: mx.array | None = None  # the latest step's kept rows
         if mode == "step":
             self._warm_up()
 
@@ -153,14 +154,17 @@ class FusedDecode:
         return max(1, min(MAX_ROWS, sliding_slack)) if self.shapes.sliding else MAX_ROWS
 
     def forward_hidden(
-        self, token_ids: list[int], state: SequenceState, logits: str
+        self, token_ids: list[int], state: SequenceState, logits: str, taps: tuple[int, ...] = ()
     ) -> tuple[Any, mx.array]:
-        """The step, and its last-layer rows [rows, D] in float32."""
-        self.keep_hidden = True
+        """The step, and its last-layer rows [rows, D] in float32 (with `taps`, those
+        layers' rows side by side: the five kernels only, see ModelRunner.tap_problem)."""
+        if taps and self.step_kernel is not None:
+            raise ValueError("the one-launch step hands out the last layer's rows alone")
+        self.keep_hidden, self.taps = True, tuple(taps)
         try:
             out = self(token_ids, state, logits)
         finally:
-            self.keep_hidden = False
+            self.keep_hidden, self.taps = False, ()
         hidden, self.hidden = self.hidden, None
         assert hidden is not None
         return out, hidden
@@ -186,14 +190,22 @@ class FusedDecode:
         return split
 
     # -- one step ----------------------------------------------------------------------
-    def _layers(self, x: mx.array, pos: mx.array, caches: list[Any], write: Any) -> mx.array:
-        k = self.k
-        for (nw1, w_qkv, w_o, nw2, w_gu, w_down), cache in zip(self.layers, caches, strict=True):
+    def _layers(
+        self, x: mx.array, pos: mx.array, caches: list[Any], write: Any, taps: tuple[int, ...] = ()
+    ) -> tuple[mx.array, mx.array]:
+        """The last layer's rows, and the kept rows: with `taps` those layers' side by
+        side, else the last layer's again."""
+        k, tapped = self.k, []
+        for i, ((nw1, w_qkv, w_o, nw2, w_gu, w_down), cache) in enumerate(
+            zip(self.layers, caches, strict=True)
+        ):
             q, k_rows, v_rows = k.qkv(x, nw1, w_qkv, pos)
             keys, values = write(cache, k_rows, v_rows)
             h = k.residual(k.attend(q, keys, values, pos), w_o, x)
             x = k.residual(k.gate_up(h, nw2, w_gu), w_down, h)
-        return x
+            if i in taps:
+                tapped.append(x)
+        return x, (mx.concatenate(tapped, axis=-1) if taps else x)
 
     def _head(self, x: mx.array, logits: str) -> mx.array | None:
         if logits == "none":
@@ -333,15 +345,16 @@ class FusedDecode:
             kv.replace_buffers(keys, values, kv.length)
             return keys, values
 
-        x = self._layers(self._embed(ids), pos, kvs, write)
+        x, kept = self._layers(self._embed(ids), pos, kvs, write, self.taps)
         if self.keep_hidden:
-            self.hidden = x.astype(mx.float32)
+            self.hidden = kept.astype(mx.float32)
         return self._head(x, logits)
 
     def _compiled_step(self, ids: mx.array, pos: mx.array, kvs: list[FullKV], logits: str) -> Any:
-        fn = self._traced.get(logits)
+        key = (logits, self.taps)  # a trace's outputs: the rows it keeps
+        fn = self._traced.get(key)
         if fn is None:
-            fn = self._traced[logits] = mx.compile(self._traceable(logits))
+            fn = self._traced[key] = mx.compile(self._traceable(logits, self.taps))
         buffers = []
         for kv in kvs:
             buffers += [kv.keys, kv.values]
@@ -356,7 +369,7 @@ class FusedDecode:
             kv.replace_buffers(rest[2 * i], rest[2 * i + 1], kv.length)
         return outputs[0] if logits != "none" else None
 
-    def _traceable(self, logits: str) -> Any:
+    def _traceable(self, logits: str, taps: tuple[int, ...] = ()) -> Any:
         def step(ids: mx.array, pos: mx.array, *buffers: mx.array) -> list[mx.array]:
             caches = [list(buffers[i : i + 2]) for i in range(0, len(buffers), 2)]
 
@@ -365,9 +378,9 @@ class FusedDecode:
                 cache[1] = mx.slice_update(cache[1], v_rows, pos, axes=(1,))
                 return cache[0], cache[1]
 
-            x = self._layers(self._embed(ids), pos, caches, write)
+            x, kept = self._layers(self._embed(ids), pos, caches, write, taps)
             out = self._head(x, logits)
-            flat = [x, *(a for cache in caches for a in cache)]  # x: the last layer's rows
+            flat = [kept, *(a for cache in caches for a in cache)]  # the rows kept
             return flat if out is None else [out, *flat]
 
         return step

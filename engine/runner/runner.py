@@ -182,15 +182,29 @@ class ModelRunner:
         return self.model.forward(token_ids, state, logits)
 
     def forward_hidden(
-        self, token_ids: list[int], state: SequenceState, logits: str = "last"
+        self,
+        token_ids: list[int],
+        state: SequenceState,
+        logits: str = "last",
+        taps: tuple[int, ...] = (),
     ) -> tuple[Array, Array]:
         """`forward`, and the last decoder layer's output rows [L, D] (the target rows a
-        block drafter's context is made of), on the path `forward` would take."""
+        block drafter's context is made of; with `taps`, those layers' outputs side by
+        side), on the path `forward` would take."""
         if self.fused is not None and self.fused.supports(state, len(token_ids)):
             self.last_path = "fused"
-            return self.fused.forward_hidden(list(token_ids), state, logits)
+            return self.fused.forward_hidden(list(token_ids), state, logits, taps)
         if self.cpu_step is not None and self.cpu_step.supports(state, len(token_ids)):
             self.last_path = "cpu_step"
-            return self.cpu_step.forward_hidden(list(token_ids), state, logits)
+            return self.cpu_step.forward_hidden(list(token_ids), state, logits, taps)
         self.last_path = "model"
-        return self.model.forward_hidden(token_ids, state, logits)
+        return self.model.forward_hidden(token_ids, state, logits, taps)
+
+    def tap_problem(self, taps: tuple[int, ...]) -> str | None:
+        """Why `forward_hidden` cannot hand out these layers' rows on every path, or None."""
+        if taps and self.fused is not None and self.fused.step_kernel is not None:
+            return (
+                "the one-launch GPU step hands out the last layer's rows alone "
+                "(BRANCHCHAT_FUSED_MODE=layers hands out any layers')"
+            )
+        return None

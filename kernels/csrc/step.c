@@ -358,15 +358,22 @@ static int run_layer(const StepPlan *p, const StepLayer *ly, const StepKV *kv,
 }
 
 int step_run(const StepPlan *plan, float *x, Py_ssize_t L, Py_ssize_t offset, const StepKV *kv,
-             const RopeTable *tables, float *logits, Py_ssize_t logit_rows) {
+             const RopeTable *tables, float *logits, Py_ssize_t logit_rows, const StepTaps *taps) {
     Scratch s;
-    const Py_ssize_t smax = offset + L; /* keys a query may see */
+    const Py_ssize_t smax = offset + L, D = plan->D; /* keys a query may see */
     if (scratch_alloc(plan, L, smax, &s) < 0) return -1;
-    int rc = 0;
-    for (int i = 0; i < plan->num_layers && rc == 0; i++)
+    int rc = 0, slot = 0;
+    for (int i = 0; i < plan->num_layers && rc == 0; i++) {
         rc = run_layer(plan, &plan->layers[i], &kv[i], tables, x, L, offset, &s);
+        if (taps && slot < taps->count && taps->layers[slot] == i) { /* row r's slot-th D */
+            const Py_ssize_t width = (Py_ssize_t)taps->count * D;
+            for (Py_ssize_t r = 0; r < L; r++)
+                memcpy(taps->out + r * width + slot * D, x + r * D, (size_t)D * sizeof(float));
+            slot++;
+        }
+    }
     if (rc == 0 && logit_rows > 0) {
-        const Py_ssize_t D = plan->D, first = L - logit_rows;
+        const Py_ssize_t first = L - logit_rows;
         for (Py_ssize_t r = 0; r < logit_rows; r++)
             rms_row(x + (first + r) * D, plan->final_norm, s.xn + r * D, D, plan->eps);
         /* the head's parts write through tmp, sized for L rows of its widest part */

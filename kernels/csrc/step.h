@@ -85,10 +85,19 @@ typedef struct {
     const float *cos, *sin; /* [positions, dims / 2] */
 } RopeTable;
 
+/* Layers whose outputs a call also copies out (a block drafter's context rows): rising
+ * layer numbers, and out [L, count * D], row r holding each tapped layer's row r in turn. */
+typedef struct {
+    const int *layers;
+    int count;
+    float *out;
+} StepTaps;
+
 /* x [L, D] (the scaled embeddings) becomes the last hidden states; logits [logit_rows, V]
- * for the last logit_rows rows (0: none). Returns 0, or -1 when scratch memory ran out
- * (nothing is half-written that the caller's undo does not cover). */
+ * for the last logit_rows rows (0: none); taps NULL or the layers to copy out. Returns 0,
+ * or -1 when scratch memory ran out (nothing is half-written that the caller's undo does
+ * not cover). */
 int step_run(const StepPlan *plan, float *x, Py_ssize_t L, Py_ssize_t offset, const StepKV *kv,
-             const RopeTable *tables, float *logits, Py_ssize_t logit_rows);
+             const RopeTable *tables, float *logits, Py_ssize_t logit_rows, const StepTaps *taps);
 
 #endif /* BRANCHCHAT_STEP_H */

@@ -1,7 +1,7 @@
 /* The Python entry points of the C decode step (added to kernels._qmatmul by module.c):
  *
  *   step_plan(...) -> a StepPlan object holding borrowed views of one model's arrays
- *   step_run(plan, x, offset, kv, tables, logits)
+ *   step_run(plan, x, offset, kv, tables, logits[, taps])
  *
  * Every shape is checked here, once per plan or once per call, so step.c reads its
  * pointers without checks; engine/runner/cpu_step.py builds the arguments. */
@@ -357,16 +357,52 @@ static int call_kv(CallViews *cv, const StepPlan *p, const StepLayer *ly, PyObje
 }
 
 PyDoc_STRVAR(step_run_doc,
-             "step_run(plan, x, offset, kv, tables, logits)\n\n"
+             "step_run(plan, x, offset, kv, tables, logits[, taps])\n\n"
              "Run every layer on x [L, D] (float32, overwritten with the last hidden states)\n"
-             "at positions offset.., L <= 8; kv one tuple per layer (see call_kv); tables\n"
+             "at positions offset.., L <= 64; kv one tuple per layer (see call_kv); tables\n"
              "((cos, sin), ...) [positions, dims / 2] per rope; logits None or [R, V] for the\n"
-             "last R rows.");
+             "last R rows; taps None or ((layer, ...) rising, out [L, count * D] float32):\n"
+             "those layers' outputs side by side.");
+
+/* The taps argument: None, or ((layer, ...), out); layers rising, below num_layers. */
+static int call_taps(CallViews *cv, const StepPlan *p, PyObject *spec, Py_ssize_t L,
+                     int *layers, StepTaps *taps) {
+    if (spec == Py_None) return 0;
+    if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) != 2 ||
+        !PyTuple_Check(PyTuple_GET_ITEM(spec, 0))) {
+        PyErr_SetString(PyExc_ValueError, "taps is None or ((layer, ...), out)");
+        return -1;
+    }
+    PyObject *numbers = PyTuple_GET_ITEM(spec, 0);
+    const Py_ssize_t count = PyTuple_GET_SIZE(numbers);
+    if (count < 1 || count > p->num_layers) {
+        PyErr_Format(PyExc_ValueError, "taps names 1..%d layers", p->num_layers);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        const long layer = PyLong_AsLong(PyTuple_GET_ITEM(numbers, i));
+        if (layer == -1 && PyErr_Occurred()) return -1;
+        if (layer < 0 || layer >= p->num_layers || (i > 0 && layer <= layers[i - 1])) {
+            PyErr_Format(PyExc_ValueError, "taps are rising layer numbers below %d",
+                         p->num_layers);
+            return -1;
+        }
+        layers[i] = (int)layer;
+    }
+    Py_buffer *out = call_view(cv, PyTuple_GET_ITEM(spec, 1), "taps out", 'f', 2, 1);
+    if (!out) return -1;
+    if (out->shape[0] != L || out->shape[1] != count * p->D) {
+        PyErr_Format(PyExc_ValueError, "taps out must be [%zd, %zd]", L, count * p->D);
+        return -1;
+    }
+    *taps = (StepTaps){layers, (int)count, out->buf};
+    return 1;
+}
 
 static PyObject *py_step_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    if (nargs != 6) {
-        PyErr_SetString(PyExc_TypeError, "step_run takes 6 arguments");
+    if (nargs != 6 && nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "step_run takes 6 or 7 arguments");
         return NULL;
     }
     if (PyType_Ready(&PlanType) < 0) return NULL;
@@ -382,12 +418,13 @@ static PyObject *py_step_run(PyObject *self, PyObject *const *args, Py_ssize_t n
         PyErr_SetString(PyExc_ValueError, "step_run: one KV tuple per layer, one table per rope");
         return NULL;
     }
-    const Py_ssize_t max_views = 2 + 5 * (Py_ssize_t)p->num_layers + 2 * p->num_ropes;
+    const Py_ssize_t max_views = 3 + 5 * (Py_ssize_t)p->num_layers + 2 * p->num_ropes;
     CallViews cv = {calloc((size_t)max_views, sizeof(Py_buffer)), 0};
     StepKV *kv = calloc((size_t)p->num_layers + 1, sizeof(StepKV));
     RopeTable *tables = calloc((size_t)p->num_ropes + 1, sizeof(RopeTable));
+    int *tap_layers = calloc((size_t)p->num_layers + 1, sizeof(int));
     PyObject *result = NULL;
-    if (!cv.views || !kv || !tables) {
+    if (!cv.views || !kv || !tables || !tap_layers) {
         PyErr_NoMemory();
         goto done;
     }
@@ -431,9 +468,12 @@ static PyObject *py_step_run(PyObject *self, PyObject *const *args, Py_ssize_t n
         }
         logits = out->buf;
     }
+    StepTaps taps;
+    const int tapped = nargs == 7 ? call_taps(&cv, p, args[6], L, tap_layers, &taps) : 0;
+    if (tapped < 0) goto done;
     int rc;
     Py_BEGIN_ALLOW_THREADS;
-    rc = step_run(p, x->buf, L, offset, kv, tables, logits, logit_rows);
+    rc = step_run(p, x->buf, L, offset, kv, tables, logits, logit_rows, tapped ? &taps : NULL);
     Py_END_ALLOW_THREADS;
     if (rc < 0) {
         PyErr_NoMemory();
@@ -445,6 +485,7 @@ done:
     free(cv.views);
     free(kv);
     free(tables);
+    free(tap_layers);
     return result;
 }
 

@@ -213,8 +213,9 @@ def test_files_that_do_not_fit_are_refused_by_name(target: Any, tmp_path: Path) 
     refused("not a branchchat-block-drafter file", metadata={"format": "something-else"})
     refused("version 1", metadata={"version": "2"})
     refused("not this model", metadata={"target_check": "another model's"})
-    taps = f"1,{cfg.num_layers - 1}"  # tools/drafter's --taps: rows the engine does not hand out
-    refused(f"target layers {taps} side by side", metadata={"target_layers": taps})
+    # rows of two layers (training's --taps) need fc of 2 * D columns
+    two = f"0,{cfg.num_layers - 1}"
+    refused(r"'fc.weight' is .*, this target needs", metadata={"target_layers": two})
     wide = dict(good, **{"fc.weight": np.zeros((cfg.hidden_size, cfg.hidden_size + 1), np.float32)})
     refused("'fc.weight' is", tensors=wide)
     refused(

@@ -161,7 +161,9 @@ def run(
     prompt_hidden: list[tuple[int, Any]] = []  # a block drafter's context: the prompt's rows
     forward = model
     if getattr(drafter, "wants_hidden", False):
-        forward = CapturingForward(model, lambda *rows: prompt_hidden.append(rows))
+        forward = CapturingForward(
+            model, lambda *rows: prompt_hidden.append(rows), getattr(drafter, "taps", ())
+        )
     last = as_f64(model, prefill(forward, state, prompt))
     emitted: list[int] = []
     from_draft: list[bool] = []
