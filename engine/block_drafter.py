@@ -55,15 +55,21 @@ class BlockDrafter:
     drafts_in_one_pass = True  # a pass costs about the same for any k (the cost model)
 
     def __init__(
-        self, weights: BlockDrafterWeights, target: DecoderModel, compiled: bool = False
+        self,
+        weights: BlockDrafterWeights,
+        target: DecoderModel,
+        compiled: bool | CompiledPass = False,
     ) -> None:
-        """`compiled`: on MLX, the pass traced once (engine/block_pass_mlx.py)."""
+        """`compiled`: on MLX, the pass traced once (engine/block_pass_mlx.py); a
+        CompiledPass: that one, shared with other sessions' drafters of these weights."""
         self.w, self.target = weights, target
         self.taps = weights.shape.taps  # the target layers its rows are made of
         self.ops: Ops = target.ops
-        self.compiled = (
-            CompiledPass(weights, self.ops) if compiled and self.ops.name == "mlx" else None
-        )
+        self.compiled: CompiledPass | None = None
+        if isinstance(compiled, CompiledPass):
+            self.compiled = compiled
+        elif compiled and self.ops.name == "mlx":
+            self.compiled = CompiledPass(weights, self.ops)
         s = weights.shape
         self.tokens: list[int] = []  # the committed context
         self.base = 0  # first position with a row
@@ -318,7 +324,26 @@ def load_block_drafter(
             None,
             f"block drafter not used: its rows are target layers {weights.shape.taps}; {problem}",
         )
-    return BlockDrafter(weights, target, compiled and on_gpu(loaded.ops)), ""
+    traced = None
+    if compiled and on_gpu(loaded.ops):  # one traced pass per file version, warmed at once
+        traced = built.get((*key, "traced"))
+        if traced is None:
+            traced = built[(*key, "traced")] = CompiledPass(weights, loaded.ops)
+            warm_up(BlockDrafter(weights, target, traced))
+    return BlockDrafter(weights, target, traced or False), ""
+
+
+def warm_up(drafter: BlockDrafter) -> None:
+    """A greedy and a sampled draft over a short made-up context, then the drafter left
+    empty: a traced pass's trace and the GPU's kernel builds happen at load, not inside
+    someone's first reply."""
+    rows = 8
+    drafter.begin([0] * rows)
+    drafter.observe_hidden(np.zeros((rows, drafter.w.shape.capture_width), np.float32), 0)
+    drafter.propose(0, drafter.max_draft)
+    drafter.couple(lambda row, history: int(np.argmax(row)))
+    drafter.propose(0, drafter.max_draft)
+    drafter.begin([])
 
 
 class CapturingForward:

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from engine.block_drafter import BlockDrafter, confidence
+from engine.block_pass_mlx import CompiledPass
 from engine.default_model import is_default_model_present
 from engine.drafter_file import BlockDrafterWeights
 from engine.sampling import SamplingSettings
@@ -138,3 +139,42 @@ def test_the_engine_traces_the_pass_on_a_gpu_only() -> None:
     assert (traced.compiled is not None) == (mx.default_device() == mx.gpu)
     off = Session(loaded, config=dataclasses.replace(config, drafter_compile=False))
     assert off.block_drafter is not None and off.block_drafter.compiled is None
+
+
+@pytest.mark.real_model
+@pytest.mark.skipif(not is_default_model_present(), reason="the default model is not fetched")
+def test_sessions_share_one_traced_pass_warmed_at_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the pass is traced (a GPU; here the CPU's MLX told it is one), the first
+    session's load traces it on a made-up context and leaves the drafter empty; later
+    sessions on the model take the same traced pass; drafts are the op-by-op pass's."""
+    from engine import block_drafter
+    from engine.config import EngineConfig
+    from engine.default_model import default_model_path
+    from engine.loader import load_model
+    from engine.session import Session
+
+    traced_calls: list[int] = []
+    original = CompiledPass.greedy
+
+    def counted(self: CompiledPass, *args: Any) -> Any:
+        traced_calls.append(1)
+        return original(self, *args)
+
+    monkeypatch.setattr(block_drafter, "on_gpu", lambda ops: True)
+    monkeypatch.setattr(CompiledPass, "greedy", counted)
+    config = EngineConfig(backend="mlx")
+    loaded = load_model(default_model_path(), config)
+    first = Session(loaded, config=config).block_drafter
+    assert first is not None and first.compiled is not None
+    assert traced_calls == [1]  # the warm-up's greedy draft
+    assert first.cursor == 0 and first.tokens == []
+    second = Session(loaded, config=config).block_drafter
+    assert second is not None and second.compiled is first.compiled
+    assert traced_calls == [1]  # no second warm-up
+    eager = Session(loaded, config=dataclasses.replace(config, drafter_compile=False))
+    assert eager.block_drafter is not None and eager.block_drafter.compiled is None
+    tokens = list(range(200, 260))
+    rows = np.random.default_rng(0).standard_normal((60, 576)).astype(np.float32)
+    for d in (second, eager.block_drafter):
+        feed(d, tokens, rows)
+    assert second.propose(7, 8).tokens == eager.block_drafter.propose(7, 8).tokens
