@@ -5,7 +5,8 @@ drafter", gives the architecture and the file format).
 Two facts organise the state kept here:
 
 1. **Its context rows come from the target.** For every committed position t the decode
-   loop hands over the target's last-layer output h_t (`observe_hidden`); the drafter
+   loop hands over the target's last-layer output h_t, or the outputs of the layers its
+   file taps side by side (`observe_hidden`); the drafter
    fuses it (`fc`, a norm) and projects it with each layer's own k/v projections into a
    per-layer cache. The drafter never runs its layers over the context: a draft pass is
    only the block's query rows (the pending token, then mask rows).
@@ -112,7 +113,8 @@ class BlockDrafter:
         self._cut(min(lcp, self.cursor))
 
     def observe_hidden(self, rows: Any, start: int | None = None) -> None:
-        """The target's last-layer rows [n, D] for positions start.. (None: the cursor).
+        """The target's rows [n, capture_width] (its last layer's, or its tapped layers'
+        side by side) for positions start.. (None: the cursor).
         Rows re-sent for positions already held replace them with the same values; a gap
         after the cursor drops the older rows (the context then starts at `start`)."""
         rows = self.ops.asarray(rows)
@@ -347,8 +349,9 @@ def warm_up(drafter: BlockDrafter) -> None:
 
 
 class CapturingForward:
-    """A runner whose forwards also hand their last-layer rows to `on_rows(start, rows)`:
-    what a prefill is given when the request's drafter wants the prompt's rows."""
+    """A runner whose forwards also hand their last-layer rows (or those of the layers in
+    `taps`, side by side) to `on_rows(start, rows)`: what a prefill is given when the
+    request's drafter wants the prompt's rows."""
 
     def __init__(self, runner: Any, on_rows: Any, taps: tuple[int, ...] = ()) -> None:
         self.runner, self.on_rows, self.taps = runner, on_rows, taps
