@@ -79,10 +79,13 @@ class CompiledPass:
             kv = ops.linear(a, layer["kv_proj"])
             k = self._rope(self._heads(kv[:, :width], s.kv_heads), position)
             v = self._heads(kv[:, width:], s.kv_heads)
-            keys = mx.concatenate([keys.astype(mx.float32), k.astype(mx.float32)], axis=1)
-            values = mx.concatenate([values.astype(mx.float32), v.astype(mx.float32)], axis=1)
+            # the block's rows and queries rounded to the cache's dtype first, as the pass
+            # op by op rounds them (its attention reads them beside the cache's rows)
+            cache, f32 = keys.dtype, mx.float32
+            keys = mx.concatenate([keys.astype(f32), k.astype(cache).astype(f32)], axis=1)
+            values = mx.concatenate([values.astype(f32), v.astype(cache).astype(f32)], axis=1)
             # the heads of a group read one key head: [KVH, group, L, C + L]
-            queries = q.astype(mx.float32).reshape(s.kv_heads, group, L, s.head_dim)
+            queries = q.astype(cache).astype(f32).reshape(s.kv_heads, group, L, s.head_dim)
             scores = (queries * s.head_dim**-0.5) @ keys[:, None].swapaxes(-1, -2)
             scores = mx.where(allowed, scores, mx.array(-mx.inf, dtype=mx.float32))
             weights = mx.softmax(scores, axis=-1, precise=True)
