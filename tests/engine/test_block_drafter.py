@@ -40,28 +40,40 @@ def make_drafter(target: Any, tmp_path: Path, **kwargs: Any) -> BlockDrafter:
     return BlockDrafter(BlockDrafterWeights(path, target.model, SIGNATURE), target.model)
 
 
-@pytest.mark.parametrize(
+# a greedy and a seeded sampled request: the two ways speculation must stay exact
+greedy_and_sampled = pytest.mark.parametrize(
     "settings",
     [SamplingSettings(seed=0), SamplingSettings(temperature=1.1, top_p=0.95, seed=5)],
     ids=["greedy", "sampled"],
 )
+
+
+@greedy_and_sampled
 def test_block_drafter_never_changes_the_output(
     pair: Pair, cases: list[Case], random_k: RandomK, tmp_path: Path, settings: SamplingSettings
 ) -> None:
     """Random draft lengths every step, drafts from a random drafter over the whole tiny
     vocabulary: every reply is plain decoding's, and the state holds exactly it."""
     drafter = make_drafter(pair.target, tmp_path, block=9)
+    assert_speculation_exact(pair.target, drafter, cases[:4], random_k, settings)
+
+
+def assert_speculation_exact(
+    target: Any, drafter: BlockDrafter, cases: list[Case], random_k: RandomK, settings: Any
+) -> None:
+    """Each case decoded plainly and with `drafter` at random draft lengths (its seed moved
+    per case): the same reply and reason, the state holding exactly it, the drafter's rows
+    covering the committed context; and some tokens were drafted."""
     drafted = 0
-    for i, case in enumerate(cases[:4]):
+    for i, case in enumerate(cases):
         seeded = dataclasses.replace(settings, seed=settings.seed + i)
-        plain, _ = run(pair.target, case.prompt, case.max_tokens, settings=seeded)
+        plain, _ = run(target, case.prompt, case.max_tokens, settings=seeded)
         random_k.restart()
-        result, state = run(pair.target, case.prompt, case.max_tokens, drafter, seeded)
+        result, state = run(target, case.prompt, case.max_tokens, drafter, seeded)
         assert result.token_ids == plain.token_ids, f"prompt {i}"
         assert result.reason == plain.reason
         assert_holds_output(state, case.prompt, result)
-        assert_exact(pair.target, state, case.prompt)
-        # the drafter's rows cover the committed context exactly
+        assert_exact(target, state, case.prompt)
         assert drafter.cursor == len(drafter.tokens) == len(state.tokens)
         drafted += result.drafted
     assert drafted > 0

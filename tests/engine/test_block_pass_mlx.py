@@ -19,8 +19,13 @@ from engine.drafter_file import BlockDrafterWeights
 from engine.sampling import SamplingSettings
 from tests.block_drafters import write_drafter
 from tests.engine import test_speculative
-from tests.engine.test_block_drafter import SIGNATURE, fresh_rows
-from tests.engine.test_speculative import Case, Pair, RandomK, assert_holds_output, run
+from tests.engine.test_block_drafter import (
+    SIGNATURE,
+    assert_speculation_exact,
+    fresh_rows,
+    greedy_and_sampled,
+)
+from tests.engine.test_speculative import Case, Pair, RandomK
 from tests.tolerances import assert_logits_close, compute_dtype
 
 pair = test_speculative.pair
@@ -106,11 +111,7 @@ def test_a_sampled_draft_reads_the_traced_rows(mlx_pair: Pair, tmp_path: Path) -
     np.testing.assert_allclose(traced.propose(11, 6).confidence, confidence(got_block), rtol=1e-4)
 
 
-@pytest.mark.parametrize(
-    "settings",
-    [SamplingSettings(seed=0), SamplingSettings(temperature=1.1, top_p=0.95, seed=5)],
-    ids=["greedy", "sampled"],
-)
+@greedy_and_sampled
 def test_speculation_with_the_traced_pass_never_changes_the_output(
     mlx_pair: Pair,
     cases: list[Case],
@@ -120,17 +121,7 @@ def test_speculation_with_the_traced_pass_never_changes_the_output(
 ) -> None:
     target = mlx_pair.target
     traced = drafters(target, tmp_path, block=9)[1]
-    drafted = 0
-    for i, case in enumerate(cases[:3]):
-        seeded = dataclasses.replace(settings, seed=settings.seed + i)
-        plain, _ = run(target, case.prompt, case.max_tokens, settings=seeded)
-        random_k.restart()
-        result, state = run(target, case.prompt, case.max_tokens, traced, seeded)
-        assert result.token_ids == plain.token_ids, f"prompt {i}"
-        assert_holds_output(state, case.prompt, result)
-        assert traced.cursor == len(traced.tokens) == len(state.tokens)
-        drafted += result.drafted
-    assert drafted > 0
+    assert_speculation_exact(target, traced, cases[:3], random_k, settings)
 
 
 @pytest.mark.real_model

@@ -6,7 +6,6 @@ hand them out (the one-launch GPU step) refuses the drafter by name."""
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -23,14 +22,15 @@ from engine.sequence import prefill
 from kernels import fused_decode_cuda
 from tests.block_drafters import drafter_tensors, write_drafter
 from tests.engine import test_speculative
-from tests.engine.test_block_drafter import SIGNATURE
+from tests.engine.test_block_drafter import (
+    SIGNATURE,
+    assert_speculation_exact,
+    greedy_and_sampled,
+)
 from tests.engine.test_speculative import (
     Case,
     Pair,
     RandomK,
-    assert_exact,
-    assert_holds_output,
-    run,
 )
 from tests.tolerances import assert_rows_close, compute_dtype
 
@@ -125,11 +125,7 @@ def test_the_c_step_checks_its_taps(pair: Pair) -> None:
         assert state.offset == 0  # the failed call left nothing
 
 
-@pytest.mark.parametrize(
-    "settings",
-    [SamplingSettings(seed=0), SamplingSettings(temperature=1.1, top_p=0.95, seed=5)],
-    ids=["greedy", "sampled"],
-)
+@greedy_and_sampled
 def test_speculation_with_a_tapped_drafter_never_changes_the_output(
     tappable: Pair,
     cases: list[Case],
@@ -140,18 +136,7 @@ def test_speculation_with_a_tapped_drafter_never_changes_the_output(
     target = tappable.target
     drafter = tapped_drafter(target, tmp_path, taps_of(target), block=9)
     assert drafter.taps == taps_of(target)
-    drafted = 0
-    for i, case in enumerate(cases[:3]):
-        seeded = dataclasses.replace(settings, seed=settings.seed + i)
-        plain, _ = run(target, case.prompt, case.max_tokens, settings=seeded)
-        random_k.restart()
-        result, state = run(target, case.prompt, case.max_tokens, drafter, seeded)
-        assert result.token_ids == plain.token_ids, f"prompt {i}"
-        assert_holds_output(state, case.prompt, result)
-        assert_exact(target, state, case.prompt)
-        assert drafter.cursor == len(drafter.tokens) == len(state.tokens)
-        drafted += result.drafted
-    assert drafted > 0
+    assert_speculation_exact(target, drafter, cases[:3], random_k, settings)
 
 
 def test_rows_of_another_width_fail_loudly(pair: Pair, tmp_path: Path) -> None:
