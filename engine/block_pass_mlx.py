@@ -14,8 +14,8 @@ buffers grow (FullKV's geometric capacity):
   held masked out, and the block's own rows after them;
 - the position and the count of context rows as arrays, not constants of the trace.
 
-The attention is float32 matmuls (as `kernels/few_query_attention.py` on CUDA): no
-per-shape library graph inside the trace either.
+The attention is `kernels/few_query_attention.py`'s float32 matmuls (CUDA's for a
+verify's rows): no per-shape library graph inside the trace either.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from typing import Any
 import mlx.core as mx
 
 from engine.drafter_file import BlockDrafterWeights
+from kernels.few_query_attention import few_query_attention
 from kernels.ops import Ops
 
 
@@ -71,7 +72,6 @@ class CompiledPass:
         column = mx.arange(C + L)[None, :]
         row = mx.arange(L)[:, None]
         allowed = mx.where(column < C, column < rows, column - C <= row)  # [L, C + L]
-        group = s.heads // s.kv_heads
         width = s.kv_heads * s.head_dim
         for layer, keys, values in zip(w.layers, buffers[0::2], buffers[1::2], strict=True):
             a = mx.fast.rms_norm(x, layer["input_norm"], s.eps)
@@ -79,17 +79,14 @@ class CompiledPass:
             kv = ops.linear(a, layer["kv_proj"])
             k = self._rope(self._heads(kv[:, :width], s.kv_heads), position)
             v = self._heads(kv[:, width:], s.kv_heads)
-            # the block's rows and queries rounded to the cache's dtype first, as the pass
-            # op by op rounds them (its attention reads them beside the cache's rows)
-            cache, f32 = keys.dtype, mx.float32
-            keys = mx.concatenate([keys.astype(f32), k.astype(cache).astype(f32)], axis=1)
-            values = mx.concatenate([values.astype(f32), v.astype(cache).astype(f32)], axis=1)
-            # the heads of a group read one key head: [KVH, group, L, C + L]
-            queries = q.astype(cache).astype(f32).reshape(s.kv_heads, group, L, s.head_dim)
-            scores = (queries * s.head_dim**-0.5) @ keys[:, None].swapaxes(-1, -2)
-            scores = mx.where(allowed, scores, mx.array(-mx.inf, dtype=mx.float32))
-            weights = mx.softmax(scores, axis=-1, precise=True)
-            att = (weights @ values[:, None]).reshape(s.heads, L, s.head_dim)
+            # the block's rows and queries in the cache's dtype, as the pass op by op
+            # hands them to the same attention (float32 inside, its result in that dtype)
+            cache = keys.dtype
+            keys = mx.concatenate([keys, k.astype(cache)], axis=1)
+            values = mx.concatenate([values, v.astype(cache)], axis=1)
+            att = few_query_attention(
+                q.astype(cache)[None], keys[None], values[None], s.head_dim**-0.5, allowed
+            )[0]
             att = att.transpose(1, 0, 2).reshape(L, s.heads * s.head_dim)
             x = x + ops.linear(att, layer["o_proj"])
             b = mx.fast.rms_norm(x, layer["post_norm"], s.eps)
