@@ -95,6 +95,21 @@ class OursRunner:
     def decode(self, token: int) -> int:
         return self._greedy(self.runner.forward([token], self.state))
 
+    def decode_many(self, token: int, steps: int) -> int:
+        """`steps` forwards through the engine's own decode loop, greedy, no drafter: what a
+        reply gets (on MLX each step is queued before the host reads its input token)."""
+        from engine.decoding import DecodeRequest, decode
+        from engine.draft_costs import CostModel
+        from engine.sampling import SamplingSettings
+
+        first = np.full(self.lm.config.vocab_size, -np.inf)
+        first[token] = 0.0  # the loop starts from `token`, as the step loop does
+        req = DecodeRequest(
+            SamplingSettings(), steps + 1, frozenset(), lambda *_: None, lambda: False
+        )
+        out = decode(self.runner, self.state, first, req, CostModel())
+        return out.token_ids[-1]
+
     def truncate(self, n: int) -> None:
         from engine.sequence import truncate
 
@@ -146,6 +161,10 @@ def measure_context(
     token = ids[context - steps]
     step_s = _mean_step(runner, token, steps)
     out[f"decode_tok_s_{context}"] = 1.0 / step_s
+    if isinstance(runner, OursRunner):  # and one forward at a time, each token read first
+        runner.truncate(context - steps)
+        step_s = _mean_forward(runner, token, steps)
+        out[f"decode_step_tok_s_{context}"] = 1.0 / step_s
     if with_verify:
         verify_s = [runner.verify(VERIFY_ROWS) for _ in range(5)]
         if verify_s[0] is not None:
@@ -178,10 +197,14 @@ def measure_all(
 
 
 def _mean_step(runner: Any, token: int, steps: int) -> float:
-    if hasattr(runner, "decode_many"):  # a peer's own generation loop
+    if hasattr(runner, "decode_many"):  # each engine's own generation loop
         t0 = time.perf_counter()
         runner.decode_many(token, steps)
         return (time.perf_counter() - t0) / steps
+    return _mean_forward(runner, token, steps)
+
+
+def _mean_forward(runner: Any, token: int, steps: int) -> float:
     times = []
     for _ in range(steps):
         t0 = time.perf_counter()

@@ -33,8 +33,9 @@ from engine.draft_costs import AcceptanceModel, CostModel, best_draft_length
 from engine.drafters import Draft, Drafter
 from engine.events import FinishReason
 from engine.runner import ModelRunner
+from engine.runner.ahead import StepTimedOut
 from engine.sampling import SamplingSettings
-from engine.sequence import SequenceState
+from engine.sequence import SequenceState, truncate
 from kernels.ops import Array, Ops
 
 
@@ -106,6 +107,8 @@ def decode(
         for start, rows in req.prompt_hidden if hidden else ():
             drafter.observe_hidden(rows, start)  # type: ignore[attr-defined]
     per_pass = bool(getattr(drafter, "drafts_in_one_pass", False))
+    # plain greedy steps can go to the device before the host reads their input token
+    ahead = argmax_only and not hidden
 
     def forward(rows: list[int], logits: str) -> Any:
         if not hidden:
@@ -133,6 +136,13 @@ def decode(
             spent = time.perf_counter() - t0 - draft.setup_seconds  # a prompt's: not k's cost
             req.acceptance.observe_cost(len(draft.tokens), spent, per_pass)
         rows = [pending, *draft.tokens[:k]]
+        if len(rows) == 1 and ahead and runner.can_launch_ahead(state):
+            reason = _plain_run(runner, state, req, out, costs, row_limit)
+            if reason:
+                out.reason = reason
+                break
+            produced = []
+            continue
         t0 = time.perf_counter()
         if len(rows) == 1:
             result, hidden_rows = forward(rows, "last")
@@ -179,6 +189,54 @@ def decode(
         drafter.end()
     out.end_time = time.perf_counter()
     return out
+
+
+def _plain_run(
+    runner: ModelRunner,
+    state: SequenceState,
+    req: DecodeRequest,
+    out: DecodeResult,
+    costs: CostModel,
+    row_limit: int,
+) -> str:
+    """Plain greedy steps from the pending token, each queued on the device before the
+    host reads the token it takes (engine/runner/ahead.py), for as long as the next step
+    would be plain whatever that token is. Returns a finish reason, or "" with the state
+    as after a plain step: the last token read pending, for the loop to go on from."""
+    pending = out.token_ids[-1]
+    step = runner.launch([pending], state)
+    step.end(pending)
+    t0 = time.perf_counter()
+    while True:
+        if req.acceptance is not None:  # a step without a draft, before the next one's k
+            req.acceptance.idle()
+        num_after = len(out.token_ids) + 1  # produced once this step's token is read
+        more = (
+            num_after < req.max_tokens
+            and state.offset + 1 < req.context_limit
+            and _choose_k(req, costs, num_after, state, row_limit) == 0
+        )
+        nxt = runner.launch(step.top, state) if more else None
+        try:
+            token = step.read()
+        except StepTimedOut:  # its row is not the model's: the loop redoes it another way
+            if nxt is not None:
+                nxt.cancel()
+            truncate(runner, state, state.offset - 1)
+            runner.fall_back()
+            return ""
+        now = time.perf_counter()
+        costs.observe(1, now - t0)
+        t0 = now
+        if req.drafter is not None:
+            req.drafter.commit([pending])
+        reason = _take([(token, False)], out, req)
+        if reason or nxt is None or req.should_stop():
+            if nxt is not None:  # its input ended the reply
+                nxt.cancel()
+            return reason
+        nxt.end(token)
+        step, pending = nxt, token
 
 
 def _to_host(ops: Ops, logits: Array, argmax_only: bool) -> Any:

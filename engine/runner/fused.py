@@ -26,6 +26,8 @@ import mlx.core as mx
 
 from engine.models.base import DecoderModel
 from engine.runner import fused_hybrid
+from engine.runner.ahead import Launch
+from engine.runner.fused_layers import FiveKernelSteps
 from engine.runner.fused_support import (
     MAX_DENSE_BYTES,
     dense_bytes,
@@ -57,7 +59,7 @@ _CAPACITY_STEP = 1024  # compiled steps retrace per buffer shape: grow in large 
 log = logging.getLogger(__name__)
 
 
-class FusedDecode:
+class FusedDecode(FiveKernelSteps):
     """mode "step": one kernel launch per step (kernels/fused_step_cuda.py, CUDA only);
     mode "layers": five kernels a layer, eager or traced once with `mx.compile`;
     mode None: "step" where the one-launch kernel runs, else "layers"."""
@@ -113,31 +115,6 @@ class FusedDecode:
         if mode == "step":
             self._warm_up()
 
-    def _dense_copy(self) -> None:
-        """The five kernels' weights: stacked [num_layers, ...] in the model dtype."""
-        ops = self.ops
-
-        def dense(w: Any) -> mx.array:
-            return ops._dense(w).astype(ops.dtype)
-
-        def f32(w: Any) -> mx.array:
-            return w.astype(mx.float32)
-
-        model, layers = self.model, self.model.layers
-        self.stacked = [
-            mx.stack([f32(layer.input_norm) for layer in layers]),
-            mx.stack([dense(layer.mixer.qkv.w) for layer in layers]),
-            mx.stack([dense(layer.mixer.o.w) for layer in layers]),
-            mx.stack([f32(layer.post_norm) for layer in layers]),
-            mx.stack([dense(layer.mlp.gate_up.w) for layer in layers]),
-            mx.stack([dense(layer.mlp.down.w) for layer in layers]),
-            f32(model.norm),
-            dense(model.lm_head),
-        ]
-        mx.eval(*self.stacked)
-        self.norm, self.head_w = self.stacked[6], self.stacked[7]
-        self.layers = [tuple(w[i] for w in self.stacked[:6]) for i in range(len(layers))]
-
     def _warm_up(self) -> None:
         """Compile the step kernel's builds now (NVRTC takes ~1-15 s each): decode's, and
         a verify's for its logits modes, at load, not in the middle of someone's first
@@ -190,42 +167,18 @@ class FusedDecode:
         return split
 
     # -- one step ----------------------------------------------------------------------
-    def _layers(
-        self, x: mx.array, pos: mx.array, caches: list[Any], write: Any, taps: tuple[int, ...] = ()
-    ) -> tuple[mx.array, mx.array]:
-        """The last layer's rows, and the kept rows: with `taps` those layers' side by
-        side, else the last layer's again."""
-        k, tapped = self.k, []
-        for i, ((nw1, w_qkv, w_o, nw2, w_gu, w_down), cache) in enumerate(
-            zip(self.layers, caches, strict=True)
-        ):
-            q, k_rows, v_rows = k.qkv(x, nw1, w_qkv, pos)
-            keys, values = write(cache, k_rows, v_rows)
-            h = k.residual(k.attend(q, keys, values, pos), w_o, x)
-            x = k.residual(k.gate_up(h, nw2, w_gu), w_down, h)
-            if i in taps:
-                tapped.append(x)
-        return x, (mx.concatenate(tapped, axis=-1) if taps else x)
-
-    def _head(self, x: mx.array, logits: str) -> mx.array | None:
-        if logits == "none":
-            return None
-        return self.k.head(x if logits == "all" else x[-1:], self.norm, self.head_w)
-
-    def _embed(self, ids: mx.array) -> mx.array:
-        if self.tied:  # the dense head is the dequantized table: one gather
-            return self.head_w[ids].astype(mx.float32)
-        return self.ops.embed(self.embed, ids).astype(mx.float32)
-
     def __call__(self, token_ids: list[int], state: SequenceState, logits: str) -> Any:
         split = self._split(state)
         if split is None:  # checked before the state changes (callers ask `supports` first)
             raise ValueError("the fused path needs the model's own layer states")
-        kvs, recurrent = split
-        rows = len(token_ids)
-        offset = state.begin_forward(rows)
+        offset = state.begin_forward(len(token_ids))
         try:
-            return self._forward(token_ids, state, logits, kvs, offset, recurrent)
+            ids = mx.array(token_ids, dtype=mx.int32)
+            pos = mx.array([offset], dtype=mx.int32)
+            out, status = self._queue(ids, pos, logits, *split, offset)
+            out = self._settle(out, status, ids, pos, logits, split[0], offset)
+            state.end_forward(list(token_ids))
+            return out
         except BaseException:
             # The step kernels write new rows past the cursor, the eager step writes new
             # arrays: the cursor undoes both. A traced step donated the old buffers: the
@@ -234,16 +187,41 @@ class FusedDecode:
                 state.abort_forward()
             raise
 
-    def _forward(
+    def can_launch(self, state: SequenceState) -> bool:
+        """Whether `launch` takes a row of `state`: a step the state can undo (a traced
+        step donates its buffers), with nothing kept beside its logits."""
+        undoable = self.step_kernel is not None or not self.compiled
+        return undoable and not self.keep_hidden and self.supports(state, 1)
+
+    def launch(self, ids: mx.array, state: SequenceState) -> Launch:
+        """One greedy row queued on the device (engine/runner/ahead.py): its input `ids`
+        [1] as they are (the step before's argmax, not yet read), its argmax lazy."""
+        split = self._split(state)
+        if split is None or not self.can_launch(state):
+            raise ValueError("this state's step cannot be queued ahead")
+        offset = state.begin_forward(1)
+        try:
+            pos = mx.array([offset], dtype=mx.int32)
+            out, status = self._queue(ids.astype(mx.int32), pos, "last", *split, offset)
+            top = mx.argmax(out, axis=-1)
+            mx.async_eval(top, *([] if status is None else [status]))
+        except BaseException:
+            state.abort_forward()
+            raise
+        return Launch(state, top, status)
+
+    def _queue(
         self,
-        token_ids: list[int],
-        state: SequenceState,
+        ids: mx.array,
+        pos: mx.array,
         logits: str,
         kvs: list[FullKV | SlidingKV],
-        offset: int,
         recurrent: list[RecurrentState],
-    ) -> Any:
-        rows = len(token_ids)
+        offset: int,
+    ) -> tuple[Any, mx.array | None]:
+        """A call's step put together, not evaluated: (logits or None, the one-launch
+        kernel's status or None); the caches' cursors and a hybrid's states moved on."""
+        rows = int(ids.shape[0])
         need = offset + rows
         caches = [kv for kv in kvs if isinstance(kv, FullKV)]
         rings = [kv for kv in kvs if isinstance(kv, SlidingKV)]
@@ -254,12 +232,11 @@ class FusedDecode:
             for kv in caches:
                 if kv.capacity() != capacity:
                     kv.reserve(capacity)
-        ids = mx.array(token_ids, dtype=mx.int32)
-        pos = mx.array([offset], dtype=mx.int32)
+        status = None
         if self.step_kernel is not None:
             for ring in rings:  # the kernel writes the rows into their slots in place
                 ring.before_kernel_write(offset, rows)
-            out = self._one_launch(ids, pos, kvs, logits, offset, recurrent)
+            out, status = self._one_launch(ids, pos, kvs, logits, offset, recurrent)
             for ring in rings:
                 ring.after_kernel_write(offset, rows)
         elif self.compiled:
@@ -268,12 +245,57 @@ class FusedDecode:
             out = self._eager_step(ids, pos, caches, logits, offset)
         for kv in caches:
             kv.replace_buffers(kv.keys, kv.values, need)
-        if out is not None:
-            mx.eval(out)
-        else:
-            mx.eval(*[a for kv in kvs for a in (kv.keys, kv.values)])
-        state.end_forward(list(token_ids))
+        return out, status
+
+    def _settle(
+        self,
+        out: Any,
+        status: mx.array | None,
+        ids: mx.array,
+        pos: mx.array,
+        logits: str,
+        kvs: list[FullKV | SlidingKV],
+        offset: int,
+    ) -> Any:
+        """Evaluate a queued call: its logits (with a greedy read's argmax), the rows it
+        keeps, and a timed-out one-launch step redone kernel by kernel."""
+        top = mx.argmax(out, axis=-1) if out is not None and status is not None else None
+        pending = [a for kv in kvs for a in (kv.keys, kv.values)] if out is None else [out]
+        mx.eval(*pending, *(a for a in (status, top) if a is not None))
+        if status is not None and status.item():
+            # A barrier timed out: not every block was resident (a smaller or shared GPU).
+            # The rows it wrote lie past the state's length; redo the step kernel by kernel.
+            self.fall_back()
+            caches = [kv for kv in kvs if isinstance(kv, FullKV)]  # every one (no rings)
+            out = self._eager_step(ids, pos, caches, logits, offset)
+            for kv in caches:
+                kv.replace_buffers(kv.keys, kv.values, offset + int(ids.shape[0]))
+            mx.eval(out if out is not None else [a for kv in caches for a in (kv.keys, kv.values)])
+            return out
+        if status is not None and self.keep_hidden:
+            # the kernel leaves the residual rows in its scratch; copied before the next
+            # launch overwrites them
+            start, D, rows = hidden_offset(self.shapes), self.shapes.hidden, int(ids.shape[0])
+            scratch = self.step_kernel._scratch
+            self.hidden = scratch[start : start + rows * D].reshape(rows, D) + 0.0
+            mx.eval(self.hidden)
+        if top is not None:  # a greedy read's argmax, evaluated in the launch's evaluation
+            self.ops.remember_argmax(out, top)
         return out
+
+    def fall_back(self) -> None:
+        """From the one-launch step to the five kernels (its barrier timed out: not every
+        block was resident); RuntimeError where they cannot take this model."""
+        reason = unsupported_reason(self.model)
+        if reason:  # the five kernels would compute another model
+            raise RuntimeError(
+                f"fused one-launch step timed out at a grid barrier (not every block was "
+                f"resident) and the five kernels cannot take this model: {reason}"
+            )
+        log.warning("fused one-launch step timed out at a grid barrier; using 5 kernels")
+        self.step_kernel = None
+        self.mode = "layers"
+        self._dense_copy()
 
     def _one_launch(
         self,
@@ -283,7 +305,8 @@ class FusedDecode:
         logits: str,
         offset: int,
         recurrent: list[RecurrentState],
-    ) -> Any:
+    ) -> tuple[Any, mx.array]:
+        """(logits or None, status [1]: nonzero if a barrier timed out), not evaluated."""
         head_mode = {"none": 0, "last": 1, "all": 2}[logits]
         linear = None
         if recurrent:
@@ -299,88 +322,9 @@ class FusedDecode:
             head_mode,
             linear=linear,
         )
-        out, status = outs[0], outs[2]
-        # a greedy read's argmax, in the launch's evaluation: one wait for the device a step
-        top = mx.argmax(out, axis=-1) if logits != "none" else None
-        mx.eval(out, status, *([] if top is None else [top]))  # and a hybrid's gstate, gconv
-        if self.keep_hidden and not int(status.item()):
-            # the kernel leaves the residual rows in its scratch; copied before the next
-            # launch overwrites them
-            start = hidden_offset(self.shapes)
-            D = self.shapes.hidden
-            rows = int(ids.shape[0])
-            scratch = self.step_kernel._scratch
-            self.hidden = scratch[start : start + rows * D].reshape(rows, D) + 0.0
-            mx.eval(self.hidden)
-        if int(status.item()):
-            # A barrier timed out: not every block was resident (a smaller or shared GPU).
-            # The rows it wrote lie past the state's length; redo the step kernel by kernel.
-            reason = unsupported_reason(self.model)
-            if reason:  # the five kernels would compute another model
-                raise RuntimeError(
-                    f"fused one-launch step timed out at a grid barrier (not every block was "
-                    f"resident) and the five kernels cannot take this model: {reason}"
-                )
-            log.warning("fused one-launch step timed out at a grid barrier; using 5 kernels")
-            self.step_kernel = None
-            self.mode = "layers"
-            self._dense_copy()
-            caches = [kv for kv in kvs if isinstance(kv, FullKV)]  # every one (no rings)
-            return self._eager_step(ids, pos, caches, logits, offset)
-        if top is not None:
-            self.ops.remember_argmax(out, top)
         if recurrent:  # the linear layers' new states, and their rows into recording tapes
             rows = int(ids.shape[0])
             self.stacks = fused_hybrid.adopt(
                 self.shapes, recurrent, outs[3], outs[4], rows, offset + rows
             )
-        return out if logits != "none" else None
-
-    def _eager_step(
-        self, ids: mx.array, pos: mx.array, kvs: list[FullKV], logits: str, offset: int
-    ) -> Any:
-        def write(kv: FullKV, k_rows: mx.array, v_rows: mx.array) -> tuple[mx.array, mx.array]:
-            keys = self.ops.write_rows(kv.keys, offset, k_rows)
-            values = self.ops.write_rows(kv.values, offset, v_rows)
-            kv.replace_buffers(keys, values, kv.length)
-            return keys, values
-
-        x, kept = self._layers(self._embed(ids), pos, kvs, write, self.taps)
-        if self.keep_hidden:
-            self.hidden = kept.astype(mx.float32)
-        return self._head(x, logits)
-
-    def _compiled_step(self, ids: mx.array, pos: mx.array, kvs: list[FullKV], logits: str) -> Any:
-        key = (logits, self.taps)  # a trace's outputs: the rows it keeps
-        fn = self._traced.get(key)
-        if fn is None:
-            fn = self._traced[key] = mx.compile(self._traceable(logits, self.taps))
-        buffers = []
-        for kv in kvs:
-            buffers += [kv.keys, kv.values]
-            kv.replace_buffers(None, None, kv.length)  # the step's outputs replace them: donate
-        outputs = fn(ids, pos, *buffers)
-        del buffers
-        rest = outputs[1:] if logits != "none" else outputs
-        if self.keep_hidden:
-            self.hidden = rest[0].astype(mx.float32)
-        rest = rest[1:]
-        for i, kv in enumerate(kvs):
-            kv.replace_buffers(rest[2 * i], rest[2 * i + 1], kv.length)
-        return outputs[0] if logits != "none" else None
-
-    def _traceable(self, logits: str, taps: tuple[int, ...] = ()) -> Any:
-        def step(ids: mx.array, pos: mx.array, *buffers: mx.array) -> list[mx.array]:
-            caches = [list(buffers[i : i + 2]) for i in range(0, len(buffers), 2)]
-
-            def write(cache: list[Any], k_rows: mx.array, v_rows: mx.array) -> Any:
-                cache[0] = mx.slice_update(cache[0], k_rows, pos, axes=(1,))
-                cache[1] = mx.slice_update(cache[1], v_rows, pos, axes=(1,))
-                return cache[0], cache[1]
-
-            x, kept = self._layers(self._embed(ids), pos, caches, write, taps)
-            out = self._head(x, logits)
-            flat = [kept, *(a for cache in caches for a in cache)]  # the rows kept
-            return flat if out is None else [out, *flat]
-
-        return step
+        return (outs[0] if logits != "none" else None), outs[2]

@@ -18,6 +18,7 @@ import mlx.core as mx
 from engine.config import EngineConfig, parse_step_tuning
 from engine.models.base import DecoderModel, ModelConfig
 from engine.runner import cpu_step, fused_hybrid
+from engine.runner.ahead import Launch, launch_model
 from engine.runner.cpu_step import CpuStep
 from engine.runner.fused import (
     MAX_DENSE_BYTES,
@@ -180,6 +181,34 @@ class ModelRunner:
             return self.cpu_step(list(token_ids), state, logits)
         self.last_path = "model"
         return self.model.forward(token_ids, state, logits)
+
+    def can_launch_ahead(self, state: SequenceState) -> bool:
+        """Whether a one-row greedy step of `state` can be queued before the host reads
+        its input (engine/runner/ahead.py): on MLX, through the fused path or the model's
+        own; the NumPy backend computes as it is called."""
+        if self.ops.name != "mlx":
+            return False
+        if self.fused is not None and self.fused.supports(state, 1):
+            return self.fused.can_launch(state)
+        return True
+
+    def launch(self, ids: Any, state: SequenceState) -> Launch:
+        """One greedy row queued on the device, on the path `forward` would take: `ids`
+        [1] a host token or the step before's argmax, not yet read."""
+        if self.fused is not None and self.fused.supports(state, 1):
+            self.last_path = "fused"
+            if not isinstance(ids, mx.array):
+                ids = mx.array(ids, dtype=mx.int32)
+            return self.fused.launch(ids, state)
+        self.last_path = "model"
+        return launch_model(self.model, ids, state)
+
+    def fall_back(self) -> None:
+        """A queued one-launch step timed out at a grid barrier: take the five kernels
+        from now on, as a synchronous step does (RuntimeError where they cannot)."""
+        if self.fused is None:
+            raise RuntimeError("no fused path to fall back from")
+        self.fused.fall_back()
 
     def forward_hidden(
         self,

@@ -125,7 +125,9 @@ def test_run_with_fake_peers_writes_every_figure_and_its_ratio(tiny_llama_q4_ggu
     result = decode.run(args, EngineConfig(), peer_factory=peers)
     figures = {f"{kind}_tok_s_{c}" for kind in ("prefill", "decode") for c in CONTEXTS}
     figures.add(f"paste_prefill_tok_s_{PASTE}")
-    assert set(result["ours"]) == figures | {"verify_8_rows_in_decode_steps"}
+    # ours also decodes one forward at a time, each token read before the next step
+    steps = {f"decode_step_tok_s_{c}" for c in CONTEXTS}
+    assert set(result["ours"]) == figures | steps | {"verify_8_rows_in_decode_steps"}
     assert set(result["llama_cpp"]) == figures
     assert set(result["llama_cpp_setting"]) == figures
     for key in figures:
@@ -260,3 +262,20 @@ def test_engines_take_turns_figure_by_figure():
         "prefill_tok_s_32", "decode_tok_s_32", "prefill_tok_s_64", "decode_tok_s_64",
         "paste_prefill_tok_s_50",
     }  # fmt: skip
+
+
+@pytest.mark.parametrize("backend", ["numpy", "mlx"])
+def test_ours_decodes_through_the_engines_loop_as_the_step_loop_does(tiny_llama_q4_gguf, backend):
+    """`decode_many` (the engine's decode loop; on MLX its steps queued ahead) ends where
+    one forward a step ends: the same last token, the same state."""
+    gguf, _ = tiny_llama_q4_gguf
+    ours = decode.OursRunner(gguf, EngineConfig(backend=backend))
+    ids = list(range(3, 40))
+    first = ours.prefill(ids)
+    token = first
+    for _ in range(9):
+        token = ours.decode(token)
+    stepped = list(ours.state.tokens)
+    ours.truncate(len(ids))
+    assert ours.decode_many(first, 9) == token
+    assert ours.state.tokens == stepped

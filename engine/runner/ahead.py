@@ -1,0 +1,74 @@
+"""Greedy steps queued ahead: the next one-row step goes to the device before the host
+has read the token it takes, so the host's part of a step (building the launch, reading
+the token back, streaming it) overlaps the device's computing the step before.
+
+On a GPU a plain decode step of a small model is bound by that host work and the
+launch's latency, not by arithmetic: on the H200 the default model's one-launch kernel
+runs ~0.66 ms of a ~1.15 ms step (docs/BENCHMARKS.md, "How a decode step runs on the
+GPU"). mlx-lm's `generate_step` overlaps the same way with `mx.async_eval`; here the
+next step's input is the last step's argmax as it lies on the device.
+
+A `Launch` is one queued step: the state has begun its forward, and its `top` (the
+argmax of its logits, [1]) is lazy. Its input token is recorded (`end`) once the host
+knows it, one step later; a step whose input ended the reply is `cancel`led, undone as
+the state undoes a forward that raised. A queued step computes the values the
+synchronous one does: the same graph, or the same kernel launch, evaluated later.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import mlx.core as mx
+import numpy as np
+
+from engine.errors import StateError
+from engine.sequence import SequenceState
+
+
+class StepTimedOut(RuntimeError):
+    """A queued one-launch step's grid barrier timed out: its rows are not the model's."""
+
+
+@dataclass
+class Launch:
+    state: SequenceState
+    top: mx.array  # [1]: the argmax of the step's logits, lazy
+    status: mx.array | None = None  # the one-launch kernel's: nonzero if a barrier timed out
+    is_ended: bool = False
+
+    def end(self, token: int) -> None:
+        """The step's input is `token` (read from the step before): record its row."""
+        self.state.end_forward([token])
+        self.is_ended = True
+
+    def read(self) -> int:
+        """The step's greedy token, once the device has it; StepTimedOut where the kernel
+        failed (the step may already be ended: the caller takes its row back)."""
+        if self.status is not None:
+            mx.eval(self.top, self.status)
+            if self.status.item():
+                raise StepTimedOut("the one-launch step timed out at a grid barrier")
+        return int(np.asarray(self.top)[0])
+
+    def cancel(self) -> None:
+        """Take back a step that was not ended: its input is not part of the reply."""
+        if not self.is_ended and not self.state.abort_forward():
+            raise StateError("a queued step could not be undone; reset the state")
+
+
+def launch_model(model: Any, ids: Any, state: SequenceState) -> Launch:
+    """One greedy row through the model's own forward (the MLX backend), queued: `ids`
+    [1] a host token or the step before's argmax, not yet read."""
+    if not isinstance(ids, mx.array):
+        ids = np.asarray(ids, dtype=np.int64)
+    offset = state.begin_forward(1)
+    try:
+        x = model.hidden(ids, state.layers, offset)
+        top = mx.argmax(model.logits(x[-1:]), axis=-1)
+        mx.async_eval(top)
+    except BaseException:
+        state.abort_forward()
+        raise
+    return Launch(state, top)

@@ -1,0 +1,217 @@
+"""Greedy steps queued ahead (engine/runner/ahead.py, decoding._plain_run): the next step is
+on the device before the host reads the token it takes. The reply, its finish reason and
+the state it leaves are those of synchronous decoding, bit for bit, on every layer kind
+(full attention, a sliding ring, a hybrid's recurrent layers), at every way a reply ends
+(EOS, the token limit, the context, a stop), on the model's own MLX path and the fused
+five-kernel path (on a CPU their MLX-ops reference; the one-launch step on a CUDA GPU).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from engine import decoding
+from engine.config import EngineConfig
+from engine.decoding import DecodeRequest, DecodeResult, decode
+from engine.draft_costs import AcceptanceModel, CostModel
+from engine.events import FinishReason
+from engine.loader import load_model
+from engine.runner import ModelRunner
+from engine.runner.ahead import Launch, StepTimedOut
+from engine.sampling import SamplingSettings
+from engine.sequence import SequenceState, prefill
+from engine.state import SnapshotPolicy
+from kernels import fused_decode_cuda
+from tests.conftest import TinyModels
+from tests.engine.test_speculative import ScriptedDrafter
+from tests.tiny_families import make_family_hf
+
+PROMPT = [int(t) for t in np.random.default_rng(5).integers(3, 200, 21)]
+
+
+def _runner(path: Path, fused: str | None = None) -> ModelRunner:
+    # float32 on the model's own path (MLX's CPU default); the one-launch step's own dtype
+    dtype = None if fused == "step" else "float32"
+    runner = load_model(path, EngineConfig(backend="mlx", dtype=dtype)).runner
+    runner.fused = None  # the loader may have enabled it (CUDA)
+    if fused:
+        runner.enable_fused_decode(compiled=False, mode=fused)
+    return runner
+
+
+ON_CUDA = fused_decode_cuda.is_available()
+PATHS = ["llama", "llama-fused", "sliding", "gemma3", "hybrid"]
+PATHS += ["llama-step", "gemma3-step", "hybrid-step"] if ON_CUDA else []
+
+
+@pytest.fixture(params=PATHS)
+def runner(request: Any, tiny_models: TinyModels, models: dict, tmp_path: Path) -> ModelRunner:
+    name, _, step = request.param.partition("-")
+    fused = {"fused": "layers", "step": "step"}.get(step)
+    if name == "llama":
+        return _runner(tiny_models.gguf(qtype="Q4_1", embed_qtype="Q8_0")[0], fused)
+    if name == "sliding":
+        return _runner(tiny_models.hf("llama", sliding_window=8)[0])
+    if name == "gemma3":
+        make_family_hf(tmp_path / "g", "gemma3", tie=True, sliding_window=8)
+        return _runner(tmp_path / "g", fused)
+    return _runner(models["hybrid"], fused)
+
+
+def _decode(
+    runner: ModelRunner,
+    max_tokens: int,
+    eos: frozenset[int] = frozenset(),
+    context_limit: int = 1 << 30,
+    stop_after: int | None = None,
+    drafter: Any = None,
+) -> tuple[DecodeResult, SequenceState]:
+    state = runner.new_state(SnapshotPolicy(sliding_slack=4))
+    last = np.asarray(runner.ops.to_numpy(prefill(runner, state, PROMPT)), np.float64)
+    emitted: list[int] = []
+    req = DecodeRequest(
+        settings=SamplingSettings(),
+        max_tokens=max_tokens,
+        eos_ids=eos,
+        emit=lambda ids, _flags: emitted.extend(ids),
+        should_stop=lambda: stop_after is not None and len(emitted) >= stop_after,
+        drafter=drafter,
+        acceptance=AcceptanceModel() if drafter is not None else None,
+        context_limit=context_limit,
+    )
+    out = decode(runner, state, last.reshape(-1), req, CostModel())
+    assert emitted == out.token_ids
+    return out, state
+
+
+def _synchronous(runner: ModelRunner, monkeypatch: pytest.MonkeyPatch, **kw: Any) -> Any:
+    with monkeypatch.context() as m:
+        m.setattr(ModelRunner, "can_launch_ahead", lambda self, state: False)
+        return _decode(runner, **kw)
+
+
+def _next_logits(runner: ModelRunner, state: SequenceState, token: int) -> np.ndarray:
+    return np.array(runner.ops.to_numpy(runner.forward([token], state)))
+
+
+def _assert_same(runner: ModelRunner, got: Any, want: Any) -> None:
+    (out, state), (ref, ref_state) = got, want
+    assert out.token_ids == ref.token_ids and out.reason == ref.reason
+    # the state holds every produced token but the pending one (or the EOS) and continues
+    # as the synchronous one does, bit for bit
+    assert state.tokens == ref_state.tokens
+    held = len(state.tokens) - len(PROMPT)
+    assert held == len(out.token_ids) - (out.reason != FinishReason.EOS)
+    assert state.tokens == PROMPT + out.token_ids[:held]
+    token = 3
+    np.testing.assert_array_equal(
+        _next_logits(runner, state, token), _next_logits(runner, ref_state, token)
+    )
+
+
+def test_queued_steps_give_the_synchronous_reply_and_state(runner, monkeypatch):
+    launches: list[bool] = []  # per launch: was its input still on the device
+    real = ModelRunner.launch
+
+    def counting(self: ModelRunner, ids: Any, state: SequenceState) -> Launch:
+        launches.append(isinstance(ids, mx.array))
+        return real(self, ids, state)
+
+    monkeypatch.setattr(ModelRunner, "launch", counting)
+    got = _decode(runner, max_tokens=20)
+    # one host token to start, then every step queued on its input as the device holds it
+    assert launches == [False] + [True] * 18
+    monkeypatch.undo()
+    assert got[0].reason == FinishReason.LENGTH and len(got[0].token_ids) == 20
+    _assert_same(runner, got, _synchronous(runner, monkeypatch, max_tokens=20))
+
+
+def test_each_step_is_queued_before_the_token_it_takes_is_read(runner, monkeypatch):
+    events: list[str] = []
+    real_launch, real_read = ModelRunner.launch, Launch.read
+
+    def launch(self: ModelRunner, ids: Any, state: SequenceState) -> Launch:
+        events.append("launch")
+        return real_launch(self, ids, state)
+
+    def read(self: Launch) -> int:
+        events.append("read")
+        return real_read(self)
+
+    monkeypatch.setattr(ModelRunner, "launch", launch)
+    monkeypatch.setattr(Launch, "read", read)
+    _decode(runner, max_tokens=6)
+    assert events == ["launch"] + ["launch", "read"] * 4 + ["read"]
+
+
+@pytest.mark.parametrize(
+    "ending",
+    [{"stop_after": 7}, {"context_limit": len(PROMPT) + 9}, {"max_tokens": 1}, {"eos": True}],
+    ids=["stopped", "context", "one-token", "eos"],
+)
+def test_a_reply_ending_mid_run_leaves_the_synchronous_state(runner, monkeypatch, ending):
+    kw: dict[str, Any] = {"max_tokens": 30, **ending}
+    if kw.pop("eos", False):  # the reply's 6th token ends it, with a step queued on it
+        kw["eos"] = frozenset({_synchronous(runner, monkeypatch, max_tokens=6)[0].token_ids[5]})
+    want = _synchronous(runner, monkeypatch, **kw)
+    got = _decode(runner, **kw)
+    expected = {"stop_after": FinishReason.STOPPED, "context_limit": FinishReason.CONTEXT_FULL}
+    for key, reason in expected.items():
+        if key in ending:
+            assert got[0].reason == reason
+    if "eos" in kw:
+        assert got[0].reason == FinishReason.EOS and len(got[0].token_ids) <= 5
+    if len(got[0].token_ids):
+        _assert_same(runner, got, want)
+
+
+def test_a_timed_out_step_is_taken_back_and_redone(tiny_models, monkeypatch):
+    """A queued one-launch step whose barrier timed out: its row leaves the state, the path
+    falls back, and the step is redone; the reply is the synchronous one."""
+    runner = _runner(tiny_models.gguf(qtype="Q4_1", embed_qtype="Q8_0")[0], "layers")
+    want = _synchronous(runner, monkeypatch, max_tokens=12)
+    reads, fell_back = [0], []
+    real_read = Launch.read
+
+    def read(self: Launch) -> int:
+        reads[0] += 1
+        if reads[0] == 4:
+            raise StepTimedOut("a barrier timed out")
+        return real_read(self)
+
+    monkeypatch.setattr(Launch, "read", read)
+    monkeypatch.setattr(ModelRunner, "fall_back", lambda self: fell_back.append(True))
+    got = _decode(runner, max_tokens=12)
+    assert fell_back == [True]
+    monkeypatch.undo()
+    _assert_same(runner, got, want)
+
+
+def test_steps_are_queued_only_while_the_next_one_drafts_nothing(runner, monkeypatch):
+    """With a drafter, a step is queued ahead only where the next step's k is 0 whatever
+    the token; every drafted step is a verify as before, and the reply is plain greedy."""
+    want = _synchronous(runner, monkeypatch, max_tokens=40)[0].token_ids
+    log: list[Any] = []
+    real = ModelRunner.launch
+
+    def launch(self: ModelRunner, ids: Any, state: SequenceState) -> Launch:
+        log.append("queued" if isinstance(ids, mx.array) else "host")
+        return real(self, ids, state)
+
+    def choose_k(req: Any, costs: Any, produced: int, *_: Any) -> int:
+        log.append(k := 3 if produced % 9 in (5, 6) else 0)  # drafts now and then
+        return k
+
+    monkeypatch.setattr(ModelRunner, "launch", launch)
+    monkeypatch.setattr(decoding, "_choose_k", choose_k)
+    drafter = ScriptedDrafter(PROMPT + want, corrupt=0.5, seed=1)
+    got, _ = _decode(runner, max_tokens=40, drafter=drafter)
+    assert got.token_ids == want
+    assert got.drafted >= 12 and log.count("queued") >= 12
+    # every queued step was one the cost model gave no draft
+    assert all(log[i - 1] == 0 for i, e in enumerate(log) if e == "queued")
