@@ -10,7 +10,11 @@ hybrid's linear layers read their states, Gemma's rings are its sliding layers' 
 default the model is the default model's shapes with random dense weights; `--model`
 takes a GGUF file instead (its weight table as stored).
 
-    python -m bench.gpu.step_probe [--model PATH] [--contexts 128 2048] [--prefetch 0 1]
+    python -m bench.gpu.step_probe [--model PATH] [--contexts 128 2048] [--prefetch 0 1] \
+        [--rows 1 8]
+
+`--rows` past 1 probes the verify build as a verify calls it (every row's logits): where
+a k-row verify's time goes beside a step's (docs/BENCHMARKS.md, "Verify cost").
 """
 
 from __future__ import annotations
@@ -52,7 +56,7 @@ def summarize(stamps: np.ndarray, rows: list[tuple[int, str]], blocks: int) -> d
     return out
 
 
-def probe(model: Any, context: int, prefetch: bool) -> dict[str, Any]:
+def probe(model: Any, context: int, prefetch: bool, rows: int = 1) -> dict[str, Any]:
     f = model.fused
     state = model.new_state()
     model.forward(list(range(context)), state)
@@ -61,8 +65,9 @@ def probe(model: Any, context: int, prefetch: bool) -> dict[str, Any]:
     assert split is not None
     kvs, recurrent = split  # a hybrid's linear layers read their states too
     linear = (f.linear_params, *fused_hybrid.linear_inputs(recurrent)) if recurrent else None
-    ids = mx.array([5], dtype=mx.int32)
+    ids = mx.array([5] * rows, dtype=mx.int32)
     pos = mx.array([context + 1], dtype=mx.int32)
+    head = 1 if rows == 1 else 2  # a verify reads every row's logits
     keys, values = [kv.keys for kv in kvs], [kv.values for kv in kvs]
 
     def call(head_mode: int) -> Any:
@@ -81,19 +86,19 @@ def probe(model: Any, context: int, prefetch: bool) -> dict[str, Any]:
         out[name] = (time.perf_counter() - t0) / n * 1000
 
     timeit("none_eval_ms", lambda: mx.eval(*call(0)))
-    timeit("last_eval_ms", lambda: mx.eval(*call(1)))
+    timeit("last_eval_ms" if rows == 1 else "all_eval_ms", lambda: mx.eval(*call(head)))
     kernel = f.step_kernel  # the engine's build: its tuning too
     stamped = StampedStepKernel(
         kernel.s, kernel.L, f.weights.formats, prefetch, kernel.tuning, f.weights.roles
     )
     runs = []
     for _ in range(20):
-        outs = stamped.launch(ids, pos, f.weights, f.norms, keys, values, 1, linear=linear)
+        outs = stamped.launch(ids, pos, f.weights, f.norms, keys, values, head, linear=linear)
         mx.eval(*outs)
         runs.append(np.array(outs[-1]))
     out["status"] = int(np.array(outs[2])[0])
-    rows = phases(kernel.s, kernel.L)
-    prof = [summarize(r, rows, stamped.blocks) for r in runs[5:]]
+    blocks = stamped.blocks if rows == 1 else stamped.verify_blocks  # the stamps' row stride
+    prof = [summarize(r, phases(kernel.s, kernel.L), blocks) for r in runs[5:]]
     best = min(prof, key=lambda p: p["kernel_us"])
     out["profile_fastest_of_15"] = best
     return out
@@ -104,6 +109,7 @@ def main() -> None:
     ap.add_argument("--contexts", type=int, nargs="+", default=[128, 2048])
     ap.add_argument("--prefetch", type=int, nargs="+", default=[0, 1])
     ap.add_argument("--model", default=None, help="a .gguf file (default: random weights)")
+    ap.add_argument("--rows", type=int, nargs="+", default=[1], help="1: a step; more: a verify")
     args = ap.parse_args()
     if args.model:
         model = load_model(args.model, EngineConfig.from_environment()).runner
@@ -112,16 +118,12 @@ def main() -> None:
         model.enable_fused_decode(mode="step")
     if model.fused is None or model.fused.step_kernel is None:
         raise SystemExit("the model takes no one-launch step here")
-    out = {}
     for prefetch in args.prefetch:
         for context in args.contexts:
-            out[f"prefetch{prefetch}_ctx{context}"] = probe(model, context, bool(prefetch))
-            print(
-                json.dumps(
-                    {f"prefetch{prefetch}_ctx{context}": out[f"prefetch{prefetch}_ctx{context}"]}
-                ),
-                flush=True,
-            )
+            for rows in args.rows:
+                name = f"prefetch{prefetch}_ctx{context}" + (f"_rows{rows}" if rows > 1 else "")
+                result = probe(model, context, bool(prefetch), rows)
+                print(json.dumps({name: result}), flush=True)
 
 
 if __name__ == "__main__":

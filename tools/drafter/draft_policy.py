@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -121,24 +123,34 @@ def calibration(correct: np.ndarray, sure: np.ndarray) -> list[dict]:
     return out
 
 
-def collect(args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray]:
-    config = EngineConfig(backend=args.backend)
+def recording_sessions(
+    limit: int, backend: str | None = None, drafter: Path | None = None
+) -> Iterator[tuple[BlockDrafterWeights, Any, Session, list[dict[str, str]]]]:
+    """(the drafter's weights, the target, a fresh session whose block drafter records the
+    rows it is handed, the held-out conversation) for each of `limit` conversations."""
+    config = EngineConfig(backend=backend)
     loaded = load_model(default_model_path(), config)
     first = Session(loaded, config=config)
-    if first.block_drafter is None and args.drafter is None:
+    if first.block_drafter is None and drafter is None:
         raise SystemExit(first.block_problem)
-    path = args.drafter or first.block_drafter.w.path  # type: ignore[union-attr]
+    path = drafter or first.block_drafter.w.path  # type: ignore[union-attr]
     weights = BlockDrafterWeights(
         path, loaded.model, target_signature(loaded.config, loaded.tokenizer)
     )
-    correct, sure = [], []
-    for n, messages in enumerate(conversations(args.limit)):
+    for messages in conversations(limit):
         session = Session(loaded, config=config)
         session.block_drafter = RecordingDrafter(weights, loaded.model)
         own = Member("block", session.block_drafter, session.acceptance[ev.DrafterKind.BLOCK])
         session.block_pool = DrafterPool([own])
+        yield weights, loaded.model, session, messages
+
+
+def collect(args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray]:
+    correct, sure = [], []
+    sessions = recording_sessions(args.limit, args.backend, args.drafter)
+    for n, (weights, target, session, messages) in enumerate(sessions):
         seq = record(session, messages, args.max_tokens)
-        c, t = row_stats(weights.vocab, seq, replay(weights, loaded.model, seq, ROWS))
+        c, t = row_stats(weights.vocab, seq, replay(weights, target, seq, ROWS))
         correct.append(c)
         sure.append(t)
         print(f"{n + 1:2d}: {len(c)} anchors, row 1 {c[:, 0].mean():.3f}", flush=True)

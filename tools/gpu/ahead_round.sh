@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# On the lent H200 (after tools/gpu/unpack.sh's last parcel, the default model joined):
+# greedy steps queued ahead of the host (engine/runner/ahead.py), first run on a GPU.
+# Their tests on every layer kind and path (the one-launch step's included), then the
+# default model's decode through the engine's loop (queued) beside one forward a step,
+# on the one-launch step and on the plain MLX path, and where a verify's time goes beside
+# a step's (the stamped build at 1..16 rows). $OUT gets the logs.
+#     bash tools/gpu/ahead_round.sh
+set -u
+cd "$(dirname "$0")/../.."
+out=${OUT:?OUT must name the folder whose files come back}
+export PYTHONPATH=/root/site:$PWD PYTHONUNBUFFERED=1
+timeout -s INT "${TEST_BUDGET:-150}" python3 -m pytest -q -p no:cacheprovider -rfE \
+  tests/engine/test_launch_ahead.py tests/bench/test_decode_bench.py > "$out/ahead-tests.txt" 2>&1
+grep -E "^(FAILED|ERROR)" "$out/ahead-tests.txt" | cut -c1-300
+tail -3 "$out/ahead-tests.txt"
+decode() { timeout 150 python3 -m bench decode --runs 3 --steps 64 --contexts 128,512,2048 \
+  --paste-tokens 0 --json "$@"; }
+decode > "$out/ahead-decode-step.json" 2> "$out/ahead-decode-step.err"
+BRANCHCHAT_FUSED=0 decode > "$out/ahead-decode-plain.json" 2> "$out/ahead-decode-plain.err"
+python3 - "$out" <<'PY'
+import json, sys
+for name in ("step", "plain"):
+    try:
+        ours = json.load(open(f"{sys.argv[1]}/ahead-decode-{name}.json"))["ours"]
+    except (OSError, ValueError, KeyError) as e:
+        print(name, "no figures:", e)
+        continue
+    print(name, {k: round(v, 1) for k, v in ours.items() if k.startswith("decode")})
+PY
+timeout 120 python3 -m bench.gpu.step_probe --contexts 512 --prefetch 1 --rows 1 2 4 8 16 \
+  > "$out/ahead-verify-phases.json" 2>&1
+cut -c1-600 "$out/ahead-verify-phases.json"
