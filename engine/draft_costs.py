@@ -48,22 +48,17 @@ class CostModel:
         """Observe forwards of 1, 2, 4, 8 and 16 rows (twice each) on a 32-token state,
         each after one untimed forward of its shape: a GPU's first call of a shape compiles
         (the H200's fused step: 1-4 s), which would stand as the one-row cost and make
-        every verify look free. Where plain steps are queued ahead of the host
-        (engine/runner/ahead.py), one row's cost is a queued step's, as decoding pays it."""
+        every verify look free."""
         state = runner.new_state()
         prefill(runner, state, [1] * 32)
         for rows in (1, 2, 4, 8, 16):
             for timed in (False, True, True):
-                if rows == 1 and runner.can_launch_ahead(state):
-                    seconds = _queued_step_seconds(runner)
-                else:
-                    cp = state.checkpoint()
-                    t0 = time.perf_counter()
-                    runner.forward([1] * rows, state, logits="all")
-                    seconds = time.perf_counter() - t0
-                    state.rollback(cp)
+                cp = state.checkpoint()
+                t0 = time.perf_counter()
+                runner.forward([1] * rows, state, logits="all")
                 if timed:
-                    self.observe(rows, seconds)
+                    self.observe(rows, time.perf_counter() - t0)
+                state.rollback(cp)
 
     def cost(self, rows: int) -> float:
         step = 1.0 if self.step_seconds is None else self.step_seconds
@@ -161,20 +156,3 @@ def best_draft_length(
         if rate > best_rate * 1.02:  # a margin: never speculate for a rounding error
             best_k, best_rate = k, rate
     return best_k
-
-
-def _queued_step_seconds(runner: ModelRunner, steps: int = 8) -> float:
-    """Seconds a plain greedy step takes where each is queued before the host reads the
-    token it takes (decoding._plain_run's pattern), on a fresh 32-token state."""
-    state = runner.new_state()
-    prefill(runner, state, [1] * 32)
-    t0 = time.perf_counter()
-    step = runner.launch([1], state)
-    step.end(1)
-    for _ in range(steps - 1):
-        queued = runner.launch(step.top, state)
-        token = step.read()
-        queued.end(token)
-        step = queued
-    step.read()
-    return (time.perf_counter() - t0) / steps

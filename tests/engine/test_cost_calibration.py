@@ -53,33 +53,3 @@ def test_calibration_measures_each_shape_after_its_first_call(
     for rows in (2, 4, 8, 16):
         assert costs.cost(rows) == pytest.approx(0.001 + 0.0001 * rows)
     assert rows_seen.count(16) == 3  # one untimed, two timed
-
-
-def test_where_steps_are_queued_one_rows_cost_is_a_queued_steps(
-    tiny_models: TinyModels, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """On MLX the decode loop queues plain steps ahead of the host: the one-row cost is
-    timed that way (3 runs of 8 queued steps), the verifies as forwards."""
-    clock = CompilingClock()
-    monkeypatch.setattr(draft_costs, "time", clock)
-    runner = load_model(tiny_models.gguf(qtype="F32")[0], EngineConfig(backend="mlx")).runner
-    runner.fused = None
-    launch, forward = runner.launch, runner.forward
-    launches: list[bool] = []
-
-    def timed_launch(ids: Any, state: SequenceState) -> Any:
-        clock.now += 0.0005  # a queued step: half a forward's time
-        launches.append(isinstance(ids, list))
-        return launch(ids, state)
-
-    def timed_forward(token_ids: list[int], state: SequenceState, logits: str = "last") -> Any:
-        clock.forward(len(token_ids))
-        return forward(token_ids, state, logits)
-
-    runner.launch = timed_launch  # type: ignore[method-assign]
-    runner.forward = timed_forward  # type: ignore[method-assign]
-    costs = CostModel()
-    costs.calibrate(runner)
-    assert launches == ([True] + [False] * 7) * 3  # each run's first input from the host
-    assert costs.step_seconds == pytest.approx(0.0005)
-    assert costs.cost(8) == pytest.approx(0.001 + 0.0001 * 8)
