@@ -4,7 +4,7 @@
 # Their tests on every layer kind and path (the one-launch step's included), then the
 # default model's decode through the engine's loop (queued) beside one forward a step,
 # on the one-launch step and on the plain MLX path, and where a verify's time goes beside
-# a step's (the stamped build at 1..16 rows). $OUT gets the logs.
+# a step's (the stamped build at 1..16 rows), and Auto beside plain decoding. $OUT gets the logs.
 #     bash tools/gpu/ahead_round.sh
 set -u
 cd "$(dirname "$0")/../.."
@@ -31,3 +31,16 @@ PY
 timeout 120 python3 -m bench.gpu.step_probe --contexts 512 --prefetch 1 --rows 1 2 4 8 16 \
   > "$out/ahead-verify-phases.json" 2>&1
 cut -c1-600 "$out/ahead-verify-phases.json"
+# Auto (lookup) beside plain decoding, which now queues its steps: what Auto's unqueued
+# lookup rounds cost on a fresh question, and what drafting still gains after an edit
+timeout 150 python3 -m bench speculative --json --runs 1 --modes plain,auto \
+  --workloads chat,regenerate > "$out/ahead-speculative.json" 2> "$out/ahead-speculative.err"
+python3 - "$out" <<'PY'
+import json, sys
+try:
+    r = json.load(open(f"{sys.argv[1]}/ahead-speculative.json"))
+    print({w: {m: v[m].get("speedup") for m in v if isinstance(v[m], dict)}
+           for w, v in r["workloads"].items()})
+except (OSError, ValueError, KeyError) as e:
+    print("no speculative figures:", e)
+PY
