@@ -44,3 +44,8 @@ try:
 except (OSError, ValueError, KeyError) as e:
     print("no speculative figures:", e)
 PY
+# a verify of 8 rows in one pass over the weights (28 bytes of spill at 255 registers,
+# nvcc 13.0 here) against the engine's 4 rows a pass: is the verify curve the passes?
+timeout 120 python3 -m bench.gpu.step_tuning --contexts 512 --repeats 50 \
+  --configs 8:0:4:1:16384,8:0:8:1:32768,16:0:8:1:32768 > "$out/ahead-verify-rows.json" 2>&1
+tail -c 1500 "$out/ahead-verify-rows.json"
