@@ -28,12 +28,12 @@ from typing import Any
 
 import numpy as np
 
-from engine import sampling
+from engine import device_sampling, sampling
 from engine.draft_costs import AcceptanceModel, CostModel, best_draft_length
 from engine.drafters import Draft, Drafter
 from engine.events import FinishReason
 from engine.runner import ModelRunner
-from engine.runner.ahead import StepTimedOut
+from engine.runner.ahead import Launch, StepTimedOut
 from engine.sampling import SamplingSettings
 from engine.sequence import SequenceState, truncate
 from kernels.ops import Array, Ops
@@ -108,7 +108,7 @@ def decode(
             drafter.observe_hidden(rows, start)  # type: ignore[attr-defined]
     per_pass = bool(getattr(drafter, "drafts_in_one_pass", False))
     # plain greedy steps can go to the device before the host reads their input token
-    ahead = argmax_only and not hidden
+    ahead = not hidden and (argmax_only or device_sampling.can_draw(s))
 
     def forward(rows: list[int], logits: str) -> Any:
         if not hidden:
@@ -137,7 +137,7 @@ def decode(
             req.acceptance.observe_cost(len(draft.tokens), spent, per_pass)
         rows = [pending, *draft.tokens[:k]]
         if len(rows) == 1 and ahead and runner.can_launch_ahead(state):
-            reason = _plain_run(runner, state, req, out, costs, row_limit)
+            reason = _plain_run(runner, state, req, out, costs, row_limit, uniforms)
             if reason:
                 out.reason = reason
                 break
@@ -198,13 +198,25 @@ def _plain_run(
     out: DecodeResult,
     costs: CostModel,
     row_limit: int,
+    uniforms: sampling.PositionalUniforms,
 ) -> str:
-    """Plain greedy steps from the pending token, each queued on the device before the
-    host reads the token it takes (engine/runner/ahead.py), for as long as the next step
-    would be plain whatever that token is. Returns a finish reason, or "" with the state
-    as after a plain step: the last token read pending, for the loop to go on from."""
+    """Plain steps from the pending token, each queued on the device before the host reads
+    the token it takes (engine/runner/ahead.py), for as long as the next step would be
+    plain whatever that token is. Greedy, a step's input is the step before's argmax as
+    it lies on the device; sampled, the device's draw (engine/device_sampling.py), and
+    where the host's own draw differs the queued step is undone and launched again on
+    the host's token. Returns a finish reason, or "" with the state as after a plain
+    step: the last token read pending, for the loop to go on from."""
+    s = req.settings
+    greedy = s.is_greedy
+
+    def launch(ids: Any) -> Launch:
+        # the token drawn from this step's logits lies one past its input's position
+        draw = None if greedy else device_sampling.draw(s, uniforms.uniform(state.offset + 1))
+        return runner.launch(ids, state, draw)
+
     pending = out.token_ids[-1]
-    step = runner.launch([pending], state)
+    step = launch([pending])
     step.end(pending)
     t0 = time.perf_counter()
     while True:
@@ -216,9 +228,11 @@ def _plain_run(
             and state.offset + 1 < req.context_limit
             and _choose_k(req, costs, num_after, state, row_limit) == 0
         )
-        nxt = runner.launch(step.top, state) if more else None
+        nxt = launch(step.top) if more else None
         try:
-            token = step.read()
+            guess = step.read()
+            # the host's draw from the row (its history: the state, the queued step not in it)
+            token = guess if greedy else sampling.sample(step.read_row(), state.tokens, s, uniforms)
         except StepTimedOut:  # its row is not the model's: the loop redoes it another way
             if nxt is not None:
                 nxt.cancel()
@@ -235,6 +249,9 @@ def _plain_run(
             if nxt is not None:  # its input ended the reply
                 nxt.cancel()
             return reason
+        if token != guess:  # the device drew another token: the queued step is not this one
+            nxt.cancel()
+            nxt = launch([token])
         nxt.end(token)
         step, pending = nxt, token
 

@@ -1,4 +1,4 @@
-"""Greedy steps queued ahead: the next one-row step goes to the device before the host
+"""Decode steps queued ahead: the next one-row step goes to the device before the host
 has read the token it takes, so the host's part of a step (building the launch, reading
 the token back, streaming it) overlaps the device's computing the step before.
 
@@ -6,17 +6,20 @@ On a GPU a plain decode step of a small model is bound by that host work and the
 launch's latency, not by arithmetic: on the H200 the default model's one-launch kernel
 runs ~0.66 ms of a ~1.15 ms step (docs/BENCHMARKS.md, "How a decode step runs on the
 GPU"). mlx-lm's `generate_step` overlaps the same way with `mx.async_eval`; here the
-next step's input is the last step's argmax as it lies on the device.
+next step's input is the last step's argmax (or draw) as it lies on the device.
 
-A `Launch` is one queued step: the state has begun its forward, and its `top` (the
-argmax of its logits, [1]) is lazy. Its input token is recorded (`end`) once the host
-knows it, one step later; a step whose input ended the reply is `cancel`led, undone as
-the state undoes a forward that raised. A queued step computes the values the
-synchronous one does: the same graph, or the same kernel launch, evaluated later.
+A `Launch` is one queued step: the state has begun its forward, and its `top` is lazy:
+the argmax of its logits [1], or for a sampled reply the device's draw of the token,
+which the host checks against its own draw from the logits. Its input token is recorded
+(`end`) once the host knows it, one step later; a step whose input ended the reply, or
+was not the host's draw, is `cancel`led, undone as the state undoes a forward that
+raised. A queued step computes the values the synchronous one does: the same graph, or
+the same kernel launch, evaluated later.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,8 +37,9 @@ class StepTimedOut(RuntimeError):
 @dataclass
 class Launch:
     state: SequenceState
-    top: mx.array  # [1]: the argmax of the step's logits, lazy
+    top: mx.array  # [1]: the next step's input, lazy: the argmax, or the device's draw
     status: mx.array | None = None  # the one-launch kernel's: nonzero if a barrier timed out
+    logits: mx.array | None = None  # [1, V], kept where the host draws the token
     is_ended: bool = False
 
     def end(self, token: int) -> None:
@@ -44,13 +48,23 @@ class Launch:
         self.is_ended = True
 
     def read(self) -> int:
-        """The step's greedy token, once the device has it; StepTimedOut where the kernel
-        failed (the step may already be ended: the caller takes its row back)."""
+        """`top` once the device has it; StepTimedOut where the kernel failed (the step
+        may already be ended: the caller takes its row back)."""
+        self._check()
+        return int(np.asarray(self.top)[0])
+
+    def read_row(self) -> np.ndarray:
+        """The step's logits on the host [V], float32 (a launch that kept them)."""
+        if self.logits is None:
+            raise ValueError("this launch kept only its argmax")
+        self._check()
+        return np.asarray(self.logits.astype(mx.float32))[-1]
+
+    def _check(self) -> None:
         if self.status is not None:
             mx.eval(self.top, self.status)
             if self.status.item():
                 raise StepTimedOut("the one-launch step timed out at a grid barrier")
-        return int(np.asarray(self.top)[0])
 
     def cancel(self) -> None:
         """Take back a step that was not ended: its input is not part of the reply."""
@@ -58,17 +72,34 @@ class Launch:
             raise StateError("a queued step could not be undone; reset the state")
 
 
-def launch_model(model: Any, ids: Any, state: SequenceState) -> Launch:
-    """One greedy row through the model's own forward (the MLX backend), queued: `ids`
-    [1] a host token or the step before's argmax, not yet read."""
+# What a queued step hands the next one: its logits [1, V] -> a token [1] on the device
+NextToken = Callable[[mx.array], mx.array]
+
+
+def queue(logits: mx.array, draw: NextToken | None) -> tuple[mx.array, mx.array | None]:
+    """(the next step's input, the logits if the host must read them): the argmax, or
+    `draw`'s token with the logits kept for the host's own draw."""
+    if draw is None:
+        top = mx.argmax(logits, axis=-1)
+        mx.async_eval(top)
+        return top, None
+    top = draw(logits)
+    mx.async_eval(top, logits)
+    return top, logits
+
+
+def launch_model(
+    model: Any, ids: Any, state: SequenceState, draw: NextToken | None = None
+) -> Launch:
+    """One row through the model's own forward (the MLX backend), queued: `ids` [1] a host
+    token or the step before's `top`, not yet read."""
     if not isinstance(ids, mx.array):
         ids = np.asarray(ids, dtype=np.int64)
     offset = state.begin_forward(1)
     try:
         x = model.hidden(ids, state.layers, offset)
-        top = mx.argmax(model.logits(x[-1:]), axis=-1)
-        mx.async_eval(top)
+        top, kept = queue(model.logits(x[-1:]), draw)
     except BaseException:
         state.abort_forward()
         raise
-    return Launch(state, top)
+    return Launch(state, top, logits=kept)

@@ -26,7 +26,7 @@ import mlx.core as mx
 
 from engine.models.base import DecoderModel
 from engine.runner import fused_hybrid
-from engine.runner.ahead import Launch
+from engine.runner.ahead import Launch, NextToken, queue
 from engine.runner.fused_layers import FiveKernelSteps
 from engine.runner.fused_support import (
     MAX_DENSE_BYTES,
@@ -193,9 +193,9 @@ class FusedDecode(FiveKernelSteps):
         undoable = self.step_kernel is not None or not self.compiled
         return undoable and not self.keep_hidden and self.supports(state, 1)
 
-    def launch(self, ids: mx.array, state: SequenceState) -> Launch:
-        """One greedy row queued on the device (engine/runner/ahead.py): its input `ids`
-        [1] as they are (the step before's argmax, not yet read), its argmax lazy."""
+    def launch(self, ids: mx.array, state: SequenceState, draw: NextToken | None = None) -> Launch:
+        """One row queued on the device (engine/runner/ahead.py): its input `ids` [1] as
+        they are (the step before's `top`, not yet read), its own `top` lazy."""
         split = self._split(state)
         if split is None or not self.can_launch(state):
             raise ValueError("this state's step cannot be queued ahead")
@@ -203,12 +203,13 @@ class FusedDecode(FiveKernelSteps):
         try:
             pos = mx.array([offset], dtype=mx.int32)
             out, status = self._queue(ids.astype(mx.int32), pos, "last", *split, offset)
-            top = mx.argmax(out, axis=-1)
-            mx.async_eval(top, *([] if status is None else [status]))
+            top, kept = queue(out, draw)
+            if status is not None:
+                mx.async_eval(status)
         except BaseException:
             state.abort_forward()
             raise
-        return Launch(state, top, status)
+        return Launch(state, top, status, kept)
 
     def _queue(
         self,

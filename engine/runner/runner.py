@@ -18,7 +18,7 @@ import mlx.core as mx
 from engine.config import EngineConfig, parse_step_tuning
 from engine.models.base import DecoderModel, ModelConfig
 from engine.runner import cpu_step, fused_hybrid
-from engine.runner.ahead import Launch, launch_model
+from engine.runner.ahead import Launch, NextToken, launch_model
 from engine.runner.cpu_step import CpuStep
 from engine.runner.fused import (
     MAX_DENSE_BYTES,
@@ -192,16 +192,17 @@ class ModelRunner:
             return self.fused.can_launch(state)
         return True
 
-    def launch(self, ids: Any, state: SequenceState) -> Launch:
-        """One greedy row queued on the device, on the path `forward` would take: `ids`
-        [1] a host token or the step before's argmax, not yet read."""
+    def launch(self, ids: Any, state: SequenceState, draw: NextToken | None = None) -> Launch:
+        """One row queued on the device, on the path `forward` would take: `ids` [1] a host
+        token or the step before's `top`, not yet read; its own `top` the argmax, or
+        `draw`'s token with the logits kept for the host (engine/runner/ahead.py)."""
         if self.fused is not None and self.fused.supports(state, 1):
             self.last_path = "fused"
             if not isinstance(ids, mx.array):
                 ids = mx.array(ids, dtype=mx.int32)
-            return self.fused.launch(ids, state)
+            return self.fused.launch(ids, state, draw)
         self.last_path = "model"
-        return launch_model(self.model, ids, state)
+        return launch_model(self.model, ids, state, draw)
 
     def fall_back(self) -> None:
         """A queued one-launch step timed out at a grid barrier: take the five kernels

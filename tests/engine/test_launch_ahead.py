@@ -15,7 +15,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from engine import decoding
+from engine import decoding, device_sampling
 from engine.config import EngineConfig
 from engine.decoding import DecodeRequest, DecodeResult, decode
 from engine.draft_costs import AcceptanceModel, CostModel
@@ -31,6 +31,7 @@ from tests.conftest import TinyModels
 from tests.engine.test_speculative import ScriptedDrafter
 from tests.tiny_families import make_family_hf
 
+GREEDY = SamplingSettings()
 PROMPT = [int(t) for t in np.random.default_rng(5).integers(3, 200, 21)]
 
 
@@ -70,12 +71,13 @@ def _decode(
     context_limit: int = 1 << 30,
     stop_after: int | None = None,
     drafter: Any = None,
+    settings: SamplingSettings = GREEDY,
 ) -> tuple[DecodeResult, SequenceState]:
     state = runner.new_state(SnapshotPolicy(sliding_slack=4))
     last = np.asarray(runner.ops.to_numpy(prefill(runner, state, PROMPT)), np.float64)
     emitted: list[int] = []
     req = DecodeRequest(
-        settings=SamplingSettings(),
+        settings=settings,
         max_tokens=max_tokens,
         eos_ids=eos,
         emit=lambda ids, _flags: emitted.extend(ids),
@@ -118,9 +120,9 @@ def test_queued_steps_give_the_synchronous_reply_and_state(runner, monkeypatch):
     launches: list[bool] = []  # per launch: was its input still on the device
     real = ModelRunner.launch
 
-    def counting(self: ModelRunner, ids: Any, state: SequenceState) -> Launch:
+    def counting(self: ModelRunner, ids: Any, state: SequenceState, draw: Any = None) -> Launch:
         launches.append(isinstance(ids, mx.array))
-        return real(self, ids, state)
+        return real(self, ids, state, draw)
 
     monkeypatch.setattr(ModelRunner, "launch", counting)
     got = _decode(runner, max_tokens=20)
@@ -135,9 +137,9 @@ def test_each_step_is_queued_before_the_token_it_takes_is_read(runner, monkeypat
     events: list[str] = []
     real_launch, real_read = ModelRunner.launch, Launch.read
 
-    def launch(self: ModelRunner, ids: Any, state: SequenceState) -> Launch:
+    def launch(self: ModelRunner, ids: Any, state: SequenceState, draw: Any = None) -> Launch:
         events.append("launch")
-        return real_launch(self, ids, state)
+        return real_launch(self, ids, state, draw)
 
     def read(self: Launch) -> int:
         events.append("read")
@@ -199,9 +201,9 @@ def test_steps_are_queued_only_while_the_next_one_drafts_nothing(runner, monkeyp
     log: list[Any] = []
     real = ModelRunner.launch
 
-    def launch(self: ModelRunner, ids: Any, state: SequenceState) -> Launch:
+    def launch(self: ModelRunner, ids: Any, state: SequenceState, draw: Any = None) -> Launch:
         log.append("queued" if isinstance(ids, mx.array) else "host")
-        return real(self, ids, state)
+        return real(self, ids, state, draw)
 
     def choose_k(req: Any, costs: Any, produced: int, *_: Any) -> int:
         log.append(k := 3 if produced % 9 in (5, 6) else 0)  # drafts now and then
@@ -215,3 +217,64 @@ def test_steps_are_queued_only_while_the_next_one_drafts_nothing(runner, monkeyp
     assert got.drafted >= 12 and log.count("queued") >= 12
     # every queued step was one the cost model gave no draft
     assert all(log[i - 1] == 0 for i, e in enumerate(log) if e == "queued")
+
+
+SAMPLED = SamplingSettings(temperature=0.8, top_p=0.9, top_k=40, min_p=0.02, seed=7)
+
+
+def _count_launches(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """'queued' for a launch on the step before's token as the device holds it, else 'host'."""
+    kinds: list[str] = []
+    real = ModelRunner.launch
+
+    def launch(self: ModelRunner, ids: Any, state: SequenceState, draw: Any = None) -> Launch:
+        kinds.append("queued" if isinstance(ids, mx.array) else "host")
+        return real(self, ids, state, draw)
+
+    monkeypatch.setattr(ModelRunner, "launch", launch)
+    return kinds
+
+
+def test_sampled_steps_queued_on_the_devices_draw_give_the_hosts_tokens(runner, monkeypatch):
+    want = _synchronous(runner, monkeypatch, max_tokens=24, settings=SAMPLED)
+    kinds = _count_launches(monkeypatch)
+    got = _decode(runner, max_tokens=24, settings=SAMPLED)
+    monkeypatch.undo()
+    _assert_same(runner, got, want)
+    # the device's draws were the host's: every step after the first queued on its draw
+    assert kinds == ["host"] + ["queued"] * 22
+
+
+def test_a_device_draw_the_host_does_not_make_is_undone(runner, monkeypatch):
+    """A queued step on a token the host did not draw is taken back and launched again on
+    the host's token: the reply and the state are the synchronous ones."""
+    want = _synchronous(runner, monkeypatch, max_tokens=24, settings=SAMPLED)
+    real_draw, calls = device_sampling.draw, [0]
+
+    def sometimes_wrong(s: SamplingSettings, u: float) -> Any:
+        calls[0] += 1
+        right, wrong = real_draw(s, u), calls[0] % 3 == 0
+
+        def next_token(logits: mx.array) -> mx.array:
+            token = right(logits)
+            return (token + 1) % logits.shape[-1] if wrong else token
+
+        return next_token
+
+    monkeypatch.setattr(device_sampling, "draw", sometimes_wrong)
+    kinds = _count_launches(monkeypatch)
+    got = _decode(runner, max_tokens=24, settings=SAMPLED)
+    monkeypatch.undo()
+    _assert_same(runner, got, want)
+    relaunched = kinds.count("host") - 1  # each after a wrong draw the reply went on from
+    assert 3 <= relaunched <= calls[0] // 3
+
+
+def test_a_repetition_penalty_keeps_sampled_steps_synchronous(runner, monkeypatch):
+    penalized = SamplingSettings(temperature=0.8, repetition_penalty=1.3, seed=3)
+    want = _synchronous(runner, monkeypatch, max_tokens=12, settings=penalized)
+    kinds = _count_launches(monkeypatch)
+    got = _decode(runner, max_tokens=12, settings=penalized)
+    monkeypatch.undo()
+    assert kinds == []
+    _assert_same(runner, got, want)

@@ -1,0 +1,50 @@
+"""A draw of the next token on the device, so a sampled step can be queued before the host
+has drawn the token it takes (engine/runner/ahead.py, decoding._plain_run).
+
+It follows engine/sampling.py's transforms in their order (temperature, top-k, min-p,
+top-p, then the inverse CDF at the position's uniform) in float32 on MLX. The host still
+draws every token, in float64, from the row's logits, and a queued step whose input was
+not the host's token is undone and launched again: so this draw only has to agree with
+the host's nearly always. It differs where the uniform falls within float32's rounding
+of a boundary of the CDF or the nucleus, or the nucleus cut meets a tie. A repetition
+penalty has no device form here: such replies are not queued.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+
+from engine.runner.ahead import NextToken
+from engine.sampling import SamplingSettings
+
+
+def can_draw(s: SamplingSettings) -> bool:
+    """Whether `draw` follows these settings (a repetition penalty it does not)."""
+    return not s.is_greedy and s.repetition_penalty == 1.0
+
+
+def draw(s: SamplingSettings, u: float) -> NextToken:
+    """The device's token at uniform `u` from logits [1, V], as [1] uint32."""
+    if not can_draw(s):
+        raise ValueError("the device draw takes sampled settings without a repetition penalty")
+
+    def next_token(logits: mx.array) -> mx.array:
+        x = logits[-1].astype(mx.float32) / s.temperature  # [V]
+        p = mx.exp(x - x.max())
+        V = p.shape[0]
+        if s.top_k and s.top_k < V:
+            kth = mx.sort(p)[V - s.top_k]
+            p = mx.where(p < kth, 0.0, p)
+        if s.min_p > 0:
+            p = mx.where(p < s.min_p * p.max(), 0.0, p)
+        if s.top_p < 1.0:
+            ordered = mx.sort(p)[::-1]  # descending
+            cum = mx.cumsum(ordered) / ordered.sum()
+            # the smallest prefix reaching top_p ends at the first cum >= top_p
+            last = mx.minimum(mx.sum(cum < s.top_p), V - 1)
+            p = mx.where(p < ordered[last], 0.0, p)
+        cdf = mx.cumsum(p)
+        token = mx.argmax(cdf > u * cdf[-1])  # the first index past u of the mass
+        return token.reshape(1)
+
+    return next_token
