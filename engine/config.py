@@ -81,6 +81,9 @@ class EngineConfig:
     # loaded model where there is one; "off"; or a drafter file's path
     block_drafter: str | None = None
     drafter_compile: bool = True  # its pass traced once with mx.compile on MLX
+    # on MLX, each plain step queued before the host reads the token it takes
+    # (engine/runner/ahead.py); off: one forward a step, each token read first
+    queue_steps: bool = True
 
     def __post_init__(self) -> None:
         if self.backend is not None and self.backend not in BACKENDS:
@@ -274,6 +277,7 @@ _VARIABLES = {
     "memory_budget_bytes": ("BRANCHCHAT_MEMORY_BUDGET", _byte_size),
     "block_drafter": ("BRANCHCHAT_BLOCK_DRAFTER", lambda value: value.strip() or None),
     "drafter_compile": ("BRANCHCHAT_DRAFTER_COMPILE", _on_unless_zero),
+    "queue_steps": ("BRANCHCHAT_QUEUE_STEPS", _on_unless_zero),
 }
 
 

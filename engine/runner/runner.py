@@ -105,8 +105,10 @@ class ModelRunner:
         snapshot_policy: SnapshotPolicy | None = None,
         cpu_step: CpuStep | None = None,
         prefill_rows: int = PREFILL_ROWS,
+        queue_steps: bool = True,
     ) -> None:
         self.model = model
+        self.queue_steps = queue_steps  # EngineConfig.queue_steps: see can_launch_ahead
         self.prefill_rows = prefill_rows  # the chunk size the session and benches prefill in
         self.fused = fused  # the fused CUDA kernels for calls of 1..16 rows, or None
         self.cpu_step = cpu_step  # the C step for calls of 1..64 rows on the CPU, or None
@@ -127,7 +129,7 @@ class ModelRunner:
             forget()
         cpu = cpu_step_for(model, config) if model.ops.name == "numpy" else None
         rows = config.prefill_chunk or (GPU_PREFILL_ROWS if on_gpu else PREFILL_ROWS)
-        return cls(model, fused, config.snapshot_policy, cpu, rows)
+        return cls(model, fused, config.snapshot_policy, cpu, rows, config.queue_steps)
 
     @property
     def ops(self) -> Ops:
@@ -185,8 +187,8 @@ class ModelRunner:
     def can_launch_ahead(self, state: SequenceState) -> bool:
         """Whether a one-row greedy step of `state` can be queued before the host reads
         its input (engine/runner/ahead.py): on MLX, through the fused path or the model's
-        own; the NumPy backend computes as it is called."""
-        if self.ops.name != "mlx":
+        own (EngineConfig.queue_steps); the NumPy backend computes as it is called."""
+        if self.ops.name != "mlx" or not self.queue_steps:
             return False
         if self.fused is not None and self.fused.supports(state, 1):
             return self.fused.can_launch(state)

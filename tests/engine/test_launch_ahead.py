@@ -278,3 +278,15 @@ def test_a_repetition_penalty_keeps_sampled_steps_synchronous(runner, monkeypatc
     monkeypatch.undo()
     assert kinds == []
     _assert_same(runner, got, want)
+
+
+def test_BRANCHCHAT_QUEUE_STEPS_0_decodes_one_forward_a_step(tiny_models, monkeypatch):
+    config = EngineConfig.from_environment({"BRANCHCHAT_QUEUE_STEPS": "0"}, backend="mlx")
+    runner = load_model(tiny_models.gguf(qtype="Q4_1", embed_qtype="Q8_0")[0], config).runner
+    state = runner.new_state()
+    assert config.queue_steps is False and not runner.can_launch_ahead(state)
+    kinds = _count_launches(monkeypatch)
+    got, _ = _decode(runner, max_tokens=8)
+    assert kinds == [] and len(got.token_ids) == 8
+    on = EngineConfig.from_environment({}, backend="mlx")
+    assert on.queue_steps and load_model(tiny_models.gguf()[0], on).runner.can_launch_ahead(state)
