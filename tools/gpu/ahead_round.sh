@@ -31,6 +31,21 @@ PY
 timeout 120 python3 -m bench.gpu.step_probe --contexts 512 --prefetch 1 --rows 1 2 4 8 16 \
   > "$out/ahead-verify-phases.json" 2>&1
 cut -c1-600 "$out/ahead-verify-phases.json"
+# sampled plain decoding (the app's default), queued on the device's draws and not
+for q in 1 0; do
+  BRANCHCHAT_QUEUE_STEPS=$q timeout 120 python3 -m bench speculative --json --runs 2 \
+    --modes plain --workloads chat,open_chat --temperature 0.7 --top-p 0.95 --seed 0 \
+    > "$out/ahead-sampled-queue$q.json" 2> "$out/ahead-sampled-queue$q.err"
+done
+python3 - "$out" <<'PY'
+import json, sys
+for q in (1, 0):
+    try:
+        r = json.load(open(f"{sys.argv[1]}/ahead-sampled-queue{q}.json"))
+        print("queue", q, {w: v["plain_tok_s"]["median"] for w, v in r["workloads"].items()})
+    except (OSError, ValueError, KeyError) as e:
+        print("queue", q, "no figures:", e)
+PY
 # Auto (lookup) beside plain decoding, which now queues its steps: what Auto's unqueued
 # lookup rounds cost on a fresh question, and what drafting still gains after an edit
 timeout 150 python3 -m bench speculative --json --runs 1 --modes plain,auto \
