@@ -107,7 +107,8 @@ def decode(
         for start, rows in req.prompt_hidden if hidden else ():
             drafter.observe_hidden(rows, start)  # type: ignore[attr-defined]
     per_pass = bool(getattr(drafter, "drafts_in_one_pass", False))
-    # plain greedy steps can go to the device before the host reads their input token
+    # plain steps can go to the device before the host reads their input token: greedy, or
+    # sampled where the device can draw the token too (engine/device_sampling.py)
     ahead = not hidden and (argmax_only or device_sampling.can_draw(s))
 
     def forward(rows: list[int], logits: str) -> Any:

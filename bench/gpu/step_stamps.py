@@ -76,4 +76,5 @@ class StampedStepKernel(fused_step_cuda.StepKernel):
 
     def outputs(self, rows: int, calls_rows: int = 1) -> list[tuple[str, tuple[int, ...]]]:
         slots = len(phases(self.s, self.L))
-        return [*super().outputs(rows, calls_rows), ("stamps", (num_stamps(slots, self.blocks),))]
+        blocks = max(self.blocks, self.verify_blocks)  # a verify's launch may take its own
+        return [*super().outputs(rows, calls_rows), ("stamps", (num_stamps(slots, blocks),))]
