@@ -155,7 +155,7 @@ def decode(
                 if hidden:
                     drafter.observe_hidden(hidden_rows)  # type: ignore[attr-defined]
                 drafter.commit(rows)
-            produced = [(sampling.sample(logits[-1], state.tokens, s, uniforms), False)]
+            produced = [(_token(logits, -1, state.tokens, len(state.tokens), s, uniforms), False)]
             continue
         cp = state.checkpoint(record=True)
         result, hidden_rows = forward(rows, "all")
@@ -258,24 +258,18 @@ def _plain_run(
 
 
 def _to_host(ops: Ops, logits: Array, argmax_only: bool) -> Any:
-    """Logits rows on the host; with `argmax_only`, one-hot rows of each row's argmax (the
-    only thing greedy sampling reads), so a GPU sends a few ints instead of the vocab."""
+    """Logits rows on the host; with `argmax_only`, each row's argmax alone (the only thing
+    greedy sampling reads), so a GPU sends a few ints instead of the vocab."""
     if not argmax_only:
         return ops.to_numpy(logits)
-    top = ops.argmax_rows(logits)
-    return _OneHot(top, int(logits.shape[-1]))
+    return _OneHot(ops.argmax_rows(logits))
 
 
 class _OneHot:
-    """Rows that are 1 at their argmax and 0 elsewhere, made on demand."""
+    """Greedy rows as their argmax alone: all greedy sampling reads of them (`_token`)."""
 
-    def __init__(self, top: np.ndarray, width: int) -> None:
-        self.top, self.width = top, width
-
-    def __getitem__(self, i: int) -> np.ndarray:
-        row = np.zeros(self.width, dtype=np.float32)
-        row[int(self.top[i])] = 1.0
-        return row
+    def __init__(self, top: np.ndarray) -> None:
+        self.top = top
 
 
 def _first_eos(tokens: list[int], eos_ids: frozenset[int]) -> int | None:
@@ -339,7 +333,22 @@ def _verify(
     """
     base = len(history) - k  # rows are [pending, d1..dk]; row i's history is history[:base+i]
     for i in range(k):
-        target = sampling.sample(logits[i], history[: base + i], s, uniforms)
+        target = _token(logits, i, history, base + i, s, uniforms)
         if draft.tokens[i] != target:
             return i, target
-    return k, sampling.sample(logits[k], history[: base + k], s, uniforms)
+    return k, _token(logits, k, history, base + k, s, uniforms)
+
+
+def _token(
+    rows: Any,
+    i: int,
+    history: list[int],
+    end: int,
+    s: SamplingSettings,
+    uniforms: sampling.PositionalUniforms,
+) -> int:
+    """Row i's token, sampled as plain decoding samples it after history[:end]; of greedy
+    one-hot rows, the argmax as read (no row built, no history copied)."""
+    if isinstance(rows, _OneHot):
+        return int(rows.top[i])
+    return sampling.sample(rows[i], history[:end], s, uniforms)
