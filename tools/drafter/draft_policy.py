@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -145,36 +145,61 @@ def recording_sessions(
         yield weights, loaded.model, session, messages
 
 
-def collect(args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray]:
-    correct, sure = [], []
-    sessions = recording_sessions(args.limit, args.backend, args.drafter)
-    for n, (weights, target, session, messages) in enumerate(sessions):
-        seq = record(session, messages, args.max_tokens)
-        c, t = row_stats(weights.vocab, seq, replay(weights, target, seq, ROWS))
-        correct.append(c)
-        sure.append(t)
-        print(f"{n + 1:2d}: {len(c)} anchors, row 1 {c[:, 0].mean():.3f}", flush=True)
-    return np.concatenate(correct), np.concatenate(sure)
+def collect_rows(
+    limit: int,
+    max_tokens: int,
+    stats: Callable[[np.ndarray, dict, np.ndarray], tuple[np.ndarray, np.ndarray]],
+    backend: str | None = None,
+    drafter: Path | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """`stats(vocab, seq, block logits)`'s two arrays for each held-out request's reply
+    anchors, concatenated over the conversations."""
+    firsts, seconds = [], []
+    for n, (weights, target, session, messages) in enumerate(
+        recording_sessions(limit, backend, drafter)
+    ):
+        seq = record(session, messages, max_tokens)
+        a, b = stats(weights.vocab, seq, replay(weights, target, seq, ROWS))
+        firsts.append(a)
+        seconds.append(b)
+        print(f"{n + 1:2d}: {len(a)} anchors", flush=True)
+    return np.concatenate(firsts), np.concatenate(seconds)
+
+
+def add_replay_args(p: argparse.ArgumentParser) -> None:
+    """The held-out replay's arguments, and its record to keep or load instead."""
+    p.add_argument("--limit", type=int, default=40, help="held-out conversations")
+    p.add_argument("--max-tokens", type=int, default=256)
+    p.add_argument("--record", type=Path, default=None, help="keep the replay's rows here")
+    p.add_argument("--load", type=Path, default=None, help="the rows of an earlier --record")
+
+
+def replayed_rows(
+    args: argparse.Namespace,
+    stats: Callable[[np.ndarray, dict, np.ndarray], tuple[np.ndarray, np.ndarray]],
+    names: tuple[str, str],
+) -> tuple[np.ndarray, np.ndarray]:
+    """`collect_rows` under `add_replay_args`' arguments, kept in (or loaded from) an npz
+    under `names`."""
+    if args.load is not None:
+        saved = np.load(args.load)
+        return saved[names[0]], saved[names[1]]
+    backend, drafter = getattr(args, "backend", None), getattr(args, "drafter", None)
+    first, second = collect_rows(args.limit, args.max_tokens, stats, backend, drafter)
+    if args.record is not None:
+        np.savez_compressed(args.record, **{names[0]: first, names[1]: second})
+    return first, second
 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--limit", type=int, default=40, help="held-out conversations")
-    p.add_argument("--max-tokens", type=int, default=256)
+    add_replay_args(p)
     p.add_argument("--drafter", type=Path, default=None, help="default: the shipped file")
     p.add_argument("--backend", default=None, help="numpy or mlx (default: the engine's)")
     p.add_argument("--costs", default="1:1.20,8:2.31,16:3.36", help="rows:ms,... of a verify")
     p.add_argument("--pass-ms", type=float, default=0.3, help="one draft pass, ms")
-    p.add_argument("--record", type=Path, default=None, help="keep the row stats here")
-    p.add_argument("--load", type=Path, default=None, help="row stats of an earlier --record")
     args = p.parse_args(argv)
-    if args.load is not None:
-        saved = np.load(args.load)
-        correct, sure = saved["correct"], saved["confidence"]
-    else:
-        correct, sure = collect(args)
-        if args.record is not None:
-            np.savez_compressed(args.record, correct=correct, confidence=sure)
+    correct, sure = replayed_rows(args, row_stats, ("correct", "confidence"))
     result = evaluate(correct, sure, cost_model(args.costs), args.pass_ms / 1000)
     print(json.dumps({"costs_ms": args.costs, "pass_ms": args.pass_ms, **result}))
 

@@ -22,12 +22,10 @@ from __future__ import annotations
 import argparse
 import heapq
 import json
-from pathlib import Path
 
 import numpy as np
 
-from tools.drafter.draft_policy import cost_model, recording_sessions
-from tools.drafter.engine_accuracy import record, replay
+from tools.drafter.draft_policy import add_replay_args, cost_model, replayed_rows
 
 ROWS, TOP = 15, 8
 NOT_IN_TOP = 99
@@ -98,33 +96,13 @@ def evaluate(ranks: np.ndarray, probs: np.ndarray, costs_text: str, pass_ms: flo
     }
 
 
-def collect(limit: int, max_tokens: int) -> tuple[np.ndarray, np.ndarray]:
-    ranks, probs = [], []
-    for n, (weights, target, session, messages) in enumerate(recording_sessions(limit)):
-        seq = record(session, messages, max_tokens)
-        r, p = row_ranks(weights.vocab, seq, replay(weights, target, seq, ROWS))
-        ranks.append(r)
-        probs.append(p)
-        print(f"{n + 1:2d}: {len(r)} anchors, row 1 top-1 {np.mean(r[:, 0] == 0):.3f}", flush=True)
-    return np.concatenate(ranks), np.concatenate(probs)
-
-
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--limit", type=int, default=40, help="held-out conversations")
-    p.add_argument("--max-tokens", type=int, default=256)
+    add_replay_args(p)
     p.add_argument("--costs", default="1:1.30,2:1.49,4:1.79,8:2.19,16:3.58")
     p.add_argument("--pass-ms", default="0,0.5", help="draft pass costs to model, ms")
-    p.add_argument("--record", type=Path, default=None, help="keep the ranks here")
-    p.add_argument("--load", type=Path, default=None, help="ranks of an earlier --record")
     args = p.parse_args(argv)
-    if args.load is not None:
-        saved = np.load(args.load)
-        ranks, probs = saved["ranks"], saved["probs"]
-    else:
-        ranks, probs = collect(args.limit, args.max_tokens)
-        if args.record is not None:
-            np.savez_compressed(args.record, ranks=ranks, probs=probs)
+    ranks, probs = replayed_rows(args, row_ranks, ("ranks", "probs"))
     for pass_ms in (float(x) for x in args.pass_ms.split(",")):
         print(json.dumps({"costs_ms": args.costs, **evaluate(ranks, probs, args.costs, pass_ms)}))
 
