@@ -29,6 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from engine import block_pass_cpu
+from engine.block_pass_cpu import CpuPass
 from engine.block_pass_mlx import CompiledPass, on_gpu
 from engine.drafter_file import (
     DEFAULT_FILE,
@@ -60,10 +62,13 @@ class BlockDrafter:
         weights: BlockDrafterWeights,
         target: DecoderModel,
         compiled: bool | CompiledPass = False,
+        cpu_pass: CpuPass | None = None,
     ) -> None:
         """`compiled`: on MLX, the pass traced once (engine/block_pass_mlx.py); a
-        CompiledPass: that one, shared with other sessions' drafters of these weights."""
+        CompiledPass: that one, shared with other sessions' drafters of these weights.
+        `cpu_pass`: on NumPy, the pass as one C call (engine/block_pass_cpu.py)."""
         self.w, self.target = weights, target
+        self.cpu_pass = cpu_pass
         self.taps = weights.shape.taps  # the target layers its rows are made of
         self.ops: Ops = target.ops
         self.compiled: CompiledPass | None = None
@@ -203,17 +208,26 @@ class BlockDrafter:
     def _top1(self, pending: int, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Rows 1..k's top draft-vocabulary index and its probability."""
         if self.compiled is None:
-            return self.ops.top1_rows(self.block_logits(pending, k))
+            return self.ops.top1_rows(self._block(pending, k))
         top, probability = self.compiled.greedy(*self._pass_inputs(pending))
         return np.array(top)[:k], np.array(probability, dtype=np.float32)[:k]
 
     def _logit_rows(self, pending: int, k: int) -> np.ndarray:
         """Rows 1..k's draft-vocabulary logits [k, N], float64 on the host."""
         if self.compiled is None:
-            block = self.block_logits(pending, k)
+            block = self._block(pending, k)
         else:
             block = self.compiled.logits(*self._pass_inputs(pending))
         return np.asarray(self.ops.to_numpy(block), dtype=np.float64)[:k]
+
+    def _block(self, pending: int, k: int) -> Array:
+        """Rows 1..k's draft-vocabulary logits [k, N]: one C call where the step runs the
+        pass, else op by op."""
+        if self.cpu_pass is None:
+            return self.block_logits(pending, k)
+        self._flush()
+        x = np.concatenate([self._embedding(pending), *[self.w.mask_embedding] * k])
+        return self.cpu_pass.logits(x, self.kv, self.base)[1:]
 
     def _pass_inputs(self, pending: int) -> tuple[Array, int, int, list[Array]]:
         self._flush()
@@ -296,7 +310,8 @@ def load_block_drafter(
     """The block drafter `setting` names for `loaded` (a LoadedModel; None: the one shipped
     for the model, if any; "off": none), and why there is none ("" when it loaded);
     `compiled`: its pass traced, on an MLX GPU (on MLX's CPU a pass is bound by its
-    products, not by per-operation overhead, and the traced whole block costs more)."""
+    products, not by per-operation overhead, and the traced whole block costs more), or
+    on NumPy one call of the C step (engine/block_pass_cpu.py)."""
     target = loaded.model
     none = f"{loaded.name} has no block drafter; use Auto or prompt lookup."
     if setting == "off":
@@ -326,13 +341,16 @@ def load_block_drafter(
             None,
             f"block drafter not used: its rows are target layers {weights.shape.taps}; {problem}",
         )
-    traced = None
+    traced, cpu = None, None
     if compiled and on_gpu(loaded.ops):  # one traced pass per file version, warmed at once
         traced = built.get((*key, "traced"))
         if traced is None:
             traced = built[(*key, "traced")] = CompiledPass(weights, loaded.ops)
             warm_up(BlockDrafter(weights, target, traced))
-    return BlockDrafter(weights, target, traced or False), ""
+    elif compiled and block_pass_cpu.unsupported_reason(weights, loaded.ops) is None:
+        cpu = built.get((*key, "cpu")) or block_pass_cpu.CpuPass(weights, loaded.ops)
+        built[(*key, "cpu")] = cpu
+    return BlockDrafter(weights, target, traced or False, cpu), ""
 
 
 def warm_up(drafter: BlockDrafter) -> None:

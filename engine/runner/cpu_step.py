@@ -47,19 +47,19 @@ from kernels.row_parts import RowParts
 MAX_ROWS = 64  # STEP_MAX_ROWS in kernels/csrc/step.h; the C attention takes <= 64 rows alike
 F32 = np.float32
 KV_DTYPES = (np.dtype(np.float32), np.dtype(np.float16))  # what the C step reads and writes
-_ACTIVATIONS = {"silu": 0, "gelu_tanh": 1}
+ACTIVATIONS = {"silu": 0, "gelu_tanh": 1}
 
 
-def _extension() -> Any:
+def extension() -> Any:
     ext = qmatmul._ext
     return ext if ext is not None and hasattr(ext, "step_run") else None
 
 
-def _weight_reason(w: Any) -> str | None:
+def weight_reason(w: Any) -> str | None:
     if isinstance(w, QMatrix | Int8Matrix):
         return None
     if isinstance(w, RowParts):
-        return next((r for r in map(_weight_reason, w.parts) if r), None)
+        return next((r for r in map(weight_reason, w.parts) if r), None)
     if isinstance(w, np.ndarray) and w.dtype == F32 and w.ndim == 2 and w.flags.c_contiguous:
         return None
     return f"weights of type {type(w).__name__}"
@@ -98,7 +98,7 @@ def unsupported_reason(model: DecoderModel) -> str | None:
     """Why `model` cannot take the C step (its calls then keep the per-op path), or None."""
     if model.ops.name != "numpy":
         return "needs the NumPy backend"
-    if _extension() is None:
+    if extension() is None:
         return "the C kernel (kernels._qmatmul) is not built"
     if not getattr(model.ops, "packed", False):
         return "the C kernel is switched off (qmatmul=False)"
@@ -110,17 +110,17 @@ def unsupported_reason(model: DecoderModel) -> str | None:
             return f"layer class {type(layer).__name__} is not in the C step"
         if type(layer.mixer) is not AttentionBlock:
             return f"mixer {type(layer.mixer).__name__} is not in the C step"
-    return next((r for r in map(_weight_reason, _linears(model)) if r), None)
+    return next((r for r in map(weight_reason, _linears(model)) if r), None)
 
 
-def _parts(w: Any) -> tuple[tuple[Any, ...], ...]:
+def weight_parts(w: Any) -> tuple[tuple[Any, ...], ...]:
     """A weight as step_plan takes it: its column blocks, packed or dense [k, cols]."""
     if isinstance(w, Int8Matrix):
         return (("i", w),)
     if isinstance(w, QMatrix):
         return (("q", w.packed, w.scales, w.biases, w.group_size, w.bits),)
     if isinstance(w, RowParts):
-        return tuple(spec for part in w.parts for spec in _parts(part))
+        return tuple(spec for part in w.parts for spec in weight_parts(part))
     return (("f", w),)
 
 
@@ -153,16 +153,16 @@ class CpuStep:
         )
         ropes = tuple((r.dims, int(r.traditional), float(r.mscale)) for r in self.ropes)
         layers = tuple(self._layer_spec(i, layer) for i, layer in enumerate(model.layers))
-        self.plan = _extension().step_plan(
+        self.plan = extension().step_plan(
             sizes,
             float(cfg.rms_norm_eps),
-            _ACTIVATIONS[cfg.hidden_act],
+            ACTIVATIONS[cfg.hidden_act],
             ropes,
             model.norm,
-            _parts(model.lm_head),
+            weight_parts(model.lm_head),
             layers,
         )
-        self._run = _extension().step_run  # an attribute: tests break a step mid-way
+        self._run = extension().step_run  # an attribute: tests break a step mid-way
         self.rows_invariant = all(map(_row_invariant, _linears(model)))
         self.num_steps = 0
 
@@ -175,13 +175,13 @@ class CpuStep:
             layer.post_norm,
             layer.pre_ffw_norm if sandwich else None,
             layer.post_ffw_norm if sandwich else None,
-            _parts(attn.qkv.w),
+            weight_parts(attn.qkv.w),
             attn.qkv_bias,
             attn.q_norm,
             attn.k_norm,
-            _parts(attn.o.w),
-            _parts(layer.mlp.gate_up.w),
-            _parts(layer.mlp.down.w),
+            weight_parts(attn.o.w),
+            weight_parts(layer.mlp.gate_up.w),
+            weight_parts(layer.mlp.down.w),
             rope,
             cfg.sliding_window if cfg.layer_type(i) == SLIDING else 0,
             float(attn.scale),

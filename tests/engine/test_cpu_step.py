@@ -23,7 +23,7 @@ from tests.tiny_families import LLAMA3_ROPE, make_family_gguf, make_family_hf
 from tests.tiny_models import VOCAB_SIZE, make_hf_dir, make_llama_gguf
 from tests.tolerances import FLOAT32_ATOL
 
-pytestmark = pytest.mark.skipif(cpu_step._extension() is None, reason="the C kernel is not built")
+pytestmark = pytest.mark.skipif(cpu_step.extension() is None, reason="the C kernel is not built")
 
 YARN_ROPE = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}
 # A ring of window + 4 rows: the 40-token sequences below wrap it several times.

@@ -21,7 +21,7 @@ from tests.conftest import TinyModels
 from tests.engine import test_state_property as machine
 from tests.engine.state_checks import SimulatedOOM, broken
 
-pytestmark = pytest.mark.skipif(cpu_step._extension() is None, reason="the C kernel is not built")
+pytestmark = pytest.mark.skipif(cpu_step.extension() is None, reason="the C kernel is not built")
 
 
 class FailSite:
@@ -63,7 +63,7 @@ class RunnerModel:
         return out
 
     def _run_then_fail(self, *args: Any) -> None:
-        cpu_step._extension().step_run(*args)
+        cpu_step.extension().step_run(*args)
         raise SimulatedOOM("out of memory (simulated) after the C step wrote its rows")
 
 

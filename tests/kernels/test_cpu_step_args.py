@@ -14,7 +14,7 @@ from engine.loader import load_model
 from engine.runner import cpu_step
 from tests.tiny_models import make_llama_gguf
 
-pytestmark = pytest.mark.skipif(cpu_step._extension() is None, reason="the C kernel is not built")
+pytestmark = pytest.mark.skipif(cpu_step.extension() is None, reason="the C kernel is not built")
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +40,7 @@ def _arguments(step: Any, rows: int = 1, capacity: int = 256) -> list[Any]:
 def test_good_arguments_run_and_write_the_rows(step: Any) -> None:
     args = _arguments(step, rows=2)
     args[1][:] = np.random.default_rng(0).standard_normal(args[1].shape)
-    cpu_step._extension().step_run(*args)
+    cpu_step.extension().step_run(*args)
     keys = args[3][0][0]
     assert np.abs(keys[:, :2]).max() > 0 and not keys[:, 2:].any()  # rows 0, 1 only
     assert np.isfinite(args[5]).all() and np.abs(args[5]).max() > 0
@@ -62,11 +62,11 @@ def test_bad_arguments_are_refused(step: Any, change: Any, message: str) -> None
     args = _arguments(step)
     change(args)
     with pytest.raises(ValueError, match=message):
-        cpu_step._extension().step_run(*args)
+        cpu_step.extension().step_run(*args)
 
 
 def test_a_plan_is_checked_against_its_sizes(step: Any, tmp_path: Path) -> None:
-    ext, cfg = cpu_step._extension(), step.model.config
+    ext, cfg = cpu_step.extension(), step.model.config
     sizes = (cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, 0, cfg.vocab_size)
     with pytest.raises(ValueError, match="sizes"):
         ext.step_plan(sizes, 1e-5, 0, (), step.model.norm, (), ())
