@@ -80,7 +80,7 @@ class EngineConfig:
     # the trained block drafter (engine/block_drafter.py): None, the one shipped for the
     # loaded model where there is one; "off"; or a drafter file's path
     block_drafter: str | None = None
-    drafter_compile: bool = True  # its pass traced once with mx.compile on MLX
+    drafter_compile: bool = True  # its pass as one call: traced on an MLX GPU, C on NumPy
     # on MLX, each plain step queued before the host reads the token it takes
     # (engine/runner/ahead.py); off: one forward a step, each token read first
     queue_steps: bool = True
