@@ -69,6 +69,13 @@ def test_the_pass_timing_leaves_the_drafter_empty_and_drafting_as_before() -> No
     drafter.begin(context)
     drafter.observe_hidden(rows, 0)
     assert drafter.propose(7, 4).tokens == before
+    # the engine's pass is one C call here: the op-by-op pass is timed beside it
+    assert drafter.cpu_pass is not None
+    both = speculative.pass_times(drafter)
+    assert set(both) == {"block_pass_ms", "block_pass_ms_op_by_op"}
+    assert (
+        list(both["block_pass_ms"]) == list(both["block_pass_ms_op_by_op"]) == ["1", "4", "8", "15"]
+    )
 
 
 @pytest.mark.real_model
