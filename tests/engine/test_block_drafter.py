@@ -12,7 +12,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from engine import block_pass_cpu
 from engine.block_drafter import BlockDrafter, CapturingForward
+from engine.block_pass_cpu import CpuPass
 from engine.drafter_file import BlockDrafterWeights
 from engine.errors import ModelLoadError, StateError
 from engine.sampling import SamplingSettings
@@ -56,6 +58,25 @@ def test_block_drafter_never_changes_the_output(
     vocabulary: every reply is plain decoding's, and the state holds exactly it."""
     drafter = make_drafter(pair.target, tmp_path, block=9)
     assert_speculation_exact(pair.target, drafter, cases[:4], random_k, settings)
+
+
+@greedy_and_sampled
+def test_speculation_with_the_pass_in_one_call_never_changes_the_output(
+    pair: Pair, cases: list[Case], random_k: RandomK, tmp_path: Path, settings: SamplingSettings
+) -> None:
+    """The engine's own pass: traced on MLX (engine/block_pass_mlx.py), one C call on NumPy
+    (engine/block_pass_cpu.py)."""
+    target = pair.target
+    path = write_drafter(tmp_path / "drafter.safetensors", target.config, SIGNATURE, block=9)
+    weights = BlockDrafterWeights(path, target.model, SIGNATURE)
+    if pair.backend == "mlx":
+        drafter = BlockDrafter(weights, target.model, True)
+        assert drafter.compiled is not None
+    else:
+        if block_pass_cpu.unsupported_reason(weights, target.ops):
+            pytest.skip(block_pass_cpu.unsupported_reason(weights, target.ops))
+        drafter = BlockDrafter(weights, target.model, False, CpuPass(weights, target.ops))
+    assert_speculation_exact(target, drafter, cases[:3], random_k, settings)
 
 
 def assert_speculation_exact(
