@@ -85,6 +85,8 @@ class BlockDrafter:
         self._queued: list[Array] = []
         self._queued_rows = 0
         self._sample: Sampler | None = None
+        self._by_id = np.argsort(weights.vocab)  # the draft vocabulary in token-id order
+        self._ids = weights.vocab[self._by_id]
 
     @property
     def cursor(self) -> int:
@@ -196,11 +198,14 @@ class BlockDrafter:
         sure = confidence(rows)
         drafted: list[int] = []
         history = [*self.tokens, pending]
+        among = getattr(self._sample, "among", None)  # a draw over the draft vocabulary
         for row in rows:
-            # q over the whole vocabulary: nothing outside the draft vocabulary
-            full = np.full(self.target.config.vocab_size, -np.inf)
-            full[self.w.vocab] = row
-            token = self._sample(full, history)
+            if among is not None:
+                token = among(row[self._by_id], self._ids, history)
+            else:  # q over the whole vocabulary: nothing outside the draft vocabulary
+                full = np.full(self.target.config.vocab_size, -np.inf)
+                full[self.w.vocab] = row
+                token = self._sample(full, history)
             drafted.append(token)
             history.append(token)
         return Draft(drafted, sure)

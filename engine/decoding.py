@@ -103,7 +103,7 @@ def decode(
         drafter.begin(list(state.tokens))
         couple = getattr(drafter, "couple", None)  # see engine/drafters.py
         if couple is not None and not argmax_only:
-            couple(lambda row, history: sampling.sample(row, history, s, uniforms))
+            couple(sampling.CoupledSampler(s, uniforms))
         for start, rows in req.prompt_hidden if hidden else ():
             drafter.observe_hidden(rows, start)  # type: ignore[attr-defined]
     per_pass = bool(getattr(drafter, "drafts_in_one_pass", False))

@@ -62,6 +62,13 @@ def probabilities(logits: np.ndarray, history: Sequence[int], s: SamplingSetting
         p = np.zeros_like(x)
         p[int(np.argmax(x))] = 1.0
         return p
+    p = _weights(x, s)
+    return p / p.sum()
+
+
+def _weights(x: np.ndarray, s: SamplingSettings) -> np.ndarray:
+    """Unnormalised sampling weights of (penalised) float64 logits: temperature, then
+    top-k, min-p and top-p."""
     x = x / s.temperature
     x -= x.max()
     p = np.exp(x)
@@ -72,7 +79,7 @@ def probabilities(logits: np.ndarray, history: Sequence[int], s: SamplingSetting
         p[p < s.min_p * p.max()] = 0.0
     if s.top_p < 1.0:
         p = _nucleus(p, s.top_p)
-    return p / p.sum()
+    return p
 
 
 # Candidates first: tokens within these factors of the likeliest one, then the whole
@@ -138,3 +145,40 @@ def sample(
     if s.is_greedy:
         return greedy(logits, history, s)
     return draw(probabilities(logits, history, s), uniforms.uniform(len(history)))
+
+
+def sample_among(
+    logits: np.ndarray,
+    ids: np.ndarray,
+    history: Sequence[int],
+    s: SamplingSettings,
+    uniforms: PositionalUniforms,
+) -> int:
+    """`sample` of a row whose logits outside `ids` (ascending token ids) are -inf, from
+    those `len(ids)` entries alone: the same distribution, the same uniform, and no
+    vocabulary-wide row built (a drafter proposing over its own vocabulary)."""
+    x = np.array(logits, dtype=np.float64)
+    if s.repetition_penalty != 1.0 and history:
+        recent = np.unique(np.asarray(history[-s.repetition_context :], dtype=np.int64))
+        at = np.minimum(np.searchsorted(ids, recent), len(ids) - 1)
+        at = at[ids[at] == recent]  # the recent tokens that are among `ids`
+        vals = x[at]
+        x[at] = np.where(vals > 0, vals / s.repetition_penalty, vals * s.repetition_penalty)
+    if s.is_greedy:
+        return int(ids[int(np.argmax(x))])
+    return int(ids[draw(_weights(x, s), uniforms.uniform(len(history)))])
+
+
+@dataclass(frozen=True)
+class CoupledSampler:
+    """A request's own draw (`sample`) handed to a drafter, so its proposals use the
+    request's uniforms; `among` draws over a drafter's own vocabulary."""
+
+    settings: SamplingSettings
+    uniforms: PositionalUniforms
+
+    def __call__(self, logits: np.ndarray, history: Sequence[int]) -> int:
+        return sample(logits, history, self.settings, self.uniforms)
+
+    def among(self, logits: np.ndarray, ids: np.ndarray, history: Sequence[int]) -> int:
+        return sample_among(logits, ids, history, self.settings, self.uniforms)
