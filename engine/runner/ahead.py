@@ -58,7 +58,8 @@ class Launch:
         if self.logits is None:
             raise ValueError("this launch kept only its argmax")
         self._check()
-        return np.asarray(self.logits.astype(mx.float32))[-1]
+        row = self.logits[-1]
+        return np.asarray(row if row.dtype == mx.float32 else row.astype(mx.float32))
 
     def _check(self) -> None:
         if self.status is not None:
