@@ -185,7 +185,7 @@ class ModelRunner:
         return self.model.forward(token_ids, state, logits)
 
     def can_launch_ahead(self, state: SequenceState) -> bool:
-        """Whether a one-row greedy step of `state` can be queued before the host reads
+        """Whether a one-row plain step of `state` can be queued before the host reads
         its input (engine/runner/ahead.py): on MLX, through the fused path or the model's
         own (EngineConfig.queue_steps); the NumPy backend computes as it is called."""
         if self.ops.name != "mlx" or not self.queue_steps:
