@@ -258,8 +258,9 @@ class FusedDecode(FiveKernelSteps):
         kvs: list[FullKV | SlidingKV],
         offset: int,
     ) -> Any:
-        """Evaluate a queued call: its logits (with a greedy read's argmax), the rows it
-        keeps, and a timed-out one-launch step redone kernel by kernel."""
+        """Evaluate a call `_queue` put together: its logits (with a greedy read's
+        argmax), the rows it keeps, and a timed-out one-launch step redone kernel by
+        kernel."""
         top = mx.argmax(out, axis=-1) if out is not None and status is not None else None
         pending = [a for kv in kvs for a in (kv.keys, kv.values)] if out is None else [out]
         mx.eval(*pending, *(a for a in (status, top) if a is not None))
