@@ -22,19 +22,22 @@ import numpy as np
 
 from engine.drafter_file import BlockDrafterWeights
 from engine.kv_state import FullKV
-from engine.runner.cpu_step import ACTIVATIONS, extension, weight_parts, weight_reason
+from engine.runner.cpu_step import (
+    ACTIVATIONS,
+    extension,
+    ops_reason,
+    weight_parts,
+    weight_reason,
+)
 
 F32 = np.float32
 
 
 def unsupported_reason(weights: BlockDrafterWeights, ops: Any) -> str | None:
     """Why the C step cannot run this drafter's pass here, or None."""
-    if ops.name != "numpy":
-        return "needs the NumPy backend"
-    if extension() is None:
-        return "the C kernel (kernels._qmatmul) is not built"
-    if not getattr(ops, "packed", False):
-        return "the C kernel is switched off (qmatmul=False)"
+    reason = ops_reason(ops)
+    if reason is not None:
+        return reason
     linears = [weights.head] + [
         w for layer in weights.layers for name, w in layer.items() if "norm" not in name
     ]
@@ -50,7 +53,7 @@ class CpuPass:
             raise ValueError(f"the C step cannot run this drafter's pass: {reason}")
         s = weights.shape
         self.ops, self.shape, self.vocab_size = ops, s, len(weights.vocab)
-        sizes = (s.hidden, s.heads, s.kv_heads, s.head_dim, s.intermediate, len(weights.vocab))
+        sizes = (s.hidden, s.heads, s.kv_heads, s.head_dim, s.intermediate, self.vocab_size)
         layers = tuple(
             (
                 layer["input_norm"],

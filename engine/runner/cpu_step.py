@@ -94,15 +94,20 @@ def config_reason(cfg: ModelConfig) -> str | None:
     return None
 
 
-def unsupported_reason(model: DecoderModel) -> str | None:
-    """Why `model` cannot take the C step (its calls then keep the per-op path), or None."""
-    if model.ops.name != "numpy":
+def ops_reason(ops: Any) -> str | None:
+    """Why the C step cannot run on `ops` (its backend, the kernel's build), or None."""
+    if ops.name != "numpy":
         return "needs the NumPy backend"
     if extension() is None:
         return "the C kernel (kernels._qmatmul) is not built"
-    if not getattr(model.ops, "packed", False):
+    if not getattr(ops, "packed", False):
         return "the C kernel is switched off (qmatmul=False)"
-    reason = config_reason(model.config)
+    return None
+
+
+def unsupported_reason(model: DecoderModel) -> str | None:
+    """Why `model` cannot take the C step (its calls then keep the per-op path), or None."""
+    reason = ops_reason(model.ops) or config_reason(model.config)
     if reason is not None:
         return reason
     for layer in model.layers:

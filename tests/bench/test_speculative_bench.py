@@ -13,6 +13,7 @@ import pytest
 from bench import speculative
 from bench.speculative import Sample, summarize
 from engine.default_model import is_default_model_present
+from engine.sampling import SamplingSettings
 
 
 def sample(ids: tuple[tuple[int, ...], ...], tok_s: float = 100.0) -> Sample:
@@ -71,11 +72,15 @@ def test_the_pass_timing_leaves_the_drafter_empty_and_drafting_as_before() -> No
     assert drafter.propose(7, 4).tokens == before
     # the engine's pass is one C call here: the op-by-op pass is timed beside it
     assert drafter.cpu_pass is not None
-    both = speculative.pass_times(drafter)
+    both = speculative.pass_times(drafter, SamplingSettings())
     assert set(both) == {"block_pass_ms", "block_pass_ms_op_by_op"}
     assert (
         list(both["block_pass_ms"]) == list(both["block_pass_ms_op_by_op"]) == ["1", "4", "8", "15"]
     )
+    # sampled: the coupled draws over the draft vocabulary beside full-row draws
+    sampled = speculative.pass_times(drafter, SamplingSettings(temperature=0.7, top_p=0.95))
+    assert set(sampled) == {"block_pass_ms", "block_pass_ms_full_row_draws"}
+    assert drafter.cursor == 0 and drafter._sample is None  # left reset and uncoupled
 
 
 @pytest.mark.real_model
