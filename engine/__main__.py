@@ -136,6 +136,10 @@ def main(argv: list[str] | None = None) -> int:
     configure_process(config)  # must precede the first NumPy import
     from engine import cli
 
+    refused = cli.refused_arguments(args)
+    if refused is not None:  # before a model loads or a server is asked: said at once
+        print(f"error: {refused}", file=sys.stderr)
+        return 2
     try:
         if getattr(args, "remote", None):  # a server answers: engine/remote/cli.py
             from engine.remote import cli as remote

@@ -121,10 +121,15 @@ def _settings(args: argparse.Namespace, raw: bool = False) -> ev.GenerationSetti
     )
 
 
+def refused_arguments(args: argparse.Namespace) -> str | None:
+    """Why a command's arguments cannot be served, checked before a model is loaded or a
+    server asked (engine/__main__.py); None when they can."""
+    if getattr(args, "command", None) == "generate" and args.raw and args.system:
+        return "--raw continues the prompt as it is; it takes no --system"
+    return None
+
+
 def _generate(client: _Client, args: argparse.Namespace) -> int:
-    if args.raw and args.system:
-        print("error: --raw continues the prompt as it is; it takes no --system", file=sys.stderr)
-        return 2
     messages = [ev.Message("system", args.system)] if args.system else []
     messages.append(ev.Message("user", args.prompt))
     # One saved state per system prompt: the next run with it (any question) resumes from

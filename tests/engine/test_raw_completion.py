@@ -66,10 +66,15 @@ def test_a_chat_request_to_a_model_without_a_template_points_to_raw(base_model, 
     assert "This model has no chat template" in err and "generate --raw" in err
 
 
-def test_raw_takes_no_system_prompt(base_model, capsys) -> None:
+def test_raw_takes_no_system_prompt(base_model, tmp_path, capsys) -> None:
     argv = ["generate", "--model", str(base_model[0]), "--raw", "--system", "be brief"]
     assert entry.main([*argv, "--prompt", PROMPT, "--no-prompt-cache"]) == 2
     assert "--raw continues the prompt as it is" in capsys.readouterr().err
+    # said before any model loads: a file that is not there is not what it reports
+    argv[2] = str(tmp_path / "absent.gguf")
+    assert entry.main([*argv, "--prompt", PROMPT, "--no-prompt-cache"]) == 2
+    err = capsys.readouterr().err
+    assert "--raw continues the prompt as it is" in err and "absent.gguf" not in err
 
 
 def test_raw_render_joins_the_texts_with_a_boundary_after_each_and_before_the_last(
