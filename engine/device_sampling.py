@@ -24,12 +24,12 @@ def can_draw(s: SamplingSettings) -> bool:
 
 
 def draw(s: SamplingSettings, u: float) -> NextToken:
-    """The device's token at uniform `u` from logits [1, V], as [1] uint32."""
+    """The device's token at uniform `u` from a float32 logits row [V], as [1] uint32."""
     if not can_draw(s):
         raise ValueError("the device draw takes sampled settings without a repetition penalty")
 
-    def next_token(logits: mx.array) -> mx.array:
-        x = logits[-1].astype(mx.float32) / s.temperature  # [V]
+    def next_token(row: mx.array) -> mx.array:
+        x = row / s.temperature
         p = mx.exp(x - x.max())
         V = p.shape[0]
         if s.top_k and s.top_k < V:

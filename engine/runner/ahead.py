@@ -39,7 +39,8 @@ class Launch:
     state: SequenceState
     top: mx.array  # [1]: the next step's input, lazy: the argmax, or the device's draw
     status: mx.array | None = None  # the one-launch kernel's: nonzero if a barrier timed out
-    logits: mx.array | None = None  # [1, V], kept where the host draws the token
+    # [V] float32, the logits row evaluated with the step, kept where the host draws
+    row: mx.array | None = None
     is_ended: bool = False
 
     def end(self, token: int) -> None:
@@ -54,12 +55,13 @@ class Launch:
         return int(np.asarray(self.top)[0])
 
     def read_row(self) -> np.ndarray:
-        """The step's logits on the host [V], float32 (a launch that kept them)."""
-        if self.logits is None:
+        """The step's logits on the host [V], float32 (a launch that kept them). The row
+        was evaluated with the step: reading it waits for that step alone, where a slice
+        or cast taken now would queue behind the step launched after it."""
+        if self.row is None:
             raise ValueError("this launch kept only its argmax")
         self._check()
-        row = self.logits[-1]
-        return np.asarray(row if row.dtype == mx.float32 else row.astype(mx.float32))
+        return np.asarray(self.row)
 
     def _check(self) -> None:
         if self.status is not None:
@@ -73,20 +75,23 @@ class Launch:
             raise StateError("a queued step could not be undone; reset the state")
 
 
-# What a queued step hands the next one: its logits [1, V] -> a token [1] on the device
+# What a queued step hands the next one: its last logits row [V] float32 -> a token [1]
 NextToken = Callable[[mx.array], mx.array]
 
 
 def queue(logits: mx.array, draw: NextToken | None) -> tuple[mx.array, mx.array | None]:
-    """(the next step's input, the logits if the host must read them): the argmax, or
-    `draw`'s token with the logits kept for the host's own draw."""
+    """(the next step's input, the last logits row [V] in float32 if the host must read
+    it): the argmax, or `draw`'s token with the row kept for the host's own draw, both
+    evaluated with the step."""
     if draw is None:
         top = mx.argmax(logits, axis=-1)
         mx.async_eval(top)
         return top, None
-    top = draw(logits)
-    mx.async_eval(top, logits)
-    return top, logits
+    row = logits[-1]
+    row = row if row.dtype == mx.float32 else row.astype(mx.float32)
+    top = draw(row)
+    mx.async_eval(top, row)
+    return top, row
 
 
 def launch_model(
@@ -103,4 +108,4 @@ def launch_model(
     except BaseException:
         state.abort_forward()
         raise
-    return Launch(state, top, logits=kept)
+    return Launch(state, top, row=kept)
