@@ -118,6 +118,7 @@ def decode(
 
     if req.acceptance is not None:
         req.acceptance.forget()
+    carried: _Carried | None = None  # a draft proposed while a queued step ran
     while True:
         reason = _take(produced, out, req)
         if not reason and req.should_stop():
@@ -128,17 +129,21 @@ def decode(
             out.reason = reason
             break
         pending = out.token_ids[-1]
-        k = _choose_k(req, costs, len(out.token_ids), state, row_limit)
-        t0 = time.perf_counter()
-        draft = drafter.propose(pending, k) if (drafter is not None and k) else Draft([])
+        if carried is not None:
+            k, draft, spent = carried.k, carried.draft, carried.seconds
+            carried = None
+        else:
+            k = _choose_k(req, costs, len(out.token_ids), state, row_limit)
+            t0 = time.perf_counter()
+            draft = drafter.propose(pending, k) if (drafter is not None and k) else Draft([])
+            spent = time.perf_counter() - t0 - draft.setup_seconds  # a prompt's: not k's cost
         offered = min(k, len(draft.tokens))
         draft = cut_draft(draft, costs)
         if draft.tokens and req.acceptance is not None:
-            spent = time.perf_counter() - t0 - draft.setup_seconds  # a prompt's: not k's cost
             req.acceptance.observe_cost(len(draft.tokens), spent, per_pass)
         rows = [pending, *draft.tokens[:k]]
         if len(rows) == 1 and ahead and runner.can_launch_ahead(state):
-            reason = _plain_run(runner, state, req, out, costs, row_limit, uniforms)
+            reason, carried = _plain_run(runner, state, req, out, costs, row_limit, uniforms)
             if reason:
                 out.reason = reason
                 break
@@ -192,6 +197,15 @@ def decode(
     return out
 
 
+@dataclass
+class _Carried:
+    """A draft proposed inside `_plain_run` once a step's token was read: the next round's."""
+
+    k: int
+    draft: Draft
+    seconds: float  # what proposing it cost
+
+
 def _plain_run(
     runner: ModelRunner,
     state: SequenceState,
@@ -200,14 +214,20 @@ def _plain_run(
     costs: CostModel,
     row_limit: int,
     uniforms: sampling.PositionalUniforms,
-) -> str:
+) -> tuple[str, _Carried | None]:
     """Plain steps from the pending token, each queued on the device before the host reads
-    the token it takes (engine/runner/ahead.py), for as long as the next step would be
-    plain whatever that token is. Greedy, a step's input is the step before's argmax as
-    it lies on the device; sampled, the device's draw (engine/device_sampling.py), and
-    where the host's own draw differs the queued step is undone and launched again on
-    the host's token. Returns a finish reason, or "" with the state as after a plain
-    step: the last token read pending, for the loop to go on from."""
+    the token it takes (engine/runner/ahead.py). Greedy, a step's input is the step
+    before's argmax as it lies on the device; sampled, the device's draw
+    (engine/device_sampling.py), and where the host's own draw differs the queued step is
+    undone and launched again on the host's token.
+
+    Where the cost model would draft after a step, the drafter (prompt lookup, say) needs
+    that step's token to propose, so the next step is queued all the same and the drafter
+    asked once the token is read: with nothing to propose the queued step stands; with a
+    draft it is undone and the draft goes back to the loop, for its verify.
+
+    Returns (a finish reason, or "" with the state as after a plain step: the last token
+    read pending, for the loop to go on from; the draft proposed on that token, if any)."""
     s = req.settings
     greedy = s.is_greedy
 
@@ -224,11 +244,8 @@ def _plain_run(
         if req.acceptance is not None:  # a step without a draft, before the next one's k
             req.acceptance.idle()
         num_after = len(out.token_ids) + 1  # produced once this step's token is read
-        more = (
-            num_after < req.max_tokens
-            and state.offset + 1 < req.context_limit
-            and _choose_k(req, costs, num_after, state, row_limit) == 0
-        )
+        more = num_after < req.max_tokens and state.offset + 1 < req.context_limit
+        k = _choose_k(req, costs, num_after, state, row_limit) if more else 0
         nxt = launch(step.top) if more else None
         try:
             guess = step.read()
@@ -239,7 +256,7 @@ def _plain_run(
                 nxt.cancel()
             truncate(runner, state, state.offset - 1)
             runner.fall_back()
-            return ""
+            return "", None
         now = time.perf_counter()
         costs.observe(1, now - t0)
         t0 = now
@@ -249,7 +266,13 @@ def _plain_run(
         if reason or nxt is None or req.should_stop():
             if nxt is not None:  # its input ended the reply
                 nxt.cancel()
-            return reason
+            return reason, None
+        if k and req.drafter is not None:
+            draft = req.drafter.propose(token, k)
+            if draft.tokens:  # the round verifies the draft: the queued step is not it
+                nxt.cancel()
+                seconds = time.perf_counter() - t0 - draft.setup_seconds
+                return "", _Carried(k, draft, seconds)
         if token != guess:  # the device drew another token: the queued step is not this one
             nxt.cancel()
             nxt = launch([token])

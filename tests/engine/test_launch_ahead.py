@@ -19,6 +19,7 @@ from engine import decoding, device_sampling
 from engine.config import EngineConfig
 from engine.decoding import DecodeRequest, DecodeResult, decode
 from engine.draft_costs import AcceptanceModel, CostModel
+from engine.drafters import Draft
 from engine.events import FinishReason
 from engine.loader import load_model
 from engine.runner import ModelRunner
@@ -194,29 +195,55 @@ def test_a_timed_out_step_is_taken_back_and_redone(tiny_models, monkeypatch):
     _assert_same(runner, got, want)
 
 
-def test_steps_are_queued_only_while_the_next_one_drafts_nothing(runner, monkeypatch):
-    """With a drafter, a step is queued ahead only where the next step's k is 0 whatever
-    the token; every drafted step is a verify as before, and the reply is plain greedy."""
-    want = _synchronous(runner, monkeypatch, max_tokens=40)[0].token_ids
+class SometimesDrafter(ScriptedDrafter):
+    """Proposes the script's continuation at every other position, and nothing between
+    (prompt lookup without a match)."""
+
+    def propose(self, pending: int, k: int) -> Draft:
+        return super().propose(pending, k) if self.position % 2 else Draft([])
+
+
+def test_a_step_queued_where_the_next_may_draft_is_undone_for_a_draft(runner, monkeypatch):
+    """A step is queued ahead even where the cost model would draft after it: the drafter
+    is asked once the token is read; with nothing to propose the queued step stands, with
+    a draft it is undone and the round verifies the draft. The reply is plain greedy, and
+    the reply and state those of the same drafting without queued steps."""
+    plain = _synchronous(runner, monkeypatch, max_tokens=40)[0].token_ids
+    script = PROMPT + plain
     log: list[Any] = []
-    real = ModelRunner.launch
+    real_launch, real_cancel = ModelRunner.launch, Launch.cancel
 
     def launch(self: ModelRunner, ids: Any, state: SequenceState, draw: Any = None) -> Launch:
         log.append("queued" if isinstance(ids, mx.array) else "host")
-        return real(self, ids, state, draw)
+        return real_launch(self, ids, state, draw)
+
+    def cancel(self: Launch) -> None:
+        log.append("cancel")
+        real_cancel(self)
 
     def choose_k(req: Any, costs: Any, produced: int, *_: Any) -> int:
-        log.append(k := 3 if produced % 9 in (5, 6) else 0)  # drafts now and then
+        log.append(k := 3 if produced % 9 in (4, 5, 6, 7) else 0)  # drafts now and then
         return k
 
-    monkeypatch.setattr(ModelRunner, "launch", launch)
     monkeypatch.setattr(decoding, "_choose_k", choose_k)
-    drafter = ScriptedDrafter(PROMPT + want, corrupt=0.5, seed=1)
-    got, _ = _decode(runner, max_tokens=40, drafter=drafter)
-    assert got.token_ids == want
-    assert got.drafted >= 12 and log.count("queued") >= 12
-    # every queued step was one the cost model gave no draft
-    assert all(log[i - 1] == 0 for i, e in enumerate(log) if e == "queued")
+    want = _synchronous(
+        runner, monkeypatch, max_tokens=40, drafter=SometimesDrafter(script, 0.5, 1)
+    )
+    del log[:]
+    monkeypatch.setattr(ModelRunner, "launch", launch)
+    monkeypatch.setattr(Launch, "cancel", cancel)
+    got = _decode(runner, max_tokens=40, drafter=SometimesDrafter(script, 0.5, 1))
+    monkeypatch.undo()
+    assert got[0].token_ids == plain
+    _assert_same(runner, got, want)
+    assert got[0].drafted == want[0].drafted >= 9
+    queued_where_k = [i for i, e in enumerate(log) if e == "queued" and log[i - 1] == 3]
+    assert len(queued_where_k) >= 6  # queued though the next step could draft
+    # each draft proposed on a queued step's token undid the step queued last, and the
+    # verify came before any other launch; the other such steps stood (nothing proposed)
+    cancels = [i for i, e in enumerate(log) if e == "cancel"]
+    assert 3 <= len(cancels) <= len(queued_where_k) - 2
+    assert all(log[i - 1] == "queued" and log[i - 2] == 3 for i in cancels)
 
 
 SAMPLED = SamplingSettings(temperature=0.8, top_p=0.9, top_k=40, min_p=0.02, seed=7)
@@ -255,9 +282,9 @@ def test_a_device_draw_the_host_does_not_make_is_undone(runner, monkeypatch):
         calls[0] += 1
         right, wrong = real_draw(s, u), calls[0] % 3 == 0
 
-        def next_token(logits: mx.array) -> mx.array:
-            token = right(logits)
-            return (token + 1) % logits.shape[-1] if wrong else token
+        def next_token(row: mx.array) -> mx.array:
+            token = right(row)
+            return (token + 1) % row.shape[-1] if wrong else token
 
         return next_token
 
