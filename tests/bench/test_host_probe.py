@@ -17,3 +17,24 @@ def test_the_probe_ranks_the_runners_forward_once_a_step(tiny_llama_q4_gguf):
     own = [r["own_us"] for r in out["by_own_time"]]
     assert own == sorted(own, reverse=True)
     assert all(r["with_callees_us"] <= out["profiled_step_us"] * 1.01 for r in forwards)
+
+
+def test_the_loop_probe_takes_a_replys_queued_steps_and_the_hosts_draws(
+    tiny_llama_q4_gguf, monkeypatch
+):
+    """With `--loop` on MLX the steps are the decode loop's: each one launched (queued
+    ahead of the host) and, sampled, each token drawn by the host once (and the loop's
+    first token, which no step of the run computes)."""
+    from engine.sampling import SamplingSettings
+
+    monkeypatch.setenv("BRANCHCHAT_BACKEND", "mlx")
+    path, _spec = tiny_llama_q4_gguf
+    sampled = SamplingSettings(temperature=0.7, top_p=0.95, seed=0)
+    out = probe(str(path), context=16, steps=12, top=80, settings=sampled)
+    assert out["loop"] == repr(sampled) and out["step_us"] > 0
+    calls = {r["function"].rsplit(":", 1)[-1]: r["calls_a_step"] for r in out["by_own_time"]}
+    calls.update(
+        {r["function"].rsplit(":", 1)[-1]: r["calls_a_step"] for r in out["by_time_with_callees"]}
+    )
+    assert calls["launch"] == 1.0
+    assert calls["sample"] == round(13 / 12, 2)
