@@ -22,6 +22,7 @@ COMMANDS = {
     "plots": "bench.plots",
     "remote": "bench.remote",
     "rollback": "bench.rollback",
+    "sampling": "bench.sampling",
     "shapes": "bench.shapes",
     "speculative": "bench.speculative",
     "verify": "bench.verify",

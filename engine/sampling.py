@@ -62,13 +62,16 @@ def probabilities(logits: np.ndarray, history: Sequence[int], s: SamplingSetting
         p = np.zeros_like(x)
         p[int(np.argmax(x))] = 1.0
         return p
-    p = _weights(x, s)
+    ids, w = _candidates(x, s)
+    p = np.zeros_like(x)
+    p[ids if ids is not None else slice(None)] = w
     return p / p.sum()
 
 
-def _weights(x: np.ndarray, s: SamplingSettings) -> np.ndarray:
-    """Unnormalised sampling weights of (penalised) float64 logits: temperature, then
-    top-k, min-p and top-p."""
+def _candidates(x: np.ndarray, s: SamplingSettings) -> tuple[np.ndarray | None, np.ndarray]:
+    """The tokens a draw can give and their unnormalised weights, from (penalised) float64
+    logits: temperature, then top-k, min-p and top-p. (ascending indices into x, their
+    weights) where top-p leaves a few; (None, a weight per entry of x) otherwise."""
     x = x / s.temperature
     x -= x.max()
     p = np.exp(x)
@@ -78,8 +81,9 @@ def _weights(x: np.ndarray, s: SamplingSettings) -> np.ndarray:
     if s.min_p > 0:
         p[p < s.min_p * p.max()] = 0.0
     if s.top_p < 1.0:
-        p = _nucleus(p, s.top_p)
-    return p
+        kept = _nucleus(p, s.top_p)
+        return kept, p[kept]
+    return None, p
 
 
 # Candidates first: tokens within these factors of the likeliest one, then the whole
@@ -89,8 +93,8 @@ NUCLEUS_FLOORS = (2.0**-10, 2.0**-24)
 
 
 def _nucleus(p: np.ndarray, top_p: float) -> np.ndarray:
-    """p with all but the smallest set of likeliest tokens reaching `top_p` of its mass
-    zeroed. The set is usually a few dozen tokens of a vocabulary of tens of thousands,
+    """The smallest set of likeliest tokens reaching `top_p` of p's mass, as ascending
+    indices. The set is usually a few dozen tokens of a vocabulary of tens of thousands,
     so only the tokens within a factor of the likeliest are sorted (one comparison over
     the vocabulary, ~10x cheaper than partitioning it), a wider factor if they hold too
     little mass, the whole vocabulary last: the same set a full sort gives."""
@@ -105,9 +109,7 @@ def _nucleus(p: np.ndarray, top_p: float) -> np.ndarray:
         if cum[-1] >= top_p:
             break
     cut = int(np.searchsorted(cum, top_p)) + 1  # keep the smallest prefix reaching top_p
-    out = np.zeros_like(p)
-    out[order[:cut]] = p[order[:cut]]
-    return out
+    return np.sort(order[:cut])
 
 
 def greedy(logits: np.ndarray, history: Sequence[int], s: SamplingSettings) -> int:
@@ -133,9 +135,18 @@ class PositionalUniforms:
 
 
 def draw(p: np.ndarray, u: float) -> int:
-    """The token at uniform `u` of p's inverse CDF (exact for float64 p)."""
+    """The index at uniform `u` of the inverse CDF of p (unnormalised weights, float64):
+    the first whose running sum passes u of the total. A zero weight adds nothing to a
+    running sum, so drawing among a distribution's nonzero entries alone (in their
+    order) gives the same token."""
     cdf = np.cumsum(p)
-    return int(min(np.searchsorted(cdf, u * cdf[-1], side="right"), p.size - 1))
+    at = int(np.searchsorted(cdf, u * cdf[-1], side="right"))
+    return at if at < p.size else int(np.flatnonzero(p)[-1])  # u * total rounded up to it
+
+
+def _draw_among(ids: np.ndarray | None, w: np.ndarray, u: float) -> int:
+    at = draw(w, u)
+    return at if ids is None else int(ids[at])
 
 
 def sample(
@@ -144,7 +155,8 @@ def sample(
     """The token that follows `history` (it goes to position len(history))."""
     if s.is_greedy:
         return greedy(logits, history, s)
-    return draw(probabilities(logits, history, s), uniforms.uniform(len(history)))
+    x = penalize(np.asarray(logits, dtype=np.float64), history, s)
+    return _draw_among(*_candidates(x, s), uniforms.uniform(len(history)))
 
 
 def sample_among(
@@ -166,7 +178,7 @@ def sample_among(
         x[at] = np.where(vals > 0, vals / s.repetition_penalty, vals * s.repetition_penalty)
     if s.is_greedy:
         return int(ids[int(np.argmax(x))])
-    return int(ids[draw(_weights(x, s), uniforms.uniform(len(history)))])
+    return int(ids[_draw_among(*_candidates(x, s), uniforms.uniform(len(history)))])
 
 
 @dataclass(frozen=True)
