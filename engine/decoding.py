@@ -33,7 +33,7 @@ from engine.draft_costs import AcceptanceModel, CostModel, best_draft_length
 from engine.drafters import Draft, Drafter
 from engine.events import FinishReason
 from engine.runner import ModelRunner
-from engine.runner.ahead import Launch, StepTimedOut
+from engine.runner.ahead import Launch, StepTimedOut, Taps
 from engine.sampling import SamplingSettings
 from engine.sequence import SequenceState, truncate
 from kernels.ops import Array, Ops
@@ -108,8 +108,10 @@ def decode(
             drafter.observe_hidden(rows, start)  # type: ignore[attr-defined]
     per_pass = bool(getattr(drafter, "drafts_in_one_pass", False))
     # plain steps can go to the device before the host reads their input token: greedy, or
-    # sampled where the device can draw the token too (engine/device_sampling.py)
-    ahead = not hidden and (argmax_only or device_sampling.can_draw(s))
+    # sampled where the device can draw the token too (engine/device_sampling.py); a step
+    # hands a drafter that reads the target's rows (`taps`) its rows as a forward does
+    ahead = argmax_only or device_sampling.can_draw(s)
+    taps: Taps = tuple(getattr(drafter, "taps", ())) if hidden else None
 
     def forward(rows: list[int], logits: str) -> Any:
         if not hidden:
@@ -142,8 +144,8 @@ def decode(
         if draft.tokens and req.acceptance is not None:
             req.acceptance.observe_cost(len(draft.tokens), spent, per_pass)
         rows = [pending, *draft.tokens[:k]]
-        if len(rows) == 1 and ahead and runner.can_launch_ahead(state):
-            reason, carried = _plain_run(runner, state, req, out, costs, row_limit, uniforms)
+        if len(rows) == 1 and ahead and runner.can_launch_ahead(state, taps):
+            reason, carried = _plain_run(runner, state, req, out, costs, row_limit, uniforms, taps)
             if reason:
                 out.reason = reason
                 break
@@ -214,6 +216,7 @@ def _plain_run(
     costs: CostModel,
     row_limit: int,
     uniforms: sampling.PositionalUniforms,
+    taps: Taps = None,
 ) -> tuple[str, _Carried | None]:
     """Plain steps from the pending token, each queued on the device before the host reads
     the token it takes (engine/runner/ahead.py). Greedy, a step's input is the step
@@ -224,7 +227,8 @@ def _plain_run(
     Where the cost model would draft after a step, the drafter (prompt lookup, say) needs
     that step's token to propose, so the next step is queued all the same and the drafter
     asked once the token is read: with nothing to propose the queued step stands; with a
-    draft it is undone and the draft goes back to the loop, for its verify.
+    draft it is undone and the draft goes back to the loop, for its verify. A drafter that
+    reads the target's rows (`taps` not None) is handed each step's with its token.
 
     Returns (a finish reason, or "" with the state as after a plain step: the last token
     read pending, for the loop to go on from; the draft proposed on that token, if any)."""
@@ -234,7 +238,7 @@ def _plain_run(
     def launch(ids: Any) -> Launch:
         # the token drawn from this step's logits lies one past its input's position
         draw = None if greedy else device_sampling.draw(s, uniforms.uniform(state.offset + 1))
-        return runner.launch(ids, state, draw)
+        return runner.launch(ids, state, draw, taps)
 
     pending = out.token_ids[-1]
     step = launch([pending])
@@ -261,6 +265,8 @@ def _plain_run(
         costs.observe(1, now - t0)
         t0 = now
         if req.drafter is not None:
+            if taps is not None:
+                req.drafter.observe_hidden(step.hidden)  # type: ignore[attr-defined]
             req.drafter.commit([pending])
         reason = _take([(token, False)], out, req)
         if reason or nxt is None or req.should_stop():

@@ -41,6 +41,8 @@ class Launch:
     status: mx.array | None = None  # the one-launch kernel's: nonzero if a barrier timed out
     # [V] float32, the logits row evaluated with the step, kept where the host draws
     row: mx.array | None = None
+    # the rows a drafter reads (`forward_hidden`'s), evaluated with the step, where asked
+    hidden: mx.array | None = None
     is_ended: bool = False
 
     def end(self, token: int) -> None:
@@ -77,6 +79,8 @@ class Launch:
 
 # What a queued step hands the next one: its last logits row [V] float32 -> a token [1]
 NextToken = Callable[[mx.array], mx.array]
+# Which layers' rows a queued step hands out: None, none; () the last; else those layers'
+Taps = tuple[int, ...] | None
 
 
 def queue(logits: mx.array, draw: NextToken | None) -> tuple[mx.array, mx.array | None]:
@@ -95,17 +99,23 @@ def queue(logits: mx.array, draw: NextToken | None) -> tuple[mx.array, mx.array 
 
 
 def launch_model(
-    model: Any, ids: Any, state: SequenceState, draw: NextToken | None = None
+    model: Any, ids: Any, state: SequenceState, draw: NextToken | None = None, taps: Taps = None
 ) -> Launch:
     """One row through the model's own forward (the MLX backend), queued: `ids` [1] a host
-    token or the step before's `top`, not yet read."""
+    token or the step before's `top`, not yet read; with `taps`, the rows `forward_hidden`
+    gives."""
     if not isinstance(ids, mx.array):
         ids = np.asarray(ids, dtype=np.int64)
     offset = state.begin_forward(1)
+    tapped: list[mx.array] = []
     try:
-        x = model.hidden(ids, state.layers, offset)
+        x = model.hidden(ids, state.layers, offset, taps or (), tapped.append)
         top, kept = queue(model.logits(x[-1:]), draw)
+        hidden = None
+        if taps is not None:
+            hidden = mx.concatenate(tapped, axis=-1) if taps else x
+            mx.async_eval(hidden)
     except BaseException:
         state.abort_forward()
         raise
-    return Launch(state, top, row=kept)
+    return Launch(state, top, row=kept, hidden=hidden)

@@ -26,7 +26,7 @@ import mlx.core as mx
 
 from engine.models.base import DecoderModel
 from engine.runner import fused_hybrid
-from engine.runner.ahead import Launch, NextToken, queue
+from engine.runner.ahead import Launch, NextToken, Taps, queue
 from engine.runner.fused_layers import FiveKernelSteps
 from engine.runner.fused_support import (
     MAX_DENSE_BYTES,
@@ -187,29 +187,49 @@ class FusedDecode(FiveKernelSteps):
                 state.abort_forward()
             raise
 
-    def can_launch(self, state: SequenceState) -> bool:
+    def can_launch(self, state: SequenceState, taps: Taps = None) -> bool:
         """Whether `launch` takes a row of `state`: a step the state can undo (a traced
-        step donates its buffers), with nothing kept beside its logits."""
+        step donates its buffers), keeping the rows `taps` names where they can be had
+        (ModelRunner.tap_problem)."""
         undoable = self.step_kernel is not None or not self.compiled
+        if taps and self.step_kernel is not None:
+            return False
         return undoable and not self.keep_hidden and self.supports(state, 1)
 
-    def launch(self, ids: mx.array, state: SequenceState, draw: NextToken | None = None) -> Launch:
+    def launch(
+        self, ids: mx.array, state: SequenceState, draw: NextToken | None = None, taps: Taps = None
+    ) -> Launch:
         """One row queued on the device (engine/runner/ahead.py): its input `ids` [1] as
-        they are (the step before's `top`, not yet read), its own `top` lazy."""
+        they are (the step before's `top`, not yet read), its own `top` lazy; where `taps`
+        is not None, the rows `forward_hidden` would give."""
         split = self._split(state)
-        if split is None or not self.can_launch(state):
+        if split is None or not self.can_launch(state, taps):
             raise ValueError("this state's step cannot be queued ahead")
         offset = state.begin_forward(1)
+        self.keep_hidden, self.taps = taps is not None, tuple(taps or ())
         try:
             pos = mx.array([offset], dtype=mx.int32)
             out, status = self._queue(ids.astype(mx.int32), pos, "last", *split, offset)
+            hidden = self._kept_rows(status, 1) if taps is not None else None
             top, kept = queue(out, draw)
-            if status is not None:
-                mx.async_eval(status)
+            # the kept rows are copied before the next launch may overwrite the scratch
+            mx.async_eval(*(a for a in (status, hidden) if a is not None))
         except BaseException:
             state.abort_forward()
             raise
-        return Launch(state, top, status, kept)
+        finally:
+            self.keep_hidden, self.taps = False, ()
+        return Launch(state, top, status, kept, hidden)
+
+    def _kept_rows(self, status: mx.array | None, rows: int) -> mx.array:
+        """The step's kept rows (`keep_hidden`): the five kernels' as they set them, the
+        one-launch kernel's copied out of its scratch, which the next launch overwrites."""
+        if status is None:
+            hidden, self.hidden = self.hidden, None
+            assert hidden is not None
+            return hidden
+        start, D = hidden_offset(self.shapes), self.shapes.hidden
+        return self.step_kernel._scratch[start : start + rows * D].reshape(rows, D) + 0.0
 
     def _queue(
         self,
@@ -275,11 +295,7 @@ class FusedDecode(FiveKernelSteps):
             mx.eval(out if out is not None else [a for kv in caches for a in (kv.keys, kv.values)])
             return out
         if status is not None and self.keep_hidden:
-            # the kernel leaves the residual rows in its scratch; copied before the next
-            # launch overwrites them
-            start, D, rows = hidden_offset(self.shapes), self.shapes.hidden, int(ids.shape[0])
-            scratch = self.step_kernel._scratch
-            self.hidden = scratch[start : start + rows * D].reshape(rows, D) + 0.0
+            self.hidden = self._kept_rows(status, int(ids.shape[0]))
             mx.eval(self.hidden)
         if top is not None:  # a greedy read's argmax, evaluated in the launch's evaluation
             self.ops.remember_argmax(out, top)

@@ -18,7 +18,7 @@ import mlx.core as mx
 from engine.config import EngineConfig, parse_step_tuning
 from engine.models.base import DecoderModel, ModelConfig
 from engine.runner import cpu_step, fused_hybrid
-from engine.runner.ahead import Launch, NextToken, launch_model
+from engine.runner.ahead import Launch, NextToken, Taps, launch_model
 from engine.runner.cpu_step import CpuStep
 from engine.runner.fused import (
     MAX_DENSE_BYTES,
@@ -184,27 +184,31 @@ class ModelRunner:
         self.last_path = "model"
         return self.model.forward(token_ids, state, logits)
 
-    def can_launch_ahead(self, state: SequenceState) -> bool:
+    def can_launch_ahead(self, state: SequenceState, taps: Taps = None) -> bool:
         """Whether a one-row plain step of `state` can be queued before the host reads
-        its input (engine/runner/ahead.py): on MLX, through the fused path or the model's
-        own (EngineConfig.queue_steps); the NumPy backend computes as it is called."""
+        its input (engine/runner/ahead.py), handing out `taps`' rows as `forward_hidden`
+        does where they are not None: on MLX, through the fused path or the model's own
+        (EngineConfig.queue_steps); the NumPy backend computes as it is called."""
         if self.ops.name != "mlx" or not self.queue_steps:
             return False
         if self.fused is not None and self.fused.supports(state, 1):
-            return self.fused.can_launch(state)
+            return self.fused.can_launch(state, taps)
         return True
 
-    def launch(self, ids: Any, state: SequenceState, draw: NextToken | None = None) -> Launch:
+    def launch(
+        self, ids: Any, state: SequenceState, draw: NextToken | None = None, taps: Taps = None
+    ) -> Launch:
         """One row queued on the device, on the path `forward` would take: `ids` [1] a host
         token or the step before's `top`, not yet read; its own `top` the argmax, or
-        `draw`'s token with the logits kept for the host (engine/runner/ahead.py)."""
+        `draw`'s token with the logits kept for the host (engine/runner/ahead.py); where
+        `taps` is not None, the rows `forward_hidden` would give as its `hidden`."""
         if self.fused is not None and self.fused.supports(state, 1):
             self.last_path = "fused"
             if not isinstance(ids, mx.array):
                 ids = mx.array(ids, dtype=mx.int32)
-            return self.fused.launch(ids, state, draw)
+            return self.fused.launch(ids, state, draw, taps)
         self.last_path = "model"
-        return launch_model(self.model, ids, state, draw)
+        return launch_model(self.model, ids, state, draw, taps)
 
     def fall_back(self) -> None:
         """A queued one-launch step timed out at a grid barrier: take the five kernels

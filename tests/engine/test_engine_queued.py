@@ -68,9 +68,9 @@ def test_queued_steps_keep_every_reply_and_state(
     queued = [0]
     real = ModelRunner.launch
 
-    def launch(self: ModelRunner, ids: Any, state: Any, draw: Any = None) -> Any:
+    def launch(self: ModelRunner, ids: Any, state: Any, draw: Any = None, taps: Any = None) -> Any:
         queued[0] += isinstance(ids, mx.array)  # on the step before's token, not yet read
-        return real(self, ids, state, draw)
+        return real(self, ids, state, draw, taps)
 
     monkeypatch.setattr(ModelRunner, "launch", launch)
     with_queue = _conversation(models[kind], settings, True)

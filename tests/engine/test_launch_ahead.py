@@ -94,7 +94,7 @@ def _decode(
 
 def _synchronous(runner: ModelRunner, monkeypatch: pytest.MonkeyPatch, **kw: Any) -> Any:
     with monkeypatch.context() as m:
-        m.setattr(ModelRunner, "can_launch_ahead", lambda self, state: False)
+        m.setattr(ModelRunner, "can_launch_ahead", lambda self, state, taps=None: False)
         return _decode(runner, **kw)
 
 
@@ -121,9 +121,11 @@ def test_queued_steps_give_the_synchronous_reply_and_state(runner, monkeypatch):
     launches: list[bool] = []  # per launch: was its input still on the device
     real = ModelRunner.launch
 
-    def counting(self: ModelRunner, ids: Any, state: SequenceState, draw: Any = None) -> Launch:
+    def counting(
+        self: ModelRunner, ids: Any, state: SequenceState, draw: Any = None, taps: Any = None
+    ) -> Launch:
         launches.append(isinstance(ids, mx.array))
-        return real(self, ids, state, draw)
+        return real(self, ids, state, draw, taps)
 
     monkeypatch.setattr(ModelRunner, "launch", counting)
     got = _decode(runner, max_tokens=20)
@@ -138,9 +140,11 @@ def test_each_step_is_queued_before_the_token_it_takes_is_read(runner, monkeypat
     events: list[str] = []
     real_launch, real_read = ModelRunner.launch, Launch.read
 
-    def launch(self: ModelRunner, ids: Any, state: SequenceState, draw: Any = None) -> Launch:
+    def launch(
+        self: ModelRunner, ids: Any, state: SequenceState, draw: Any = None, taps: Any = None
+    ) -> Launch:
         events.append("launch")
-        return real_launch(self, ids, state, draw)
+        return real_launch(self, ids, state, draw, taps)
 
     def read(self: Launch) -> int:
         events.append("read")
@@ -213,9 +217,11 @@ def test_a_step_queued_where_the_next_may_draft_is_undone_for_a_draft(runner, mo
     log: list[Any] = []
     real_launch, real_cancel = ModelRunner.launch, Launch.cancel
 
-    def launch(self: ModelRunner, ids: Any, state: SequenceState, draw: Any = None) -> Launch:
+    def launch(
+        self: ModelRunner, ids: Any, state: SequenceState, draw: Any = None, taps: Any = None
+    ) -> Launch:
         log.append("queued" if isinstance(ids, mx.array) else "host")
-        return real_launch(self, ids, state, draw)
+        return real_launch(self, ids, state, draw, taps)
 
     def cancel(self: Launch) -> None:
         log.append("cancel")
@@ -246,6 +252,52 @@ def test_a_step_queued_where_the_next_may_draft_is_undone_for_a_draft(runner, mo
     assert all(log[i - 1] == "queued" and log[i - 2] == 3 for i in cancels)
 
 
+class SeeingDrafter(SometimesDrafter):
+    """A drafter that reads the target's rows (a block drafter's contract): it records
+    every row it is handed."""
+
+    wants_hidden = True
+
+    def __init__(self, script: list[int], taps: tuple[int, ...]) -> None:
+        super().__init__(script, corrupt=0.5, seed=1)
+        self.taps = taps
+        self.rows: list[np.ndarray] = []
+
+    def observe_hidden(self, rows: Any, start: int | None = None) -> None:
+        assert start is None  # the prompt's rows are not part of this test
+        self.rows.append(np.array(rows, dtype=np.float32))
+
+
+@pytest.mark.parametrize("taps", [(), (0, 1)], ids=["last-layer", "tapped"])
+def test_steps_queued_for_a_drafter_that_reads_rows_hand_it_a_forwards_rows(
+    runner, monkeypatch, taps
+):
+    """Plain steps are queued for a drafter that reads the target's rows too: each step
+    hands it the rows `forward_hidden` gives, bit for bit, with its token. The reply and
+    state are the same drafting's without queued steps. Where a path cannot hand out the
+    tapped layers' rows (the one-launch step), its steps stay synchronous."""
+    plain = _synchronous(runner, monkeypatch, max_tokens=30)[0].token_ids
+    script = PROMPT + plain
+
+    def choose_k(req: Any, costs: Any, produced: int, *_: Any) -> int:
+        return 3 if produced % 9 in (4, 5, 6, 7) else 0
+
+    monkeypatch.setattr(decoding, "_choose_k", choose_k)
+    sync_drafter = SeeingDrafter(script, taps)
+    want = _synchronous(runner, monkeypatch, max_tokens=30, drafter=sync_drafter)
+    kinds = _count_launches(monkeypatch)
+    drafter = SeeingDrafter(script, taps)
+    got = _decode(runner, max_tokens=30, drafter=drafter)
+    monkeypatch.undo()
+    assert got[0].token_ids == plain
+    _assert_same(runner, got, want)
+    assert len(drafter.rows) == len(sync_drafter.rows) > 10
+    for mine, theirs in zip(drafter.rows, sync_drafter.rows, strict=True):
+        np.testing.assert_array_equal(mine, theirs)
+    can_tap = runner.fused is None or runner.fused.step_kernel is None or not taps
+    assert (kinds.count("queued") >= 10) == can_tap
+
+
 SAMPLED = SamplingSettings(temperature=0.8, top_p=0.9, top_k=40, min_p=0.02, seed=7)
 
 
@@ -254,9 +306,11 @@ def _count_launches(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     kinds: list[str] = []
     real = ModelRunner.launch
 
-    def launch(self: ModelRunner, ids: Any, state: SequenceState, draw: Any = None) -> Launch:
+    def launch(
+        self: ModelRunner, ids: Any, state: SequenceState, draw: Any = None, taps: Any = None
+    ) -> Launch:
         kinds.append("queued" if isinstance(ids, mx.array) else "host")
-        return real(self, ids, state, draw)
+        return real(self, ids, state, draw, taps)
 
     monkeypatch.setattr(ModelRunner, "launch", launch)
     return kinds

@@ -2,9 +2,10 @@
 # On the lent GPU (after tools/gpu/unpack.sh's last parcel, the default model joined): the
 # next round after session 24's H100 figures. Sampled decoding (the app's default) queued
 # and not, where a sampled step's host time goes (the loop's steps under cProfile, greedy
-# beside sampled), and Auto against queued plain decoding now that a step is queued where
-# lookup may draft. Each part has its own limit, so a cut run still returns the earlier
-# parts' files.   bash tools/gpu/sampled_round.sh
+# beside sampled), and Auto and the block drafter against queued plain decoding, now that
+# a step is queued where lookup may draft and a queued step hands the block drafter its
+# rows. Each part has its own limit, so a cut run still returns the earlier parts' files.
+#     bash tools/gpu/sampled_round.sh
 set -u
 cd "$(dirname "$0")/../.."
 out=${OUT:?OUT must name the folder whose files come back}
@@ -19,7 +20,7 @@ for t in 0 0.7; do
   timeout 60 python3 -m bench.gpu.host_probe --model "$gguf" --loop --temperature $t \
     --top-p 0.95 --steps 200 --top 30 > "$out/host-loop-t$t.json" 2>&1
 done
-spec 150 --runs 2 --modes plain,auto --workloads chat,open_chat,regenerate \
+spec 200 --runs 2 --modes plain,auto,block --workloads chat,open_chat,regenerate \
   > "$out/auto-queued.json" 2> /dev/null
 python3 - "$out" <<'PY'
 import json, sys
