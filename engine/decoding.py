@@ -224,11 +224,13 @@ def _plain_run(
     (engine/device_sampling.py), and where the host's own draw differs the queued step is
     undone and launched again on the host's token.
 
-    Where the cost model would draft after a step, the drafter (prompt lookup, say) needs
-    that step's token to propose, so the next step is queued all the same and the drafter
-    asked once the token is read: with nothing to propose the queued step stands; with a
-    draft it is undone and the draft goes back to the loop, for its verify. A drafter that
-    reads the target's rows (`taps` not None) is handed each step's with its token.
+    Where the cost model would draft after a step, a drafter that drafts on the host
+    (`drafts_for_free`: prompt lookup) needs that step's token to propose, so the next
+    step is queued all the same and the drafter asked once the token is read: with
+    nothing to propose the queued step stands; with a draft it is undone and the draft
+    goes back to the loop, for its verify. A drafter whose pass runs on the device would
+    wait behind the queued step, so there the run ends and the loop drafts. A drafter
+    that reads the target's rows (`taps` not None) is handed each step's with its token.
 
     Returns (a finish reason, or "" with the state as after a plain step: the last token
     read pending, for the loop to go on from; the draft proposed on that token, if any)."""
@@ -240,6 +242,7 @@ def _plain_run(
         draw = None if greedy else device_sampling.draw(s, uniforms.uniform(state.offset + 1))
         return runner.launch(ids, state, draw, taps)
 
+    free = bool(getattr(req.drafter, "drafts_for_free", False))
     pending = out.token_ids[-1]
     step = launch([pending])
     step.end(pending)
@@ -250,7 +253,7 @@ def _plain_run(
         num_after = len(out.token_ids) + 1  # produced once this step's token is read
         more = num_after < req.max_tokens and state.offset + 1 < req.context_limit
         k = _choose_k(req, costs, num_after, state, row_limit) if more else 0
-        nxt = launch(step.top) if more else None
+        nxt = launch(step.top) if more and (k == 0 or free) else None
         try:
             guess = step.read()
             # the host's draw from the row (its history: the state, the queued step not in it)
@@ -272,7 +275,7 @@ def _plain_run(
         if reason or nxt is None or req.should_stop():
             if nxt is not None:  # its input ended the reply
                 nxt.cancel()
-            return reason, None
+            return reason, None  # or the loop drafts on the token read
         if k and req.drafter is not None:
             draft = req.drafter.propose(token, k)
             if draft.tokens:  # the round verifies the draft: the queued step is not it

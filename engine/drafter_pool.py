@@ -129,6 +129,11 @@ class DrafterPool:
                 member.drafter.observe_hidden(*args)  # type: ignore[attr-defined]
 
     @property
+    def drafts_for_free(self) -> bool:
+        """Whether every member drafts on the host alone (engine/decoding.py's queued steps)."""
+        return all(member.free for member in self.members)
+
+    @property
     def max_draft(self) -> int:
         return max(getattr(m.drafter, "max_draft", MAX_DRAFT) for m in self.members)
 

@@ -255,6 +255,10 @@ def test_the_block_choice_pools_the_block_drafter_with_lookup(
     assert members["lookup"].drafter is session.lookup
     assert members["lookup"].acceptance is session.acceptance[ev.DrafterKind.LOOKUP]
     assert session._drafter(ev.DrafterKind.AUTO)[0] is pool  # Auto on the CPU: the pool
+    # its block member's pass runs on the device: a queued step would hold it up
+    # (engine/decoding.py); lookup alone walks an index on the host
+    assert not pool.drafts_for_free and session.lookup.drafts_for_free
+    assert DrafterPool([members["lookup"]]).drafts_for_free
     # the drafter's context rows count in the memory budget's live state
     events: list[Any] = []
     settings = ev.GenerationSettings(max_tokens=6, drafter="block", raw=True)

@@ -201,7 +201,9 @@ def test_a_timed_out_step_is_taken_back_and_redone(tiny_models, monkeypatch):
 
 class SometimesDrafter(ScriptedDrafter):
     """Proposes the script's continuation at every other position, and nothing between
-    (prompt lookup without a match)."""
+    (prompt lookup without a match); on the host alone, as lookup does."""
+
+    drafts_for_free = True
 
     def propose(self, pending: int, k: int) -> Draft:
         return super().propose(pending, k) if self.position % 2 else Draft([])
@@ -254,9 +256,10 @@ def test_a_step_queued_where_the_next_may_draft_is_undone_for_a_draft(runner, mo
 
 class SeeingDrafter(SometimesDrafter):
     """A drafter that reads the target's rows (a block drafter's contract): it records
-    every row it is handed."""
+    every row it is handed. Its pass runs on the device, as a block drafter's does."""
 
     wants_hidden = True
+    drafts_for_free = False
 
     def __init__(self, script: list[int], taps: tuple[int, ...]) -> None:
         super().__init__(script, corrupt=0.5, seed=1)
@@ -279,13 +282,24 @@ def test_steps_queued_for_a_drafter_that_reads_rows_hand_it_a_forwards_rows(
     plain = _synchronous(runner, monkeypatch, max_tokens=30)[0].token_ids
     script = PROMPT + plain
 
+    chosen: list[Any] = []
+
     def choose_k(req: Any, costs: Any, produced: int, *_: Any) -> int:
-        return 3 if produced % 9 in (4, 5, 6, 7) else 0
+        chosen.append(k := 3 if produced % 9 in (4, 5, 6, 7) else 0)
+        return k
 
     monkeypatch.setattr(decoding, "_choose_k", choose_k)
     sync_drafter = SeeingDrafter(script, taps)
     want = _synchronous(runner, monkeypatch, max_tokens=30, drafter=sync_drafter)
     kinds = _count_launches(monkeypatch)
+    chosen.clear()
+    real_launch = ModelRunner.launch  # as counted: each launch after the k it followed
+
+    def launch(self: ModelRunner, ids: Any, *args: Any) -> Launch:
+        chosen.append("queued" if isinstance(ids, mx.array) else "host")
+        return real_launch(self, ids, *args)
+
+    monkeypatch.setattr(ModelRunner, "launch", launch)
     drafter = SeeingDrafter(script, taps)
     got = _decode(runner, max_tokens=30, drafter=drafter)
     monkeypatch.undo()
@@ -296,6 +310,9 @@ def test_steps_queued_for_a_drafter_that_reads_rows_hand_it_a_forwards_rows(
         np.testing.assert_array_equal(mine, theirs)
     can_tap = runner.fused is None or runner.fused.step_kernel is None or not taps
     assert (kinds.count("queued") >= 10) == can_tap
+    # its pass would wait behind a queued step: none is queued where it may draft
+    assert not [i for i, e in enumerate(chosen) if e == "queued" and chosen[i - 1] == 3]
+    assert chosen.count(3) >= 6
 
 
 SAMPLED = SamplingSettings(temperature=0.8, top_p=0.9, top_k=40, min_p=0.02, seed=7)
