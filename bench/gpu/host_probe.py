@@ -39,9 +39,11 @@ def _decode(runner: Any, ops: Any, state: Any, token: int, steps: int) -> int:
     return token
 
 
-def _loop(runner: Any, state: Any, token: int, steps: int, settings: SamplingSettings) -> int:
+def _loop(
+    runner: Any, state: Any, vocab: int, token: int, steps: int, settings: SamplingSettings
+) -> int:
     """`steps` forwards through the engine's decode loop from `token`, no drafter."""
-    first = np.full(runner.ops.to_numpy(runner.forward([token], state)).shape[-1], -np.inf)
+    first = np.full(vocab, -np.inf)
     first[token] = 0.0  # the loop's first token is `token` again, whatever the settings
     req = DecodeRequest(settings, steps + 1, frozenset(), lambda *_: None, lambda: False)
     return decode(runner, state, first, req, CostModel()).token_ids[-1]
@@ -75,7 +77,7 @@ def probe(
     def run(token: int, n: int) -> int:
         if settings is None:
             return _decode(runner, ops, state, token, n)
-        return _loop(runner, state, token, n, settings)
+        return _loop(runner, state, lm.config.vocab_size, token, n, settings)
 
     token = run(int(ops.argmax_rows(logits)[-1]), 10)  # warm
     t0 = time.perf_counter()
