@@ -27,6 +27,9 @@ TUNING = {
     # 1: K-quant parts as their factors, 2.5 bytes a group for 8 (kernels/step_factors.py;
     # the table's layout, which `engine/runner/fused.py` builds by it; the same bits)
     "FQ_KFACTORS": 0,
+    # 1: a verify's groups of FQ_VERIFY_ROWS rows dealt to the warps as units of their own
+    # (fused_step.cuh's FqUnits), where a phase has fewer outputs than the grid has warps
+    "FQ_SPREAD": 0,
 }
 # shared memory an SM lends the staged x of its blocks (an H100/H200 SM has 228 KB; the
 # attention's own arrays and the runtime's reserve take the rest)

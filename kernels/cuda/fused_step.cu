@@ -87,13 +87,16 @@
     if (FS_LINEAR(l)) {
       // -- G1: norm + in_proj (q | k | v | z | b | a) -> mix; a warp takes rows n, n + 1
       const FqX xg = fq_stage(x, M * D, s_x);
-      for (int p = gw; p < GDN_NIN / 2; p += nw) {
-        const int n = 2 * p;
+      const FqUnits units(GDN_NIN / 2, M, G);
+      for (int u = gw; u < units.count(); u += nw) {
+        const int n = 2 * units.item(u);
+        int lo, hi;
+        units.rows(u, M, G, lo, hi);
         FqPart part;
         int r0;
         const int fmt = tab.part(4 * l, n, part, r0);  // parts start on even rows
         const int rows[2] = {r0, r0 + 1};
-        for (int m0 = 0; m0 < M; m0 += G) {
+        for (int m0 = lo; m0 < hi; m0 += G) {
           float acc[G][2], ss[G];
           fq_dot<D, 2, G, true, true, FQ_ROLE_QKV>(fmt, part, rows, nw1 + l * D, xg.at(m0 * D), min(G, M - m0), acc, ss);
 #pragma unroll
@@ -127,7 +130,11 @@
     {
     // -- A: norm + qkv + rope; q to qs, k / v rows into the cache at pos + m
     const FqX xa = fq_stage(x, M * D, s_x);
-    for (int p = gw; p < PAIRS; p += nw) {
+    const FqUnits units(PAIRS, M, G);
+    for (int u = gw; u < units.count(); u += nw) {
+      const int p = units.item(u);
+      int lo, hi;
+      units.rows(u, M, G, lo, hi);
       int n0, n1, fi;
       if (GATED) {
         n0 = 2 * p, n1 = n0 + 1, fi = -1;
@@ -141,7 +148,7 @@
       const int head = n0 / DH;
       const int d0 = n0 % DH, d1 = n1 % DH;
       const float inv_freq = fi >= 0 ? __ldg(lfreqs + fi) : 0.f;
-      for (int m0 = 0; m0 < M; m0 += G) {
+      for (int m0 = lo; m0 < hi; m0 += G) {
         float acc[G][2], ss[G];
         fq_dot<D, 2, G, true, true, FQ_ROLE_QKV>(fmt, part, rows, nw1 + l * D, xa.at(m0 * D), min(G, M - m0), acc, ss);
 #pragma unroll
@@ -386,12 +393,15 @@
     fs_grid_sync(sync, ++phase);
     // -- D: norm + gate/up + SiLU(gate) * up -> act; a warp takes outputs n, n + 1
     const FqX xh = fq_stage(hs, M * D, s_x);
-    for (int item = gw; item < F / 2; item += nw) {
-      const int n = 2 * item;
+    const FqUnits units(F / 2, M, G);
+    for (int u = gw; u < units.count(); u += nw) {
+      const int n = 2 * units.item(u);
+      int lo, hi;
+      units.rows(u, M, G, lo, hi);
       FqPart pg, pu;
       int rg, ru;
       const int fg = tab.part(4 * l + 2, n, pg, rg), fu = tab.part(4 * l + 2, F + n, pu, ru);
-      for (int m0 = 0; m0 < M; m0 += G) {
+      for (int m0 = lo; m0 < hi; m0 += G) {
         const FqX xm = xh.at(m0 * D);
         const int Mg = min(G, M - m0);
         // gate n, n + 1 and up n, n + 1: two passes (their parts may differ in format)

@@ -435,20 +435,46 @@ __device__ __forceinline__ void fq_dot(
 #undef FQ_CASE
 }
 
+// FQ_SPREAD 1: a verify's groups of G rows are work units of their own, dealt to the
+// warps with the phase's outputs (unit u: output item u % items, the rows of group
+// u / items), so a k-row verify keeps more warps busy where a phase has fewer items than
+// the grid has warps; 0: a warp takes every row of its items, G at a time. A row's
+// arithmetic is the same either way (one fq_dot over the same group of rows).
+#ifndef FQ_SPREAD
+#define FQ_SPREAD 0
+#endif
+struct FqUnits {
+  int items, groups;
+  __device__ __forceinline__ FqUnits(int items_, int M, int G)
+      : items(items_), groups(FQ_SPREAD ? (M + G - 1) / G : 1) {}
+  __device__ __forceinline__ int count() const { return items * groups; }
+  // unit u's item, and its rows [lo, hi) (every row with one group)
+  __device__ __forceinline__ int item(int u) const { return groups == 1 ? u : u % items; }
+  __device__ __forceinline__ void rows(int u, int M, int G, int& lo, int& hi) const {
+    lo = groups == 1 ? 0 : (u / items) * G;
+    hi = groups == 1 ? M : min(M, lo + G);
+  }
+};
+
 // y [M, N] = res + a [M, K] @ w.T for matrix `mat` (without RES, a @ w.T alone); output n
-// by warp n of nw (from gw), G rows a pass, a staged in `sm`
+// by warp n of nw (from gw), G rows a pass (FQ_SPREAD: a group of rows a unit), a staged
+// in `sm`
 template <int K, int N, int G, int ROLE, bool RES = true>
 __device__ __forceinline__ void fq_residual_phase(
     const FqTable& t, int mat, const float* a, const float* res, float* y, int M, int gw,
     int nw, float* sm) {
   const int lane = threadIdx.x % 32;
   const FqX xa = fq_stage(a, M * K, sm);
-  for (int n = gw; n < N; n += nw) {
+  const FqUnits units(N, M, G);
+  for (int u = gw; u < units.count(); u += nw) {
+    const int n = units.item(u);
+    int lo, hi;
+    units.rows(u, M, G, lo, hi);
     FqPart p;
     int r;
     const int fmt = t.part(mat, n, p, r);
     const int rows[1] = {r};
-    for (int m0 = 0; m0 < M; m0 += G) {
+    for (int m0 = lo; m0 < hi; m0 += G) {
       float acc[G][1], ss[G];
       fq_dot<K, 1, G, false, false, ROLE>(fmt, p, rows, nullptr, xa.at(m0 * K), min(G, M - m0), acc, ss);
 #pragma unroll

@@ -16,7 +16,7 @@ from engine.config import EngineConfig
 from engine.loader import load_model
 from engine.runner import ModelRunner, fused, fused_decode_for
 from engine.runner.fused import unsupported_reason
-from kernels import fused_decode_cuda
+from kernels import fused_decode_cuda, step_knobs
 
 PROMPT = list(range(3, 40))
 # (mode, compiled): the five-kernel path eager and traced; on CUDA also the one-launch step
@@ -128,10 +128,12 @@ def test_unsupported_models_are_named(tiny_models, tmp_path):
 
 @pytest.mark.skipif(not fused_decode_cuda.is_available(), reason="needs MLX on a CUDA GPU")
 @pytest.mark.gpu
-@pytest.mark.parametrize("mode", ["layers", "step"])
+@pytest.mark.parametrize("mode,spread", [("layers", 0), ("step", 0), ("step", 1)])
 @pytest.mark.parametrize("prompt", [PROMPT, LONG_PROMPT], ids=["short", "long"])
-def test_rows_are_bit_identical_to_single_steps(mlx_llama, mode, prompt):
-    """What makes bf16 greedy speculation exact: row i of a verify == the i-th decode step."""
+def test_rows_are_bit_identical_to_single_steps(mlx_llama, mode, spread, prompt, monkeypatch):
+    """What makes bf16 greedy speculation exact: row i of a verify == the i-th decode step
+    (with FQ_SPREAD, the verify's groups of rows dealt to warps of their own)."""
+    monkeypatch.setitem(step_knobs.TUNING, "FQ_SPREAD", spread)
     runner = mlx_llama.runner
     runner.enable_fused_decode(compiled=True, mode=mode)
     single, _ = _steps(mlx_llama, STEPS, prompt)

@@ -29,7 +29,7 @@ from engine.runner.fused_support import (
     unsupported_reason,
 )
 from engine.state import SlidingKV
-from kernels import fused_decode_cuda, fused_step_layers
+from kernels import fused_decode_cuda, fused_step_layers, step_knobs
 from kernels.ops_numpy import NumpyOps
 from tests.engine.fused_steps import (
     assert_close_to_plain,
@@ -199,9 +199,11 @@ def test_step_matches_the_plain_forward_in_float32(prompt):
 
 @needs_cuda
 @pytest.mark.gpu
+@pytest.mark.parametrize("spread", [0, 1])  # FQ_SPREAD: a verify's row groups over warps
 @pytest.mark.parametrize("prompt", [PROMPT, LONG_PROMPT], ids=["short", "long"])
-def test_verify_rows_are_bit_identical_to_single_steps(prompt):
+def test_verify_rows_are_bit_identical_to_single_steps(prompt, spread, monkeypatch):
     """What makes greedy speculation exact on Gemma 3 in the default dtype."""
+    monkeypatch.setitem(step_knobs.TUNING, "FQ_SPREAD", spread)
     lm = _load()
     lm.runner.enable_fused_decode(mode="step")
     single, single_state = single_steps(lm, STEPS[:8], prompt)
