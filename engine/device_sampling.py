@@ -12,6 +12,10 @@ penalty has no device form here: such replies are not queued.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import replace
+from functools import lru_cache
+
 import mlx.core as mx
 
 from engine.runner.ahead import NextToken
@@ -27,24 +31,39 @@ def draw(s: SamplingSettings, u: float) -> NextToken:
     """The device's token at uniform `u` from a float32 logits row [V], as [1] uint32."""
     if not can_draw(s):
         raise ValueError("the device draw takes sampled settings without a repetition penalty")
+    traced = _traced(_graph_settings(s))
+    at = mx.array(u, dtype=mx.float32)  # as `u` meets float32 arrays in the graph
+    return lambda row: traced(row, at)
 
-    def next_token(row: mx.array) -> mx.array:
-        x = row / s.temperature
-        p = mx.exp(x - x.max())
-        V = p.shape[0]
-        if s.top_k and s.top_k < V:
-            kth = mx.sort(p)[V - s.top_k]
-            p = mx.where(p < kth, 0.0, p)
-        if s.min_p > 0:
-            p = mx.where(p < s.min_p * p.max(), 0.0, p)
-        if s.top_p < 1.0:
-            ordered = mx.sort(p)[::-1]  # descending
-            cum = mx.cumsum(ordered) / ordered.sum()
-            # the smallest prefix reaching top_p ends at the first cum >= top_p
-            last = mx.minimum(mx.sum(cum < s.top_p), V - 1)
-            p = mx.where(p < ordered[last], 0.0, p)
-        cdf = mx.cumsum(p)
-        token = mx.argmax(cdf > u * cdf[-1])  # the first index past u of the mass
-        return token.reshape(1)
 
-    return next_token
+def _graph_settings(s: SamplingSettings) -> SamplingSettings:
+    """The settings the graph is made of: one trace serves every seed."""
+    return replace(s, seed=None)
+
+
+@lru_cache(maxsize=8)
+def _traced(s: SamplingSettings) -> Callable[[mx.array, mx.array], mx.array]:
+    """`_next_token` for these settings, traced once (`mx.compile`): a step's host work
+    is then a replay of the graph, its elementwise chains fused, where building ~20 small
+    operations a step cost the H100's host ~0.3 ms of a ~2 ms sampled step."""
+    return mx.compile(lambda row, u: _next_token(s, row, u))
+
+
+def _next_token(s: SamplingSettings, row: mx.array, u: mx.array) -> mx.array:
+    x = row / s.temperature
+    p = mx.exp(x - x.max())
+    V = p.shape[0]
+    if s.top_k and s.top_k < V:
+        kth = mx.sort(p)[V - s.top_k]
+        p = mx.where(p < kth, 0.0, p)
+    if s.min_p > 0:
+        p = mx.where(p < s.min_p * p.max(), 0.0, p)
+    if s.top_p < 1.0:
+        ordered = mx.sort(p)[::-1]  # descending
+        cum = mx.cumsum(ordered) / ordered.sum()
+        # the smallest prefix reaching top_p ends at the first cum >= top_p
+        last = mx.minimum(mx.sum(cum < s.top_p), V - 1)
+        p = mx.where(p < ordered[last], 0.0, p)
+    cdf = mx.cumsum(p)
+    token = mx.argmax(cdf > u * cdf[-1])  # the first index past u of the mass
+    return token.reshape(1)

@@ -125,13 +125,25 @@ class PositionalUniforms:
     however the decode loop got there. Without a seed, fresh entropy per request.
     """
 
+    # positions whose uniforms are kept: a queued sampled step asks for its position's
+    # uniform for the device's draw, the host's draw asks again a step later, and a
+    # SeedSequence costs ~50 us
+    KEPT = 8
+
     def __init__(self, seed: int | None) -> None:
         self.entropy = np.random.SeedSequence(seed).entropy
+        self._kept: dict[int, float] = {}
 
     def uniform(self, position: int) -> float:
-        seq = np.random.SeedSequence(self.entropy, spawn_key=(position,))
-        word = int(seq.generate_state(1, np.uint64)[0])
-        return (word >> 11) * 2.0**-53  # the top 53 bits: every double in [0, 1) reachable
+        u = self._kept.get(position)
+        if u is None:
+            seq = np.random.SeedSequence(self.entropy, spawn_key=(position,))
+            word = int(seq.generate_state(1, np.uint64)[0])
+            u = (word >> 11) * 2.0**-53  # the top 53 bits: every double in [0, 1) reachable
+            if len(self._kept) >= self.KEPT:
+                del self._kept[next(iter(self._kept))]  # the oldest asked for
+            self._kept[position] = u
+        return u
 
 
 def draw(p: np.ndarray, u: float) -> int:

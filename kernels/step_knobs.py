@@ -28,8 +28,10 @@ TUNING = {
     # the table's layout, which `engine/runner/fused.py` builds by it; the same bits)
     "FQ_KFACTORS": 0,
     # 1: a verify's groups of FQ_VERIFY_ROWS rows dealt to the warps as units of their own
-    # (fused_step.cuh's FqUnits), where a phase has fewer outputs than the grid has warps
-    "FQ_SPREAD": 0,
+    # (fused_step.cuh's FqUnits), where a phase has fewer outputs than the grid has warps:
+    # on an H100, the default model's 16-row verify 3.12 -> 2.74 ms, 8 rows 1.78 -> 1.73,
+    # a step unchanged, the same bits (docs/BENCHMARKS.md, session 25)
+    "FQ_SPREAD": 1,
 }
 # shared memory an SM lends the staged x of its blocks (an H100/H200 SM has 228 KB; the
 # attention's own arrays and the runtime's reserve take the rest)

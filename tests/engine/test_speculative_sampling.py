@@ -76,6 +76,11 @@ def test_positional_uniforms_depend_on_seed_and_position_only() -> None:
     assert PositionalUniforms(8).uniform(1) != a.uniform(1)
     assert PositionalUniforms(None).uniform(1) != PositionalUniforms(None).uniform(1)
     values = np.array([a.uniform(p) for p in range(5000)])
+    # the kept uniforms (the last few positions asked for) are the ones computed afresh
+    fresh = PositionalUniforms(7)
+    again = (4999, 3, 4995, 2)
+    assert [a.uniform(p) for p in again] == [fresh.uniform(p) for p in again]
+    assert len(a._kept) <= PositionalUniforms.KEPT
     assert np.all((values >= 0) & (values < 1))
     counts = np.histogram(values, bins=10, range=(0, 1))[0]
     assert p_value(counts, np.full(10, 0.1)) > 1e-3

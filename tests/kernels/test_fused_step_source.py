@@ -251,23 +251,6 @@ def test_a_hybrids_step_compiles(tmp_path, shapes, layers, maxm, head_mode, pair
 
 @needs_nvcc
 @pytest.mark.parametrize(
-    "shapes,layers,hybrid", [(TINY_QWEN35, 4, True), (TINY_GEMMA3, 6, False)],
-    ids=["hybrid", "gemma3"],
-)  # fmt: skip
-def test_a_verify_spread_over_the_warps_compiles(tmp_path, shapes, layers, hybrid):
-    """FQ_SPREAD's verify build for the layer kinds the default model has not: Gated
-    DeltaNet's in_proj phase, sliding layers and sandwich norms."""
-    tuning = fs.tuning_for(_layer_bytes(shapes), shapes.qk_norm, hybrid=hybrid) | {"FQ_SPREAD": 1}
-    formats = (4, 6, 32) if hybrid else (4, 5, 8, 32)
-    source = _step_source(shapes, layers, "__nv_bfloat16", 2, maxm=MAX_ROWS, formats=formats,
-                          tuning=tuning)  # fmt: skip
-    assert "#define FQ_SPREAD 1" in source
-    log = _nvcc(tmp_path, source)
-    assert _fits_a_launch(log, tuning), log[-3000:]
-
-
-@needs_nvcc
-@pytest.mark.parametrize(
     "shapes,layers", [(GEMMA3_270M, 18), (TINY_GEMMA3, 6)], ids=["270M", "tiny"]
 )
 @pytest.mark.parametrize("maxm,head_mode", [(1, 1), (MAX_ROWS, 2)])
@@ -327,9 +310,10 @@ def test_a_two_block_build_keeps_its_registers_for_two_blocks(tmp_path):
 @pytest.mark.parametrize("maxm,head_mode", [(1, 1), (MAX_ROWS, 2)])
 def test_the_streaming_dot_products_compile(tmp_path, maxm, head_mode):
     """bench/gpu/step_tuning.py's other builds: words decoded as used, deeper chunks, more
-    rows of x a pass, a verify's groups of rows spread over the warps."""
+    rows of x a pass, a verify's rows all taken by the warps of their outputs (FQ_SPREAD
+    0; the engine's builds, every family's, deal a verify's groups of rows to warps)."""
     tuning = {"FQ_SLICES": 16, "FQ_STREAM": 1, "FQ_VERIFY_ROWS": 4, "FQ_SMEM_X": 8192,
-              "FQ_BARRIER": 1, "FQ_L1_PREFETCH": 1, "FQ_SPREAD": 1}  # fmt: skip
+              "FQ_BARRIER": 1, "FQ_L1_PREFETCH": 1, "FQ_SPREAD": 0}  # fmt: skip
     source = _step_source(SMOLLM2, 30, "__nv_bfloat16", head_mode, maxm=maxm, tuning=tuning)
     assert "#define FQ_STREAM 1" in source
     _nvcc(tmp_path, source)
@@ -349,11 +333,11 @@ def test_build_knobs_are_named_and_checked():
             "FQ_BARRIER": 0,
             "FQ_L1_PREFETCH": 0,
             "FQ_KFACTORS": 0,
-            "FQ_SPREAD": 0,
+            "FQ_SPREAD": 1,
         }
     ]
     assert parse_configs("8:0:2:2:8192:0:0:0:1")[0]["FQ_KFACTORS"] == 1
-    assert parse_configs("8:0:4:1:16384:0:0:0:0:1")[0]["FQ_SPREAD"] == 1
+    assert parse_configs("8:0:4:1:16384:0:0:0:0:0")[0]["FQ_SPREAD"] == 0
     assert parse_configs("8:0:2:2")[0]["FQ_BLOCKS"] == 2
     assert parse_configs("8:0:2:1:0")[0]["FQ_SMEM_X"] == 0
     with pytest.raises(SystemExit, match="slices:stream:rows"):
