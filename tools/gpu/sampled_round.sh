@@ -6,6 +6,7 @@
 # a step is queued where lookup may draft and a queued step hands the block drafter its
 # rows. Each part has its own limit, so a cut run still returns the earlier parts' files.
 #     bash tools/gpu/sampled_round.sh
+# (AUTO_WORKLOADS, AUTO_MODES, AUTO_RUNS: the speculative part's, e.g. regenerate,code)
 set -u
 cd "$(dirname "$0")/../.."
 out=${OUT:?OUT must name the folder whose files come back}
@@ -20,8 +21,10 @@ for t in 0 0.7; do
   timeout 60 python3 -m bench.gpu.host_probe --model "$gguf" --loop --temperature $t \
     --top-p 0.95 --steps 200 --top 30 > "$out/host-loop-t$t.json" 2>&1
 done
-spec 200 --runs 2 --modes plain,auto,block --workloads chat,open_chat,regenerate \
-  > "$out/auto-queued.json" 2> /dev/null
+# greedy speculation against queued plain steps ($AUTO_WORKLOADS empty: none)
+workloads=${AUTO_WORKLOADS-chat,open_chat,regenerate}
+[ -n "$workloads" ] && spec 200 --runs "${AUTO_RUNS:-2}" --modes "${AUTO_MODES:-plain,auto,block}" \
+  --workloads "$workloads" > "$out/auto-queued.json" 2> /dev/null
 python3 - "$out" <<'PY'
 import json, sys
 folder = sys.argv[1]
