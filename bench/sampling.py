@@ -7,6 +7,8 @@ Timed on rows of a real reply: the default model answers a question in sampled d
 (the rows as the engine reads them), and each row is drawn `--runs` times with the
 engine's `sample`, and beside it with the plain form (a sort of the whole vocabulary for
 top-p, the inverse CDF over the whole row). Both must give the same token on every row.
+For a nucleus draw, also the host's draw from the device's pack of the likeliest tokens
+(engine/sampling_candidates.py), which must give `sample`'s token wherever it decides.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from bench import common
+from engine import sampling_candidates
 from engine.config import EngineConfig
 from engine.loader import load_model
 from engine.sampling import PositionalUniforms, SamplingSettings, penalize, sample
@@ -96,8 +99,32 @@ def time_draws(rows: list[np.ndarray], tokens: list[int], runs: int) -> dict[str
             "plain_ms_a_draw": plain_ms,
             "speedup": plain_ms / ours_ms,
             "same_tokens": same,
-        }
+        } | (time_packed(drawn, s, runs) if sampling_candidates.can_decide(s) else {})
     return out
+
+
+def time_packed(drawn: list[tuple[np.ndarray, list[int]]], s: Any, runs: int) -> dict[str, Any]:
+    """The host's draw from the device's pack of each row (engine/sampling_candidates.py;
+    the pack made beforehand, as the device makes it with the step): ms a draw, how many
+    rows it decided, and whether each decided token is `sample`'s."""
+    import mlx.core as mx
+
+    from engine.device_sampling import pack
+
+    u = PositionalUniforms(s.seed)
+    packs = [(np.asarray(pack(mx.array(r), s.temperature)), u.uniform(len(h))) for r, h in drawn]
+    tokens = [sampling_candidates.decide(p, s, at) for p, at in packs]
+    times = [
+        common.timed(lambda: [sampling_candidates.decide(p, s, at) for p, at in packs])
+        for _ in range(runs)
+    ]
+    return {
+        "pack_ms_a_draw": min(times) / len(packs) * 1e3,
+        "pack_decided": sum(t is not None for t in tokens),
+        "pack_same_tokens": all(
+            t is None or t == sample(r, h, s, u) for t, (r, h) in zip(tokens, drawn, strict=True)
+        ),
+    }
 
 
 def main(argv: list[str], config: EngineConfig | None = None) -> int:
@@ -124,6 +151,11 @@ def main(argv: list[str], config: EngineConfig | None = None) -> int:
                 f"{name:34} {d['ms_a_draw']:.3f} ms a draw, the plain form "
                 f"{d['plain_ms_a_draw']:.3f} ({d['speedup']:.2f}x), same tokens: {d['same_tokens']}"
             )
+            if "pack_ms_a_draw" in d:
+                print(
+                    f"{'':34} from the pack {d['pack_ms_a_draw']:.3f} ms, decided "
+                    f"{d['pack_decided']} of {result['rows']}, same: {d['pack_same_tokens']}"
+                )
     result.update(
         model=common.model_info(path), machine=common.machine(), versions=common.versions()
     )

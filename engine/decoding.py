@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from engine import device_sampling, sampling
+from engine import device_sampling, sampling, sampling_candidates
 from engine.draft_costs import AcceptanceModel, CostModel, best_draft_length
 from engine.drafters import Draft, Drafter
 from engine.events import FinishReason
@@ -257,7 +257,7 @@ def _plain_run(
         try:
             guess = step.read()
             # the host's draw from the row (its history: the state, the queued step not in it)
-            token = guess if greedy else sampling.sample(step.read_row(), state.tokens, s, uniforms)
+            token = guess if greedy else _host_draw(step, state.tokens, s, uniforms)
         except StepTimedOut:  # its row is not the model's: the loop redoes it another way
             if nxt is not None:
                 nxt.cancel()
@@ -287,6 +287,18 @@ def _plain_run(
             nxt = launch([token])
         nxt.end(token)
         step, pending = nxt, token
+
+
+def _host_draw(
+    step: Launch, history: list[int], s: SamplingSettings, uniforms: sampling.PositionalUniforms
+) -> int:
+    """`sampling.sample`'s token from a queued step: from the device's pack of the likeliest
+    tokens where it tells (engine/sampling_candidates.py), else from the whole row."""
+    packed = step.read_pack()
+    token = None
+    if packed is not None:
+        token = sampling_candidates.decide(packed, s, uniforms.uniform(len(history)))
+    return sampling.sample(step.read_row(), history, s, uniforms) if token is None else token
 
 
 def _to_host(ops: Ops, logits: Array, argmax_only: bool) -> Any:

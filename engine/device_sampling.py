@@ -8,6 +8,9 @@ not the host's token is undone and launched again: so this draw only has to agre
 the host's nearly always. It differs where the uniform falls within float32's rounding
 of a boundary of the CDF or the nucleus, or the nucleus cut meets a tie. A repetition
 penalty has no device form here: such replies are not queued.
+
+For a nucleus draw the device also packs what the host's draw reads in place of the row
+(`pack`: the likeliest logits, their ids, the others' weight; engine/sampling_candidates.py).
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ from functools import lru_cache
 
 import mlx.core as mx
 
-from engine.runner.ahead import NextToken
+from engine import sampling_candidates
+from engine.runner.ahead import DeviceDraw
 from engine.sampling import SamplingSettings
 
 
@@ -27,13 +31,39 @@ def can_draw(s: SamplingSettings) -> bool:
     return not s.is_greedy and s.repetition_penalty == 1.0
 
 
-def draw(s: SamplingSettings, u: float) -> NextToken:
-    """The device's token at uniform `u` from a float32 logits row [V], as [1] uint32."""
+def draw(s: SamplingSettings, u: float) -> DeviceDraw:
+    """The device's token at uniform `u` from a float32 logits row [V], as [1] uint32,
+    and for a nucleus draw the pack the host's draw reads (`pack`)."""
     if not can_draw(s):
         raise ValueError("the device draw takes sampled settings without a repetition penalty")
     traced = _traced(_graph_settings(s))
     at = mx.array(u, dtype=mx.float32)  # as `u` meets float32 arrays in the graph
-    return lambda row: traced(row, at)
+    packs = _packed(s.temperature) if sampling_candidates.can_decide(s) else None
+    return DeviceDraw(lambda row: traced(row, at), packs)
+
+
+@lru_cache(maxsize=8)
+def _packed(temperature: float) -> Callable[[mx.array], mx.array]:
+    return mx.compile(lambda row: pack(row, temperature))
+
+
+def pack(row: mx.array, temperature: float) -> mx.array:
+    """[2k + 3] float32 from a logits row [V] float32: its k = min(K, V) largest logits,
+    their ids (exact in float32 below 2^24), the float32 weight exp((x - max) / T) of the
+    other tokens, how many logits are >= the least of the k (k but for a tie), and V."""
+    V = int(row.shape[0])
+    if V >= 1 << 24:
+        raise ValueError("token ids past 2^24 are not exact in a float32 pack")
+    k = min(sampling_candidates.K, V)
+    ids = mx.argpartition(-row, k - 1)[:k] if k < V else mx.arange(V)
+    top = row[ids]
+    least = top.min()
+    x = row / temperature
+    weight = mx.exp(x - x.max())
+    rest = mx.where(row < least, weight, 0.0).sum()
+    count = (row >= least).sum()
+    tail = mx.stack([rest, count.astype(mx.float32), mx.array(V, dtype=mx.float32)])
+    return mx.concatenate([top, ids.astype(mx.float32), tail])
 
 
 def _graph_settings(s: SamplingSettings) -> SamplingSettings:

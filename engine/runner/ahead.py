@@ -34,13 +34,21 @@ class StepTimedOut(RuntimeError):
     """A queued one-launch step's grid barrier timed out: its rows are not the model's."""
 
 
+@dataclass(frozen=True)
+class Kept:
+    """What a sampled step keeps for the host's draw, evaluated with the step: its logits
+    row [V] float32, and the device draw's pack (engine/sampling_candidates.py) or None."""
+
+    row: mx.array | None = None
+    packed: mx.array | None = None
+
+
 @dataclass
 class Launch:
     state: SequenceState
     top: mx.array  # [1]: the next step's input, lazy: the argmax, or the device's draw
     status: mx.array | None = None  # the one-launch kernel's: nonzero if a barrier timed out
-    # [V] float32, the logits row evaluated with the step, kept where the host draws
-    row: mx.array | None = None
+    kept: Kept = Kept()  # where the host draws
     # the rows a drafter reads (`forward_hidden`'s), evaluated with the step, where asked
     hidden: mx.array | None = None
     is_ended: bool = False
@@ -60,10 +68,17 @@ class Launch:
         """The step's logits on the host [V], float32 (a launch that kept them). The row
         was evaluated with the step: reading it waits for that step alone, where a slice
         or cast taken now would queue behind the step launched after it."""
-        if self.row is None:
+        if self.kept.row is None:
             raise ValueError("this launch kept only its argmax")
         self._check()
-        return np.asarray(self.row)
+        return np.asarray(self.kept.row)
+
+    def read_pack(self) -> np.ndarray | None:
+        """The device draw's pack on the host, or None (a launch that kept none)."""
+        if self.kept.packed is None:
+            return None
+        self._check()
+        return np.asarray(self.kept.packed)
 
     def _check(self) -> None:
         if self.status is not None:
@@ -77,29 +92,38 @@ class Launch:
             raise StateError("a queued step could not be undone; reset the state")
 
 
-# What a queued step hands the next one: its last logits row [V] float32 -> a token [1]
-NextToken = Callable[[mx.array], mx.array]
+@dataclass(frozen=True)
+class DeviceDraw:
+    """A sampled step's work on the device from its last logits row [V] float32: the
+    next step's token [1] (`token`), and where the host's draw can read less than the
+    row, what it reads (`pack`, engine/device_sampling.py)."""
+
+    token: Callable[[mx.array], mx.array]
+    pack: Callable[[mx.array], mx.array] | None = None
+
+
 # Which layers' rows a queued step hands out: None, none; () the last; else those layers'
 Taps = tuple[int, ...] | None
 
 
-def queue(logits: mx.array, draw: NextToken | None) -> tuple[mx.array, mx.array | None]:
-    """(the next step's input, the last logits row [V] in float32 if the host must read
-    it): the argmax, or `draw`'s token with the row kept for the host's own draw, both
-    evaluated with the step."""
+def queue(logits: mx.array, draw: DeviceDraw | None) -> tuple[mx.array, Kept]:
+    """(the next step's input, what the host's draw reads): the argmax; or `draw`'s token
+    with the last logits row [V] in float32 and the draw's pack kept for the host's own
+    draw; all evaluated with the step."""
     if draw is None:
         top = mx.argmax(logits, axis=-1)
         mx.async_eval(top)
-        return top, None
+        return top, Kept()
     row = logits[-1]
     row = row if row.dtype == mx.float32 else row.astype(mx.float32)
-    top = draw(row)
-    mx.async_eval(top, row)
-    return top, row
+    top = draw.token(row)
+    packed = draw.pack(row) if draw.pack is not None else None
+    mx.async_eval(*(a for a in (top, row, packed) if a is not None))
+    return top, Kept(row, packed)
 
 
 def launch_model(
-    model: Any, ids: Any, state: SequenceState, draw: NextToken | None = None, taps: Taps = None
+    model: Any, ids: Any, state: SequenceState, draw: DeviceDraw | None = None, taps: Taps = None
 ) -> Launch:
     """One row through the model's own forward (the MLX backend), queued: `ids` [1] a host
     token or the step before's `top`, not yet read; with `taps`, the rows `forward_hidden`
@@ -118,4 +142,4 @@ def launch_model(
     except BaseException:
         state.abort_forward()
         raise
-    return Launch(state, top, row=kept, hidden=hidden)
+    return Launch(state, top, kept=kept, hidden=hidden)

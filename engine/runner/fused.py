@@ -26,7 +26,7 @@ import mlx.core as mx
 
 from engine.models.base import DecoderModel
 from engine.runner import fused_hybrid
-from engine.runner.ahead import Launch, NextToken, Taps, queue
+from engine.runner.ahead import DeviceDraw, Launch, Taps, queue
 from engine.runner.fused_layers import FiveKernelSteps
 from engine.runner.fused_support import (
     MAX_DENSE_BYTES,
@@ -197,7 +197,7 @@ class FusedDecode(FiveKernelSteps):
         return undoable and not self.keep_hidden and self.supports(state, 1)
 
     def launch(
-        self, ids: mx.array, state: SequenceState, draw: NextToken | None = None, taps: Taps = None
+        self, ids: mx.array, state: SequenceState, draw: DeviceDraw | None = None, taps: Taps = None
     ) -> Launch:
         """One row queued on the device (engine/runner/ahead.py): its input `ids` [1] as
         they are (the step before's `top`, not yet read), its own `top` lazy; where `taps`

@@ -18,7 +18,7 @@ import mlx.core as mx
 from engine.config import EngineConfig, parse_step_tuning
 from engine.models.base import DecoderModel, ModelConfig
 from engine.runner import cpu_step, fused_hybrid
-from engine.runner.ahead import Launch, NextToken, Taps, launch_model
+from engine.runner.ahead import DeviceDraw, Launch, Taps, launch_model
 from engine.runner.cpu_step import CpuStep
 from engine.runner.fused import (
     MAX_DENSE_BYTES,
@@ -196,7 +196,7 @@ class ModelRunner:
         return True
 
     def launch(
-        self, ids: Any, state: SequenceState, draw: NextToken | None = None, taps: Taps = None
+        self, ids: Any, state: SequenceState, draw: DeviceDraw | None = None, taps: Taps = None
     ) -> Launch:
         """One row queued on the device, on the path `forward` would take: `ids` [1] a host
         token or the step before's `top`, not yet read; its own `top` the argmax, or

@@ -22,6 +22,10 @@ def test_the_bench_draws_the_same_tokens_both_ways(tiny_llama_q4_gguf, capsys) -
     for figures in out["draws"].values():
         assert figures["same_tokens"] is True
         assert figures["ms_a_draw"] > 0 and figures["plain_ms_a_draw"] > 0
+    # the nucleus setting's draws from the device's pack: decided, and the engine's tokens
+    nucleus = out["draws"]["t0.7-top_p0.95"]
+    assert nucleus["pack_same_tokens"] is True and nucleus["pack_decided"] >= 1
+    assert "pack_ms_a_draw" not in out["draws"]["t1.0"]
 
 
 @pytest.mark.parametrize("name", sorted(sampling.SETTINGS))

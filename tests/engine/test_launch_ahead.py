@@ -23,7 +23,7 @@ from engine.drafters import Draft
 from engine.events import FinishReason
 from engine.loader import load_model
 from engine.runner import ModelRunner
-from engine.runner.ahead import Launch, StepTimedOut
+from engine.runner.ahead import DeviceDraw, Launch, StepTimedOut
 from engine.sampling import SamplingSettings
 from engine.sequence import SequenceState, prefill
 from engine.state import SnapshotPolicy
@@ -354,10 +354,10 @@ def test_a_device_draw_the_host_does_not_make_is_undone(runner, monkeypatch):
         right, wrong = real_draw(s, u), calls[0] % 3 == 0
 
         def next_token(row: mx.array) -> mx.array:
-            token = right(row)
+            token = right.token(row)
             return (token + 1) % row.shape[-1] if wrong else token
 
-        return next_token
+        return DeviceDraw(next_token, right.pack)
 
     monkeypatch.setattr(device_sampling, "draw", sometimes_wrong)
     kinds = _count_launches(monkeypatch)
