@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from engine import device_sampling, sampling, sampling_candidates
+from engine import device_sampling, sampling, verify_rows
 from engine.draft_costs import AcceptanceModel, CostModel, best_draft_length
 from engine.drafters import Draft, Drafter
 from engine.events import FinishReason
@@ -36,7 +36,6 @@ from engine.runner import ModelRunner
 from engine.runner.ahead import Launch, StepTimedOut, Taps
 from engine.sampling import SamplingSettings
 from engine.sequence import SequenceState, truncate
-from kernels.ops import Array, Ops
 
 
 def cut_draft(draft: Draft, costs: CostModel) -> Draft:
@@ -154,7 +153,7 @@ def decode(
         t0 = time.perf_counter()
         if len(rows) == 1:
             result, hidden_rows = forward(rows, "last")
-            logits = _to_host(runner.ops, result, argmax_only)
+            logits = verify_rows.to_host(runner.ops, result, s)
             costs.observe(1, time.perf_counter() - t0)
             if req.acceptance is not None:
                 req.acceptance.idle()
@@ -162,14 +161,15 @@ def decode(
                 if hidden:
                     drafter.observe_hidden(hidden_rows)  # type: ignore[attr-defined]
                 drafter.commit(rows)
-            produced = [(_token(logits, -1, state.tokens, len(state.tokens), s, uniforms), False)]
+            token = verify_rows.token(logits, -1, state.tokens, len(state.tokens), s, uniforms)
+            produced = [(token, False)]
             continue
         cp = state.checkpoint(record=True)
         result, hidden_rows = forward(rows, "all")
-        logits = _to_host(runner.ops, result, argmax_only)
+        logits = verify_rows.to_host(runner.ops, result, s)
         forward_s = time.perf_counter() - t0
         num_drafted = len(rows) - 1
-        accepted, nxt = _verify(logits, draft, num_drafted, state.tokens, s, uniforms)
+        accepted, nxt = verify_rows.verify(logits, draft, num_drafted, state.tokens, s, uniforms)
         if req.acceptance is not None:  # per row asked for (a cut's rows count as missed)
             req.acceptance.observe(offered, accepted)
         eos_at = _first_eos(draft.tokens[:accepted], req.eos_ids)
@@ -257,7 +257,7 @@ def _plain_run(
         try:
             guess = step.read()
             # the host's draw from the row (its history: the state, the queued step not in it)
-            token = guess if greedy else _host_draw(step, state.tokens, s, uniforms)
+            token = guess if greedy else verify_rows.host_draw(step, state.tokens, s, uniforms)
         except StepTimedOut:  # its row is not the model's: the loop redoes it another way
             if nxt is not None:
                 nxt.cancel()
@@ -287,33 +287,6 @@ def _plain_run(
             nxt = launch([token])
         nxt.end(token)
         step, pending = nxt, token
-
-
-def _host_draw(
-    step: Launch, history: list[int], s: SamplingSettings, uniforms: sampling.PositionalUniforms
-) -> int:
-    """`sampling.sample`'s token from a queued step: from the device's pack of the likeliest
-    tokens where it tells (engine/sampling_candidates.py), else from the whole row."""
-    packed = step.read_pack()
-    token = None
-    if packed is not None:
-        token = sampling_candidates.decide(packed, s, uniforms.uniform(len(history)))
-    return sampling.sample(step.read_row(), history, s, uniforms) if token is None else token
-
-
-def _to_host(ops: Ops, logits: Array, argmax_only: bool) -> Any:
-    """Logits rows on the host; with `argmax_only`, each row's argmax alone (the only thing
-    greedy sampling reads), so a GPU sends a few ints instead of the vocab."""
-    if not argmax_only:
-        return ops.to_numpy(logits)
-    return _OneHot(ops.argmax_rows(logits))
-
-
-class _OneHot:
-    """Greedy rows as their argmax alone: all greedy sampling reads of them (`_token`)."""
-
-    def __init__(self, top: np.ndarray) -> None:
-        self.top = top
 
 
 def _first_eos(tokens: list[int], eos_ids: frozenset[int]) -> int | None:
@@ -360,39 +333,3 @@ def _choose_k(
     room = min(room, getattr(req.drafter, "max_draft", room))
     token_s = acc.draft_seconds(costs)
     return best_draft_length(acc.rate, costs, max(0, room), token_s, acc.pass_seconds)
-
-
-def _verify(
-    logits: np.ndarray,
-    draft: Draft,
-    k: int,
-    history: list[int],
-    s: SamplingSettings,
-    uniforms: sampling.PositionalUniforms,
-) -> tuple[int, int]:
-    """Accepted count among the k drafted tokens and the target's own next token: row i's
-    token is sampled as plain decoding samples it there; a draft stands iff it equals it.
-
-    `history` already holds the verified rows; row i's history is its prefix.
-    """
-    base = len(history) - k  # rows are [pending, d1..dk]; row i's history is history[:base+i]
-    for i in range(k):
-        target = _token(logits, i, history, base + i, s, uniforms)
-        if draft.tokens[i] != target:
-            return i, target
-    return k, _token(logits, k, history, base + k, s, uniforms)
-
-
-def _token(
-    rows: Any,
-    i: int,
-    history: list[int],
-    end: int,
-    s: SamplingSettings,
-    uniforms: sampling.PositionalUniforms,
-) -> int:
-    """Row i's token, sampled as plain decoding samples it after history[:end]; of greedy
-    one-hot rows, the argmax as read (no row built, no history copied)."""
-    if isinstance(rows, _OneHot):
-        return int(rows.top[i])
-    return sampling.sample(rows[i], history[:end], s, uniforms)

@@ -20,6 +20,7 @@ from dataclasses import replace
 from functools import lru_cache
 
 import mlx.core as mx
+import numpy as np
 
 from engine import sampling_candidates
 from engine.runner.ahead import DeviceDraw
@@ -44,26 +45,47 @@ def draw(s: SamplingSettings, u: float) -> DeviceDraw:
 
 @lru_cache(maxsize=8)
 def _packed(temperature: float) -> Callable[[mx.array], mx.array]:
-    return mx.compile(lambda row: pack(row, temperature))
+    return mx.compile(lambda rows: pack(rows, temperature))
 
 
-def pack(row: mx.array, temperature: float) -> mx.array:
-    """[2k + 3] float32 from a logits row [V] float32: its k = min(K, V) largest logits,
-    their ids (exact in float32 below 2^24), the float32 weight exp((x - max) / T) of the
-    other tokens, how many logits are >= the least of the k (k but for a tie), and V."""
-    V = int(row.shape[0])
+class PackedRows:
+    """Logits rows [n, V] left on the device with each row's pack on the host (`packs`):
+    a row itself is copied only where its pack cannot tell (`row`)."""
+
+    def __init__(self, logits: mx.array, temperature: float) -> None:
+        self.logits = logits
+        rows = logits if logits.dtype == mx.float32 else logits.astype(mx.float32)
+        self.packs = np.asarray(_packed(temperature)(rows))
+
+    def row(self, i: int) -> np.ndarray:
+        """Row i as the host's float32 rows hold it (`ops.to_numpy`'s)."""
+        return np.array(self.logits[i].astype(mx.float32), dtype=np.float32)
+
+
+def pack(rows: mx.array, temperature: float) -> mx.array:
+    """[2k + 3] float32 from a logits row [V] float32 ([n, 2k + 3] from rows [n, V]): its
+    k = min(K, V) largest logits, their ids (exact in float32 below 2^24), the float32
+    weight exp((x - max) / T) of the other tokens, how many logits are >= the least of
+    the k (k but for a tie), and V."""
+    one = rows.ndim == 1
+    rows = rows[None] if one else rows
+    n, V = int(rows.shape[0]), int(rows.shape[1])
     if V >= 1 << 24:
         raise ValueError("token ids past 2^24 are not exact in a float32 pack")
     k = min(sampling_candidates.K, V)
-    ids = mx.argpartition(-row, k - 1)[:k] if k < V else mx.arange(V)
-    top = row[ids]
-    least = top.min()
-    x = row / temperature
-    weight = mx.exp(x - x.max())
-    rest = mx.where(row < least, weight, 0.0).sum()
-    count = (row >= least).sum()
-    tail = mx.stack([rest, count.astype(mx.float32), mx.array(V, dtype=mx.float32)])
-    return mx.concatenate([top, ids.astype(mx.float32), tail])
+    if k < V:
+        ids = mx.argpartition(-rows, k - 1, axis=-1)[:, :k]
+    else:
+        ids = mx.broadcast_to(mx.arange(V), (n, V))
+    top = mx.take_along_axis(rows, ids, axis=-1)
+    least = top.min(axis=-1, keepdims=True)
+    x = rows / temperature
+    weight = mx.exp(x - x.max(axis=-1, keepdims=True))
+    rest = mx.where(rows < least, weight, 0.0).sum(axis=-1, keepdims=True)
+    count = (rows >= least).sum(axis=-1, keepdims=True).astype(mx.float32)
+    size = mx.full((n, 1), V, dtype=mx.float32)
+    out = mx.concatenate([top, ids.astype(mx.float32), rest, count, size], axis=-1)
+    return out[0] if one else out
 
 
 def _graph_settings(s: SamplingSettings) -> SamplingSettings:

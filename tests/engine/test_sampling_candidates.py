@@ -11,9 +11,9 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from engine import device_sampling, sampling, sampling_candidates
+from engine import device_sampling, sampling, sampling_candidates, verify_rows
 from engine.sampling import SamplingSettings
-from tests.engine.test_launch_ahead import _count_launches, _decode, _synchronous
+from tests.engine.test_launch_ahead import PROMPT, _count_launches, _decode, _synchronous
 from tests.engine.test_launch_ahead import runner as runner  # the fixture: every layer kind
 
 
@@ -137,3 +137,40 @@ def test_a_queued_nucleus_reply_drawn_from_packs_is_the_synchronous_one(
     assert state.tokens == want[1].tokens
     assert kinds[0] == "host" and kinds.count("queued") >= 20
     assert len(decided) >= 20 and sum(decided) >= len(decided) - 2
+
+
+def test_a_nucleus_replys_verified_rows_are_drawn_from_packs(
+    runner: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seeded speculation on the device's packs (`device_sampling.PackedRows`): drafts of
+    the reply itself, a third of them corrupted, verified 3 at a time; the reply is the
+    plain seeded one, token for token, and the verified rows were drawn from their packs."""
+    from engine import decoding
+    from tests.engine.test_speculative import ScriptedDrafter
+
+    want = _synchronous(runner, monkeypatch, max_tokens=24, settings=NUCLEUS)[0].token_ids
+    packed: list[int] = []
+    real_to_host = verify_rows.to_host
+
+    def to_host(ops: Any, logits: Any, s: SamplingSettings) -> Any:
+        rows = real_to_host(ops, logits, s)
+        packed.append(isinstance(rows, device_sampling.PackedRows))
+        return rows
+
+    decided: list[bool] = []
+    real_decide = sampling_candidates.decide
+
+    def decide(*args: Any) -> int | None:
+        decided.append((token := real_decide(*args)) is not None)
+        return token
+
+    monkeypatch.setattr(verify_rows, "to_host", to_host)
+    monkeypatch.setattr(sampling_candidates, "decide", decide)
+    monkeypatch.setattr(decoding, "_choose_k", lambda *_: 3)
+    drafter = ScriptedDrafter(PROMPT + want, corrupt=0.3, seed=2)
+    got = _decode(runner, max_tokens=24, settings=NUCLEUS, drafter=drafter)[0]
+    monkeypatch.undo()
+    assert got.token_ids == want
+    assert got.drafted >= 9 and 0 < got.accepted < got.drafted
+    assert packed and all(packed)
+    assert len(decided) >= len(want) - 1 and sum(decided) >= len(decided) - 2

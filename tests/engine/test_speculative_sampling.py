@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from engine import decoding
+from engine import decoding, verify_rows
 from engine.config import EngineConfig
 from engine.decoding import DecodeRequest, decode
 from engine.draft_costs import AcceptanceModel, CostModel
@@ -107,7 +107,7 @@ def test_verify_draws_what_plain_sampling_draws(transform: str) -> None:
         num_right = int(rng.integers(0, 4))  # drafts agreeing with plain decoding first
         drafts = plain[:num_right] + [int(t) for t in rng.integers(0, SMALL_VOCAB, 3 - num_right)]
         history = [*context[:-1], context[-1], *drafts]  # context's last token is pending
-        accepted, nxt = decoding._verify(logits, Draft(drafts), 3, history, s, uniforms)
+        accepted, nxt = verify_rows.verify(logits, Draft(drafts), 3, history, s, uniforms)
         want = next((i for i in range(3) if drafts[i] != plain[i]), 3)
         assert (accepted, nxt) == (want, plain[want])
 
@@ -117,9 +117,9 @@ def test_greedy_verify_accepts_the_argmax_prefix() -> None:
     logits[[0, 1, 2, 3], [2, 5, 1, 7]] = 1.0
     uniforms = PositionalUniforms(0)
     history = [0, 0, 2, 5, 3]  # context [0], pending 0, drafts 2, 5, 3
-    assert decoding._verify(logits, Draft([2, 5, 3]), 3, history, GREEDY, uniforms) == (2, 1)
+    assert verify_rows.verify(logits, Draft([2, 5, 3]), 3, history, GREEDY, uniforms) == (2, 1)
     history = [0, 0, 2, 5, 1]
-    assert decoding._verify(logits, Draft([2, 5, 1]), 3, history, GREEDY, uniforms) == (3, 7)
+    assert verify_rows.verify(logits, Draft([2, 5, 1]), 3, history, GREEDY, uniforms) == (3, 7)
 
 
 # -- through decode(), drafting on ----------------------------------------------------------
