@@ -9,14 +9,7 @@
 # (AUTO_WORKLOADS, AUTO_MODES, AUTO_RUNS: the speculative part's, e.g. regenerate,code)
 set -u
 cd "$(dirname "$0")/../.."
-out=${OUT:?OUT must name the folder whose files come back}
-export PYTHONPATH=/root/site:$PWD PYTHONUNBUFFERED=1
-gguf=$HOME/.cache/branchchat/models/SmolLM2-135M-Instruct.Q4_1.gguf
-# the kernel builds' first compile (nvrtc, over a minute for the step's decode and verify
-# builds on a fresh machine; MLX keeps them on disk after): once, untimed, so no timed part
-# below is cut by its limit while compiling (session 25's second round lost every figure so)
-timeout 400 python3 -m bench speculative --json --runs 1 --modes plain,auto --workloads code \
-  --max-tokens 24 > /dev/null 2>&1 || echo "warm-up: rc $?"
+source tools/gpu/round_env.sh  # $out, $gguf, the kernel builds compiled
 spec() { timeout "$1" python3 -m bench speculative --json "${@:2}"; }
 for q in 1 0; do
   BRANCHCHAT_QUEUE_STEPS=$q spec 90 --runs 2 --modes plain --workloads chat \

@@ -9,14 +9,7 @@
 #     bash tools/gpu/spread_round.sh
 set -u
 cd "$(dirname "$0")/../.."
-out=${OUT:?OUT must name the folder whose files come back}
-export PYTHONPATH=/root/site:$PWD PYTHONUNBUFFERED=1
-gguf=$HOME/.cache/branchchat/models/SmolLM2-135M-Instruct.Q4_1.gguf
-# the kernel builds' first compile (nvrtc, over a minute for the step's decode and verify
-# builds on a fresh machine; MLX keeps them on disk after): once, untimed, so no timed part
-# below is cut by its limit while compiling (session 25's second round lost every figure so)
-timeout 400 python3 -m bench speculative --json --runs 1 --modes plain,auto --workloads code \
-  --max-tokens 24 > /dev/null 2>&1 || echo "warm-up: rc $?"
+source tools/gpu/round_env.sh  # $out, $gguf, the kernel builds compiled
 BRANCHCHAT_STEP_TUNING=FQ_SPREAD=1 timeout -s INT "${TEST_BUDGET:-120}" python3 -m pytest -q \
   -p no:cacheprovider -rfE tests/engine/test_fused_decode.py tests/engine/test_fused_hybrid.py \
   tests/engine/test_fused_gemma3.py > "$out/spread-tests.txt" 2>&1
