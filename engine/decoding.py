@@ -120,6 +120,7 @@ def decode(
     if req.acceptance is not None:
         req.acceptance.forget()
     carried: _Carried | None = None  # a draft proposed while a queued step ran
+    verified = 0  # rows of the verify just done (0: the last forward was a plain step)
     while True:
         reason = _take(produced, out, req)
         if not reason and req.should_stop():
@@ -144,13 +145,15 @@ def decode(
             req.acceptance.observe_cost(len(draft.tokens), spent, per_pass)
         rows = [pending, *draft.tokens[:k]]
         if len(rows) == 1 and ahead and runner.can_launch_ahead(state, taps):
-            reason, carried = _plain_run(runner, state, req, out, costs, row_limit, uniforms, taps)
+            reason, carried = _plain_run(
+                runner, state, req, out, costs, row_limit, uniforms, taps, verified
+            )
             if reason:
                 out.reason = reason
                 break
-            produced = []
+            produced, verified = [], 0
             continue
-        t0 = time.perf_counter()
+        t0, verified = time.perf_counter(), len(rows) if len(rows) > 1 else 0
         if len(rows) == 1:
             result, hidden_rows = forward(rows, "last")
             logits = verify_rows.to_host(runner.ops, result, s)
@@ -217,6 +220,7 @@ def _plain_run(
     row_limit: int,
     uniforms: sampling.PositionalUniforms,
     taps: Taps = None,
+    verified: int = 0,
 ) -> tuple[str, _Carried | None]:
     """Plain steps from the pending token, each queued on the device before the host reads
     the token it takes (engine/runner/ahead.py). Greedy, a step's input is the step
@@ -231,6 +235,10 @@ def _plain_run(
     goes back to the loop, for its verify. A drafter whose pass runs on the device would
     wait behind the queued step, so there the run ends and the loop drafts. A drafter
     that reads the target's rows (`taps` not None) is handed each step's with its token.
+
+    The run's first step waits for its kernel unoverlapped. After a verify (`verified` its
+    rows) that wait beyond a queued step's cost is the verify's: it stopped the queue. It is
+    charged to that verify's cost, and the step is not taken as a plain step's cost.
 
     Returns (a finish reason, or "" with the state as after a plain step: the last token
     read pending, for the loop to go on from; the draft proposed on that token, if any)."""
@@ -265,7 +273,11 @@ def _plain_run(
             runner.fall_back()
             return "", None
         now = time.perf_counter()
-        costs.observe(1, now - t0)
+        if verified:  # the restart after a verify: its cost, not a plain step's
+            costs.charge(verified, max(0.0, now - t0 - costs.cost(1)))
+            verified = 0
+        else:
+            costs.observe(1, now - t0)
         t0 = now
         if req.drafter is not None:
             if taps is not None:

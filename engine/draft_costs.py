@@ -41,6 +41,12 @@ class CostModel:
         elif self.step_seconds is not None:  # a ratio needs the one-row cost first
             self.ratios[rows] = self._ema(self.ratios.get(rows), seconds / self.step_seconds)
 
+    def charge(self, rows: int, seconds: float) -> None:
+        """Add `seconds` to the last observation of a forward of `rows` rows: a cost of that
+        forward that shows only later (queued plain steps restarted after a verify)."""
+        if rows > 1 and rows in self.ratios and self.step_seconds:
+            self.ratios[rows] += (1 - self.decay) * seconds / self.step_seconds
+
     def _ema(self, old: float | None, new: float) -> float:
         return new if old is None else self.decay * old + (1 - self.decay) * new
 
