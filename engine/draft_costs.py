@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass
 
 from engine.runner import ModelRunner
-from engine.sequence import prefill
+from engine.sequence import SequenceState, prefill
 
 MAX_DRAFT = 16
 
@@ -65,6 +65,33 @@ class CostModel:
                 if timed:
                     self.observe(rows, time.perf_counter() - t0)
                 state.rollback(cp)
+        if runner.can_launch_ahead(state) and self.step_seconds:
+            # plain steps will be queued (engine/runner/ahead.py): the ratios are then
+            # against a queued step, which costs less than the synchronous one timed above
+            queued = self._queued_step(runner, state)
+            scale = self.step_seconds / queued
+            self.ratios = {m: r * scale if m > 1 else r for m, r in self.ratios.items()}
+            self.step_seconds = queued
+
+    @staticmethod
+    def _queued_step(runner: ModelRunner, state: SequenceState, steps: int = 8) -> float:
+        """Seconds a greedy plain step takes queued, each launched on the step before's
+        token as it lies on the device (the decode loop's `_plain_run`), after three
+        untimed; the state is as it was after."""
+        cp = state.checkpoint()
+        step = runner.launch([1], state)
+        step.end(1)
+        t0 = 0.0
+        for i in range(3 + steps):
+            if i == 3:
+                t0 = time.perf_counter()
+            nxt = runner.launch(step.top, state)
+            nxt.end(step.read())
+            step = nxt
+        step.read()
+        seconds = (time.perf_counter() - t0) / steps
+        state.rollback(cp)
+        return seconds
 
     def cost(self, rows: int) -> float:
         step = 1.0 if self.step_seconds is None else self.step_seconds

@@ -53,3 +53,33 @@ def test_calibration_measures_each_shape_after_its_first_call(
     for rows in (2, 4, 8, 16):
         assert costs.cost(rows) == pytest.approx(0.001 + 0.0001 * rows)
     assert rows_seen.count(16) == 3  # one untimed, two timed
+
+
+def test_where_steps_are_queued_the_ratios_are_against_a_queued_step(
+    tiny_models: TinyModels, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On MLX plain steps are queued ahead of the host: the verify ratios calibrated against
+    a synchronous step are rescaled to a queued one (the decode loop times plain steps
+    queued), and a verify's absolute cost stays what was timed."""
+    runner = load_model(tiny_models.gguf(qtype="F32")[0], EngineConfig(backend="mlx")).runner
+    runner.fused = None
+    state = runner.new_state()
+    runner.forward([1] * 20, state)
+    before = list(state.tokens)
+    assert CostModel._queued_step(runner, state) > 0 and state.tokens == before  # taken back
+    clock = CompilingClock()
+    monkeypatch.setattr(draft_costs, "time", clock)
+    forward = runner.forward
+
+    def timed_forward(token_ids: list[int], state: SequenceState, logits: str = "last") -> Any:
+        clock.forward(len(token_ids))
+        return forward(token_ids, state, logits)
+
+    runner.forward = timed_forward  # type: ignore[method-assign]
+    monkeypatch.setattr(CostModel, "_queued_step", staticmethod(lambda runner, state: 0.00055))
+    costs = CostModel()
+    costs.calibrate(runner)
+    assert costs.step_seconds == pytest.approx(0.00055)  # half the synchronous 1.1 ms
+    for rows in (2, 4, 8, 16):
+        assert costs.ratios[rows] == pytest.approx((0.001 + 0.0001 * rows) / 0.00055)
+        assert costs.cost(rows) == pytest.approx(0.001 + 0.0001 * rows)
