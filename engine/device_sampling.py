@@ -33,14 +33,38 @@ def can_draw(s: SamplingSettings) -> bool:
 
 
 def draw(s: SamplingSettings, u: float) -> DeviceDraw:
-    """The device's token at uniform `u` from a float32 logits row [V], as [1] uint32,
-    and for a nucleus draw the pack the host's draw reads (`pack`)."""
+    """The device's token at uniform `u` as [1] uint32: for a nucleus draw from the pack
+    the host's draw reads (`pack`: a sort of its k tokens, not of the vocabulary), else
+    from the float32 logits row [V]."""
     if not can_draw(s):
         raise ValueError("the device draw takes sampled settings without a repetition penalty")
-    traced = _traced(_graph_settings(s))
     at = mx.array(u, dtype=mx.float32)  # as `u` meets float32 arrays in the graph
-    packs = _packed(s.temperature) if sampling_candidates.can_decide(s) else None
-    return DeviceDraw(lambda row: traced(row, at), packs)
+    if sampling_candidates.can_decide(s):
+        among = _traced_among(s.temperature, s.top_p)
+        return DeviceDraw(lambda packed: among(packed, at), _packed(s.temperature))
+    traced = _traced(_graph_settings(s))
+    return DeviceDraw(lambda row: traced(row, at))
+
+
+@lru_cache(maxsize=8)
+def _traced_among(temperature: float, top_p: float) -> Callable[[mx.array, mx.array], mx.array]:
+    return mx.compile(lambda packed, u: _token_among(packed, u, temperature, top_p))
+
+
+def _token_among(packed: mx.array, u: mx.array, temperature: float, top_p: float) -> mx.array:
+    """The nucleus draw of `_next_token` from a pack [2k + 3]: its k likeliest tokens and
+    the others' weight (in the total the nucleus is measured against), in float32."""
+    k = (int(packed.shape[0]) - 3) // 2
+    x = packed[:k] / temperature
+    p = mx.exp(x - x.max())
+    ordered = mx.sort(p)[::-1]
+    cum = mx.cumsum(ordered) / (p.sum() + packed[2 * k])
+    last = mx.minimum(mx.sum(cum < top_p), k - 1)
+    kept = mx.where(p < ordered[last], 0.0, p)
+    by_id = mx.argsort(packed[k : 2 * k])  # the draw runs in ascending token ids
+    cdf = mx.cumsum(kept[by_id])
+    at = mx.argmax(cdf > u * cdf[-1])
+    return packed[k : 2 * k][by_id[at]].astype(mx.uint32).reshape(1)
 
 
 @lru_cache(maxsize=8)

@@ -94,12 +94,18 @@ class Launch:
 
 @dataclass(frozen=True)
 class DeviceDraw:
-    """A sampled step's work on the device from its last logits row [V] float32: the
-    next step's token [1] (`token`), and where the host's draw can read less than the
-    row, what it reads (`pack`, engine/device_sampling.py)."""
+    """A sampled step's work on the device from its last logits row [V] float32: where the
+    host's draw can read less than the row, what it reads (`pack`, engine/device_sampling.py),
+    and the next step's token [1] (`token`), from the pack where there is one, else from
+    the row."""
 
     token: Callable[[mx.array], mx.array]
     pack: Callable[[mx.array], mx.array] | None = None
+
+    def __call__(self, row: mx.array) -> tuple[mx.array, mx.array | None]:
+        """(the next step's token, the pack or None), not evaluated."""
+        packed = self.pack(row) if self.pack is not None else None
+        return self.token(row if packed is None else packed), packed
 
 
 # Which layers' rows a queued step hands out: None, none; () the last; else those layers'
@@ -116,8 +122,7 @@ def queue(logits: mx.array, draw: DeviceDraw | None) -> tuple[mx.array, Kept]:
         return top, Kept()
     row = logits[-1]
     row = row if row.dtype == mx.float32 else row.astype(mx.float32)
-    top = draw.token(row)
-    packed = draw.pack(row) if draw.pack is not None else None
+    top, packed = draw(row)
     mx.async_eval(*(a for a in (top, row, packed) if a is not None))
     return top, Kept(row, packed)
 

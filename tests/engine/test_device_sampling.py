@@ -21,7 +21,7 @@ SETTINGS = [
 
 
 def _device(s: SamplingSettings, u: float, logits: np.ndarray) -> int:
-    return int(np.asarray(device_sampling.draw(s, u).token(mx.array(logits.astype(np.float32))))[0])
+    return int(np.asarray(device_sampling.draw(s, u)(mx.array(logits.astype(np.float32)))[0])[0])
 
 
 @pytest.mark.parametrize(
