@@ -16,7 +16,7 @@ BRANCHCHAT_STEP_TUNING=FQ_SPREAD=1 timeout -s INT "${TEST_BUDGET:-120}" python3 
 grep -E "^(FAILED|ERROR)" "$out/spread-tests.txt" | cut -c1-300
 tail -2 "$out/spread-tests.txt"
 timeout 150 python3 -m bench.gpu.step_tuning --model "$gguf" --contexts 128 2048 \
-  --configs 8:0:4:1:16384,8:0:4:1:16384:0:0:0:0:1,8:0:2:1:8192:0:0:0:0:1,8:0:2:1:8192 \
+  --configs 8:0:4:1:16384,8:0:4:1:16384:0:0:0:0:0,8:0:4:1:16384:2,8:0:2:1:8192:2 \
   --out "$out/spread-tuning.json" > "$out/spread-tuning.log" 2>&1
 cut -c1-400 "$out/spread-tuning.log"
 for s in 0 1; do
