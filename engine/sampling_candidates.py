@@ -71,8 +71,9 @@ def decide(packed: np.ndarray, s: SamplingSettings, u: float) -> int | None:
     rest = float(packed[2 * k])
     argument = 4 * (float(np.abs(packed[:k]).max()) / s.temperature + 40) * 2.0**-24
     spread = rest * (vocab * 2.0**-24 + argument + EXP_ERROR) + UNDERFLOW
-    low = (float(p.sum()) + max(rest - spread, 0.0)) * (1 - REORDER)
-    high = (float(p.sum()) + rest + spread) * (1 + REORDER)
+    kept_weight = float(p.sum())
+    low = (kept_weight + max(rest - spread, 0.0)) * (1 - REORDER)
+    high = (kept_weight + rest + spread) * (1 + REORDER)
     # the larger the total, the later the running sum reaches top_p: the cut at `high` is
     # the latest the reference's total allows, at `low` the earliest
     cut = int(np.searchsorted(cum / high, s.top_p)) + 1

@@ -10,6 +10,7 @@ verify's accepted count (`verify`) is coupled sampling's (engine/decoding.py).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -51,10 +52,7 @@ def token(
     if isinstance(rows, OneHot):
         return int(rows.top[i])
     if isinstance(rows, PackedRows):
-        drawn = sampling_candidates.decide(rows.packs[i], s, uniforms.uniform(end))
-        return (
-            drawn if drawn is not None else sampling.sample(rows.row(i), history[:end], s, uniforms)
-        )
+        return _from_pack(rows.packs[i], lambda: rows.row(i), history[:end], s, uniforms)
     return sampling.sample(rows[i], history[:end], s, uniforms)
 
 
@@ -82,10 +80,20 @@ def verify(
 def host_draw(
     step: Launch, history: list[int], s: SamplingSettings, uniforms: PositionalUniforms
 ) -> int:
-    """`sampling.sample`'s token from a queued step: from the device's pack of the likeliest
-    tokens where it tells (engine/sampling_candidates.py), else from the whole row."""
-    packed = step.read_pack()
+    """`sampling.sample`'s token from a queued step (after `history`)."""
+    return _from_pack(step.read_pack(), step.read_row, history, s, uniforms)
+
+
+def _from_pack(
+    packed: np.ndarray | None,
+    row: Callable[[], np.ndarray],
+    history: list[int],
+    s: SamplingSettings,
+    uniforms: PositionalUniforms,
+) -> int:
+    """`sampling.sample`'s token: from the device's pack of the likeliest tokens where it
+    tells (engine/sampling_candidates.py), else from the whole row, read only then."""
     drawn = None
     if packed is not None:
         drawn = sampling_candidates.decide(packed, s, uniforms.uniform(len(history)))
-    return sampling.sample(step.read_row(), history, s, uniforms) if drawn is None else drawn
+    return sampling.sample(row(), history, s, uniforms) if drawn is None else drawn
