@@ -277,8 +277,13 @@ def test_steps_queued_for_a_drafter_that_reads_rows_hand_it_a_forwards_rows(
 ):
     """Plain steps are queued for a drafter that reads the target's rows too: each step
     hands it the rows `forward_hidden` gives, bit for bit, with its token. The reply and
-    state are the same drafting's without queued steps. Where a path cannot hand out the
-    tapped layers' rows (the one-launch step), its steps stay synchronous."""
+    state are the same drafting's without queued steps. A path that cannot hand out the
+    tapped layers' rows (the one-launch step) refuses them, queued or not: such a drafter
+    is refused at load (ModelRunner.tap_problem, block_drafter.load)."""
+    if runner.tap_problem(taps):
+        with pytest.raises(ValueError, match="last layer's rows alone"):
+            runner.forward_hidden(PROMPT, runner.new_state(), "last", taps)
+        return
     plain = _synchronous(runner, monkeypatch, max_tokens=30)[0].token_ids
     script = PROMPT + plain
 
@@ -308,8 +313,7 @@ def test_steps_queued_for_a_drafter_that_reads_rows_hand_it_a_forwards_rows(
     assert len(drafter.rows) == len(sync_drafter.rows) > 10
     for mine, theirs in zip(drafter.rows, sync_drafter.rows, strict=True):
         np.testing.assert_array_equal(mine, theirs)
-    can_tap = runner.fused is None or runner.fused.step_kernel is None or not taps
-    assert (kinds.count("queued") >= 10) == can_tap
+    assert kinds.count("queued") >= 10
     # its pass would wait behind a queued step: none is queued where it may draft
     assert not [i for i, e in enumerate(chosen) if e == "queued" and chosen[i - 1] == 3]
     assert chosen.count(3) >= 6

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from engine import decoding
 from engine.default_model import is_default_model_present
 from engine.drafter_pool import DrafterPool, Member, PoolAcceptance
 from tools.drafter import pool_rounds
@@ -18,7 +19,14 @@ pytestmark = [
 
 
 @pytest.mark.parametrize("rank_only", [False, True])
-def test_rounds_are_counted_and_the_pool_is_restored(rank_only: bool) -> None:
+def test_rounds_are_counted_and_the_pool_is_restored(
+    rank_only: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # every round drafts 4: whether the cost model would draft at all is the machine's
+    # measured costs' (on a GPU, where a block pass costs two queued steps, it may not)
+    monkeypatch.setattr(
+        decoding, "_choose_k", lambda req, _c, produced, *_: min(4, req.max_tokens - produced - 1)
+    )
     originals = (DrafterPool.propose, PoolAcceptance.observe, Member.free)
     argv = ["--workload", "regenerate", "--max-tokens", "48"]
     result = pool_rounds.main(argv + (["--rank-only"] if rank_only else []))
