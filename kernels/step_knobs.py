@@ -32,10 +32,6 @@ TUNING = {
     # on an H100, the default model's 16-row verify 3.12 -> 2.74 ms, 8 rows 1.78 -> 1.73,
     # a step unchanged, the same bits (docs/BENCHMARKS.md, session 25)
     "FQ_SPREAD": 1,
-    # 1: a row's attention chunks (past 256 keys) combined by every block as it stages
-    # o_proj's x, not by the attention block that finishes last (a fence, an atomic and a
-    # second read of the partials in the attention phase); the same bits
-    "FQ_LATE_COMBINE": 0,
 }
 # shared memory an SM lends the staged x of its blocks (an H100/H200 SM has 228 KB; the
 # attention's own arrays and the runtime's reserve take the rest)

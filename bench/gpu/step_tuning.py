@@ -51,19 +51,18 @@ _FIELDS = [
     "FQ_L1_PREFETCH",
     "FQ_KFACTORS",
     "FQ_SPREAD",
-    "FQ_LATE_COMBINE",
 ]
 
 
 def parse_configs(text: str) -> list[dict[str, int]]:
-    """ "slices:stream:rows[:blocks[:smem[:vblocks[:barrier[:l1[:kfactors[:spread[:late]]]]]]]]],..."
+    """ "slices:stream:rows[:blocks[:smem[:vblocks[:barrier[:l1[:kfactors[:spread]]]]]]],..."
     as TUNING dicts (the fields left out take the engine's values)."""
     out = []
     for item in text.split(","):
         values = [int(v) for v in item.split(":")]
         if not 3 <= len(values) <= len(_FIELDS):
             raise SystemExit(
-                "a configuration is slices:stream:rows[:blocks:smem:vblocks:barrier:l1:kf:spread:late], "
+                "a configuration is slices:stream:rows[:blocks:smem:vblocks:barrier:l1:kf:spread], "
                 f"not {item!r}"
             )
         out.append(

@@ -252,16 +252,14 @@
     // -- B: attention. A block takes (row m, head h, block chunk c): keys c * BK .. of row
     // m's n (positions lo .. p0 + m: all of them, or a sliding layer's last WINDOW), CK of
     // them a warp (scores, the warp's max and sum, its weighted values), combined in shared
-    // memory in warp order. A row of one block chunk is done; otherwise its chunks are
-    // combined in chunk order: with FQ_LATE_COMBINE, where o_proj's x is staged whole, by
-    // every block as it stages that x past the grid barrier (fs_stage_attention); else by
-    // the block that completes the (row, head). The same arithmetic either way.
-    constexpr int BK = FD_WARPS * CK;
-    const int CMAX = (((SLD0 | SLD1) ? max(cap, ring) : cap) + BK - 1) / BK;  // partials' stride
-    const int span = slide ? min(p0 + M, WINDOW) : p0 + M;  // the last row's keys
-    const int C = (span + BK - 1) / BK;  // block chunks of the last row (the most a row has)
-    const bool late = FQ_LATE_COMBINE && fs_attention_stage_floats<H, DH>(M, C) <= fq_stage_room();
+    // memory in warp order. A row of one block chunk is done; otherwise the block that
+    // completes a (row, head) combines its chunks in chunk order (which block finishes
+    // last changes nothing in the arithmetic).
     {
+      constexpr int BK = FD_WARPS * CK;
+      const int span = slide ? min(p0 + M, WINDOW) : p0 + M;  // the last row's keys
+      const int C = (span + BK - 1) / BK;  // block chunks of the last row
+      const int CMAX = (((SLD0 | SLD1) ? max(cap, ring) : cap) + BK - 1) / BK;  // partials' stride
       const int sub = lane / LPK, part8 = lane % LPK;
       const int vdim = (lane % VOWN) * VD;
       const float qscale = ATTN_SCALE > 0.f ? ATTN_SCALE : rsqrtf(static_cast<float>(DH));
@@ -353,17 +351,26 @@
             float* mine = slots + (size_t)c * (DH + 2);
             if (d == 0) { mine[0] = gm; mine[1] = gl; }
             mine[2 + d] = go;
-            if (!late) __threadfence();
+            __threadfence();
           }
         }
-        if (nc > 1 && !late) {
+        if (nc > 1) {
           __syncthreads();
           if (threadIdx.x == 0) s_last = atomicAdd(counters + mh, 1u) == (unsigned int)nc - 1;
           __syncthreads();
           if (s_last && threadIdx.x < DH) {  // every chunk of (m, h) is in: combine in order
             __threadfence();
             const int d = threadIdx.x;
-            out[d] = fs_gated<GATED>(fs_combine_chunks<DH, true>(slots, nc, d), gbuf, m * HD + h * DH + d);
+            float gm = NEG_INF;
+            for (int cc = 0; cc < nc; ++cc) gm = fmaxf(gm, __ldcg(slots + (size_t)cc * (DH + 2)));
+            float gl = 0.f, go = 0.f;
+            for (int cc = 0; cc < nc; ++cc) {
+              const float* sl = slots + (size_t)cc * (DH + 2);
+              const float e = expf(__ldcg(sl) - gm);
+              gl += __ldcg(sl + 1) * e;
+              go += __ldcg(sl + 2 + d) * e;
+            }
+            out[d] = fs_gated<GATED>(go / gl, gbuf, m * HD + h * DH + d);
             if (d == 0) counters[mh] = 0;  // for the next layer, past a grid barrier
           }
         }
@@ -372,14 +379,8 @@
     }
     if (gw < D) fq_prefetch_row(tab, 4 * l + 1, gw);
     fs_grid_sync(sync, ++phase);
-    // -- C: o_proj + residual -> hs (with sandwich norms, o_proj alone: then C2); its x
-    // the attention rows, their chunks combined here where B left them (late)
-    const FqX xo = !late ? fq_stage(ao, M * HD, s_x) : fs_stage_attention<H, DH, GATED>(
-        ao, part, gbuf, M, C, CMAX, [&](int m) {
-          const int lo = slide ? max(0, p0 + m - WINDOW + 1) : 0;
-          return (p0 + m + 1 - lo + BK - 1) / BK;
-        }, s_x);
-    fq_residual_phase<HD, D, G, FQ_ROLE_O, !SANDWICH>(tab, 4 * l + 1, xo, x, hs, M, gw, nw);
+    // -- C: o_proj + residual -> hs (with sandwich norms, o_proj alone: then C2)
+    fq_residual_phase<HD, D, G, FQ_ROLE_O, !SANDWICH>(tab, 4 * l + 1, ao, x, hs, M, gw, nw, s_x);
     }
     if (SANDWICH) {  // -- C2: hs = x + norm(o_proj) * the post-attention norm
       fs_grid_sync(sync, ++phase);

@@ -247,14 +247,10 @@ struct FqX {
 // past the grid barrier that published x; the next barrier frees `sm` again). `sm` is the
 // launch's dynamic shared memory (StepKernel asks for FQ_SMEM_X floats); if the launch has
 // less, only what fits is staged and the rest is read from L2, so x is never read past it.
-__device__ __forceinline__ int fq_stage_room() {  // floats of x a block can stage
+__device__ __forceinline__ FqX fq_stage(const float* x, int n, float* sm) {
   unsigned int bytes;
   asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(bytes));
-  return min(FQ_SMEM_X, static_cast<int>(bytes / 32) * 8);  // whole slices
-}
-
-__device__ __forceinline__ FqX fq_stage(const float* x, int n, float* sm) {
-  const int room = fq_stage_room();
+  const int room = min(FQ_SMEM_X, static_cast<int>(bytes / 32) * 8);  // whole slices
   const int staged = n < room ? n : room;
   if (FQ_SMEM_X > 0) {
     for (int i = threadIdx.x * 4; i < staged; i += blockDim.x * 4)
@@ -465,8 +461,10 @@ struct FqUnits {
 // in `sm`
 template <int K, int N, int G, int ROLE, bool RES = true>
 __device__ __forceinline__ void fq_residual_phase(
-    const FqTable& t, int mat, const FqX& xa, const float* res, float* y, int M, int gw, int nw) {
+    const FqTable& t, int mat, const float* a, const float* res, float* y, int M, int gw,
+    int nw, float* sm) {
   const int lane = threadIdx.x % 32;
+  const FqX xa = fq_stage(a, M * K, sm);
   const FqUnits units(N, M, G);
   for (int u = gw; u < units.count(); u += nw) {
     const int n = units.item(u);
@@ -487,13 +485,6 @@ __device__ __forceinline__ void fq_residual_phase(
       }
     }
   }
-}
-
-template <int K, int N, int G, int ROLE, bool RES = true>
-__device__ __forceinline__ void fq_residual_phase(
-    const FqTable& t, int mat, const float* a, const float* res, float* y, int M, int gw,
-    int nw, float* sm) {
-  fq_residual_phase<K, N, G, ROLE, RES>(t, mat, fq_stage(a, M * K, sm), res, y, M, gw, nw);
 }
 
 // Rows ids[0 .. M) of matrix `mat` (the embedding table) as float32 into xs [M, K], times
@@ -594,72 +585,6 @@ template <bool GATED>
 __device__ __forceinline__ float fs_gated(float o, const float* gate, int i) {
   if (!GATED) return o;
   return __fmul_rn(o, __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-__ldcg(gate + i)))));
-}
-
-// 1: a row's attention chunks combined as o_proj stages its x (fs_stage_attention), not by
-// the block of phase B that finishes the (row, head) last: no fence, atomic or second read
-// in phase B, where the rows and their partials fit a block's staged x
-#ifndef FQ_LATE_COMBINE
-#define FQ_LATE_COMBINE 0
-#endif
-
-// Output dim d of one (row, head)'s attention from its nc chunks' partials (slots:
-// [chunk] x (max, sum, DH), in global memory past a fence, or a block's copy in shared
-// memory), combined in chunk order
-template <int DH, bool GLOBAL>
-__device__ __forceinline__ float fs_combine_chunks(const float* slots, int nc, int d) {
-  auto ld = [](const float* p) { return GLOBAL ? __ldcg(p) : *p; };
-  float gm = __int_as_float(0xff800000);
-  for (int cc = 0; cc < nc; ++cc) gm = fmaxf(gm, ld(slots + (size_t)cc * (DH + 2)));
-  float gl = 0.f, go = 0.f;
-  for (int cc = 0; cc < nc; ++cc) {
-    const float* sl = slots + (size_t)cc * (DH + 2);
-    const float e = expf(ld(sl) - gm);
-    gl += ld(sl + 1) * e;
-    go += ld(sl + 2 + d) * e;
-  }
-  return go / gl;
-}
-
-// Floats of shared memory fs_stage_attention takes: the rows, then a copy of the partials
-// of up to C chunks a (row, head)
-template <int H, int DH>
-__device__ __forceinline__ int fs_attention_stage_floats(int M, int C) {
-  return M * H * DH + (C > 1 ? M * H * C * (DH + 2) : 0);
-}
-
-// o_proj's x, the attention rows [M, H * DH], staged whole into `sm` (the caller checked
-// fs_attention_stage_floats against fq_stage_room) where phase B left the (row, head)s of
-// several chunks as partials (FQ_LATE_COMBINE): one pass copies the rows of one chunk from
-// `ao` and the partials of the others (`part`: [row, head, cmax chunks] x (max, sum, DH))
-// into shared memory, loads all in flight at once; then each block combines them as the
-// finishing block of phase B would have, the same bits. chunks(m): row m's chunks, C at most.
-template <int H, int DH, bool GATED, typename Chunks>
-__device__ __forceinline__ FqX fs_stage_attention(
-    const float* ao, const float* part, const float* gate, int M, int C, int cmax,
-    Chunks chunks, float* sm) {
-  constexpr int HD = H * DH, SLOT = DH + 2;
-  float* copy = sm + M * HD;  // (row, head) i's chunks at copy + i * C * SLOT
-  for (int i = threadIdx.x; i < M * HD; i += blockDim.x)
-    if (chunks(i / HD) == 1) sm[i] = __ldcg(ao + i);
-  if (C > 1) {
-    const int per = C * SLOT;
-    for (int i = threadIdx.x; i < M * H * per; i += blockDim.x) {
-      const int mh = i / per, j = i % per;
-      if (j < chunks(mh / H) * SLOT) copy[i] = __ldcg(part + (size_t)mh * cmax * SLOT + j);
-    }
-  }
-  __syncthreads();
-  if (C > 1) {
-    for (int i = threadIdx.x; i < M * HD; i += blockDim.x) {
-      const int m = i / HD, mh = i / DH, d = i % DH;
-      const int nc = chunks(m);
-      if (nc > 1)
-        sm[i] = fs_gated<GATED>(fs_combine_chunks<DH, false>(copy + mh * C * SLOT, nc, d), gate, i);
-    }
-    __syncthreads();
-  }
-  return {ao, sm, M * HD};
 }
 
 __device__ __forceinline__ void fs_prefetch_l2(const void* p, size_t bytes) {
