@@ -157,22 +157,24 @@ def decode(
         if len(rows) == 1:
             result, hidden_rows = forward(rows, "last")
             logits = verify_rows.to_host(runner.ops, result, s)
-            costs.observe(1, time.perf_counter() - t0)
+            token = verify_rows.token(logits, -1, state.tokens, len(state.tokens), s, uniforms)
+            costs.observe(1, time.perf_counter() - t0)  # with the host's draw, as a verify's
             if req.acceptance is not None:
                 req.acceptance.idle()
             if drafter is not None:
                 if hidden:
                     drafter.observe_hidden(hidden_rows)  # type: ignore[attr-defined]
                 drafter.commit(rows)
-            token = verify_rows.token(logits, -1, state.tokens, len(state.tokens), s, uniforms)
             produced = [(token, False)]
             continue
         cp = state.checkpoint(record=True)
         result, hidden_rows = forward(rows, "all")
         logits = verify_rows.to_host(runner.ops, result, s)
-        forward_s = time.perf_counter() - t0
         num_drafted = len(rows) - 1
         accepted, nxt = verify_rows.verify(logits, draft, num_drafted, state.tokens, s, uniforms)
+        # the host's draws from the rows (a sampled verify's rejection sampling) are the
+        # verify's cost, as a plain step's draw is the step's
+        forward_s = time.perf_counter() - t0
         if req.acceptance is not None:  # per row asked for (a cut's rows count as missed)
             req.acceptance.observe(offered, accepted)
         eos_at = _first_eos(draft.tokens[:accepted], req.eos_ids)

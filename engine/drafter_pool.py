@@ -98,14 +98,14 @@ class DrafterPool:
     def choose_k(self, costs: CostModel, room: int) -> int:
         """Rank the members by expected tokens per second at their best k; the largest of
         those k, within which each drafts its own (0: plain decoding beats every member)."""
-        ranked = []
+        ranked, table = [], costs.table()
         for member in self.members:
             acc = member.acceptance
             cap = min(room, getattr(member.drafter, "max_draft", room))
             token_s = acc.draft_seconds(costs)
             k = best_draft_length(acc.rate, costs, max(0, cap), token_s, acc.pass_seconds)
             if k:
-                seconds = costs.cost(k + 1) + k * token_s + acc.pass_seconds
+                seconds = table[k + 1] + k * token_s + acc.pass_seconds
                 ranked.append(Choice(member, k, expected_tokens(acc.rate, k) / seconds))
         self._ranked = sorted(ranked, key=lambda c: -c.tokens_per_second)
         return max((c.k for c in ranked), default=0)

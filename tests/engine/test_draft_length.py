@@ -168,3 +168,39 @@ def test_a_draft_without_confidence_is_left_whole() -> None:
     assert cut_draft(Draft([1, 2, 3]), costs).tokens == [1, 2, 3]
     assert cut_draft(Draft([1]), costs).tokens == [1]
     assert cut_draft(Draft([]), costs).tokens == []
+
+
+def _best_by_definition(alpha: float, costs: CostModel, available: int, token_s: float) -> int:
+    """best_draft_length as its docstring states it, each term computed afresh."""
+    best_k, best_rate = 0, 1.0 / costs.cost(1)
+    for k in range(1, min(available, MAX_DRAFT) + 1):
+        tokens = sum(alpha**i for i in range(k + 1))
+        rate = tokens / (costs.cost(k + 1) + k * token_s)
+        if rate > best_rate * 1.02:
+            best_k, best_rate = k, rate
+    return best_k
+
+
+def test_the_cost_table_follows_every_change_of_the_costs() -> None:
+    """The per-step choice reads a table of costs made once per change: observed steps and
+    verifies, a charge, and ratios or a step cost set from outside all remake it, and the
+    choice is the definition's over random acceptances and curves."""
+    rng = np.random.default_rng(7)
+    costs = CostModel()
+    costs.observe(1, 0.01)
+    for _ in range(200):
+        change = rng.integers(4)
+        if change == 0:
+            costs.observe(int(rng.choice([1, 2, 4, 8, 16])), float(rng.uniform(0.005, 0.05)))
+        elif change == 1:
+            costs.charge(int(rng.choice([2, 4, 8])), float(rng.uniform(0, 0.01)))
+        elif change == 2:
+            costs.ratios[int(rng.choice([2, 4, 8, 16]))] = float(rng.uniform(1.0, 8.0))
+        else:
+            costs.step_seconds = float(rng.uniform(0.005, 0.02))
+        assert costs.table()[1:] == [costs.cost(m) for m in range(1, MAX_DRAFT + 2)]
+        alpha, token_s = float(rng.uniform(0, 1)), float(rng.choice([0.0, 0.001]))
+        available = int(rng.integers(0, 20))
+        assert best_draft_length(alpha, costs, available, token_s) == _best_by_definition(
+            alpha, costs, available, token_s
+        )
