@@ -67,24 +67,34 @@ class CostModel:
 
     def calibrate(self, runner: ModelRunner) -> None:
         """The one-row cost and the ratios of 2, 4, 8 and 16 rows to it, on a 32-token
-        state: each shape's fastest of three forwards after two untimed ones. A GPU's first
-        call of a shape compiles (the H200's fused step: 1-4 s), and on a CPU the first
-        one-row forwards after a prefill ran 1.6x a steady step (3.7 against 2.3 ms, Intel
-        Xeon): either would stand as the one-row cost and make every verify look cheap."""
+        state. The one-row shape is warmed by six untimed forwards (on a CPU the first
+        one-row forwards after a prefill ran 4.1, 3.6, 3.2 ms before a steady 2.3, Intel
+        Xeon), each other shape by one (a GPU's first call of a shape compiles: the H200's
+        fused step 1-4 s). Each ratio is then the fastest of three m-row forwards over the
+        fastest of the one-row forwards timed between them, so a drift of the machine's
+        speed during calibration moves both: a slow one-row cost read every verify cheap."""
         state = runner.new_state()
         prefill(runner, state, [1] * 32)
-        fastest: dict[int, float] = {}
-        for rows in (1, 2, 4, 8, 16):
-            for timed in (False, False, True, True, True):
-                cp = state.checkpoint()
-                t0 = time.perf_counter()
-                runner.forward([1] * rows, state, logits="all")
-                seconds = time.perf_counter() - t0
-                if timed:
-                    fastest[rows] = min(fastest.get(rows, seconds), seconds)
-                state.rollback(cp)
-        self.step_seconds = fastest[1]
-        self.ratios = {rows: seconds / fastest[1] for rows, seconds in fastest.items()}
+
+        def timed(rows: int) -> float:
+            cp = state.checkpoint()
+            t0 = time.perf_counter()
+            runner.forward([1] * rows, state, logits="all")
+            seconds = time.perf_counter() - t0
+            state.rollback(cp)
+            return seconds
+
+        for _ in range(6):
+            timed(1)
+        ones: list[float] = []
+        ratios = {1: 1.0}
+        for rows in (2, 4, 8, 16):
+            timed(rows)
+            pairs = [(timed(1), timed(rows)) for _ in range(3)]
+            ones += [one for one, _ in pairs]
+            ratios[rows] = min(m for _, m in pairs) / min(one for one, _ in pairs)
+        self.step_seconds = min(ones)
+        self.ratios = ratios
         if runner.can_launch_ahead(state) and self.step_seconds:
             # plain steps will be queued (engine/runner/ahead.py): the ratios are then
             # against a queued step, which costs less than the synchronous one timed above
