@@ -24,18 +24,4 @@ for s in 0 1; do
     --contexts 512 --prefetch 1 --rows 1 2 4 8 16 > "$out/spread-phases-$s.json" 2>&1
   cut -c1-500 "$out/spread-phases-$s.json"
 done
-for s in 0 1; do
-  BRANCHCHAT_STEP_TUNING=FQ_SPREAD=$s timeout 120 python3 -m bench speculative --json \
-    --runs 1 --modes plain,auto --workloads regenerate,code > "$out/spread-spec-$s.json" \
-    2> "$out/spread-spec-$s.err"
-done
-python3 - "$out" <<'PY'
-import json, sys
-for s in ("0", "1"):
-    try:
-        r = json.load(open(f"{sys.argv[1]}/spread-spec-{s}.json"))
-        print("spread", s, {w: {m: (v[m].get("speedup") or v[m].get("median")) for m in v
-                                if isinstance(v[m], dict)} for w, v in r["workloads"].items()})
-    except (OSError, ValueError, KeyError) as e:
-        print("spread", s, "no figures:", e)
-PY
+knob_speculation FQ_SPREAD regenerate,code spread 0 1

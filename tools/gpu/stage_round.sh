@@ -26,19 +26,5 @@ else
   BRANCHCHAT_STEP_TUNING=FQ_STAGE_ASYNC=1 timeout 150 python3 -m bench.gpu.step_probe \
     --model "$gguf" --contexts 512 2048 --prefetch 1 --rows 1 2 4 8 16 > "$out/stage-phases-1.json" 2>&1
   cut -c1-600 "$out/stage-phases-1.json"
-  for s in 1 0; do
-    BRANCHCHAT_STEP_TUNING=FQ_STAGE_ASYNC=$s timeout 150 python3 -m bench speculative --json \
-      --runs 1 --modes plain,auto --workloads chat,regenerate,code > "$out/stage-spec-$s.json" \
-      2> "$out/stage-spec-$s.err"
-  done
-  python3 - "$out" <<'PY'
-import json, sys
-for s in ("0", "1"):
-    try:
-        r = json.load(open(f"{sys.argv[1]}/stage-spec-{s}.json"))
-        print("stage", s, {w: {m: (v[m].get("speedup") or v[m].get("median")) for m in v
-                               if isinstance(v[m], dict)} for w, v in r["workloads"].items()})
-    except (OSError, ValueError, KeyError) as e:
-        print("stage", s, "no figures:", e)
-PY
+  knob_speculation FQ_STAGE_ASYNC chat,regenerate,code stage 1 0
 fi
