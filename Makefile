@@ -35,9 +35,10 @@ system-libs: $(STAMP)
 	$(PY) -m app.system_check --install
 
 # the suite also checks the real X11 plugin's libraries, as a window would load it (a
-# headless machine too: DISPLAY is set for the check alone)
+# headless machine too: DISPLAY and the xcb platform are set for the check alone, so a
+# QT_QPA_PLATFORM=offscreen in the caller's environment does not skip the install)
 test-libs: $(STAMP)
-	DISPLAY=$${DISPLAY:-:0} $(PY) -m app.system_check --install
+	DISPLAY=$${DISPLAY:-:0} QT_QPA_PLATFORM=xcb $(PY) -m app.system_check --install
 
 run: model system-libs
 	$(PY) -m app
