@@ -16,7 +16,7 @@ import pytest
 
 from engine import events as ev
 from engine.config import EngineConfig
-from engine.draft_costs import AcceptanceModel, CostModel
+from engine.draft_costs import MAX_DRAFT, AcceptanceModel, CostModel
 from engine.engine import Engine
 from engine.sampling import SamplingSettings
 from tests.conftest import TinyModels
@@ -153,4 +153,5 @@ def always_draft(monkeypatch: pytest.MonkeyPatch) -> None:
     request drafts the longest proposal it can (measured costs would make the choice
     depend on the machine's load, and a draft model's size prior on the tiny models')."""
     monkeypatch.setattr(CostModel, "cost", lambda self, rows: 1.0)
+    monkeypatch.setattr(CostModel, "table", lambda self: [1.0] * (MAX_DRAFT + 2))
     monkeypatch.setattr(AcceptanceModel, "draft_seconds", lambda self, costs: 0.0)
