@@ -24,27 +24,25 @@ full block gives those rows, so any k <= block - 1 drafts the same tokens.
 
 from __future__ import annotations
 
-from pathlib import Path
+import logging
 from typing import Any
 
 import numpy as np
 
-from engine import block_pass_cpu
 from engine.block_pass_cpu import CpuPass
-from engine.block_pass_mlx import CompiledPass, on_gpu
+from engine.block_pass_fused import FusedPass, PassTimedOut
+from engine.block_pass_mlx import CompiledPass
 from engine.drafter_file import (
-    DEFAULT_FILE,
     BlockDrafterWeights,
-    check_digest,
-    read_metadata,
-    target_signature,
 )
 from engine.drafters import Draft, Sampler
-from engine.errors import ModelLoadError, StateError
+from engine.errors import StateError
 from engine.kv_state import FullKV
 from engine.models.base import DecoderModel
 from engine.sequence import SequenceState
 from kernels.ops import Array, CausalMask, Ops
+
+log = logging.getLogger(__name__)
 
 QUEUE_ROWS = 256  # queued target rows projected at once when no draft asked for them
 
@@ -63,12 +61,16 @@ class BlockDrafter:
         target: DecoderModel,
         compiled: bool | CompiledPass = False,
         cpu_pass: CpuPass | None = None,
+        fused: FusedPass | None = None,
     ) -> None:
         """`compiled`: on MLX, the pass traced once (engine/block_pass_mlx.py); a
         CompiledPass: that one, shared with other sessions' drafters of these weights.
-        `cpu_pass`: on NumPy, the pass as one C call (engine/block_pass_cpu.py)."""
+        `cpu_pass`: on NumPy, the pass as one C call (engine/block_pass_cpu.py). `fused`:
+        on CUDA, the pass as one launch of the step kernel (engine/block_pass_fused.py)
+        where the context starts at position 0, the traced pass elsewhere."""
         self.w, self.target = weights, target
         self.cpu_pass = cpu_pass
+        self.fused = fused
         self.taps = weights.shape.taps  # the target layers its rows are made of
         self.ops: Ops = target.ops
         self.compiled: CompiledPass | None = None
@@ -212,6 +214,10 @@ class BlockDrafter:
 
     def _top1(self, pending: int, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Rows 1..k's top draft-vocabulary index and its probability."""
+        one = self._one_launch("greedy", pending)
+        if one is not None:
+            top, probability = one
+            return top[:k], probability[:k]
         if self.compiled is None:
             return self.ops.top1_rows(self._block(pending, k))
         top, probability = self.compiled.greedy(*self._pass_inputs(pending))
@@ -219,11 +225,30 @@ class BlockDrafter:
 
     def _logit_rows(self, pending: int, k: int) -> np.ndarray:
         """Rows 1..k's draft-vocabulary logits [k, N], float64 on the host."""
-        if self.compiled is None:
-            block = self._block(pending, k)
-        else:
-            block = self.compiled.logits(*self._pass_inputs(pending))
+        block = self._one_launch("logits", pending)
+        if block is None:
+            if self.compiled is None:
+                block = self._block(pending, k)
+            else:
+                block = self.compiled.logits(*self._pass_inputs(pending))
         return np.asarray(self.ops.to_numpy(block), dtype=np.float64)[:k]
+
+    def _one_launch(self, what: str, pending: int) -> Any:
+        """The fused pass's `what` ("greedy" or "logits"), or None where it does not run:
+        none here, or a context not starting at position 0 (its position is its cache
+        row). A launch whose barrier timed out leaves it for the traced pass, for good."""
+        if self.fused is None or self.base != 0:
+            return None
+        self._flush()
+        try:
+            return getattr(self.fused, what)(pending, self.kv)
+        except PassTimedOut:
+            log.warning(
+                "the block drafter's one-launch pass timed out at a grid barrier (not every "
+                "block resident); its traced pass drafts from now on"
+            )
+            self.fused = None
+            return None
 
     def _block(self, pending: int, k: int) -> Array:
         """Rows 1..k's draft-vocabulary logits [k, N]: one C call where the step runs the
@@ -307,68 +332,6 @@ def confidence(logits: np.ndarray) -> list[float]:
     """`running_product` of block logits [k, N]'s rows' top-1 probabilities."""
     z = logits - logits.max(axis=-1, keepdims=True)
     return running_product(1.0 / np.exp(z).sum(axis=-1))  # the top-1 term is exp(0) = 1
-
-
-def load_block_drafter(
-    setting: str | None, loaded: Any, compiled: bool = False
-) -> tuple[BlockDrafter | None, str]:
-    """The block drafter `setting` names for `loaded` (a LoadedModel; None: the one shipped
-    for the model, if any; "off": none), and why there is none ("" when it loaded);
-    `compiled`: its pass traced, on an MLX GPU (on MLX's CPU a pass is bound by its
-    products, not by per-operation overhead, and the traced whole block costs more), or
-    on NumPy one call of the C step (engine/block_pass_cpu.py)."""
-    target = loaded.model
-    none = f"{loaded.name} has no block drafter; use Auto or prompt lookup."
-    if setting == "off":
-        return None, "the block drafter is off (BRANCHCHAT_BLOCK_DRAFTER=off)"
-    path = DEFAULT_FILE if setting is None else Path(setting).expanduser()
-    if setting is None and not path.is_file():
-        return None, none
-    try:
-        meta, cfg = read_metadata(path), target.config
-        if setting is None and meta.get("target_vocab", str(cfg.vocab_size)) != str(cfg.vocab_size):
-            return None, none  # shipped for another model (its vocabulary says so at once)
-        built = loaded.built  # what earlier sessions on this model built, by file version
-        signature = built.get("target_signature") or target_signature(cfg, loaded.tokenizer)
-        built["target_signature"] = signature
-        if setting is None and meta and meta.get("target_check") != signature:
-            return None, none
-        check_digest(path)
-        stat = path.stat()
-        key = ("block_drafter", str(path.resolve()), stat.st_size, stat.st_mtime_ns)
-        weights = built.get(key) or BlockDrafterWeights(path, target, signature)
-        built[key] = weights  # read-only: each session's drafter keeps its own rows
-    except (ModelLoadError, OSError) as exc:
-        return None, f"block drafter not used: {exc}"
-    problem = loaded.runner.tap_problem(weights.shape.taps)
-    if problem:  # its rows would come off another path, whose verifies round otherwise
-        return (
-            None,
-            f"block drafter not used: its rows are target layers {weights.shape.taps}; {problem}",
-        )
-    traced, cpu = None, None
-    if compiled and on_gpu(loaded.ops):  # one traced pass per file version, warmed at once
-        traced = built.get((*key, "traced"))
-        if traced is None:
-            traced = built[(*key, "traced")] = CompiledPass(weights, loaded.ops)
-            warm_up(BlockDrafter(weights, target, traced))
-    elif compiled and block_pass_cpu.unsupported_reason(weights, loaded.ops) is None:
-        cpu = built.get((*key, "cpu")) or block_pass_cpu.CpuPass(weights, loaded.ops)
-        built[(*key, "cpu")] = cpu
-    return BlockDrafter(weights, target, traced or False, cpu), ""
-
-
-def warm_up(drafter: BlockDrafter) -> None:
-    """A greedy and a sampled draft over a short made-up context, then the drafter left
-    empty: a traced pass's trace and the GPU's kernel builds happen at load, not inside
-    someone's first reply."""
-    rows = 8
-    drafter.begin([0] * rows)
-    drafter.observe_hidden(np.zeros((rows, drafter.w.shape.capture_width), np.float32), 0)
-    drafter.propose(0, drafter.max_draft)
-    drafter.couple(lambda row, history: int(np.argmax(row)))
-    drafter.propose(0, drafter.max_draft)
-    drafter.begin([])
 
 
 class CapturingForward:

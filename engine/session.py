@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 
 from engine import events as ev
-from engine.block_drafter import CapturingForward, load_block_drafter
+from engine.block_drafter import CapturingForward
+from engine.block_drafter_load import load_block_drafter
 from engine.branch_cache import BranchCache
 from engine.chat_template import ChatTemplateError, render_chat
 from engine.config import EngineConfig

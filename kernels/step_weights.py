@@ -134,8 +134,10 @@ def _part(w: Any, k_factors: bool) -> _Part:
 
 
 def build(matrices: list[Any], single_part_from: int, k_factors: bool = False) -> WeightTable:
-    """The table of `matrices` in kernel order (see the module text); matrices from index
-    `single_part_from` on (the head, the table) must be one part each."""
+    """The table of `matrices` in kernel order (see the module text); the matrix at index
+    `single_part_from` (the head) must be one part; the embedding table after it may be
+    several (each row is found by its part: a block drafter's mask row after the target's
+    embedding, engine/block_pass_fused.py)."""
     meta = [[[0] * FIELDS for _ in range(PARTS)] for _ in matrices]
     words: list[mx.array] = []
     scales: list[mx.array] = []
@@ -153,8 +155,8 @@ def build(matrices: list[Any], single_part_from: int, k_factors: bool = False) -
             continue
         seen[id(w)] = index
         parts = [_part(p, k_factors) for p in (w.parts if isinstance(w, RowParts) else [w])]
-        if index >= single_part_from and len(parts) > 1:
-            raise ValueError("fused step weights: the head and the table must be one part each")
+        if index == single_part_from and len(parts) > 1:  # the head reads its part 0 alone
+            raise ValueError("fused step weights: the head must be one part")
         starts.append((n_words, n_groups, n_bias))
         row0 = 0
         for slot in range(PARTS):

@@ -330,7 +330,7 @@ def test_a_model_without_a_shipped_drafter_gets_none_quietly(tiny_models: Any) -
     """The shipped file names the default model: another model loads without it (the
     reason is kept for a request that asks for the block drafter; nothing is reported at
     load for a drafter nobody asked for)."""
-    from engine.block_drafter import load_block_drafter
+    from engine.block_drafter_load import load_block_drafter
     from engine.config import EngineConfig
     from engine.loader import load_model
 
@@ -363,7 +363,7 @@ def test_sessions_on_one_model_share_its_weights_not_its_rows(
     rewritten since is read again."""
     import os
 
-    from engine.block_drafter import load_block_drafter
+    from engine.block_drafter_load import load_block_drafter
     from engine.config import EngineConfig
     from engine.drafter_file import target_signature
     from engine.loader import load_model

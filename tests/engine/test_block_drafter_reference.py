@@ -95,7 +95,7 @@ def test_the_shipped_drafter_fits_the_default_model_and_is_checked(tmp_path: Pat
     a copy whose bytes changed is refused by name."""
     import shutil
 
-    from engine.block_drafter import load_block_drafter
+    from engine.block_drafter_load import load_block_drafter
     from engine.drafter_file import DEFAULT_FILE
 
     lm = load_model(default_model_path(), EngineConfig(backend="numpy"))

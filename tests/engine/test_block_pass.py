@@ -159,7 +159,7 @@ def test_sessions_share_one_traced_pass_warmed_at_load(monkeypatch: pytest.Monke
     """Where the pass is traced (a GPU; here the CPU's MLX told it is one), the first
     session's load traces it on a made-up context and leaves the drafter empty; later
     sessions on the model take the same traced pass; drafts are the op-by-op pass's."""
-    from engine import block_drafter
+    from engine import block_drafter_load
     from engine.config import EngineConfig
     from engine.default_model import default_model_path
     from engine.loader import load_model
@@ -172,7 +172,7 @@ def test_sessions_share_one_traced_pass_warmed_at_load(monkeypatch: pytest.Monke
         traced_calls.append(1)
         return original(self, *args)
 
-    monkeypatch.setattr(block_drafter, "on_gpu", lambda ops: True)
+    monkeypatch.setattr(block_drafter_load, "on_gpu", lambda ops: True)
     monkeypatch.setattr(CompiledPass, "greedy", counted)
     config = EngineConfig(backend="mlx", dtype="float32")  # drafts compared token for token
     loaded = load_model(default_model_path(), config)
