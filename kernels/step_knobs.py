@@ -32,10 +32,6 @@ TUNING = {
     # on an H100, the default model's 16-row verify 3.12 -> 2.74 ms, 8 rows 1.78 -> 1.73,
     # a step unchanged, the same bits (docs/BENCHMARKS.md, session 25)
     "FQ_SPREAD": 1,
-    # 1: a block stages a phase's x into shared memory with asynchronous copies, all in
-    # flight at once (fq_stage): a loop of loads and stores waits one L2 round trip per
-    # 1,024 floats (an 8-row verify's down phase stages 12,288). The same values and bits
-    "FQ_STAGE_ASYNC": 0,
 }
 # shared memory an SM lends the staged x of its blocks (an H100/H200 SM has 228 KB; the
 # attention's own arrays and the runtime's reserve take the rest)

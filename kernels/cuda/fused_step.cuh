@@ -247,29 +247,14 @@ struct FqX {
 // past the grid barrier that published x; the next barrier frees `sm` again). `sm` is the
 // launch's dynamic shared memory (StepKernel asks for FQ_SMEM_X floats); if the launch has
 // less, only what fits is staged and the rest is read from L2, so x is never read past it.
-// With FQ_STAGE_ASYNC each thread issues all its copies (cp.async, past L1 as __ldcg reads)
-// before it waits for any: the compiler keeps a loop of one load and one store as it is,
-// one L2 round trip a pass of the block's threads (1,024 floats), so staging 8 verify rows
-// of down's 1,536 inputs took 12 trips; loads batched in registers spill (the verify build
-// is at 255). The same values either way.
-#ifndef FQ_STAGE_ASYNC
-#define FQ_STAGE_ASYNC 0
-#endif
 __device__ __forceinline__ FqX fq_stage(const float* x, int n, float* sm) {
   unsigned int bytes;
   asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(bytes));
   const int room = min(FQ_SMEM_X, static_cast<int>(bytes / 32) * 8);  // whole slices
   const int staged = n < room ? n : room;
   if (FQ_SMEM_X > 0) {
-    for (int i = threadIdx.x * 4; i < staged; i += blockDim.x * 4) {
-      if (FQ_STAGE_ASYNC) {
-        const unsigned int to = static_cast<unsigned int>(__cvta_generic_to_shared(sm + i));
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(to), "l"(x + i) : "memory");
-      } else {
-        *reinterpret_cast<float4*>(sm + i) = __ldcg(reinterpret_cast<const float4*>(x + i));
-      }
-    }
-    if (FQ_STAGE_ASYNC) asm volatile("cp.async.wait_all;" ::: "memory");
+    for (int i = threadIdx.x * 4; i < staged; i += blockDim.x * 4)
+      *reinterpret_cast<float4*>(sm + i) = __ldcg(reinterpret_cast<const float4*>(x + i));
     __syncthreads();
   }
   return {x, sm, staged};

@@ -207,8 +207,6 @@ def test_one_launch_step_reads_the_weights_as_stored(tiny_models, q4_k_m, source
         "FQ_BARRIER=1,FQ_L1_PREFETCH=1",  # release/acquire barrier, rows into L1 first
         "FQ_KFACTORS=1",  # Q4_K / Q6_K parts as their super-blocks' factors
         "FQ_STREAM=1,FQ_SLICES=16,FQ_VERIFY_ROWS=4",
-        "FQ_STAGE_ASYNC=1",  # x staged by asynchronous copies, all in flight at once
-        "FQ_STAGE_ASYNC=1,FQ_SMEM_X=64",  # staged in part: the rest read from L2
     ],
 )
 @pytest.mark.parametrize("source", ["tiny-llama", "tiny-qwen3"])

@@ -162,17 +162,15 @@ def test_a_prefill_through_the_cuda_recurrence_matches_the_chunked_form(hybrid_g
 
 @needs_cuda
 @pytest.mark.gpu
-@pytest.mark.parametrize("pair,spread,stage", [(1, 0, 0), (2, 0, 0), (2, 1, 0), (2, 1, 1)])
+@pytest.mark.parametrize("pair,spread", [(1, 0), (2, 0), (2, 1)])  # gated_delta_cuda.PAIR
 @pytest.mark.parametrize("prompt", [PROMPT, LONG_PROMPT], ids=["short", "long"])
 def test_verify_rows_are_bit_identical_to_single_steps(
-    hybrid_gguf, prompt, pair, spread, stage, monkeypatch
+    hybrid_gguf, prompt, pair, spread, monkeypatch
 ):
     """What makes greedy speculation exact on a hybrid in the default dtype (PAIR: threads
-    a value column; FQ_SPREAD: a verify's groups of rows dealt to warps of their own;
-    FQ_STAGE_ASYNC: each phase's x staged by asynchronous copies)."""
+    a value column; FQ_SPREAD: a verify's groups of rows dealt to warps of their own)."""
     monkeypatch.setattr(gated_delta_cuda, "PAIR", pair)
     monkeypatch.setitem(step_knobs.TUNING, "FQ_SPREAD", spread)
-    monkeypatch.setitem(step_knobs.TUNING, "FQ_STAGE_ASYNC", stage)
     lm = _load(hybrid_gguf)
     lm.runner.enable_fused_decode(mode="step")
     single, single_state = single_steps(lm, STEPS, prompt)

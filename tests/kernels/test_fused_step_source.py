@@ -311,11 +311,9 @@ def test_a_two_block_build_keeps_its_registers_for_two_blocks(tmp_path):
 def test_the_streaming_dot_products_compile(tmp_path, maxm, head_mode):
     """bench/gpu/step_tuning.py's other builds: words decoded as used, deeper chunks, more
     rows of x a pass, a verify's rows all taken by the warps of their outputs (FQ_SPREAD
-    0; the engine's builds, every family's, deal a verify's groups of rows to warps), x
-    staged by asynchronous copies (FQ_STAGE_ASYNC)."""
+    0; the engine's builds, every family's, deal a verify's groups of rows to warps)."""
     tuning = {"FQ_SLICES": 16, "FQ_STREAM": 1, "FQ_VERIFY_ROWS": 4, "FQ_SMEM_X": 8192,
-              "FQ_BARRIER": 1, "FQ_L1_PREFETCH": 1, "FQ_SPREAD": 0,
-              "FQ_STAGE_ASYNC": 1}  # fmt: skip
+              "FQ_BARRIER": 1, "FQ_L1_PREFETCH": 1, "FQ_SPREAD": 0}  # fmt: skip
     source = _step_source(SMOLLM2, 30, "__nv_bfloat16", head_mode, maxm=maxm, tuning=tuning)
     assert "#define FQ_STREAM 1" in source
     _nvcc(tmp_path, source)
@@ -336,10 +334,8 @@ def test_build_knobs_are_named_and_checked():
             "FQ_L1_PREFETCH": 0,
             "FQ_KFACTORS": 0,
             "FQ_SPREAD": 1,
-            "FQ_STAGE_ASYNC": 0,
         }
     ]
-    assert parse_configs("8:0:4:1:16384:0:0:0:0:1:1")[0]["FQ_STAGE_ASYNC"] == 1
     assert parse_configs("8:0:2:2:8192:0:0:0:1")[0]["FQ_KFACTORS"] == 1
     assert parse_configs("8:0:4:1:16384:0:0:0:0:0")[0]["FQ_SPREAD"] == 0
     assert parse_configs("8:0:2:2")[0]["FQ_BLOCKS"] == 2
