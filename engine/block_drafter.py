@@ -214,7 +214,7 @@ class BlockDrafter:
 
     def _top1(self, pending: int, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Rows 1..k's top draft-vocabulary index and its probability."""
-        one = self._one_launch("greedy", pending)
+        one = self._one_launch("greedy", pending, k)
         if one is not None:
             top, probability = one
             return top[:k], probability[:k]
@@ -225,7 +225,7 @@ class BlockDrafter:
 
     def _logit_rows(self, pending: int, k: int) -> np.ndarray:
         """Rows 1..k's draft-vocabulary logits [k, N], float64 on the host."""
-        block = self._one_launch("logits", pending)
+        block = self._one_launch("logits", pending, k)
         if block is None:
             if self.compiled is None:
                 block = self._block(pending, k)
@@ -233,7 +233,7 @@ class BlockDrafter:
                 block = self.compiled.logits(*self._pass_inputs(pending))
         return np.asarray(self.ops.to_numpy(block), dtype=np.float64)[:k]
 
-    def _one_launch(self, what: str, pending: int) -> Any:
+    def _one_launch(self, what: str, pending: int, k: int) -> Any:
         """The fused pass's `what` ("greedy" or "logits"), or None where it does not run:
         none here, or a context not starting at position 0 (its position is its cache
         row). A launch whose barrier timed out leaves it for the traced pass, for good."""
@@ -241,7 +241,7 @@ class BlockDrafter:
             return None
         self._flush()
         try:
-            return getattr(self.fused, what)(pending, self.kv)
+            return getattr(self.fused, what)(pending, self.kv, k)
         except PassTimedOut:
             log.warning(
                 "the block drafter's one-launch pass timed out at a grid barrier (not every "

@@ -124,17 +124,23 @@ class FusedPass:
         self.kernel = StepKernel.for_table(self.shapes, s.layers, self.table, tuning)
         self._top1 = mx.compile(_top1)
 
-    def logits(self, pending: int, kv: list[FullKV]) -> mx.array:
-        out = self._launch(pending, kv)
+    def logits(self, pending: int, kv: list[FullKV], k: int) -> mx.array:
+        out, status = self._queue(pending, kv, k)
+        mx.eval(out, status)
+        _check(status)
         return out[1:]
 
-    def greedy(self, pending: int, kv: list[FullKV]) -> tuple[np.ndarray, np.ndarray]:
-        top, probability = self._top1(self._launch(pending, kv))
+    def greedy(self, pending: int, kv: list[FullKV], k: int) -> tuple[np.ndarray, np.ndarray]:
+        out, status = self._queue(pending, kv, k)
+        top, probability = self._top1(out)
+        mx.eval(top, probability, status)  # one wait for the device
+        _check(status)
         return np.array(top), np.array(probability, dtype=np.float32)
 
-    def _launch(self, pending: int, kv: list[FullKV]) -> mx.array:
-        """Every block row's logits [block, N], evaluated; PassTimedOut where a barrier of
-        the launch timed out (not every block resident), the caches' lengths as they were."""
+    def _queue(self, pending: int, kv: list[FullKV], k: int) -> tuple[mx.array, mx.array]:
+        """The logits [k + 1, N] of the block's first k + 1 rows (causal inside the block:
+        what the whole block gives them, for a verify's cost of k + 1 rows) and the launch's
+        status, not evaluated; the caches' lengths stay."""
         n = kv[0].length
         need = n + self.block
         capacities = {c.capacity() for c in kv}
@@ -143,14 +149,17 @@ class FusedPass:
             for c in kv:
                 if c.capacity() != capacity:
                     c.reserve(capacity)
-        ids = mx.array([pending] + [self.mask_id] * (self.block - 1), dtype=mx.int32)
+        ids = mx.array([pending] + [self.mask_id] * k, dtype=mx.int32)
         pos = mx.array([n], dtype=mx.int32)
         keys, values = [c.keys for c in kv], [c.values for c in kv]
         out, status = self.kernel(ids, pos, self.table, self.norms, keys, values, head_mode=2)
-        mx.eval(out, status)
-        if status.item():
-            raise PassTimedOut("the drafter's fused pass timed out at a grid barrier")
-        return out
+        return out, status
+
+
+def _check(status: mx.array) -> None:
+    """PassTimedOut where a barrier of the launch timed out (not every block resident)."""
+    if status.item():
+        raise PassTimedOut("the drafter's fused pass timed out at a grid barrier")
 
 
 def _top1(out: mx.array) -> tuple[mx.array, mx.array]:

@@ -25,6 +25,7 @@ from engine.default_model import is_default_model_present
 from engine.drafter_file import BlockDrafterWeights
 from engine.loader import load_model
 from kernels import fused_decode_cuda
+from kernels.quantized import QuantizedWeight, dequantize
 from tests.block_drafters import write_drafter
 from tests.conftest import TinyModels
 from tests.engine.test_block_drafter import SIGNATURE, fresh_rows
@@ -67,10 +68,12 @@ def test_the_table_holds_the_drafter_as_a_decoder(target: Any, tmp_path: Path) -
     head, L = _f32(w.head), w.shape.layers
     for row in (0, 17, 39):
         np.testing.assert_array_equal(read_row(table, 4 * L, row, D), head[row])
-    # the embedding table: the target's rows, then the mask row at id V
+    # the embedding table: the target's rows as the table was given them (as loaded, where
+    # the backend still keeps that), then the mask row at id V
+    embed = getattr(target.ops, "stored", lambda w: w)(target.model.embed)
+    table_rows = dequantize(embed) if isinstance(embed, QuantizedWeight) else _f32(embed)
     for token in (0, 5, V - 1):
-        want = _f32(target.ops.embed(target.model.embed, np.asarray([token])))[0]
-        np.testing.assert_array_equal(read_row(table, 4 * L + 1, token, D), want)
+        np.testing.assert_array_equal(read_row(table, 4 * L + 1, token, D), table_rows[token])
     np.testing.assert_array_equal(read_row(table, 4 * L + 1, V, D), _f32(w.mask_embedding)[0])
     inv = 1.0 / w.shape.rope_base ** (np.arange(0, w.shape.head_dim, 2) / w.shape.head_dim)
     np.testing.assert_allclose(np.array(norms[3]), inv, rtol=1e-7)
@@ -87,18 +90,18 @@ class StandIn:
     def __init__(self, eager: BlockDrafter, fail: bool = False) -> None:
         self.eager, self.fail, self.calls = eager, fail, 0
 
-    def greedy(self, pending: int, kv: list[Any]) -> tuple[np.ndarray, np.ndarray]:
+    def greedy(self, pending: int, kv: list[Any], k: int) -> tuple[np.ndarray, np.ndarray]:
         self.calls += 1
         if self.fail:
             raise PassTimedOut("a barrier timed out")
         assert kv[0].length == self.eager.cursor  # the queued rows were projected first
-        return self.eager.ops.top1_rows(self.eager.block_logits(pending, self.eager.max_draft))
+        return self.eager.ops.top1_rows(self.eager.block_logits(pending, k))
 
-    def logits(self, pending: int, kv: list[Any]) -> Any:
+    def logits(self, pending: int, kv: list[Any], k: int) -> Any:
         self.calls += 1
         if self.fail:
             raise PassTimedOut("a barrier timed out")
-        return self.eager.block_logits(pending, self.eager.max_draft)
+        return self.eager.block_logits(pending, k)
 
 
 def test_the_fused_pass_drafts_from_position_0_only(
