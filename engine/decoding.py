@@ -231,10 +231,10 @@ def _plain_run(
     undone and launched again on the host's token.
 
     Where the cost model would draft after a step, a drafter that drafts on the host
-    (`drafts_for_free`: prompt lookup) needs that step's token to propose, so the next
-    step is queued all the same and the drafter asked once the token is read: with
-    nothing to propose the queued step stands; with a draft it is undone and the draft
-    goes back to the loop, for its verify. A drafter whose pass runs on the device would
+    (`drafts_for_free`: prompt lookup; a pool whose members ranked this round all do)
+    needs that step's token to propose, so the next step is queued all the same and the
+    drafter asked once the token is read: with nothing to propose the queued step stands;
+    with a draft it is undone and the draft goes back to the loop, for its verify. A drafter whose pass runs on the device would
     wait behind the queued step, so there the run ends and the loop drafts. A drafter
     that reads the target's rows (`taps` not None) is handed each step's with its token.
 
@@ -252,7 +252,6 @@ def _plain_run(
         draw = None if greedy else device_sampling.draw(s, uniforms.uniform(state.offset + 1))
         return runner.launch(ids, state, draw, taps)
 
-    free = bool(getattr(req.drafter, "drafts_for_free", False))
     pending = out.token_ids[-1]
     step = launch([pending])
     step.end(pending)
@@ -263,7 +262,7 @@ def _plain_run(
         num_after = len(out.token_ids) + 1  # produced once this step's token is read
         more = num_after < req.max_tokens and state.offset + 1 < req.context_limit
         k = _choose_k(req, costs, num_after, state, row_limit) if more else 0
-        nxt = launch(step.top) if more and (k == 0 or free) else None
+        nxt = launch(step.top) if more and (k == 0 or _drafts_for_free(req.drafter)) else None
         try:
             guess = step.read()
             # the host's draw from the row (its history: the state, the queued step not in it)
@@ -301,6 +300,13 @@ def _plain_run(
             nxt = launch([token])
         nxt.end(token)
         step, pending = nxt, token
+
+
+def _drafts_for_free(drafter: Any) -> bool:
+    """Whether the drafter asked this round drafts on the host alone (a pool: the members
+    its `choose_k` ranked)."""
+    free = getattr(drafter, "round_is_free", None)
+    return bool(getattr(drafter, "drafts_for_free", False) if free is None else free)
 
 
 def _first_eos(tokens: list[int], eos_ids: frozenset[int]) -> int | None:

@@ -1,0 +1,115 @@
+"""Queued steps under a pool of drafters (engine/drafter_pool.py, engine/decoding.py's
+`_plain_run`): where the members the cost model ranks this round all draft on the host
+(prompt lookup), the next step is queued before the draft is asked for, as for lookup
+alone, though the pool also holds a drafter whose pass runs on the device (the block
+drafter); only a round that ranks that one stops the queue. The reply and state are the
+synchronous decoding's with the same pool."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import mlx.core as mx
+import pytest
+
+from engine.draft_costs import CostModel
+from engine.drafter_pool import DrafterPool, Member
+from engine.drafters import Draft
+from engine.runner import ModelRunner
+from engine.runner.ahead import Launch
+from engine.sequence import SequenceState, prefill
+from tests.engine.test_launch_ahead import (
+    PROMPT,
+    SeeingDrafter,
+    SometimesDrafter,
+    _assert_same,
+    _decode,
+    _next_logits,
+    _synchronous,
+)
+from tests.engine.test_launch_ahead import runner as runner  # the fixture, every path
+from tests.engine.test_speculative import ScriptedDrafter
+from tests.tolerances import assert_logits_close, compute_dtype
+
+# a verify's rows as a GPU prices them against a step (the H100's, session 27)
+RATIOS = {1: 1.0, 2: 1.30, 4: 1.70, 8: 2.28, 16: 3.29}
+
+
+class DeviceDrafter(SeeingDrafter):
+    """Reads the target's rows, its pass on the device; proposes at every position."""
+
+    def propose(self, pending: int, k: int) -> Draft:
+        return ScriptedDrafter.propose(self, pending, k)
+
+
+def _pool(script: list[int], device_pass_seconds: float) -> DrafterPool:
+    """Lookup-like (on the host, proposing every other position) and a drafter whose pass
+    runs on the device and reads the target's rows, priced at `device_pass_seconds`."""
+    lookup = Member("lookup", SometimesDrafter(script, 0.5, 1))
+    seeing = Member("block", DeviceDrafter(script, ()))
+    seeing.acceptance.pass_seconds = device_pass_seconds
+    return DrafterPool([lookup, seeing])
+
+
+@pytest.fixture
+def fixed_costs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Costs as set, not as this machine measures them (what the choice is made of)."""
+
+    def calibrated(self: CostModel) -> None:
+        self.step_seconds, self.ratios = 1e-3, dict(RATIOS)
+
+    monkeypatch.setattr(CostModel, "observe", lambda self, rows, seconds: calibrated(self))
+    monkeypatch.setattr(CostModel, "charge", lambda self, rows, seconds: None)
+
+
+def _assert_equals_a_fresh_prefill(runner: ModelRunner, state: SequenceState) -> None:
+    """The state's next logits are a fresh prefill's of its tokens (rows computed in
+    verifies of other row counts: within the dtype's rounding, not bit for bit)."""
+    fresh = runner.new_state()
+    prefill(runner, fresh, state.tokens)
+    got, want = _next_logits(runner, state, 3), _next_logits(runner, fresh, 3)
+    assert_logits_close(got, want, compute_dtype(runner.ops), runner.config.hidden_size)
+
+
+@pytest.mark.parametrize("device_pass_ms", [1000.0, 0.0], ids=["unpaid-pass", "free-pass"])
+def test_a_round_lookup_alone_drafts_keeps_the_queue(
+    runner: ModelRunner, monkeypatch: pytest.MonkeyPatch, fixed_costs: None, device_pass_ms: float
+) -> None:
+    plain = _synchronous(runner, monkeypatch, max_tokens=40)[0].token_ids
+    script = PROMPT + plain
+    sync_pool = _pool(script, device_pass_ms / 1e3)
+    want = _synchronous(runner, monkeypatch, max_tokens=40, drafter=sync_pool)
+    log: list[Any] = []
+    real_launch, real_choose = ModelRunner.launch, DrafterPool.choose_k
+
+    def launch(
+        self: ModelRunner, ids: Any, state: SequenceState, draw: Any = None, taps: Any = None
+    ) -> Launch:
+        log.append("queued" if isinstance(ids, mx.array) else "host")
+        return real_launch(self, ids, state, draw, taps)
+
+    def choose_k(self: DrafterPool, costs: CostModel, room: int) -> int:
+        k = real_choose(self, costs, room)
+        log.append(("k", k, self.round_is_free))
+        return k
+
+    monkeypatch.setattr(ModelRunner, "launch", launch)
+    monkeypatch.setattr(DrafterPool, "choose_k", choose_k)
+    pool = _pool(script, device_pass_ms / 1e3)
+    got = _decode(runner, max_tokens=40, drafter=pool)
+    monkeypatch.undo()
+    assert got[0].token_ids == plain
+    if got[0].drafted == want[0].drafted:  # the same rounds: the same state, bit for bit
+        _assert_same(runner, got, want)
+    else:  # a round more or less near the end (the room left counts from another token)
+        _assert_equals_a_fresh_prefill(runner, got[1])
+    rounds = [e for e in log if isinstance(e, tuple) and e[1]]
+    after = [log[i + 1] for i, e in enumerate(log[:-1]) if isinstance(e, tuple) and e[1]]
+    if device_pass_ms:  # the device's drafter never pays: every drafting round is lookup's
+        assert len(rounds) >= 10 and all(free for _, _, free in rounds)
+        assert pool.proposals["block"] == 0 and pool.proposals["lookup"] >= 3
+        # queued though lookup may draft after it (before: none, the pool was not free)
+        assert after.count("queued") >= 6
+    else:  # a free pass ranks the device's drafter: its rounds stop the queue
+        assert rounds and not any(free for _, _, free in rounds)
+        assert "queued" not in after and pool.proposals["block"] >= 1
