@@ -20,6 +20,13 @@ Two facts organise the state kept here:
 
 Causal attention inside the block makes the first k + 1 rows of a pass exactly what the
 full block gives those rows, so any k <= block - 1 drafts the same tokens.
+
+Rows are rotated at their slot in the cache, position - base, and the block after them
+at its slots. Under RoPE a query's score against a key depends only on the difference of
+their positions, so a context that starts at position 37 (the target's prefix was
+reused but the drafter never saw it) drafts as if its positions were the slots, up to
+rounding; and every pass, the fused kernel's included, takes a position that is also its
+cache row.
 """
 
 from __future__ import annotations
@@ -176,12 +183,12 @@ class BlockDrafter:
             return
         ops, s = self.ops, self.w.shape
         h = self._queued[0] if len(self._queued) == 1 else ops.concat(self._queued, axis=0)
-        start = self.base + self.kv[0].length
+        slot = self.kv[0].length  # its rotation (see the module text)
         self._queued, self._queued_rows = [], 0
         c = ops.rms_norm(ops.linear(h, self.w.fc), self.w.hidden_norm, s.eps)
         for layer, kv in zip(self.w.layers, self.kv, strict=True):
             k, v = self._split_kv(ops.linear(c, layer["kv_proj"]))
-            kv.append(self._rope(k, start), v)
+            kv.append(self._rope(k, slot), v)
 
     # -- drafting -----------------------------------------------------------------------
     def propose(self, pending: int, k: int) -> Draft:
@@ -234,10 +241,9 @@ class BlockDrafter:
         return np.asarray(self.ops.to_numpy(block), dtype=np.float64)[:k]
 
     def _one_launch(self, what: str, pending: int, k: int) -> Any:
-        """The fused pass's `what` ("greedy" or "logits"), or None where it does not run:
-        none here, or a context not starting at position 0 (its position is its cache
-        row). A launch whose barrier timed out leaves it for the traced pass, for good."""
-        if self.fused is None or self.base != 0:
+        """The fused pass's `what` ("greedy" or "logits"), or None where there is none. A
+        launch whose barrier timed out leaves it for the traced pass, for good."""
+        if self.fused is None:
             return None
         self._flush()
         try:
@@ -257,12 +263,13 @@ class BlockDrafter:
             return self.block_logits(pending, k)
         self._flush()
         x = np.concatenate([self._embedding(pending), *[self.w.mask_embedding] * k])
-        return self.cpu_pass.logits(x, self.kv, self.base)[1:]
+        return self.cpu_pass.logits(x, self.kv)[1:]
 
     def _pass_inputs(self, pending: int) -> tuple[Array, int, int, list[Array]]:
         self._flush()
         buffers = [b for kv in self.kv for b in (kv.keys, kv.values)]
-        return self._embedding(pending), self.cursor, self.kv[0].length, buffers
+        n = self.kv[0].length  # the block's rotation: its slot after the context's rows
+        return self._embedding(pending), n, n, buffers
 
     def _embedding(self, pending: int) -> Array:
         x0 = self.ops.embed(self.target.embed, np.asarray([pending], dtype=np.int64))
@@ -273,7 +280,7 @@ class BlockDrafter:
         """Draft-vocabulary logits [k, N] of the block rows 1..k after `pending`, op by op."""
         self._flush()
         ops, s, w = self.ops, self.w.shape, self.w
-        P, L = self.cursor, k + 1
+        P, L = self.kv[0].length, k + 1  # rotated at its slot (see the module text)
         x = ops.concat(
             [self._embedding(pending), ops.concat([w.mask_embedding] * k, axis=0)], axis=0
         )

@@ -7,9 +7,9 @@ every layer to each row's logits, in one call. Op by op (`BlockDrafter.block_log
 the same pass is ~100 NumPy calls between its matmuls: about half of its ~1 ms at k = 4
 on a 2-core CPU.
 
-The context's K/V rows sit in the drafter's caches from slot 0, for positions base..; the
-step rotates row i of a call at slot `offset + i` by table row `offset + i`, so it gets
-the rope tables from row `base` on. The block's own K/V rows land past the caches'
+The context's K/V rows sit in the drafter's caches from slot 0, rotated at their slots
+(engine/block_drafter.py); the step rotates row i of a call at slot `offset + i` by table
+row `offset + i`, as the drafter does. The block's own K/V rows land past the caches'
 cursors, where the next context rows overwrite them: nothing a draft wrote is read as
 context (engine/block_drafter.py, fact 2).
 """
@@ -83,14 +83,14 @@ class CpuPass:
             layers,
         )
 
-    def logits(self, x: np.ndarray, kvs: list[FullKV], base: int) -> np.ndarray:
+    def logits(self, x: np.ndarray, kvs: list[FullKV]) -> np.ndarray:
         """Every row's draft-vocabulary logits [L, N] for input rows x [L, D] after the
-        caches' context rows (positions base..base + n)."""
+        caches' n context rows (rotated at 0..n - 1: engine/block_drafter.py)."""
         rows = int(x.shape[0])
         n = kvs[0].length
         end = n + rows
-        cos, sin = self.ops._rope_table(self.shape.head_dim, self.shape.rope_base, base + end, None)
-        tables = ((cos[base:], sin[base:]),)
+        cos, sin = self.ops._rope_table(self.shape.head_dim, self.shape.rope_base, end, None)
+        tables = ((cos, sin),)
         caches = []
         for kv in kvs:
             kv._make_room(end)  # the block's rows past the cursor

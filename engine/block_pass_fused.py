@@ -14,8 +14,7 @@ an H100; this is one.
 The kernel writes the block's K/V rows into the context's buffers past their length, as
 a verify writes a target's; the length stays, so the next rows written over them are the
 context's (the drafter's rows are never read as context). The kernel's position is also
-the cache's row, so the pass runs where the context starts at position 0
-(`BlockDrafter.base`); elsewhere the drafter takes its traced pass.
+the cache's row: the drafter rotates its rows at their slots (engine/block_drafter.py).
 """
 
 from __future__ import annotations

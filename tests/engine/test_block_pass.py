@@ -101,7 +101,7 @@ def test_the_pass_in_one_call_drafts_as_the_pass_op_by_op(pair: Pair, tmp_path: 
     fresh = drafters(target, tmp_path / "fresh", layers=2, block=9, vocab=40, seed=2)[1]
     feed(fresh, tokens[:60], rows[:60])
     assert_same_pass(fresh, fast, 8, "after a cut, against a fresh drafter")
-    # a context whose rows start at position 37: rotated from position 37 on
+    # a context whose rows start at position 37: rotated at their slots from 0 on
     for d in (eager, fast):
         feed(d, [], rows)  # forget everything first
         feed(d, tokens[:90], rows[:90], start=37)

@@ -2,8 +2,8 @@
 
 Everywhere: the drafter's weight table holds its layers, its head and the embedding table
 of the target's rows with the mask row after them, each row read back as the kernel reads
-it; the drafter takes the fused pass for a context from position 0 only, and a launch
-whose barrier timed out leaves the traced pass drafting, for good. On CUDA (the lent
+it; the drafter takes the fused pass for every context (one from position 37 too), and a
+launch whose barrier timed out leaves the traced pass drafting, for good. On CUDA (the lent
 machine): its drafts and logits are the op-by-op pass's over contexts that outgrow their
 buffers and after a cut, and the engine takes it for the default model's drafter."""
 
@@ -31,6 +31,7 @@ from tests.conftest import TinyModels
 from tests.engine.test_block_drafter import SIGNATURE, fresh_rows
 from tests.engine.test_block_pass import assert_same_pass, feed
 from tests.kernels.test_step_weights import read_row
+from tests.tolerances import assert_logits_close, compute_dtype
 
 on_cuda = pytest.mark.skipif(not fused_decode_cuda.is_available(), reason="CUDA only")
 
@@ -94,7 +95,7 @@ class StandIn:
         self.calls += 1
         if self.fail:
             raise PassTimedOut("a barrier timed out")
-        assert kv[0].length == self.eager.cursor  # the queued rows were projected first
+        assert kv[0].length == self.eager.cursor - self.eager.base  # queued rows projected
         return self.eager.ops.top1_rows(self.eager.block_logits(pending, k))
 
     def logits(self, pending: int, kv: list[Any], k: int) -> Any:
@@ -104,7 +105,7 @@ class StandIn:
         return self.eager.block_logits(pending, k)
 
 
-def test_the_fused_pass_drafts_from_position_0_only(
+def test_the_drafter_drafts_through_its_fused_pass(
     target: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     w = weights_for(target, tmp_path, layers=2, block=9, vocab=40, seed=2)
@@ -120,12 +121,13 @@ def test_the_fused_pass_drafts_from_position_0_only(
     fused.couple(lambda row, history: int(np.argmax(row)))
     assert len(fused.propose(11, 4).tokens) == 4 and stand_in.calls == 2
     fused.couple(None)
-    # a context from position 37: its position is not its cache row; the traced pass
-    for d in (eager, fused):
+    # a context from position 37 (rows rotated at their slots): the fused pass too
+    for d in (eager, fused, stand_in.eager):
         feed(d, [], rows)
         feed(d, tokens[:90], rows[:90], start=37)
+        assert d.base == 37
     assert_same_pass(eager, fused, 8, "a context from position 37")
-    assert stand_in.calls == 2
+    assert stand_in.calls == 4
     # a launch that timed out: the traced pass from then on, said in the log
     failing = StandIn(stand_in.eager, fail=True)
     dropped = BlockDrafter(w, target.model, traced.compiled, fused=failing)  # type: ignore[arg-type]
@@ -158,6 +160,11 @@ def test_the_one_launch_pass_drafts_as_the_pass_op_by_op(target: Any, tmp_path: 
     feed(eager, tokens[:59], rows[:59])
     assert_same_pass(eager, fast, 8, "one row fewer")
     assert np.abs(fast._logit_rows(11, 8) - one_row_more).max() > 1e-2  # the bound bites
+    for d in (eager, fast):  # a context from position 37: rows rotated at their slots
+        feed(d, [], rows)
+        feed(d, tokens[:90], rows[:90], start=37)
+        assert d.base == 37
+    assert_same_pass(eager, fast, 8, "a context from position 37")
 
 
 @on_cuda
@@ -175,3 +182,28 @@ def test_the_engine_drafts_in_one_launch_on_cuda() -> None:
     assert drafter is not None and drafter.fused is not None and drafter.compiled is not None
     again = Session(loaded, config=config).block_drafter
     assert again is not None and again.fused is drafter.fused  # one per file version
+
+
+def test_rows_rotated_at_their_slots_draft_as_at_their_positions(
+    target: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A context from position 37 is rotated at its slots 0.. (the fused pass's position
+    is its cache row); under RoPE a score depends on the difference of positions alone,
+    so the block's logits are those of the rows rotated at their positions, to rounding."""
+    w = weights_for(target, tmp_path, layers=2, block=9, vocab=40, seed=5)
+    tokens = [3 + (i * 5) % 90 for i in range(120)]
+    rows = fresh_rows(target, tokens)
+    slots, positions = BlockDrafter(w, target.model), BlockDrafter(w, target.model)
+    rotate = BlockDrafter._rope
+    monkeypatch.setattr(positions, "_rope", lambda x, offset: rotate(positions, x, offset + 37))
+    for d in (slots, positions):
+        feed(d, tokens[:120], rows[:120], start=37)
+    want = positions.block_logits(11, 8)
+    got = slots.block_logits(11, 8)
+    assert_logits_close(got, want, compute_dtype(target.ops), w.shape.hidden)
+    assert slots.propose(11, 8).tokens == positions.propose(11, 8).tokens
+    # the bound bites: the context one row shorter scores other rows
+    feed(positions, [], rows)
+    feed(positions, tokens[:120], rows[:120], start=38)
+    off = np.asarray(target.ops.to_numpy(positions.block_logits(11, 8)))
+    assert np.abs(off - np.asarray(target.ops.to_numpy(want))).max() > 1e-2
