@@ -81,6 +81,9 @@ class EngineConfig:
     # loaded model where there is one; "off"; or a drafter file's path
     block_drafter: str | None = None
     drafter_compile: bool = True  # its pass as one call: traced on an MLX GPU, C on NumPy
+    # whether Auto may draft with it: None, where it was measured paying (the CPU's C pass;
+    # docs/BENCHMARKS.md), True / False to say so (a GPU round measures it both ways)
+    auto_block: bool | None = None
     # on MLX, each plain step queued before the host reads the token it takes
     # (engine/runner/ahead.py); off: one forward a step, each token read first
     queue_steps: bool = True
@@ -277,6 +280,7 @@ _VARIABLES = {
     "memory_budget_bytes": ("BRANCHCHAT_MEMORY_BUDGET", _byte_size),
     "block_drafter": ("BRANCHCHAT_BLOCK_DRAFTER", lambda value: value.strip() or None),
     "drafter_compile": ("BRANCHCHAT_DRAFTER_COMPILE", _on_unless_zero),
+    "auto_block": ("BRANCHCHAT_AUTO_BLOCK", _step_opt_in("BRANCHCHAT_AUTO_BLOCK")),
     "queue_steps": ("BRANCHCHAT_QUEUE_STEPS", _on_unless_zero),
 }
 

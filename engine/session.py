@@ -88,7 +88,10 @@ class Session:
             Member("lookup", self.lookup, acc[kind.LOOKUP]),
             Member("block", block_d, acc[kind.BLOCK]) if block_d is not None else None,
             Member("draft_model", draft_d, acc[kind.DRAFT_MODEL]) if draft_d is not None else None,
-            block_in_auto=loaded.ops.name == "numpy",  # measured paying there (BENCHMARKS.md)
+            # where it was measured paying (BENCHMARKS.md), unless the config says
+            block_in_auto=loaded.ops.name == "numpy"
+            if config.auto_block is None
+            else config.auto_block,
         )
         self.template = self.tokenizer.chat_template  # None: plain text completion only
         self._warned_inexact = False

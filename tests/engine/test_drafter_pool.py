@@ -4,6 +4,7 @@ member follows the context, and the output stays plain decoding's token for toke
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -272,6 +273,16 @@ def test_the_block_choice_pools_the_block_drafter_with_lookup(
     session = Session(load_model(model_path, config), config=config)
     assert isinstance(session._drafter(ev.DrafterKind.BLOCK)[0], DrafterPool)
     assert session._drafter(ev.DrafterKind.AUTO)[0] is session.lookup  # not measured there
+    # BRANCHCHAT_AUTO_BLOCK says otherwise, either way (a GPU round measures both)
+    with_block = dataclasses.replace(config, auto_block=True)
+    auto = Session(load_model(model_path, with_block), config=with_block)._drafter(
+        ev.DrafterKind.AUTO
+    )[0]
+    assert isinstance(auto, DrafterPool) and {m.name for m in auto.members} == {"lookup", "block"}
+    without = EngineConfig(backend="numpy", block_drafter=str(drafter), auto_block=False)
+    session = Session(load_model(model_path, without), config=without)
+    assert session._drafter(ev.DrafterKind.AUTO)[0] is session.lookup
+    assert EngineConfig.from_environment({"BRANCHCHAT_AUTO_BLOCK": "1"}).auto_block is True
 
 
 def test_auto_pools_a_loaded_draft_model_with_lookup(tiny_models: TinyModels) -> None:
