@@ -25,7 +25,7 @@ import mlx.core as mx
 import numpy as np
 
 from engine.drafter_file import BlockDrafterWeights
-from engine.kv_state import FullKV
+from engine.kv_state import FullKV, reserve_alike
 from engine.models.base import DecoderModel
 from kernels import fused_decode_cuda, step_weights
 from kernels.fused_shapes import Shapes
@@ -141,13 +141,7 @@ class FusedPass:
         what the whole block gives them, for a verify's cost of k + 1 rows) and the launch's
         status, not evaluated; the caches' lengths stay."""
         n = kv[0].length
-        need = n + self.block
-        capacities = {c.capacity() for c in kv}
-        if any(c.capacity() < need for c in kv) or len(capacities) > 1:
-            capacity = max(-(-need // _CAPACITY_STEP) * _CAPACITY_STEP, *capacities)
-            for c in kv:
-                if c.capacity() != capacity:
-                    c.reserve(capacity)
+        reserve_alike(kv, n + self.block, _CAPACITY_STEP)
         ids = mx.array([pending] + [self.mask_id] * k, dtype=mx.int32)
         pos = mx.array([n], dtype=mx.int32)
         keys, values = [c.keys for c in kv], [c.values for c in kv]

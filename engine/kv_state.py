@@ -228,3 +228,15 @@ class FullKV(CursorRows):
             self.keys = self.ops.write_rows(self.keys, 0, arrays["k"])
             self.values = self.ops.write_rows(self.values, 0, arrays["v"])
         self.length = length
+
+
+def reserve_alike(caches: list[FullKV], need: int, step: int) -> None:
+    """Give every cache one capacity of at least `need` rows, grown in multiples of `step`:
+    the fused step kernel strides every layer's cache by the first one's (its builds and
+    scratch follow the capacity, hence the large steps)."""
+    capacities = {kv.capacity() for kv in caches}
+    if any(kv.capacity() < need for kv in caches) or len(capacities) > 1:
+        capacity = max(-(-need // step) * step, *capacities)
+        for kv in caches:
+            if kv.capacity() != capacity:
+                kv.reserve(capacity)

@@ -24,6 +24,7 @@ from typing import Any
 
 import mlx.core as mx
 
+from engine.kv_state import reserve_alike
 from engine.models.base import DecoderModel
 from engine.runner import fused_hybrid
 from engine.runner.ahead import DeviceDraw, Launch, Taps, queue
@@ -246,13 +247,7 @@ class FusedDecode(FiveKernelSteps):
         need = offset + rows
         caches = [kv for kv in kvs if isinstance(kv, FullKV)]
         rings = [kv for kv in kvs if isinstance(kv, SlidingKV)]
-        # one capacity for every cache: the step kernel strides them all by the first one's
-        capacities = {kv.capacity() for kv in caches}
-        if any(kv.capacity() < need for kv in caches) or len(capacities) > 1:
-            capacity = max(-(-need // _CAPACITY_STEP) * _CAPACITY_STEP, *capacities)
-            for kv in caches:
-                if kv.capacity() != capacity:
-                    kv.reserve(capacity)
+        reserve_alike(caches, need, _CAPACITY_STEP)
         status = None
         if self.step_kernel is not None:
             for ring in rings:  # the kernel writes the rows into their slots in place

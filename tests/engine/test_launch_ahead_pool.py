@@ -9,20 +9,19 @@ from __future__ import annotations
 
 from typing import Any
 
-import mlx.core as mx
 import pytest
 
 from engine.draft_costs import CostModel
 from engine.drafter_pool import DrafterPool, Member
 from engine.drafters import Draft
 from engine.runner import ModelRunner
-from engine.runner.ahead import Launch
 from engine.sequence import SequenceState, prefill
 from tests.engine.test_launch_ahead import (
     PROMPT,
     SeeingDrafter,
     SometimesDrafter,
     _assert_same,
+    _count_launches,
     _decode,
     _next_logits,
     _synchronous,
@@ -79,21 +78,14 @@ def test_a_round_lookup_alone_drafts_keeps_the_queue(
     script = PROMPT + plain
     sync_pool = _pool(script, device_pass_ms / 1e3)
     want = _synchronous(runner, monkeypatch, max_tokens=40, drafter=sync_pool)
-    log: list[Any] = []
-    real_launch, real_choose = ModelRunner.launch, DrafterPool.choose_k
-
-    def launch(
-        self: ModelRunner, ids: Any, state: SequenceState, draw: Any = None, taps: Any = None
-    ) -> Launch:
-        log.append("queued" if isinstance(ids, mx.array) else "host")
-        return real_launch(self, ids, state, draw, taps)
+    log: list[Any] = _count_launches(monkeypatch)  # and each round's choice among them
+    real_choose = DrafterPool.choose_k
 
     def choose_k(self: DrafterPool, costs: CostModel, room: int) -> int:
         k = real_choose(self, costs, room)
         log.append(("k", k, self.round_is_free))
         return k
 
-    monkeypatch.setattr(ModelRunner, "launch", launch)
     monkeypatch.setattr(DrafterPool, "choose_k", choose_k)
     pool = _pool(script, device_pass_ms / 1e3)
     got = _decode(runner, max_tokens=40, drafter=pool)
