@@ -80,11 +80,13 @@ def load_block_drafter(
 def warm_up(drafter: BlockDrafter) -> None:
     """A greedy and a sampled draft over a short made-up context, then the drafter left
     empty: a traced pass's trace and the GPU's kernel builds happen at load, not inside
-    someone's first reply."""
+    someone's first reply. The one-launch pass runs k + 1 rows, and its top-1 is traced
+    per row count: a greedy draft of every k."""
     rows = 8
     drafter.begin([0] * rows)
     drafter.observe_hidden(np.zeros((rows, drafter.w.shape.capture_width), np.float32), 0)
-    drafter.propose(0, drafter.max_draft)
+    for k in range(1, drafter.max_draft + 1) if drafter.fused is not None else [drafter.max_draft]:
+        drafter.propose(0, k)
     drafter.couple(lambda row, history: int(np.argmax(row)))
     drafter.propose(0, drafter.max_draft)
     drafter.begin([])
