@@ -39,9 +39,7 @@ import numpy as np
 from engine.block_pass_cpu import CpuPass
 from engine.block_pass_fused import FusedPass, PassTimedOut
 from engine.block_pass_mlx import CompiledPass
-from engine.drafter_file import (
-    BlockDrafterWeights,
-)
+from engine.drafter_file import BlockDrafterWeights
 from engine.drafters import Draft, Sampler
 from engine.errors import StateError
 from engine.kv_state import FullKV
@@ -73,8 +71,8 @@ class BlockDrafter:
         """`compiled`: on MLX, the pass traced once (engine/block_pass_mlx.py); a
         CompiledPass: that one, shared with other sessions' drafters of these weights.
         `cpu_pass`: on NumPy, the pass as one C call (engine/block_pass_cpu.py). `fused`:
-        on CUDA, the pass as one launch of the step kernel (engine/block_pass_fused.py)
-        where the context starts at position 0, the traced pass elsewhere."""
+        on CUDA, the pass as one launch of the step kernel (engine/block_pass_fused.py),
+        the traced pass (else op by op) after a launch whose barrier timed out."""
         self.w, self.target = weights, target
         self.cpu_pass = cpu_pass
         self.fused = fused

@@ -62,15 +62,16 @@ def load_block_drafter(
             f"block drafter not used: its rows are target layers {weights.shape.taps}; {problem}",
         )
     traced, cpu, fused = None, None, None
-    if compiled and on_gpu(loaded.ops):  # one traced pass per file version, warmed at once
-        traced = built.get((*key, "traced"))
-        if traced is None:
-            traced = built[(*key, "traced")] = CompiledPass(weights, loaded.ops)
-            warm_up(BlockDrafter(weights, target, traced))
+    if compiled and on_gpu(loaded.ops):  # one pass per file version, warmed at once
         fused = built.get((*key, "fused"))
         if fused is None and block_pass_fused.unsupported_reason(weights, target) is None:
             fused = built[(*key, "fused")] = FusedPass(weights, target)
-            warm_up(BlockDrafter(weights, target, traced, fused=fused))
+            warm_up(BlockDrafter(weights, target, fused=fused))
+        traced = built.get((*key, "traced"))
+        if traced is None:
+            traced = built[(*key, "traced")] = CompiledPass(weights, loaded.ops)
+            if fused is None:  # else it drafts only after a timed-out launch: traced then
+                warm_up(BlockDrafter(weights, target, traced))
     elif compiled and block_pass_cpu.unsupported_reason(weights, loaded.ops) is None:
         cpu = built.get((*key, "cpu")) or block_pass_cpu.CpuPass(weights, loaded.ops)
         built[(*key, "cpu")] = cpu

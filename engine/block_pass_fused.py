@@ -2,7 +2,7 @@
 
 A pass is a verify of the block's rows through the drafter's layers: the pending token
 and `block - 1` mask rows, appended after the context's K/V rows, attending to all of
-them and causally among themselves, each row rotated at its position, every row's
+them and causally among themselves, each row rotated at its cache slot, every row's
 logits over the draft vocabulary. That is what `kernels/fused_step_cuda.py`'s verify
 build computes for a decoder, so the drafter is handed to it as one: its layers' matrices
 (q|k|v, o, gate|up, down), its head (the target's embedding rows of the draft
