@@ -88,6 +88,11 @@ class EngineConfig:
     # (engine/runner/ahead.py); off: one forward a step, each token read first
     queue_steps: bool = True
 
+    def auto_block_for(self, backend: str) -> bool:
+        """Whether Auto drafts with the block drafter on `backend`: `auto_block`, else where
+        it was measured paying (docs/BENCHMARKS.md), the CPU's C pass."""
+        return backend == "numpy" if self.auto_block is None else self.auto_block
+
     def __post_init__(self) -> None:
         if self.backend is not None and self.backend not in BACKENDS:
             raise ValueError(f"backend must be 'numpy' or 'mlx', not {self.backend!r}")

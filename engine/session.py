@@ -84,14 +84,11 @@ class Session:
         if draft is not None:  # a drafted token's cost until one is timed: by weights' bytes
             acc[ev.DrafterKind.DRAFT_MODEL].prior_steps = draft.weight_bytes / loaded.weight_bytes
         draft_d, block_d, kind = self.draft_drafter, self.block_drafter, ev.DrafterKind
-        auto_block = config.auto_block
-        if auto_block is None:  # where it was measured paying (BENCHMARKS.md): the CPU
-            auto_block = loaded.ops.name == "numpy"
         self.block_pool, self.auto_pool = choice_pools(
             Member("lookup", self.lookup, acc[kind.LOOKUP]),
             Member("block", block_d, acc[kind.BLOCK]) if block_d is not None else None,
             Member("draft_model", draft_d, acc[kind.DRAFT_MODEL]) if draft_d is not None else None,
-            block_in_auto=auto_block,
+            block_in_auto=config.auto_block_for(loaded.ops.name),
         )
         self.template = self.tokenizer.chat_template  # None: plain text completion only
         self._warned_inexact = False
