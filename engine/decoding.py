@@ -291,10 +291,14 @@ def _plain_run(
                 nxt.cancel()
             return reason, None  # or the loop drafts on the token read
         if k and req.drafter is not None:
+            # the draft's cost is its proposal's alone: the token's emission and commit
+            # above are every step's (timed from t0 they made lookup's drafted token cost
+            # ~0.2 ms, and Auto on a GPU stopped drafting with it)
+            t_draft = time.perf_counter()
             draft = req.drafter.propose(token, k)
             if draft.tokens:  # the round verifies the draft: the queued step is not it
+                seconds = time.perf_counter() - t_draft - draft.setup_seconds
                 nxt.cancel()
-                seconds = time.perf_counter() - t0 - draft.setup_seconds
                 return "", _Carried(k, draft, seconds)
         if token != guess:  # the device drew another token: the queued step is not this one
             nxt.cancel()

@@ -3,18 +3,23 @@
 (prompt lookup), the next step is queued before the draft is asked for, as for lookup
 alone, though the pool also holds a drafter whose pass runs on the device (the block
 drafter); only a round that ranks that one stops the queue. The reply and state are the
-synchronous decoding's with the same pool."""
+synchronous decoding's with the same pool. A draft proposed on a queued step's token is
+priced by its proposal alone."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
+import numpy as np
 import pytest
 
-from engine.draft_costs import CostModel
+from engine.decoding import DecodeRequest, decode
+from engine.draft_costs import AcceptanceModel, CostModel
 from engine.drafter_pool import DrafterPool, Member
 from engine.drafters import Draft
 from engine.runner import ModelRunner
+from engine.sampling import SamplingSettings
 from engine.sequence import SequenceState, prefill
 from tests.engine.test_launch_ahead import (
     PROMPT,
@@ -105,3 +110,29 @@ def test_a_round_lookup_alone_drafts_keeps_the_queue(
     else:  # a free pass ranks the device's drafter: its rounds stop the queue
         assert rounds and not any(free for _, _, free in rounds)
         assert "queued" not in after and pool.proposals["block"] >= 1
+
+
+def test_a_queued_runs_draft_costs_its_proposal_alone(
+    runner: ModelRunner, monkeypatch: pytest.MonkeyPatch, fixed_costs: None
+) -> None:
+    """A draft proposed on a queued step's token is timed from the proposal, not from the
+    token's read: the token's emission (the app's text, its events) is every step's cost.
+    Counted as drafting, a slow emission priced prompt lookup's tokens near a GPU step's,
+    and Auto stopped drafting on a GPU (code: 0 tokens drafted)."""
+    plain = _synchronous(runner, monkeypatch, max_tokens=30)[0].token_ids
+    drafter = SometimesDrafter(PROMPT + plain, 0.0, 1)  # free; every other position
+    acceptance = AcceptanceModel()
+    req = DecodeRequest(
+        settings=SamplingSettings(),
+        max_tokens=30,
+        eos_ids=frozenset(),
+        emit=lambda ids, flags: time.sleep(0.02),  # a slow window: 20 ms a token
+        should_stop=lambda: False,
+        drafter=drafter,
+        acceptance=acceptance,
+    )
+    state = runner.new_state()
+    last = np.asarray(runner.ops.to_numpy(prefill(runner, state, PROMPT)), np.float64)
+    out = decode(runner, state, last.reshape(-1), req, CostModel())
+    assert out.token_ids == plain and out.drafted >= 4
+    assert acceptance.token_seconds < 0.005  # a proposal's microseconds, not 20 ms
