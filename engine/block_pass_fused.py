@@ -24,6 +24,7 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
+from engine.block_pass_mlx import top1
 from engine.drafter_file import BlockDrafterWeights
 from engine.kv_state import FullKV, reserve_alike
 from engine.models.base import DecoderModel
@@ -107,9 +108,9 @@ class PassTimedOut(RuntimeError):
 
 
 class FusedPass:
-    """`greedy(pending, kv)`: the block rows' top draft-vocabulary index and its softmax
-    probability (rows 1..block - 1, NumPy); `logits(pending, kv)`: their logits
-    [block - 1, N] float32 (MLX). `kv`: the drafter's per-layer context caches."""
+    """`greedy(pending, kv, k)`: block rows 1..k's top draft-vocabulary index and its
+    softmax probability (NumPy); `logits(pending, kv, k)`: their logits [k, N] float32
+    (MLX). `kv`: the drafter's per-layer context caches."""
 
     def __init__(self, weights: BlockDrafterWeights, target: DecoderModel) -> None:
         from kernels.fused_step_cuda import StepKernel, tuning_for
@@ -121,7 +122,7 @@ class FusedPass:
         self.table, self.shapes, self.norms = drafter_step(weights, target)
         tuning = tuning_for(self.table.layer_bytes)
         self.kernel = StepKernel.for_table(self.shapes, s.layers, self.table, tuning)
-        self._top1 = mx.compile(_top1)
+        self._top1 = mx.compile(lambda out: top1(out[1:]))  # traced per row count
 
     def logits(self, pending: int, kv: list[FullKV], k: int) -> mx.array:
         out, status = self._queue(pending, kv, k)
@@ -153,10 +154,3 @@ def _check(status: mx.array) -> None:
     """PassTimedOut where a barrier of the launch timed out (not every block resident)."""
     if status.item():
         raise PassTimedOut("the drafter's fused pass timed out at a grid barrier")
-
-
-def _top1(out: mx.array) -> tuple[mx.array, mx.array]:
-    rows = out[1:]
-    top = mx.argmax(rows, axis=-1)
-    peak = mx.take_along_axis(rows, top[:, None], axis=-1)
-    return top, 1.0 / mx.exp(rows - peak).sum(axis=-1)

@@ -29,6 +29,13 @@ from kernels.few_query_attention import few_query_attention
 from kernels.ops import Ops
 
 
+def top1(rows: mx.array) -> tuple[mx.array, mx.array]:
+    """Each row's top index and its softmax probability (the top term is exp(0) = 1)."""
+    top = mx.argmax(rows, axis=-1)
+    peak = mx.take_along_axis(rows, top[:, None], axis=-1)
+    return top, 1.0 / mx.exp(rows - peak).sum(axis=-1)
+
+
 def on_gpu(ops: Ops) -> bool:
     """Whether `ops` computes on an MLX GPU (Metal or CUDA), where a pass is overhead."""
     return ops.name == "mlx" and mx.default_device() == mx.gpu
@@ -58,10 +65,7 @@ class CompiledPass:
         return mx.array(position, dtype=mx.int32), mx.array(rows, dtype=mx.int32)
 
     def _top1(self, x0: mx.array, position: mx.array, rows: mx.array, *buffers: mx.array) -> Any:
-        out = self._pass(x0, position, rows, *buffers)
-        top = mx.argmax(out, axis=-1)
-        peak = mx.take_along_axis(out, top[:, None], axis=-1)
-        return top, 1.0 / mx.exp(out - peak).sum(axis=-1)
+        return top1(self._pass(x0, position, rows, *buffers))
 
     def _pass(self, x0: mx.array, position: mx.array, rows: mx.array, *buffers: mx.array) -> Any:
         """x0 [1, D]: the pending token's embedding; buffers: each layer's keys and values
