@@ -23,30 +23,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from engine import device_sampling, sampling, verify_rows
-from engine.draft_costs import AcceptanceModel, CostModel, best_draft_length
+from engine.draft_costs import AcceptanceModel, CostModel, best_draft_length, cut_draft
 from engine.drafters import Draft, Drafter
 from engine.events import FinishReason
 from engine.runner import ModelRunner
 from engine.runner.ahead import Launch, StepTimedOut, Taps
 from engine.sampling import SamplingSettings
 from engine.sequence import SequenceState, truncate
-
-
-def cut_draft(draft: Draft, costs: CostModel) -> Draft:
-    """A draft with its drafter's confidence (P_j: tokens 1..j all accepted) cut at the k
-    with the most expected tokens per second, (1 + P_1 + ... + P_k) / cost(k + 1); one
-    token at least stays (the pass is paid, and its verdict feeds the acceptance model)."""
-    if len(draft.confidence) != len(draft.tokens) or len(draft.tokens) <= 1:
-        return draft
-    expected = 1.0 + np.cumsum(draft.confidence)
-    keep = 1 + int(np.argmax(expected / [costs.cost(k + 2) for k in range(len(expected))]))
-    return replace(draft, tokens=draft.tokens[:keep], confidence=draft.confidence[:keep])
 
 
 @dataclass
@@ -141,6 +130,8 @@ def decode(
             spent = time.perf_counter() - t0 - draft.setup_seconds  # a prompt's: not k's cost
         offered = min(k, len(draft.tokens))
         draft = cut_draft(draft, costs)
+        if draft.free:  # its cut rows were judged by its own confidence, not missed
+            offered = len(draft.tokens)
         if draft.tokens and req.acceptance is not None:
             req.acceptance.observe_cost(len(draft.tokens), spent, per_pass)
         rows = [pending, *draft.tokens[:k]]
@@ -177,6 +168,9 @@ def decode(
         forward_s = time.perf_counter() - t0
         if req.acceptance is not None:  # per row asked for (a cut's rows count as missed)
             req.acceptance.observe(offered, accepted)
+        judge = getattr(drafter, "judge", None)  # a drafter's own confidence model
+        if judge is not None:
+            judge(num_drafted, accepted)
         eos_at = _first_eos(draft.tokens[:accepted], req.eos_ids)
         if eos_at is not None:
             # the reply ends at an accepted EOS: drafts after it are no part of it (neither
@@ -296,7 +290,7 @@ def _plain_run(
             # ~0.2 ms, and Auto on a GPU stopped drafting with it)
             t_draft = time.perf_counter()
             draft = req.drafter.propose(token, k)
-            if draft.tokens:  # the round verifies the draft: the queued step is not it
+            if cut_draft(draft, costs).tokens:  # the round verifies it: not the queued step
                 seconds = time.perf_counter() - t_draft - draft.setup_seconds
                 nxt.cancel()
                 return "", _Carried(k, draft, seconds)

@@ -6,12 +6,16 @@ cost of m rows on this device (`CostModel`), each drafter's acceptance and draft
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+import numpy as np
+
+from engine.drafters import Draft
 from engine.runner import ModelRunner
 from engine.sequence import SequenceState, prefill
 
 MAX_DRAFT = 16
+MARGIN = 1.02  # what speculating must promise over plain decoding: never for a rounding error
 
 
 class CostModel:
@@ -220,6 +224,23 @@ def best_draft_length(
         term *= alpha
         tokens += term
         rate = tokens / (table[k + 1] + k * draft_token_s + draft_pass_s)
-        if rate > best_rate * 1.02:  # a margin: never speculate for a rounding error
+        if rate > best_rate * MARGIN:
             best_k, best_rate = k, rate
     return best_k
+
+
+def cut_draft(draft: Draft, costs: CostModel) -> Draft:
+    """A draft with its drafter's confidence (P_j: tokens 1..j all accepted) cut at the k
+    with the most expected tokens per second, (1 + P_1 + ... + P_k) / cost(k + 1). One
+    token at least stays of a draft whose pass was paid (its verdict feeds the acceptance
+    model); a free draft (prompt lookup's) is dropped where that best k does not beat plain
+    decoding by the margin."""
+    tokens, confidence = draft.tokens, draft.confidence
+    if len(confidence) != len(tokens) or not tokens or (len(tokens) == 1 and not draft.free):
+        return draft
+    expected = 1.0 + np.cumsum(confidence)
+    rates = expected / [costs.cost(k + 2) for k in range(len(expected))]
+    keep = 1 + int(np.argmax(rates))
+    if draft.free and rates[keep - 1] <= MARGIN / costs.cost(1):
+        keep = 0
+    return replace(draft, tokens=tokens[:keep], confidence=confidence[:keep])

@@ -19,6 +19,7 @@ from engine.draft_costs import (
     AcceptanceModel,
     CostModel,
     best_draft_length,
+    cut_draft,
     expected_tokens,
 )
 from engine.drafters import Draft, Drafter
@@ -92,6 +93,7 @@ class DrafterPool:
             raise ValueError("a pool's drafters that read the target's rows read one layer set")
         self.last: Member | None = None  # the member whose draft is being verified
         self._ranked: list[Choice] = []
+        self._costs: CostModel | None = None  # choose_k's: a free draft's cut
         self.proposals: dict[str, int] = {m.name: 0 for m in members}  # drafts, by member
 
     # -- the choice --------------------------------------------------------------------
@@ -108,6 +110,7 @@ class DrafterPool:
                 seconds = table[k + 1] + k * token_s + acc.pass_seconds
                 ranked.append(Choice(member, k, expected_tokens(acc.rate, k) / seconds))
         self._ranked = sorted(ranked, key=lambda c: -c.tokens_per_second)
+        self._costs = costs
         return max((c.k for c in ranked), default=0)
 
     # -- the Drafter protocol ----------------------------------------------------------
@@ -164,12 +167,20 @@ class DrafterPool:
         ranked.sort(key=lambda choice: not choice.member.free)
         for choice in ranked:
             draft = choice.member.drafter.propose(pending, min(k, choice.k))
+            if draft.free and self._costs is not None:  # cut to none: the next member's
+                draft = cut_draft(draft, self._costs)
             if draft.tokens:
                 self.last = choice.member
                 self.proposals[choice.member.name] += 1
                 return draft
         self.last = None
         return Draft([])
+
+    def judge(self, drafted: int, accepted: int) -> None:
+        """The verify's verdict, to the member that drafted, where it keeps its own."""
+        judge = getattr(self.last.drafter, "judge", None) if self.last is not None else None
+        if judge is not None:
+            judge(drafted, accepted)
 
     def commit(self, tokens: list[int]) -> None:
         for member in self.members:

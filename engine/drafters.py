@@ -53,12 +53,15 @@ class Draft:
     tokens: list[int]  # proposed continuation (may be shorter than asked, or empty)
     # the drafter's own estimate, per token, that the draft up to and including it is
     # accepted (a running product; empty: none): the decode loop cuts the draft where
-    # expected tokens per second peak (decoding.cut_draft). The verify gives the same
+    # expected tokens per second peak (draft_costs.cut_draft). The verify gives the same
     # output at any length, so a cut moves speed alone.
     confidence: list[float] = field(default_factory=list)
     # seconds of the proposal spent on work that is not this round's drafting (a draft
     # model forwarding a request's prompt at its first draft): not charged to the draft
     setup_seconds: float = 0.0
+    # proposed without any model's forward (prompt lookup's): the decode loop may cut it
+    # to no token at all, where even one drafted token does not pay (no pass was spent)
+    free: bool = False
 
 
 class Drafter(Protocol):

@@ -6,6 +6,7 @@ and every branch, through a suffix automaton over a trie of what was seen.
 from __future__ import annotations
 
 from engine.drafters import Draft
+from engine.match_acceptance import MatchAcceptance
 
 # What the index costs in Python objects, per automaton state, per transition and per
 # trie node (list slots, dict entries, int objects; CPython 3.11, 64-bit), measured with
@@ -57,6 +58,9 @@ class SuffixDrafter:
         self.recency_depth = recency_depth
         self.max_bytes = _checked_budget(max_bytes)
         self.match_length = 0  # of the last proposal: tokens of context+[pending] matched
+        # how often a drafted token stands, by the match it continues: the drafts'
+        # confidence, judged by every verify (engine/match_acceptance.py)
+        self.match_rates = MatchAcceptance()
         self.num_rebuilds = 0
         self._in_request = False
         self._clear()
@@ -124,7 +128,13 @@ class SuffixDrafter:
         self.match_length = length
         if length < self.min_match or k <= 0:
             return Draft([])
-        return Draft(self._continuation(self._end[state], pending, k))
+        tokens = self._continuation(self._end[state], pending, k)
+        confidence = self.match_rates.confidence(length, len(tokens))
+        return Draft(tokens, confidence, free=True)
+
+    def judge(self, drafted: int, accepted: int) -> None:
+        """The verify's verdict on the last proposal's first `drafted` tokens."""
+        self.match_rates.judge(self.match_length, drafted, accepted)
 
     def commit(self, tokens: list[int]) -> None:
         _check_tokens(tokens)

@@ -10,8 +10,13 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from engine.decoding import cut_draft
-from engine.draft_costs import MAX_DRAFT, AcceptanceModel, CostModel, best_draft_length
+from engine.draft_costs import (
+    MAX_DRAFT,
+    AcceptanceModel,
+    CostModel,
+    best_draft_length,
+    cut_draft,
+)
 from engine.drafters import Draft
 
 # -- the draft length: expected tokens per second ----------------------------------------
@@ -163,7 +168,7 @@ def test_a_draft_is_cut_where_its_expected_tokens_per_second_peak(
 
 
 def test_a_draft_without_confidence_is_left_whole() -> None:
-    """Prompt lookup and draft models give no confidence: the cost model's k stands."""
+    """Draft models give no confidence: the cost model's k stands."""
     costs = cost_model(cpu_nearly_linear)
     assert cut_draft(Draft([1, 2, 3]), costs).tokens == [1, 2, 3]
     assert cut_draft(Draft([1]), costs).tokens == [1]

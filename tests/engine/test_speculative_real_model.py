@@ -39,10 +39,12 @@ REAL_REQUESTS = (
 def test_default_model_greedy_lookup_equals_plain(monkeypatch: pytest.MonkeyPatch) -> None:
     from engine.session import Session
 
-    # Always draft as long as allowed: the identity must hold for every k, measured or not.
+    # Always draft as long as allowed, uncut by lookup's confidence: the identity must hold
+    # for every k, measured or not.
     monkeypatch.setattr(
         decoding, "best_draft_length", lambda _a, _c, available, *_: min(available, 8)
     )
+    monkeypatch.setattr(decoding, "cut_draft", lambda draft, _costs: draft)
     loaded = default_model()
 
     def replies(drafter: str) -> list[ev.Finished]:

@@ -1,0 +1,177 @@
+"""Prompt lookup's drafts carry a confidence by the length of the match they continue
+(engine/match_acceptance.py): each verify's verdict moves the rate at the lengths it
+judged, a draft is cut where its expected tokens per second peak, and a free draft that
+does not pay at all is dropped, so a fresh question's short matches stop costing verifies
+while a regenerate's long one drafts. Output stays plain decoding's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from engine.config import EngineConfig
+from engine.decoding import DecodeRequest, decode
+from engine.draft_costs import AcceptanceModel, cut_draft
+from engine.drafters import Draft
+from engine.loader import load_model
+from engine.match_acceptance import LONGEST, MatchAcceptance, prior_rate
+from engine.sampling import SamplingSettings
+from engine.sequence import prefill
+from engine.suffix_drafter import SuffixDrafter
+from tests.conftest import TinyModels
+from tests.engine.test_draft_length import cost_model, cpu_nearly_linear, gpu_flat
+from tests.tiny_models import EOS_ID, VOCAB_SIZE
+
+# -- the model --------------------------------------------------------------------------
+
+
+def test_the_prior_rises_with_the_match_and_verdicts_move_only_the_lengths_judged() -> None:
+    rates = MatchAcceptance()
+    assert rates.rate(2) == pytest.approx(1 / 3) and rates.rate(LONGEST) == prior_rate(LONGEST)
+    assert rates.rate(LONGEST + 40) == rates.rate(LONGEST)  # past the longest: the longest's
+    before = [rates.rate(n) for n in range(1, LONGEST + 1)]
+    # a draft of 5 from a match of 3: tokens at 3 and 4 stood, the one at 5 was rejected,
+    # the two after it were never judged
+    rates.judge(3, drafted=5, accepted=2)
+    after = [rates.rate(n) for n in range(1, LONGEST + 1)]
+    assert after[2] > before[2] and after[3] > before[3]  # lengths 3 and 4
+    assert after[4] < before[4]  # length 5
+    assert after[:2] == before[:2] and after[5:] == before[5:]
+
+
+def test_confidence_is_the_running_product_of_the_rates_along_the_draft() -> None:
+    rates = MatchAcceptance()
+    for _ in range(30):
+        rates.judge(2, drafted=1, accepted=0)
+    want = np.cumprod([rates.rate(2), rates.rate(3), rates.rate(4)])
+    np.testing.assert_allclose(rates.confidence(2, 3), want)
+    assert rates.rate(2) < 0.1  # thirty failures outweigh the prior's two verdicts
+    assert rates.confidence(5, 0) == []
+
+
+def test_old_verdicts_fade() -> None:
+    """A run of failures at a length is outweighed by later successes there."""
+    rates = MatchAcceptance()
+    for _ in range(40):
+        rates.judge(4, drafted=1, accepted=0)
+    low = rates.rate(4)
+    for _ in range(40):
+        rates.judge(4, drafted=1, accepted=1)
+    assert low < 0.1 and rates.rate(4) > 0.5
+
+
+@pytest.mark.parametrize(("length", "drafted", "accepted"), [(0, 1, 0), (2, 1, 2), (2, 1, -1)])
+def test_impossible_verdicts_are_refused(length: int, drafted: int, accepted: int) -> None:
+    with pytest.raises(ValueError):
+        MatchAcceptance().judge(length, drafted, accepted) if length else MatchAcceptance().rate(0)
+
+
+# -- the cut ----------------------------------------------------------------------------
+
+DOUBTFUL = [0.3, 0.09, 0.027]
+
+
+def test_a_free_draft_that_does_not_pay_is_dropped_a_paid_one_keeps_a_row() -> None:
+    """A CPU's verify costs ~a step a row: a 30% token does not pay. The block drafter's
+    pass was spent, so its draft keeps one row (its verdict is still worth having);
+    lookup's cost nothing and goes entirely. On flat (GPU-like) costs both draft."""
+    cpu, gpu = cost_model(cpu_nearly_linear), cost_model(gpu_flat)
+    assert cut_draft(Draft([7, 8, 9], DOUBTFUL, free=True), cpu).tokens == []
+    assert cut_draft(Draft([7, 8, 9], DOUBTFUL), cpu).tokens == [7]
+    assert cut_draft(Draft([7], DOUBTFUL[:1], free=True), cpu).tokens == []
+    assert cut_draft(Draft([7, 8, 9], DOUBTFUL, free=True), gpu).tokens[:1] == [7]
+    sure = cut_draft(Draft([7, 8, 9], [0.99, 0.98, 0.97], free=True), cpu)
+    assert sure.tokens == [7, 8, 9] and sure.confidence == [0.99, 0.98, 0.97]
+
+
+# -- lookup's own rates -------------------------------------------------------------------
+
+
+def test_lookup_drafts_with_its_rates_and_learns_from_the_verdict() -> None:
+    drafter = SuffixDrafter()
+    drafter.begin([5, 6, 7, 8, 9, 10, 5, 6])
+    draft = drafter.propose(7, 3)  # ... 5 6 7 matched: 8 9 10 follow
+    assert draft.tokens == [8, 9, 10] and draft.free
+    assert drafter.match_length == 3
+    np.testing.assert_allclose(draft.confidence, drafter.match_rates.confidence(3, 3))
+    before = drafter.match_rates.rate(4)
+    drafter.judge(drafted=3, accepted=1)  # 8 stood (length 3), 9 was rejected (length 4)
+    assert drafter.match_rates.rate(4) < before
+    assert drafter.match_rates.rate(3) > prior_rate(3)
+
+
+# -- the decode loop ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def target(tiny_models: TinyModels) -> Any:
+    path = tiny_models.gguf(qtype="F32", seed=0)[0]
+    return load_model(path, EngineConfig(backend="numpy")).runner
+
+
+def decoded(target: Any, prompt: list[int], drafter: SuffixDrafter, costs: Any) -> Any:
+    state = target.new_state()
+    last = np.asarray(target.ops.to_numpy(prefill(target, state, prompt)), np.float64)
+    judged: list[int] = []  # the match length of every draft that reached a verify
+    judge = drafter.judge
+    drafter.judge = lambda d, a: (judged.append(drafter.match_length), judge(d, a))[1]  # type: ignore[method-assign]
+    req = DecodeRequest(
+        settings=SamplingSettings(),
+        max_tokens=40,
+        eos_ids=frozenset({EOS_ID}),
+        emit=lambda _ids, _flags: None,
+        should_stop=lambda: False,
+        drafter=drafter,
+        acceptance=AcceptanceModel(),
+    )
+    return decode(target, state, last, req, costs), judged
+
+
+def test_short_matches_that_failed_stop_costing_verifies_a_long_one_drafts(target: Any) -> None:
+    """Lookup's rates say matches under 12 tokens fail and longer ones stand. A reply
+    retracing an earlier one (its whole prompt matched) drafts and keeps it; a fresh
+    prompt whose matches are short verifies none of them. Both reply as plain does."""
+    rng = np.random.default_rng(3)
+    prompt = [int(t) for t in rng.integers(3, VOCAB_SIZE, 14)]
+    fresh = [*prompt[:6], *(int(t) for t in rng.integers(3, VOCAB_SIZE, 8))]
+    costs = cost_model(gpu_flat)
+    plain = {tuple(p): decode_plain(target, p) for p in (prompt, fresh)}
+
+    def primed(taught: bool) -> SuffixDrafter:
+        drafter = SuffixDrafter()
+        for length in range(1, LONGEST + 1) if taught else ():
+            for _ in range(60):  # the rates, as many verdicts had taught them
+                drafter.match_rates.judge(length, 1, 1 if length >= 12 else 0)
+        drafter.begin(prompt)
+        drafter.commit(plain[tuple(prompt)])  # the earlier reply to the same prompt
+        drafter.end()
+        return drafter
+
+    drafter = primed(taught=True)
+    result, judged = decoded(target, prompt, drafter, costs)
+    assert result.token_ids == plain[tuple(prompt)]
+    assert result.accepted >= len(result.token_ids) // 2 and min(judged) >= 12
+
+    result, judged = decoded(target, fresh, drafter, costs)
+    assert result.token_ids == plain[tuple(fresh)]
+    assert all(n >= 12 for n in judged)
+    # at the prior's rates, the same fresh prompt verified drafts from short matches
+    result, judged = decoded(target, fresh, primed(taught=False), costs)
+    assert result.token_ids == plain[tuple(fresh)]
+    assert judged and min(judged) < 12
+
+
+def decode_plain(target: Any, prompt: list[int]) -> list[int]:
+    state = target.new_state()
+    last = np.asarray(target.ops.to_numpy(prefill(target, state, prompt)), np.float64)
+    req = DecodeRequest(
+        settings=SamplingSettings(),
+        max_tokens=40,
+        eos_ids=frozenset({EOS_ID}),
+        emit=lambda _ids, _flags: None,
+        should_stop=lambda: False,
+    )
+    return list(decode(target, state, last, req, cost_model(gpu_flat)).token_ids)
