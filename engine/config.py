@@ -81,17 +81,15 @@ class EngineConfig:
     # loaded model where there is one; "off"; or a drafter file's path
     block_drafter: str | None = None
     drafter_compile: bool = True  # its pass as one call: traced on an MLX GPU, C on NumPy
-    # whether Auto may draft with it: None, where it was measured paying (the CPU's C pass;
-    # docs/BENCHMARKS.md), True / False to say so (a GPU round measures it both ways)
+    # whether Auto pools it with prompt lookup (None or False: not). Nowhere was it
+    # measured paying beside lookup alone since lookup's drafts carry a confidence by match
+    # length (the CPU, session 28: greedy open chat 1.19x against lookup's 1.20x, mixed
+    # 1.39x against 1.45x, sampled below lookup on four of four; a GPU: never),
+    # docs/BENCHMARKS.md. The "block" choice pools it whatever this says.
     auto_block: bool | None = None
     # on MLX, each plain step queued before the host reads the token it takes
     # (engine/runner/ahead.py); off: one forward a step, each token read first
     queue_steps: bool = True
-
-    def auto_block_for(self, backend: str) -> bool:
-        """Whether Auto drafts with the block drafter on `backend`: `auto_block`, else where
-        it was measured paying (docs/BENCHMARKS.md), the CPU's C pass."""
-        return backend == "numpy" if self.auto_block is None else self.auto_block
 
     def __post_init__(self) -> None:
         if self.backend is not None and self.backend not in BACKENDS:

@@ -88,7 +88,7 @@ class Session:
             Member("lookup", self.lookup, acc[kind.LOOKUP]),
             Member("block", block_d, acc[kind.BLOCK]) if block_d is not None else None,
             Member("draft_model", draft_d, acc[kind.DRAFT_MODEL]) if draft_d is not None else None,
-            block_in_auto=config.auto_block_for(loaded.ops.name),
+            block_in_auto=bool(config.auto_block),
         )
         self.template = self.tokenizer.chat_template  # None: plain text completion only
         self._warned_inexact = False

@@ -255,7 +255,7 @@ def test_the_block_choice_pools_the_block_drafter_with_lookup(
     assert members["block"].drafter is session.block_drafter
     assert members["lookup"].drafter is session.lookup
     assert members["lookup"].acceptance is session.acceptance[ev.DrafterKind.LOOKUP]
-    assert session._drafter(ev.DrafterKind.AUTO)[0] is pool  # Auto on the CPU: the pool
+    assert session._drafter(ev.DrafterKind.AUTO)[0] is session.lookup  # not measured paying
     # its block member's pass runs on the device: a queued step would hold it up
     # (engine/decoding.py); lookup alone walks an index on the host
     assert not pool.drafts_for_free and session.lookup.drafts_for_free
@@ -273,15 +273,15 @@ def test_the_block_choice_pools_the_block_drafter_with_lookup(
     session = Session(load_model(model_path, config), config=config)
     assert isinstance(session._drafter(ev.DrafterKind.BLOCK)[0], DrafterPool)
     assert session._drafter(ev.DrafterKind.AUTO)[0] is session.lookup  # not measured there
-    # BRANCHCHAT_AUTO_BLOCK says otherwise, either way (a GPU round measures both)
+    # BRANCHCHAT_AUTO_BLOCK=1 puts it in Auto (a GPU round measures both ways)
     with_block = dataclasses.replace(config, auto_block=True)
     auto = Session(load_model(model_path, with_block), config=with_block)._drafter(
         ev.DrafterKind.AUTO
     )[0]
     assert isinstance(auto, DrafterPool) and {m.name for m in auto.members} == {"lookup", "block"}
-    without = EngineConfig(backend="numpy", block_drafter=str(drafter), auto_block=False)
-    session = Session(load_model(model_path, without), config=without)
-    assert session._drafter(ev.DrafterKind.AUTO)[0] is session.lookup
+    on_cpu = EngineConfig(backend="numpy", block_drafter=str(drafter), auto_block=True)
+    auto = Session(load_model(model_path, on_cpu), config=on_cpu)._drafter(ev.DrafterKind.AUTO)
+    assert isinstance(auto[0], DrafterPool) and auto[1] is auto[0].acceptance
     assert EngineConfig.from_environment({"BRANCHCHAT_AUTO_BLOCK": "1"}).auto_block is True
 
 
