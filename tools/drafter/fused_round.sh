@@ -14,7 +14,8 @@ cd "$(dirname "$0")/../.."
 source tools/gpu/round_env.sh  # $out, $gguf, the kernel builds compiled
 [ "${TESTS:-1}" = 0 ] || timeout -s INT 240 python3 -m pytest -q -p no:cacheprovider -rfE \
   tests/engine/test_block_pass_fused.py tests/engine/test_launch_ahead_pool.py \
-  tests/engine/test_drafter_pool.py > "$out/fused-round-tests.txt" 2>&1
+  tests/engine/test_drafter_pool.py tests/engine/test_match_acceptance.py \
+  tests/engine/test_launch_ahead.py > "$out/fused-round-tests.txt" 2>&1
 [ "${TESTS:-1}" = 0 ] || { grep -E "^(FAILED|ERROR)" "$out/fused-round-tests.txt" | cut -c1-300
   tail -1 "$out/fused-round-tests.txt"; }
 workloads=${WORKLOADS:-chat,open_chat,mixed,regenerate,code}
