@@ -12,9 +12,11 @@ The model: a drafted token that continues a match of L tokens is accepted, the t
 before it in the draft accepted, with probability `rate(L)`; the draft's j-th token
 continues a match of L + j - 1 once the j - 1 before it stood. Each length (lengths past
 `LONGEST` count as `LONGEST`) keeps a Beta posterior whose evidence ages per verdict, so a
-conversation's own text moves it. It is kept for the drafter's life, across requests: how
-well a match of a given length predicts is the model's and the user's habit, not one
-request's.
+conversation's own text moves it, and per token decoded, so a length whose drafts stopped
+paying is tried again later: drafts are its only evidence, and without the ageing two
+misses where a regenerate leaves the earlier reply would end drafting from long matches
+for good. It is kept for the drafter's life, across requests: how well a match of a given
+length predicts is the model's and the user's habit, not one request's.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import numpy as np
 LONGEST = 16  # matches longer than this are judged with it
 PRIOR_TRIALS = 2.0  # the prior's weight, in verdicts
 DECAY = 0.98  # per verdict at a length: the latest ~50 of them count
+AGE = 0.99  # per token decoded: 70 tokens halve every length's evidence
 
 
 def prior_rate(length: int) -> float:
@@ -38,11 +41,17 @@ class MatchAcceptance:
     def __init__(self) -> None:
         self.accepted = np.zeros(LONGEST + 1)  # aged verdicts, by match length
         self.trials = np.zeros(LONGEST + 1)
+        self._unaged = 0  # tokens decoded since the evidence was last aged
+
+    def age(self, tokens: int) -> None:
+        """`tokens` were decoded (applied at the next read: a step costs a count)."""
+        self._unaged += tokens
 
     def rate(self, length: int) -> float:
         """The posterior mean that a token continuing a match of `length` is right."""
         if length < 1:
             raise ValueError("a drafted token continues a match of one token at least")
+        self._settle()
         at = min(length, LONGEST)
         prior = PRIOR_TRIALS * prior_rate(at)
         return float((self.accepted[at] + prior) / (self.trials[at] + PRIOR_TRIALS))
@@ -58,7 +67,15 @@ class MatchAcceptance:
         after it were not judged)."""
         if not 0 <= accepted <= drafted:
             raise ValueError(f"accepted {accepted} of {drafted} drafted")
+        self._settle()
         for j in range(min(drafted, accepted + 1)):
             at = min(length + j, LONGEST)
             self.accepted[at] = DECAY * self.accepted[at] + (1.0 if j < accepted else 0.0)
             self.trials[at] = DECAY * self.trials[at] + 1.0
+
+    def _settle(self) -> None:
+        if self._unaged:
+            keep = AGE**self._unaged
+            self.accepted *= keep
+            self.trials *= keep
+            self._unaged = 0

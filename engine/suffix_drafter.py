@@ -139,6 +139,7 @@ class SuffixDrafter:
     def commit(self, tokens: list[int]) -> None:
         _check_tokens(tokens)
         self._extend(tokens)
+        self.match_rates.age(len(tokens))
 
     def end(self) -> None:
         self._ends.pop(self._node, None)

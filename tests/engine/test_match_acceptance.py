@@ -175,3 +175,18 @@ def decode_plain(target: Any, prompt: list[int]) -> list[int]:
         should_stop=lambda: False,
     )
     return list(decode(target, state, last, req, cost_model(gpu_flat)).token_ids)
+
+
+def test_a_length_whose_drafts_stopped_paying_is_tried_again_after_some_decoding() -> None:
+    """Drafts are a length's only evidence: two misses at the longest match (where a
+    regenerate leaves the earlier reply) must not end drafting from it for good. Decoded
+    tokens age the evidence back toward the prior; without them nothing moves."""
+    drafter = SuffixDrafter()
+    drafter.begin([1, 2, 3])
+    for _ in range(3):
+        drafter.match_rates.judge(LONGEST, drafted=1, accepted=0)
+    low = drafter.match_rates.rate(LONGEST)
+    assert low < 0.5 and drafter.match_rates.rate(LONGEST) == low  # reading ages nothing
+    for token in range(200):
+        drafter.commit([4 + token % 50])
+    assert drafter.match_rates.rate(LONGEST) > 0.7 > low
