@@ -26,7 +26,7 @@ import numpy as np
 LONGEST = 16  # matches longer than this are judged with it
 PRIOR_TRIALS = 2.0  # the prior's weight, in verdicts
 DECAY = 0.98  # per verdict at a length: the latest ~50 of them count
-AGE = 0.99  # per token decoded: 70 tokens halve every length's evidence
+AGE = 0.997  # per token decoded: 230 tokens halve every length's evidence
 
 
 def prior_rate(length: int) -> float:

@@ -187,6 +187,6 @@ def test_a_length_whose_drafts_stopped_paying_is_tried_again_after_some_decoding
         drafter.match_rates.judge(LONGEST, drafted=1, accepted=0)
     low = drafter.match_rates.rate(LONGEST)
     assert low < 0.5 and drafter.match_rates.rate(LONGEST) == low  # reading ages nothing
-    for token in range(200):
+    for token in range(800):
         drafter.commit([4 + token % 50])
     assert drafter.match_rates.rate(LONGEST) > 0.7 > low
