@@ -29,7 +29,13 @@ from typing import Any
 import numpy as np
 
 from engine import device_sampling, sampling, verify_rows
-from engine.draft_costs import AcceptanceModel, CostModel, best_draft_length, cut_draft
+from engine.draft_costs import (
+    MAX_DRAFT,
+    AcceptanceModel,
+    CostModel,
+    best_draft_length,
+    cut_draft,
+)
 from engine.drafters import Draft, Drafter
 from engine.events import FinishReason
 from engine.runner import ModelRunner
@@ -348,7 +354,9 @@ def _choose_k(
     choose = getattr(req.drafter, "choose_k", None)
     if choose is not None:  # a pool of drafters picks the drafter and its k together
         return int(choose(costs, max(0, room)))
-    acc = req.acceptance
     room = min(room, getattr(req.drafter, "max_draft", room))
+    if getattr(req.drafter, "cuts_own_drafts", False):  # prompt lookup: its cut decides
+        return max(0, min(room, MAX_DRAFT))
+    acc = req.acceptance
     token_s = acc.draft_seconds(costs)
     return best_draft_length(acc.rate, costs, max(0, room), token_s, acc.pass_seconds)

@@ -106,6 +106,8 @@ class DrafterPool:
             cap = min(room, getattr(member.drafter, "max_draft", room))
             token_s = acc.draft_seconds(costs)
             k = best_draft_length(acc.rate, costs, max(0, cap), token_s, acc.pass_seconds)
+            if getattr(member.drafter, "cuts_own_drafts", False):  # its cut decides
+                k = max(0, min(cap, MAX_DRAFT))
             if k:
                 seconds = table[k + 1] + k * token_s + acc.pass_seconds
                 ranked.append(Choice(member, k, expected_tokens(acc.rate, k) / seconds))

@@ -43,6 +43,9 @@ class SuffixDrafter:
     """
 
     drafts_for_free = True  # a walk in the index, no model's forward (engine/drafter_pool.py)
+    # its drafts carry a confidence by their match's length: asked every round for the most
+    # rows, and its cut (draft_costs.cut_draft) decides how many, none included
+    cuts_own_drafts = True
 
     def __init__(
         self,

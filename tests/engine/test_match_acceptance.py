@@ -14,7 +14,7 @@ import pytest
 
 from engine.config import EngineConfig
 from engine.decoding import DecodeRequest, decode
-from engine.draft_costs import AcceptanceModel, cut_draft
+from engine.draft_costs import AcceptanceModel, best_draft_length, cut_draft
 from engine.drafters import Draft
 from engine.loader import load_model
 from engine.match_acceptance import LONGEST, MatchAcceptance, prior_rate
@@ -190,3 +190,52 @@ def test_a_length_whose_drafts_stopped_paying_is_tried_again_after_some_decoding
     for token in range(800):
         drafter.commit([4 + token % 50])
     assert drafter.match_rates.rate(LONGEST) > 0.7 > low
+
+
+def test_lookup_is_asked_every_round_whatever_its_request_wide_rate(target: Any) -> None:
+    """Lookup's match says how good its draft is, so the loop asks it every round for the
+    most rows and its cut decides. Gated by one rate a request (0.5 at its start), a draft
+    of one token barely paid at a GPU's costs, and a regenerate drafted nothing on an H100
+    (session 28); here the rate says its drafts all fail, and the regenerate still drafts."""
+    rng = np.random.default_rng(5)
+    prompt = [int(t) for t in rng.integers(3, VOCAB_SIZE, 12)]
+    reply = decode_plain(target, prompt)
+    drafter = SuffixDrafter()
+    drafter.begin(prompt)
+    drafter.commit(reply)
+    drafter.end()
+    hopeless = AcceptanceModel()
+    for _ in range(30):
+        hopeless.observe(drafted=4, accepted=0)
+    # a GPU's queued step against a verify that stops the queue (session 27's H100: 0.72
+    # ms, 1.03 for 2 rows): a k the rate alone chooses is 0
+    costs = cost_model(lambda m: 0.01 * (1 + 0.4 * min(m - 1, 1) + 0.03 * m))
+    assert best_draft_length(hopeless.rate, costs, 16) == 0
+    state = target.new_state()
+    last = np.asarray(target.ops.to_numpy(prefill(target, state, prompt)), np.float64)
+    req = DecodeRequest(
+        settings=SamplingSettings(),
+        max_tokens=40,
+        eos_ids=frozenset({EOS_ID}),
+        emit=lambda _ids, _flags: None,
+        should_stop=lambda: False,
+        drafter=drafter,
+        acceptance=hopeless,
+    )
+    hopeless.forget = lambda: None  # type: ignore[method-assign]  # keep it hopeless
+    result = decode(target, state, last, req, costs)
+    assert result.token_ids == reply
+    assert result.accepted >= len(reply) // 2
+
+
+def test_a_pool_ranks_lookup_at_its_most_rows_whatever_its_rate() -> None:
+    """In a pool too, lookup's k is the room (its cut decides), however low its rate."""
+    from engine.drafter_pool import DrafterPool, Member
+
+    hopeless = AcceptanceModel()
+    for _ in range(30):
+        hopeless.observe(drafted=4, accepted=0)
+    pool = DrafterPool([Member("lookup", SuffixDrafter(), hopeless)])
+    costs = cost_model(lambda m: 0.01 * (1 + 0.4 * min(m - 1, 1) + 0.03 * m))
+    assert best_draft_length(hopeless.rate, costs, 10) == 0
+    assert pool.choose_k(costs, 10) == 10 and pool.round_is_free
