@@ -1,23 +1,32 @@
 #!/usr/bin/env bash
 # On the lent GPU (after tools/gpu/unpack.sh's last parcel and the model joined): the next
-# round after session 27's H100 figures. The drafter's one-launch pass on a context from
-# past position 0 (rows rotated at their slots since), a pool whose rounds lookup alone
-# drafts keeping its queued steps (block mode lost 17% on a fresh question without it),
-# then greedy speculation with the block drafter out of Auto and in it
-# (BRANCHCHAT_AUTO_BLOCK), the queue fix under both. Each part has its own limit, so a cut
-# run still returns the earlier parts' files.      bash tools/drafter/fused_round.sh
+# round after session 28's H100, which drafted nothing (fixed after it: lookup asked every
+# round, its match-length confidence cutting the draft). The drafter's one-launch pass on a
+# context from past position 0 (two of its tests failed there, unnamed), the queued path's
+# and lookup's confidence's tests, then greedy speculation with the block drafter out of
+# Auto (the default) and in it (BRANCHCHAT_AUTO_BLOCK). Each part has its own limit, so a
+# cut run still returns the earlier parts' files.      bash tools/drafter/fused_round.sh
 # (RUNS: runs a mode, default 2; WORKLOADS: the speculative part's; AUTO_BLOCKS: the
 # BRANCHCHAT_AUTO_BLOCK values to run, default "0 1"; TESTS=0 skips the tests, so a second
 # call can take the second value within one call's limit)
 set -u
 cd "$(dirname "$0")/../.."
 source tools/gpu/round_env.sh  # $out, $gguf, the kernel builds compiled
-[ "${TESTS:-1}" = 0 ] || timeout -s INT 240 python3 -m pytest -q -p no:cacheprovider -rfE \
-  tests/engine/test_block_pass_fused.py tests/engine/test_launch_ahead_pool.py \
-  tests/engine/test_drafter_pool.py tests/engine/test_match_acceptance.py \
-  tests/engine/test_launch_ahead.py > "$out/fused-round-tests.txt" 2>&1
-[ "${TESTS:-1}" = 0 ] || { grep -E "^(FAILED|ERROR)" "$out/fused-round-tests.txt" | cut -c1-300
-  tail -1 "$out/fused-round-tests.txt"; }
+# the fused pass's file alone first: session 28's H100 failed two of its tests and the
+# run's limit cut pytest before it named them
+run_tests() {  # NAME FILE...
+  local name=$1
+  shift
+  timeout -s INT 200 python3 -m pytest -q -p no:cacheprovider -rfE "$@" > "$out/$name.txt" 2>&1
+  grep -E "^(FAILED|ERROR)" "$out/$name.txt" | cut -c1-300
+  tail -1 "$out/$name.txt"
+}
+if [ "${TESTS:-1}" != 0 ]; then
+  run_tests fused-pass-tests tests/engine/test_block_pass_fused.py
+  run_tests fused-round-tests tests/engine/test_launch_ahead_pool.py \
+    tests/engine/test_drafter_pool.py tests/engine/test_match_acceptance.py \
+    tests/engine/test_launch_ahead.py
+fi
 workloads=${WORKLOADS:-chat,open_chat,mixed,regenerate,code}
 for a in ${AUTO_BLOCKS:-0 1}; do
   BRANCHCHAT_AUTO_BLOCK=$a timeout 240 python3 -m bench speculative --json --runs "${RUNS:-2}" \
