@@ -112,12 +112,16 @@ def target(tiny_models: TinyModels) -> Any:
     return load_model(path, EngineConfig(backend="numpy")).runner
 
 
-def decoded(target: Any, prompt: list[int], drafter: SuffixDrafter, costs: Any) -> Any:
+def greedy(
+    target: Any,
+    prompt: list[int],
+    costs: Any,
+    drafter: SuffixDrafter | None = None,
+    acceptance: AcceptanceModel | None = None,
+) -> Any:
+    """Greedy decoding of 40 tokens from `prompt`, with `drafter` if given."""
     state = target.new_state()
     last = np.asarray(target.ops.to_numpy(prefill(target, state, prompt)), np.float64)
-    judged: list[int] = []  # the match length of every draft that reached a verify
-    judge = drafter.judge
-    drafter.judge = lambda d, a: (judged.append(drafter.match_length), judge(d, a))[1]  # type: ignore[method-assign]
     req = DecodeRequest(
         settings=SamplingSettings(),
         max_tokens=40,
@@ -125,9 +129,21 @@ def decoded(target: Any, prompt: list[int], drafter: SuffixDrafter, costs: Any) 
         emit=lambda _ids, _flags: None,
         should_stop=lambda: False,
         drafter=drafter,
-        acceptance=AcceptanceModel(),
+        acceptance=acceptance or (AcceptanceModel() if drafter is not None else None),
     )
-    return decode(target, state, last, req, costs), judged
+    return decode(target, state, last, req, costs)
+
+
+def decode_plain(target: Any, prompt: list[int]) -> list[int]:
+    return list(greedy(target, prompt, cost_model(gpu_flat)).token_ids)
+
+
+def decoded(target: Any, prompt: list[int], drafter: SuffixDrafter, costs: Any) -> Any:
+    """Decoding with lookup, and the match length of every draft that reached a verify."""
+    judged: list[int] = []
+    judge = drafter.judge
+    drafter.judge = lambda d, a: (judged.append(drafter.match_length), judge(d, a))[1]  # type: ignore[method-assign]
+    return greedy(target, prompt, costs, drafter), judged
 
 
 def test_short_matches_that_failed_stop_costing_verifies_a_long_one_drafts(target: Any) -> None:
@@ -164,19 +180,6 @@ def test_short_matches_that_failed_stop_costing_verifies_a_long_one_drafts(targe
     assert judged and min(judged) < 12
 
 
-def decode_plain(target: Any, prompt: list[int]) -> list[int]:
-    state = target.new_state()
-    last = np.asarray(target.ops.to_numpy(prefill(target, state, prompt)), np.float64)
-    req = DecodeRequest(
-        settings=SamplingSettings(),
-        max_tokens=40,
-        eos_ids=frozenset({EOS_ID}),
-        emit=lambda _ids, _flags: None,
-        should_stop=lambda: False,
-    )
-    return list(decode(target, state, last, req, cost_model(gpu_flat)).token_ids)
-
-
 def test_a_length_whose_drafts_stopped_paying_is_tried_again_after_some_decoding() -> None:
     """Drafts are a length's only evidence: two misses at the longest match (where a
     regenerate leaves the earlier reply) must not end drafting from it for good. Decoded
@@ -211,19 +214,8 @@ def test_lookup_is_asked_every_round_whatever_its_request_wide_rate(target: Any)
     # ms, 1.03 for 2 rows): a k the rate alone chooses is 0
     costs = cost_model(lambda m: 0.01 * (1 + 0.4 * min(m - 1, 1) + 0.03 * m))
     assert best_draft_length(hopeless.rate, costs, 16) == 0
-    state = target.new_state()
-    last = np.asarray(target.ops.to_numpy(prefill(target, state, prompt)), np.float64)
-    req = DecodeRequest(
-        settings=SamplingSettings(),
-        max_tokens=40,
-        eos_ids=frozenset({EOS_ID}),
-        emit=lambda _ids, _flags: None,
-        should_stop=lambda: False,
-        drafter=drafter,
-        acceptance=hopeless,
-    )
     hopeless.forget = lambda: None  # type: ignore[method-assign]  # keep it hopeless
-    result = decode(target, state, last, req, costs)
+    result = greedy(target, prompt, costs, drafter, hopeless)
     assert result.token_ids == reply
     assert result.accepted >= len(reply) // 2
 
