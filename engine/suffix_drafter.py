@@ -5,6 +5,8 @@ and every branch, through a suffix automaton over a trie of what was seen.
 
 from __future__ import annotations
 
+from typing import Any
+
 from engine.drafters import Draft
 from engine.match_acceptance import MatchAcceptance
 
@@ -62,8 +64,11 @@ class SuffixDrafter:
         self.max_bytes = _checked_budget(max_bytes)
         self.match_length = 0  # of the last proposal: tokens of context+[pending] matched
         # how often a drafted token stands, by the match it continues: the drafts'
-        # confidence, judged by every verify (engine/match_acceptance.py)
-        self.match_rates = MatchAcceptance()
+        # confidence, judged by every verify (engine/match_acceptance.py). Greedy and
+        # sampled requests keep their own: from twelve tokens and more, 96% of greedy
+        # drafted tokens stood on open chat and 24% of sampled ones (temperature 0.7)
+        self._rates = (MatchAcceptance(), MatchAcceptance())  # greedy, sampled
+        self._sampled = False  # the request's: set by `couple`
         self.num_rebuilds = 0
         self._in_request = False
         self._clear()
@@ -120,8 +125,20 @@ class SuffixDrafter:
         return out[::-1]
 
     # -- the Drafter protocol ---------------------------------------------------------
+    @property
+    def match_rates(self) -> MatchAcceptance:
+        """The running request's rates (greedy or sampled)."""
+        return self._rates[self._sampled]
+
+    def couple(self, sample: Any) -> None:
+        """The request draws with `sample` (engine/drafters.py): its drafts are judged by
+        that draw, so the sampled rates are its. Lookup's proposals stay what they are."""
+        settings = getattr(sample, "settings", None)
+        self._sampled = sample is not None and not (settings is not None and settings.is_greedy)
+
     def begin(self, context: list[int]) -> None:
         _check_tokens(context)
+        self._sampled = False  # until `couple` says otherwise
         self._in_request = True
         self._node = 0
         self._extend(context)
