@@ -234,8 +234,8 @@ def _plain_run(
     (`drafts_for_free`: prompt lookup; a pool whose members ranked this round all do)
     needs that step's token to propose, so the next step is queued all the same and the
     drafter asked once the token is read: with nothing to propose (or a free draft its cut
-    drops) the queued step stands;
-    with a draft it is undone and the draft goes back to the loop, for its verify. A
+    drops) the queued step stands; with a draft it is undone and the draft goes back to the
+    loop, for its verify. A
     drafter whose pass runs on the device would wait behind the queued step, so there the
     run ends and the loop drafts. A drafter that reads the target's rows (`taps` not None)
     is handed each step's with its token.
