@@ -63,10 +63,15 @@ def test_old_verdicts_fade() -> None:
     assert low < 0.1 and rates.rate(4) > 0.5
 
 
-@pytest.mark.parametrize(("length", "drafted", "accepted"), [(0, 1, 0), (2, 1, 2), (2, 1, -1)])
-def test_impossible_verdicts_are_refused(length: int, drafted: int, accepted: int) -> None:
-    with pytest.raises(ValueError):
-        MatchAcceptance().judge(length, drafted, accepted) if length else MatchAcceptance().rate(0)
+@pytest.mark.parametrize(("drafted", "accepted"), [(1, 2), (1, -1)])
+def test_impossible_verdicts_are_refused(drafted: int, accepted: int) -> None:
+    with pytest.raises(ValueError, match="accepted"):
+        MatchAcceptance().judge(2, drafted, accepted)
+
+
+def test_a_draft_continues_a_match_of_one_token_at_least() -> None:
+    with pytest.raises(ValueError, match="one token at least"):
+        MatchAcceptance().rate(0)
 
 
 # -- the cut ----------------------------------------------------------------------------
