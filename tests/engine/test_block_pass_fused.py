@@ -127,7 +127,8 @@ def test_the_drafter_drafts_through_its_fused_pass(
         feed(d, tokens[:90], rows[:90], start=37)
         assert d.base == 37
     assert_same_pass(eager, fused, 8, "a context from position 37")
-    assert stand_in.calls == 4
+    # its logits, and in float32 its drafts too (assert_same_pass compares those there only)
+    assert stand_in.calls == 3 + (compute_dtype(fused.ops) == "float32")
     # a launch that timed out: the traced pass from then on, said in the log
     failing = StandIn(stand_in.eager, fail=True)
     dropped = BlockDrafter(w, target.model, traced.compiled, fused=failing)  # type: ignore[arg-type]
