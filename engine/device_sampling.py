@@ -11,13 +11,15 @@ penalty has no device form here: such replies are not queued.
 
 For a nucleus draw the device also packs what the host's draw reads in place of the row
 (`pack`: the likeliest logits, their ids, the others' weight; engine/sampling_candidates.py).
+On CUDA the pack and the draw from it are one kernel (kernels/nucleus_pack_cuda.py), the
+MLX operations here the form on every other device.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from functools import lru_cache
+from functools import lru_cache, partial
 
 import mlx.core as mx
 import numpy as np
@@ -25,6 +27,11 @@ import numpy as np
 from engine import sampling_candidates
 from engine.runner.ahead import DeviceDraw
 from engine.sampling import SamplingSettings
+from kernels import nucleus_pack_cuda
+
+# Packs and draws on CUDA in one kernel; bench/gpu's probe sets it False to time MLX's
+# operations beside it
+PACK_KERNEL = True
 
 
 def can_draw(s: SamplingSettings) -> bool:
@@ -38,12 +45,30 @@ def draw(s: SamplingSettings, u: float) -> DeviceDraw:
     from the float32 logits row [V]."""
     if not can_draw(s):
         raise ValueError("the device draw takes sampled settings without a repetition penalty")
-    at = mx.array(u, dtype=mx.float32)  # as `u` meets float32 arrays in the graph
     if sampling_candidates.can_decide(s):
-        among = _traced_among(s.temperature, s.top_p)
-        return DeviceDraw(lambda packed: among(packed, at), _packed(s.temperature))
+        return DeviceDraw(partial(_nucleus, s.temperature, s.top_p, u))
+    at = mx.array(u, dtype=mx.float32)  # as `u` meets float32 arrays in the graph
     traced = _traced(_graph_settings(s))
-    return DeviceDraw(lambda row: traced(row, at))
+    return DeviceDraw(lambda row: (traced(row, at), None))
+
+
+def _nucleus(
+    temperature: float, top_p: float, u: float, row: mx.array
+) -> tuple[mx.array, mx.array]:
+    """(the token [1], the pack) of a logits row [V] float32: one kernel on CUDA
+    (kernels/nucleus_pack_cuda.py), else MLX operations."""
+    V = int(row.shape[0])
+    if _kernel_packs(V):
+        packed, token = nucleus_pack_cuda.pack_and_draw(
+            row.reshape(1, V), sampling_candidates.K, temperature, top_p, u
+        )
+        return token, packed.reshape(-1)
+    packed = _packed(temperature)(row)
+    return _traced_among(temperature, top_p)(packed, mx.array(u, dtype=mx.float32)), packed
+
+
+def _kernel_packs(vocab: int) -> bool:
+    return PACK_KERNEL and vocab > sampling_candidates.K and nucleus_pack_cuda.is_available()
 
 
 @lru_cache(maxsize=8)
@@ -79,7 +104,13 @@ class PackedRows:
     def __init__(self, logits: mx.array, temperature: float) -> None:
         self.logits = logits
         rows = logits if logits.dtype == mx.float32 else logits.astype(mx.float32)
-        self.packs = np.asarray(_packed(temperature)(rows))
+        if _kernel_packs(int(rows.shape[1])):
+            packs, _ = nucleus_pack_cuda.pack_and_draw(
+                rows, sampling_candidates.K, temperature, 1.0, 0.0
+            )
+        else:
+            packs = _packed(temperature)(rows)
+        self.packs = np.asarray(packs)
 
     def row(self, i: int) -> np.ndarray:
         """Row i as the host's float32 rows hold it (`ops.to_numpy`'s)."""

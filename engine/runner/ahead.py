@@ -94,18 +94,15 @@ class Launch:
 
 @dataclass(frozen=True)
 class DeviceDraw:
-    """A sampled step's work on the device from its last logits row [V] float32: where the
-    host's draw can read less than the row, what it reads (`pack`, engine/device_sampling.py),
-    and the next step's token [1] (`token`), from the pack where there is one, else from
-    the row."""
+    """A sampled step's work on the device from its last logits row [V] float32: the next
+    step's token [1], and where the host's draw can read less than the row, what it reads
+    (a pack, engine/device_sampling.py), else None; both lazy."""
 
-    token: Callable[[mx.array], mx.array]
-    pack: Callable[[mx.array], mx.array] | None = None
+    run: Callable[[mx.array], tuple[mx.array, mx.array | None]]
 
     def __call__(self, row: mx.array) -> tuple[mx.array, mx.array | None]:
         """(the next step's token, the pack or None), not evaluated."""
-        packed = self.pack(row) if self.pack is not None else None
-        return self.token(row if packed is None else packed), packed
+        return self.run(row)
 
 
 # Which layers' rows a queued step hands out: None, none; () the last; else those layers'

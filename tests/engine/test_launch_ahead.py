@@ -358,11 +358,11 @@ def test_a_device_draw_the_host_does_not_make_is_undone(runner, monkeypatch):
         calls[0] += 1
         right, wrong = real_draw(s, u), calls[0] % 3 == 0
 
-        def next_token(row: mx.array) -> mx.array:  # the row, or the row's pack
-            token = right.token(row)
-            return mx.where(token > 0, token - 1, token + 1) if wrong else token
+        def run(row: mx.array) -> tuple[mx.array, mx.array | None]:
+            token, packed = right(row)
+            return (mx.where(token > 0, token - 1, token + 1) if wrong else token), packed
 
-        return DeviceDraw(next_token, right.pack)
+        return DeviceDraw(run)
 
     monkeypatch.setattr(device_sampling, "draw", sometimes_wrong)
     kinds = _count_launches(monkeypatch)
