@@ -16,8 +16,7 @@ Workloads (greedy by default, so every mode must produce the same tokens):
 - mixed: ten held-out conversations of chat, code, lists and follow-ups (each earlier turn
   answered by the model, the last one measured).
 
-Modes: plain (drafter off), auto (what the engine picks: every drafter it has, pooled; here
-on the CPU the block drafter with prompt lookup, on a GPU prompt lookup alone; and with
+Modes: plain (drafter off), auto (what the engine picks: prompt lookup, and with
 --draft-model, that model in every mode's session, so auto pools it too), draft (the draft
 model alone), block (the
 block drafter pooled with prompt lookup, each round the one promising more:
@@ -25,31 +24,27 @@ engine/drafter_pool.py), lookup (prompt lookup alone). Fairness: the lookup draf
 from every request its session saw, so every measured conversation runs in its own fresh
 Session that first ran the conversation's earlier requests, in the same mode;
 all modes see the same token history. Every Session starts from one shared calibration of
-the forward cost (what Engine does at model load), and the modes rotate run by run so a
-burst of load hits each. Throughput is the engine's own decode rate of the measured
-requests (tokens after the first over decode seconds, summed over a workload's
-conversations); figures are medians over --runs. `--temperature T --top-p P --seed S`
-samples instead (what the app does by default: 0.7 and 0.95): every request draws from
-the same seeded uniforms, and "identical" is n/a, since a sampled verify keeps the
-distribution, not each draw."""
+the forward cost (what Engine does at model load), each mode answers one short untimed
+request first, and the modes rotate run by run so a burst of load hits each. Throughput
+is the engine's own decode rate of the measured requests (tokens after the first over
+decode seconds, summed over a workload's conversations); figures are medians over
+--runs. `--temperature T --top-p P --seed S` samples instead (what the app does by
+default: 0.7 and 0.95): every request draws from the same seeded uniforms, and
+"identical" is n/a, since a sampled verify keeps the distribution, not each draw."""
 
 from __future__ import annotations
 
 import argparse
 import copy
 import json
-import statistics
 import sys
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from bench import common
+from bench import block_pass_time, common
 from engine.config import EngineConfig
-from engine.sampling import CoupledSampler, PositionalUniforms, SamplingSettings, sample
+from engine.sampling import SamplingSettings
 
 ALL_MODES = {
     "plain": "off",
@@ -197,6 +192,28 @@ def summarize(samples: dict[str, list[Sample]], greedy: bool = True) -> dict[str
     return out
 
 
+def warm_up(
+    loaded: Any,
+    draft: Any,
+    config: EngineConfig,
+    costs: Any,
+    work: Workload,
+    modes: dict[str, str],
+    sampling: SamplingSettings,
+) -> None:
+    """One short untimed request a mode, with the run's sampling: a GPU's first sampled
+    step compiles the device's draw, and session 29's H100 put the first workload's plain
+    run at 563 tok/s against 1,021 after it, so Auto read 1.78x on a fresh question."""
+    from engine import events as ev
+    from engine.session import Session
+
+    messages = tuple(ev.Message(role, content) for role, content in work.conversations[0][0])
+    for drafter in modes.values():
+        session = Session(loaded, draft, config=config)
+        session.costs = copy.deepcopy(costs)
+        ask(session, messages, drafter, 16, sampling)
+
+
 def run(args: argparse.Namespace, config: EngineConfig) -> dict[str, Any]:
     from engine.loader import load_model
     from engine.session import Session
@@ -220,6 +237,7 @@ def run(args: argparse.Namespace, config: EngineConfig) -> dict[str, Any]:
     samples: dict[str, dict[str, list[Sample]]] = {
         name: {mode: [] for mode in modes} for name in workloads
     }
+    warm_up(loaded, draft, config, costs, next(iter(workloads.values())), modes, sampling)
     for run_index in range(args.runs):
         for name, work in workloads.items():
             order = list(modes)
@@ -249,85 +267,13 @@ def run(args: argparse.Namespace, config: EngineConfig) -> dict[str, Any]:
             "sampling": asdict(sampling),
         },
         "block_drafter": None if block is None else {"file": block.w.path.name, **block.w.meta},
-        **({} if block is None else pass_times(block, sampling)),
+        **({} if block is None else block_pass_time.pass_times(block, sampling)),
         "draft_model": None if draft is None else common.model_info(Path(args.draft_model)),
         "machine": {**common.machine(), "load_average_1m_at_start": load_at_start},
         "versions": common.versions(),
         "model": {**common.model_info(path), "backend": loaded.ops.name},
     }
     return common.rounded(result)
-
-
-def pass_times(drafter: Any, sampling: SamplingSettings) -> dict[str, dict[str, float]]:
-    """`block_pass_ms`: the engine's pass, greedy or drawing with `sampling` as a sampled
-    request couples it. Beside it, two timed in turn twice (the faster of each pair):
-    greedy where the pass is one call (traced on an MLX GPU, C on NumPy), the same
-    weights' pass op by op (`block_pass_ms_op_by_op`); sampled, the draws from rows as
-    wide as the target's vocabulary (`block_pass_ms_full_row_draws`)."""
-    from engine.block_drafter import BlockDrafter
-
-    if not sampling.is_greedy:
-        uniforms = PositionalUniforms(sampling.seed)
-
-        def full_row(row: np.ndarray, history: list[int]) -> int:  # no `among`
-            return sample(row, history, sampling, uniforms)
-
-        coupled = CoupledSampler(sampling, uniforms)
-        return _in_turn(
-            lambda: time_block_pass(drafter, sampler=coupled),
-            lambda: time_block_pass(drafter, sampler=full_row),
-            "block_pass_ms_full_row_draws",
-        )
-    if drafter.compiled is None and drafter.cpu_pass is None:
-        return {"block_pass_ms": time_block_pass(drafter)}
-    op_by_op = BlockDrafter(drafter.w, drafter.target)
-    return _in_turn(
-        lambda: time_block_pass(drafter),
-        lambda: time_block_pass(op_by_op),
-        "block_pass_ms_op_by_op",
-    )
-
-
-def _in_turn(engines: Any, other: Any, name: str) -> dict[str, dict[str, float]]:
-    runs = [(engines(), other()) for _ in range(2)]
-    fast, slow = ({k: min(r[i][k] for r in runs) for k in runs[0][i]} for i in (0, 1))
-    return {"block_pass_ms": fast, name: slow}
-
-
-def time_block_pass(
-    drafter: Any,
-    ks: tuple[int, ...] = (1, 4, 8, 15),
-    context: int = 300,
-    repeats: int = 10,
-    sampler: Any = None,
-) -> dict[str, float]:
-    """Milliseconds of one draft pass (`propose`, its logits read back and the projection
-    of the row committed before it included) at each k, from `context` rows of
-    target-shaped noise on (a pass's cost does not depend on the values), one more row each
-    pass as a request's rounds see: a cost paid per new shape (a GPU library building a
-    graph for each key count) shows. The median of `repeats` after one warm-up; with
-    `sampler` coupled, sampled drafts. The drafter is left reset."""
-    rng = np.random.default_rng(0)
-    width, vocab = drafter.target.config.hidden_size, drafter.target.config.vocab_size
-    tokens = [int(t) for t in rng.integers(0, vocab, context)]
-    drafter.begin(tokens)
-    drafter.observe_hidden(rng.standard_normal((context, width)).astype(np.float32), 0)
-    drafter.couple(sampler)  # after `begin`, which uncouples
-    out: dict[str, float] = {}
-    for k in ks:
-        if k > drafter.max_draft:
-            continue
-        drafter.propose(tokens[-1], k)
-        seconds = []
-        for _ in range(repeats):
-            drafter.observe_hidden(rng.standard_normal((1, width)).astype(np.float32))
-            drafter.commit([int(rng.integers(0, vocab))])
-            t0 = time.perf_counter()
-            drafter.propose(drafter.tokens[-1], k)
-            seconds.append(time.perf_counter() - t0)
-        out[str(k)] = 1e3 * statistics.median(seconds)
-    drafter.begin([])
-    return out
 
 
 def _command(args: argparse.Namespace) -> str:

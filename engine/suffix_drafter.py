@@ -69,6 +69,11 @@ class SuffixDrafter:
         # drafted tokens stood on open chat and 24% of sampled ones (temperature 0.7)
         self._rates = (MatchAcceptance(), MatchAcceptance())  # greedy, sampled
         self._sampled = False  # the request's: set by `couple`
+        # the last proposal no verify judged (its cut dropped it): the path's length then,
+        # its match's length, its first token. The next proposal's pending token, one
+        # past it, is the token a verify would have judged that first token against (a
+        # sampled verify draws with plain decoding's uniform there): its verdict, free
+        self._unjudged: tuple[int, int, int] | None = None
         self.num_rebuilds = 0
         self._in_request = False
         self._clear()
@@ -139,22 +144,34 @@ class SuffixDrafter:
     def begin(self, context: list[int]) -> None:
         _check_tokens(context)
         self._sampled = False  # until `couple` says otherwise
+        self._unjudged = None
         self._in_request = True
         self._node = 0
         self._extend(context)
 
     def propose(self, pending: int, k: int) -> Draft:
+        self._judge_unverified(pending)
         state, length = self._match_with(pending)
         self.match_length = length
         if length < self.min_match or k <= 0:
             return Draft([])
         tokens = self._continuation(self._end[state], pending, k)
+        if tokens:
+            self._unjudged = (self._depth[self._node], length, tokens[0])
         confidence = self.match_rates.confidence(length, len(tokens))
         return Draft(tokens, confidence, free=True)
 
     def judge(self, drafted: int, accepted: int) -> None:
         """The verify's verdict on the last proposal's first `drafted` tokens."""
+        self._unjudged = None
         self.match_rates.judge(self.match_length, drafted, accepted)
+
+    def _judge_unverified(self, pending: int) -> None:
+        """The verdict on the last proposal's first token where no verify gave one and
+        `pending` stands where it would have (the path one token longer since)."""
+        unjudged, self._unjudged = self._unjudged, None
+        if unjudged is not None and unjudged[0] + 1 == self._depth[self._node]:
+            self.match_rates.judge(unjudged[1], 1, int(unjudged[2] == pending))
 
     def commit(self, tokens: list[int]) -> None:
         _check_tokens(tokens)
@@ -162,6 +179,7 @@ class SuffixDrafter:
         self.match_rates.age(len(tokens))
 
     def end(self) -> None:
+        self._unjudged = None
         self._ends.pop(self._node, None)
         self._ends[self._node] = None  # the newest path
         self._in_request = False

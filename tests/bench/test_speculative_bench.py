@@ -10,7 +10,7 @@ import json
 import numpy as np
 import pytest
 
-from bench import speculative
+from bench import block_pass_time, speculative
 from bench.speculative import Sample, summarize
 from engine.default_model import is_default_model_present
 from engine.sampling import SamplingSettings
@@ -64,7 +64,7 @@ def test_the_pass_timing_leaves_the_drafter_empty_and_drafting_as_before() -> No
     drafter.begin(context)
     drafter.observe_hidden(rows, 0)
     before = drafter.propose(7, 4).tokens
-    timed = speculative.time_block_pass(drafter, ks=(1, 4, 99), context=50, repeats=2)
+    timed = block_pass_time.time_block_pass(drafter, ks=(1, 4, 99), context=50, repeats=2)
     assert list(timed) == ["1", "4"] and all(ms > 0 for ms in timed.values())
     assert drafter.cursor == 0 and drafter.tokens == []
     drafter.begin(context)
@@ -74,13 +74,13 @@ def test_the_pass_timing_leaves_the_drafter_empty_and_drafting_as_before() -> No
     # is timed beside it
     one_call = drafter.cpu_pass if session.loaded.ops.name == "numpy" else drafter.compiled
     assert one_call is not None
-    both = speculative.pass_times(drafter, SamplingSettings())
+    both = block_pass_time.pass_times(drafter, SamplingSettings())
     assert set(both) == {"block_pass_ms", "block_pass_ms_op_by_op"}
     assert (
         list(both["block_pass_ms"]) == list(both["block_pass_ms_op_by_op"]) == ["1", "4", "8", "15"]
     )
     # sampled: the coupled draws over the draft vocabulary beside full-row draws
-    sampled = speculative.pass_times(drafter, SamplingSettings(temperature=0.7, top_p=0.95))
+    sampled = block_pass_time.pass_times(drafter, SamplingSettings(temperature=0.7, top_p=0.95))
     assert set(sampled) == {"block_pass_ms", "block_pass_ms_full_row_draws"}
     assert drafter.cursor == 0 and drafter._sample is None  # left reset and uncoupled
 

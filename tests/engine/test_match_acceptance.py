@@ -108,6 +108,53 @@ def test_lookup_drafts_with_its_rates_and_learns_from_the_verdict() -> None:
     assert drafter.match_rates.rate(3) > prior_rate(3)
 
 
+def test_a_dropped_proposals_first_token_is_judged_by_the_token_that_came() -> None:
+    """A proposal no verify judged (its cut dropped it: a plain step instead) gets its
+    first token's verdict from the next proposal's pending token, the one that stands
+    where the verify would have judged it; not from a token further on, and not twice
+    where a verify judged it."""
+    context = [5, 6, 7, 8, 9, 10, 5, 6]
+
+    def after(*steps: tuple[list[int], int]) -> tuple[float, float]:
+        drafter = SuffixDrafter()
+        drafter.begin(context)
+        assert drafter.propose(7, 3).tokens == [8, 9, 10]  # from a match of 3
+        for committed, pending in steps:
+            drafter.commit(committed)
+            drafter.propose(pending, 3)
+        return float(drafter.match_rates.accepted[3]), float(drafter.match_rates.trials[3])
+
+    assert after(([7], 8)) == (1.0, 1.0)  # 8 came: its first token stood
+    assert after(([7], 4)) == (0.0, 1.0)  # 4 came: it would have been rejected
+    assert after(([7, 8], 9)) == (0.0, 0.0)  # two tokens on: 9 is no verdict on it
+    drafter = SuffixDrafter()
+    drafter.begin(context)
+    drafter.propose(7, 3)
+    drafter.judge(drafted=1, accepted=1)  # verified: the verify's verdict alone
+    drafter.commit([7, 8])
+    drafter.propose(9, 3)
+    assert 0.99 < drafter.match_rates.trials[3] <= 1.0  # one verdict, aged by two tokens
+
+
+def test_drafts_the_cut_drops_still_teach_their_rates() -> None:
+    """Where a verify's rows cost nearly a step each (a CPU's), no draft pays at the
+    prior's rates, so the cut drops every one; a reply that repeats itself is what they would
+    have drafted, and its plain steps alone (propose, commit, the next token, as a queued
+    run decodes) raise the rates until such drafts pay."""
+    costs = cost_model(lambda m: 0.01 * (0.05 + 0.95 * m))
+    drafter = SuffixDrafter()
+    cycle = [3, 4, 5, 6, 7, 8, 9]
+    drafter.begin([11, 12, *cycle[:2]])
+    reply = [cycle[i % len(cycle)] for i in range(2, 80)]
+    pending, kept = reply[0], []
+    for token in reply[1:]:
+        kept.append(len(cut_draft(drafter.propose(pending, 4), costs).tokens))
+        drafter.commit([pending])
+        pending = token
+    assert not any(kept[:30]) and kept[-1] >= 2  # at the prior, dropped; taught, kept
+    assert drafter.match_rates.rate(LONGEST) > 0.99 > prior_rate(LONGEST) + 0.1
+
+
 # -- the decode loop ----------------------------------------------------------------------
 
 
@@ -187,9 +234,9 @@ def test_short_matches_that_failed_stop_costing_verifies_a_long_one_drafts(targe
 
 
 def test_a_length_whose_drafts_stopped_paying_is_tried_again_after_some_decoding() -> None:
-    """Drafts are a length's only evidence: two misses at the longest match (where a
-    regenerate leaves the earlier reply) must not end drafting from it for good. Decoded
-    tokens age the evidence back toward the prior; without them nothing moves."""
+    """Two misses at the longest match (where a regenerate leaves the earlier reply) must
+    not end drafting from it for good, though no proposal from it comes to be judged.
+    Decoded tokens age the evidence back toward the prior; without them nothing moves."""
     drafter = SuffixDrafter()
     drafter.begin([1, 2, 3])
     for _ in range(3):
