@@ -87,12 +87,7 @@ def header() -> str:
     return _HEADER
 
 
-def is_available() -> bool:
-    """True where MLX's default device is a CUDA GPU."""
-    try:
-        return bool(mx.default_device() == mx.gpu and mx.cuda.is_available())
-    except AttributeError:
-        return False
+is_available = cuda.is_available  # where MLX's default device is a CUDA GPU
 
 
 class CudaKernels:

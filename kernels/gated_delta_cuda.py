@@ -38,12 +38,7 @@ _SOURCE = cuda.source("gated_delta_recurrent.cu")
 _HEADER = cuda.source("gated_delta_row.cuh")
 
 
-def is_available() -> bool:
-    """True where MLX's default device is a CUDA GPU."""
-    try:
-        return bool(mx.default_device() == mx.gpu and mx.cuda.is_available())
-    except AttributeError:
-        return False
+is_available = cuda.is_available  # where MLX's default device is a CUDA GPU
 
 
 @cache

@@ -30,12 +30,7 @@ from kernels import cuda
 THREADS = 1024  # a block a row: 48 logits a thread over the default model's vocabulary
 
 
-def is_available() -> bool:
-    """True where MLX's default device is a CUDA GPU."""
-    try:
-        return bool(mx.default_device() == mx.gpu and mx.cuda.is_available())
-    except AttributeError:
-        return False
+is_available = cuda.is_available  # where MLX's default device is a CUDA GPU
 
 
 @cache

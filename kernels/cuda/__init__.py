@@ -11,6 +11,8 @@ from __future__ import annotations
 from functools import cache
 from pathlib import Path
 
+import mlx.core as mx
+
 _HERE = Path(__file__).parent
 
 
@@ -18,3 +20,11 @@ _HERE = Path(__file__).parent
 def source(name: str) -> str:
     """The text of kernels/cuda/`name`."""
     return (_HERE / name).read_text(encoding="utf-8")
+
+
+def is_available() -> bool:
+    """True where MLX's default device is a CUDA GPU (where these kernels are built)."""
+    try:
+        return bool(mx.default_device() == mx.gpu and mx.cuda.is_available())
+    except AttributeError:  # an MLX without a CUDA module (Metal, the CPU build)
+        return False
