@@ -29,8 +29,8 @@ from engine.runner.ahead import DeviceDraw
 from engine.sampling import SamplingSettings
 from kernels import nucleus_pack_cuda
 
-# Packs and draws on CUDA in one kernel; bench/gpu's probe sets it False to time MLX's
-# operations beside it
+# Packs and draws on CUDA in one kernel; tools/gpu/nucleus_round.sh sets it False to time
+# MLX's operations beside it
 PACK_KERNEL = True
 
 
@@ -105,6 +105,7 @@ class PackedRows:
         self.logits = logits
         rows = logits if logits.dtype == mx.float32 else logits.astype(mx.float32)
         if _kernel_packs(int(rows.shape[1])):
+            # its draws go unread: a verify's tokens are the host's
             packs, _ = nucleus_pack_cuda.pack_and_draw(
                 rows, sampling_candidates.K, temperature, 1.0, 0.0
             )
