@@ -104,6 +104,7 @@ class Sample:
     token_ids: tuple[tuple[int, ...], ...]
     drafted: int
     accepted: int
+    verifies: int = 0
 
     @property
     def tok_s(self) -> float:
@@ -158,6 +159,7 @@ def measure(
         sample.token_ids += (done.token_ids,)
         sample.drafted += stats.drafted
         sample.accepted += stats.accepted
+        sample.verifies += stats.verifies
     return sample
 
 
@@ -177,6 +179,7 @@ def summarize(samples: dict[str, list[Sample]], greedy: bool = True) -> dict[str
             continue
         drafted = sum(s.drafted for s in runs)
         accepted = sum(s.accepted for s in runs)
+        verifies = sum(s.verifies for s in runs)
         tok_s = common.spread([s.tok_s for s in runs])
         out[mode] = {
             "tok_s": tok_s,
@@ -186,8 +189,10 @@ def summarize(samples: dict[str, list[Sample]], greedy: bool = True) -> dict[str
             ),
             "acceptance": accepted / drafted if drafted else 0.0,
             # tokens a verify yields: the accepted drafts and the target's own token
+            "acceptance_length": (accepted + verifies) / verifies if verifies else 0.0,
             "drafted": drafted,
             "accepted": accepted,
+            "verifies": verifies,
         }
     return out
 
@@ -294,18 +299,20 @@ def print_table(result: dict[str, Any]) -> None:
     modes = [m for m in result["settings"]["modes"] if m != "plain"]
     head = f"{'workload':<12}{'plain tok/s':>13}"
     for mode in modes:
-        head += f"{mode + ' tok/s':>13}{'speedup':>9}{'accept':>8}"
+        head += f"{mode + ' tok/s':>13}{'speedup':>9}{'accept':>8}{'a. len':>8}"
     print(head + f"{'identical':>11}{'tokens':>8}")
     for name, w in result["workloads"].items():
         line = f"{name:<12}{w['plain_tok_s']['median']:>13.1f}"
         for mode in modes:
             m = w[mode]
             line += f"{m['tok_s']['median']:>13.1f}{m['speedup']:>8.2f}x{m['acceptance']:>8.2f}"
+            line += f"{m['acceptance_length']:>8.2f}"
         same = "n/a" if w["identical"] is None else str(w["identical"])
         print(line + f"{same:>11}{w['tokens']:>8}")
     runs = result["settings"]["runs"]
     print(
         f"medians of {runs} runs; model {result['model']['name']} on {result['model']['backend']}"
+        "; a. len: tokens a verify yields"
     )
 
 

@@ -65,6 +65,7 @@ class DecodeResult:
     reason: str = FinishReason.LENGTH
     drafted: int = 0
     accepted: int = 0
+    verifies: int = 0  # forwards that verified a draft
     first_token_time: float = 0.0
     end_time: float = 0.0
 
@@ -193,6 +194,7 @@ def decode(
         costs.observe(len(rows), forward_s + time.perf_counter() - t0)
         out.drafted += num_drafted
         out.accepted += accepted
+        out.verifies += 1
         if drafter is not None:
             if hidden:  # the kept rows are the state's: the rest were rolled back
                 drafter.observe_hidden(hidden_rows[: 1 + accepted])  # type: ignore[attr-defined]

@@ -190,6 +190,7 @@ class Stats:
     context_tokens: int
     context_length: int
     thinking_tokens: int = 0  # of generated_tokens, those in the <think> block
+    verifies: int = 0  # forwards that verified a draft (`drafted` tokens in all)
     # of prefilled_tokens, those recomputed to bring the state back to an edit point (a
     # replay from the nearest snapshot before it); the rest are the prompt's new tokens
     replayed_tokens: int = 0
@@ -211,6 +212,11 @@ class Stats:
     @property
     def acceptance_rate(self) -> float:
         return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def acceptance_length(self) -> float:
+        """Tokens a verify yields: its accepted drafts and the target's own token."""
+        return (self.accepted + self.verifies) / self.verifies if self.verifies else 0.0
 
 
 @dataclass(frozen=True)

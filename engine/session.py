@@ -286,7 +286,7 @@ class Session:
         stats = self._stats(
             cmd, ids, reused, prefilled, ttft, rate, n, result.drafted, result.accepted, replayed
         )
-        stats = replace(stats, thinking_tokens=reply.num_thinking_tokens)
+        stats = replace(stats, thinking_tokens=reply.num_thinking_tokens, verifies=result.verifies)
         ids_out = tuple(result.token_ids)
         emit(
             ev.Finished(cmd.request_id, result.reason, reply.answer, ids_out, stats, reply.thinking)

@@ -41,6 +41,7 @@ def json_figures(s: Stats) -> dict[str, Any]:
         "decode_tok_s": round(s.decode_tok_s, 2),
         "drafted": s.drafted,
         "accepted": s.accepted,
+        "verifies": s.verifies,
     }
     if s.server:  # which figures are the server's; unreported ones are null, not 0
         figures["server"] = s.server

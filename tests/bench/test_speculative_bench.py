@@ -18,7 +18,7 @@ from engine.sampling import SamplingSettings
 
 def sample(ids: tuple[tuple[int, ...], ...], tok_s: float = 100.0) -> Sample:
     tokens = sum(len(t) for t in ids)
-    return Sample(tokens, tokens / tok_s, ids, drafted=4, accepted=3)
+    return Sample(tokens, tokens / tok_s, ids, drafted=4, accepted=3, verifies=2)
 
 
 def test_identity_is_judged_for_greedy_runs_only() -> None:
@@ -29,6 +29,7 @@ def test_identity_is_judged_for_greedy_runs_only() -> None:
     assert summarize(other, greedy=False)["identical"] is None
     auto = summarize(same)["auto"]
     assert auto["speedup"] == pytest.approx(2.0) and auto["acceptance"] == 0.75
+    assert auto["acceptance_length"] == 2.5  # (3 accepted + 2 of the target's own) / 2
 
 
 @pytest.mark.real_model

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from engine import decoding
+from engine import decoding, verify_rows
 from engine.block_drafter import CapturingForward
 from engine.config import EngineConfig
 from engine.decoding import DecodeRequest, DecodeResult, decode
@@ -293,10 +293,17 @@ DRAFTERS = ["suffix", "draft_model", "oracle", "noisy_oracle", "adversarial"]
 @pytest.mark.usefixtures("random_k")
 @pytest.mark.parametrize("which", DRAFTERS)
 def test_greedy_speculative_equals_plain(
-    pair: Pair, cases: list[Case], keep_counts: list[int], which: str
+    pair: Pair,
+    cases: list[Case],
+    keep_counts: list[int],
+    which: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     draft_model = DraftModelDrafter(pair.draft)  # one for all prompts: begin() rewinds it
     num_drafted = num_accepted = 0
+    verifies: list[int] = []  # one a verify forward
+    verify = verify_rows.verify
+    monkeypatch.setattr(verify_rows, "verify", lambda *a: (verifies.append(1), verify(*a))[1])
     for i, case in enumerate(cases):
         drafter: Drafter
         if which == "suffix":
@@ -306,9 +313,11 @@ def test_greedy_speculative_equals_plain(
         else:
             corrupt = {"oracle": 0.0, "noisy_oracle": 0.3, "adversarial": 1.0}[which]
             drafter = ScriptedDrafter(script_of(case), corrupt, seed=i)
+        verifies.clear()
         result, state = run(pair.target, case.prompt, case.max_tokens, drafter)
         where = f"prompt {i} ({which})"
         assert result.token_ids == case.reference.token_ids, where
+        assert result.verifies == len(verifies), where  # each round that drafted, counted
         assert result.reason == case.reference.reason, where
         assert_holds_output(state, case.prompt, result)
         assert_exact(pair.target, state, case.prompt)

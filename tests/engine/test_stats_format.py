@@ -21,6 +21,7 @@ STATS = Stats(
     accepted=61,
     context_tokens=216,
     context_length=8192,
+    verifies=40,
 )
 
 
@@ -39,8 +40,10 @@ def test_the_terminal_line():
 def test_the_json_figures():
     assert json.dumps(json_figures(STATS)) == (
         '{"prompt_tokens": 52, "generated_tokens": 164, "ttft_s": 0.2346, '
-        '"prefill_tok_s": 226.12, "decode_tok_s": 41.33, "drafted": 88, "accepted": 61}'
+        '"prefill_tok_s": 226.12, "decode_tok_s": 41.33, "drafted": 88, "accepted": 61, '
+        '"verifies": 40}'
     )
+    assert STATS.acceptance_length == (61 + 40) / 40  # tokens a verify yields
 
 
 def test_the_app_keeps_every_figure_and_reads_its_status_line_from_them():
