@@ -52,9 +52,13 @@ def pack_and_draw(
     Python float an operation meets)."""
     n, V = int(rows.shape[0]), int(rows.shape[1])
     if not 0 < k < V or k > THREADS:
-        raise ValueError(f"a pack of {k} from rows of {V} logits: the kernel takes 0 < k < V")
+        raise ValueError(
+            f"a pack of {k} from rows of {V} logits: the kernel takes 0 < k < V, k <= {THREADS}"
+        )
     if rows.dtype != mx.float32:
         raise ValueError("the kernel packs float32 rows")
+    if V >= 1 << 24:
+        raise ValueError("token ids past 2^24 are not exact in a float32 pack")
     params = mx.array([temperature, top_p, u], dtype=mx.float32)
     packed, token = _kernel()(
         inputs=[rows, params],
