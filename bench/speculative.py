@@ -140,12 +140,10 @@ def measure(
     """Each conversation in a fresh session (with the draft model `draft`, if any): its
     earlier requests, then the measured one."""
     from engine import events as ev
-    from engine.session import Session
 
     sample = Sample(0, 0.0, (), 0, 0)
     for steps in work.conversations:
-        session = Session(loaded, draft, config=config)
-        session.costs = copy.deepcopy(costs)
+        session = fresh_session(loaded, draft, config, costs)
         history: tuple[Any, ...] = ()
         for step in steps:
             added = tuple(ev.Message(role, content) for role, content in step)
@@ -197,6 +195,15 @@ def summarize(samples: dict[str, list[Sample]], greedy: bool = True) -> dict[str
     return out
 
 
+def fresh_session(loaded: Any, draft: Any, config: EngineConfig, costs: Any) -> Any:
+    """A Session starting from the shared calibration (a copy: each learns its own)."""
+    from engine.session import Session
+
+    session = Session(loaded, draft, config=config)
+    session.costs = copy.deepcopy(costs)
+    return session
+
+
 def warm_up(
     loaded: Any,
     draft: Any,
@@ -210,13 +217,10 @@ def warm_up(
     step compiles the device's draw, and session 29's H100 put the first workload's plain
     run at 563 tok/s against 1,021 after it, so Auto read 1.78x on a fresh question."""
     from engine import events as ev
-    from engine.session import Session
 
     messages = tuple(ev.Message(role, content) for role, content in work.conversations[0][0])
     for drafter in modes.values():
-        session = Session(loaded, draft, config=config)
-        session.costs = copy.deepcopy(costs)
-        ask(session, messages, drafter, 16, sampling)
+        ask(fresh_session(loaded, draft, config, costs), messages, drafter, 16, sampling)
 
 
 def run(args: argparse.Namespace, config: EngineConfig) -> dict[str, Any]:
