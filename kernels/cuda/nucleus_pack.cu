@@ -16,12 +16,15 @@
 // the other tokens' weight NaN, which the host's draw refuses alike.
 //
 // params: [temperature, top_p, u], float32 (as MLX meets the Python floats).
+//
+// One block reads the row five times (four radix passes, then the pack's), NP_E logits a
+// thread at a time (nucleus_pack.cuh), so its loads overlap one another: on an H100 the first
+// form read a logit a thread at a time and walked the bins in one thread.
 
     const int V = rows_shape[1];
     const int r = blockIdx.y;
     const int t = threadIdx.x, NT = blockDim.x;
     const float* x = rows + (size_t)r * V;
-    const float temperature = params[0], top_p = params[1], u = params[2];
     __shared__ float f_scratch[32];
     __shared__ int i_scratch[32];
     __shared__ unsigned int hist[256];
@@ -29,47 +32,51 @@
     __shared__ int s_at;
     __shared__ float s_val[K], s_p[K], s_ord[K], s_cdf[K];
     __shared__ int s_id[K], s_by_id[K];
-
-    // the largest logit, and whether any is NaN
-    float m = __int_as_float(0xff800000);  // -inf
-    int nan_seen = 0;
-    for (int i = t; i < V; i += NT) {
-        const float v = x[i];
-        m = fmaxf(m, v);
-        nan_seen |= v != v;
+    __shared__ float s_params[3];
+    // params is written by the host each step: read once, not by every thread
+    if (t < 3) s_params[t] = params[t];
+    if (t == 0) {
+        s_gt = 0u;
+        s_eq = 0u;
     }
-    m = np_block_reduce<true>(m, f_scratch);
-    nan_seen = np_block_count(nan_seen, i_scratch);
+    const bool vec = (V & 3) == 0 && (reinterpret_cast<unsigned long long>(x) & 15ull) == 0ull;
 
     // the K-th largest key: a prefix a byte longer each pass; `remaining`, how many of the
-    // keys matching it belong in the pack
+    // keys matching it belong in the pack. The first pass also finds the largest logit and
+    // whether any is NaN.
+    float m = __int_as_float(0xff800000);  // -inf
+    int nan_seen = 0;
     unsigned int prefix = 0u, mask = 0u, remaining = K;
     const int lane = t & 31;
     for (int shift = 24; shift >= 0; shift -= 8) {
         for (int b = t; b < 256; b += NT) hist[b] = 0u;
         __syncthreads();
-        for (int base = 0; base < V; base += NT) {  // whole warps, for the lanes' match
-            const int i = base + t;
-            const unsigned int key = i < V ? np_key(x[i]) : 0u;
-            const unsigned int bin = (i < V && (key & mask) == prefix) ? (key >> shift) & 255u : 256u;
-            const unsigned int peers = __match_any_sync(0xffffffffu, bin);
-            if (bin < 256u && lane == __ffs(peers) - 1) atomicAdd(&hist[bin], (unsigned int)__popc(peers));
+        for (int base = 0; base < V; base += NT * NP_E) {  // whole warps, for the lanes' match
+            float v[NP_E];
+            np_batch(x, V, base, vec, v);
+#pragma unroll
+            for (int e = 0; e < NP_E; ++e) {
+                const bool in = np_index(base, vec, e) < V;
+                const unsigned int key = in ? np_key(v[e]) : 0u;
+                if (shift == 24 && in) {
+                    m = fmaxf(m, v[e]);
+                    nan_seen |= v[e] != v[e];
+                }
+                const unsigned int bin = (in && (key & mask) == prefix) ? (key >> shift) & 255u : 256u;
+                const unsigned int peers = __match_any_sync(0xffffffffu, bin);
+                if (bin < 256u && lane == __ffs(peers) - 1) atomicAdd(&hist[bin], (unsigned int)__popc(peers));
+            }
         }
         __syncthreads();
-        if (t == 0) {
-            unsigned int above = 0u;
-            int b = 255;
-            while (b > 0 && above + hist[b] < remaining) above += hist[b--];
-            s_prefix = prefix | ((unsigned int)b << shift);
-            s_remaining = remaining - above;
-            s_gt = 0u;
-            s_eq = 0u;
-        }
+        if (t < 32) np_pick(hist, prefix, remaining, shift, &s_prefix, &s_remaining);
         __syncthreads();
         prefix = s_prefix;
         remaining = s_remaining;
         mask |= 255u << shift;
     }
+    m = np_block_reduce<true>(m, f_scratch);
+    nan_seen = np_block_count(nan_seen, i_scratch);
+    const float temperature = s_params[0], top_p = s_params[1], u = s_params[2];
     const float least = np_unkey(prefix);
 
     // the pack's places, the other tokens' weight, and the count at or above the least
@@ -77,22 +84,28 @@
     const unsigned int above = K - remaining;
     float rest = 0.f;
     int count = 0;
-    for (int i = t; i < V; i += NT) {
-        const float v = x[i];
-        const unsigned int key = np_key(v);
-        if (key > prefix) {
-            const unsigned int at = atomicAdd(&s_gt, 1u);
-            s_val[at] = v;
-            s_id[at] = i;
-        } else if (key == prefix) {
-            const unsigned int e = atomicAdd(&s_eq, 1u);
-            if (e < remaining) {
-                s_val[above + e] = v;
-                s_id[above + e] = i;
+    for (int base = 0; base < V; base += NT * NP_E) {
+        float v[NP_E];
+        np_batch(x, V, base, vec, v);
+#pragma unroll
+        for (int e = 0; e < NP_E; ++e) {
+            const int id = np_index(base, vec, e);
+            if (id >= V) continue;
+            const unsigned int key = np_key(v[e]);
+            if (key > prefix) {
+                const unsigned int at = atomicAdd(&s_gt, 1u);
+                s_val[at] = v[e];
+                s_id[at] = id;
+            } else if (key == prefix) {
+                const unsigned int eq = atomicAdd(&s_eq, 1u);
+                if (eq < remaining) {
+                    s_val[above + eq] = v[e];
+                    s_id[above + eq] = id;
+                }
             }
+            if (v[e] < least) rest += expf(__fdiv_rn(v[e], temperature) - top);
+            count += v[e] >= least;
         }
-        if (v < least) rest += expf(__fdiv_rn(v, temperature) - top);
-        count += v >= least;
     }
     rest = np_block_reduce<false>(rest, f_scratch);
     count = np_block_count(count, i_scratch);

@@ -41,3 +41,24 @@ def test_the_loop_probe_takes_a_replys_queued_steps_and_the_hosts_draws(
     # row for the loop's first token and where a pack cannot tell
     assert calls["decide"] == 1.0
     assert round(1 / 12, 2) <= calls["sample"] < 1.0
+
+
+def test_the_loop_split_times_each_mode_and_restores_what_it_timed(tiny_llama_q4_gguf, monkeypatch):
+    """bench/gpu/loop_probe.py: per mode the device's time a step and the loop's, the
+    host's launches, reads and (sampled) draws within the loop's wall time; the engine's
+    functions it wrapped are the originals again after it."""
+    from bench.gpu import loop_probe
+    from engine import verify_rows
+    from engine.runner import ahead
+
+    monkeypatch.setenv("BRANCHCHAT_BACKEND", "mlx")
+    path, _spec = tiny_llama_q4_gguf
+    read, draw = ahead.Launch.read, verify_rows.host_draw
+    out = loop_probe.probe(str(path), context=16, steps=6)
+    assert ahead.Launch.read is read and verify_rows.host_draw is draw
+    for mode in ("greedy", "sampled"):
+        split = out[mode]
+        assert split["device_us"] >= split["device_launch_us"] > 0 and split["loop_us"] > 0
+        parts = split["launch_us"] + split["read_us"] + split.get("host_draw_us", 0.0)
+        assert 0 < parts <= split["loop_us"]
+    assert "host_draw_us" not in out["greedy"] and out["sampled"]["host_draw_us"] > 0
