@@ -80,36 +80,42 @@ def _timed(owner: Any, name: str, into: dict[str, float]) -> Callable[[], None]:
 
 def probe(path: str, context: int, steps: int) -> dict[str, Any]:
     lm = load_model(path, EngineConfig.from_environment())
-    runner, vocab = lm.runner, lm.config.vocab_size
     out: dict[str, Any] = {"model": path, "context": context, "steps": steps}
     for mode, s in MODES.items():
-        state = runner.new_state()
-        logits = prefill(runner, state, [3 + (7 * i) % 90 for i in range(context)])
-        token = int(np.argmax(lm.ops.to_numpy(logits)[-1]))
-        _loop(runner, state, vocab, token, 10, s)  # compiled, untimed
-        device_s, launch_s = _device(runner, state, token, steps, s)
-        state = runner.new_state()
-        prefill(runner, state, [3 + (7 * i) % 90 for i in range(context)])
-        spent: dict[str, float] = defaultdict(float)
-        undo = [
-            _timed(runner, "launch", spent),
-            _timed(ahead.Launch, "read", spent),
-            _timed(verify_rows, "host_draw", spent),
-        ]
-        try:
-            t0 = time.perf_counter()
-            _loop(runner, state, vocab, token, steps, s)
-            wall = time.perf_counter() - t0
-        finally:
-            for u in undo:
-                u()
-        out[mode] = {
-            "device_us": round(device_s * 1e6, 1),
-            "device_launch_us": round(launch_s * 1e6, 1),
-            "loop_us": round(wall / steps * 1e6, 1),
-            **{f"{k}_us": round(v / steps * 1e6, 1) for k, v in sorted(spent.items())},
-        }
+        out[mode] = _split(lm, context, steps, s)
+    out["path"] = lm.runner.last_path
     return out
+
+
+def _split(lm: Any, context: int, steps: int, s: SamplingSettings) -> dict[str, float]:
+    """One mode's figures (the module docstring's), on a fresh state each part."""
+    runner, vocab = lm.runner, lm.config.vocab_size
+    state = runner.new_state()
+    logits = prefill(runner, state, [3 + (7 * i) % 90 for i in range(context)])
+    token = int(np.argmax(lm.ops.to_numpy(logits)[-1]))
+    _loop(runner, state, vocab, token, 10, s)  # compiled, untimed
+    device_s, launch_s = _device(runner, state, token, steps, s)
+    state = runner.new_state()
+    prefill(runner, state, [3 + (7 * i) % 90 for i in range(context)])
+    spent: dict[str, float] = defaultdict(float)
+    undo = [
+        _timed(runner, "launch", spent),
+        _timed(ahead.Launch, "read", spent),
+        _timed(verify_rows, "host_draw", spent),
+    ]
+    try:
+        t0 = time.perf_counter()
+        _loop(runner, state, vocab, token, steps, s)
+        wall = time.perf_counter() - t0
+    finally:
+        for u in undo:
+            u()
+    return {
+        "device_us": round(device_s * 1e6, 1),
+        "device_launch_us": round(launch_s * 1e6, 1),
+        "loop_us": round(wall / steps * 1e6, 1),
+        **{f"{k}_us": round(v / steps * 1e6, 1) for k, v in sorted(spent.items())},
+    }
 
 
 def main() -> None:

@@ -1,8 +1,9 @@
 """Debug probe: the nucleus pack kernel's time on a GPU (kernels/nucleus_pack_cuda.py), a
 sampled decode step's work after the step kernel. Random logits rows of the vocabulary's
-length; each kernel build is timed two ways: `chained`, many packs of distinct rows in one
-evaluation (the device's time a pack, launch gaps included), and `alone`, one pack an
-evaluation (its latency as the host sees it). `--body` / `--header` build another version
+length; each kernel build is timed two ways: `batched`, many packs of distinct rows in one
+evaluation (independent of one another, so the device may run several side by side: a
+throughput, not one pack's time), and `alone`, one pack an evaluation (its latency as the
+host sees it, launch and read-back included). `--body` / `--header` build another version
 of the kernel's source beside the engine's, so two forms are timed in one process.
 Prints one JSON object.
 
@@ -51,18 +52,18 @@ def _pack(kernel: Any, row: mx.array, params: mx.array) -> list[mx.array]:
 def _time(kernel: Any, rows: list[mx.array], repeats: int) -> dict[str, float]:
     params = mx.array([0.7, 0.95, 0.5], dtype=mx.float32)
     mx.eval(*_pack(kernel, rows[0], params))  # compiled, untimed
-    chained = []
+    batched = []
     for _ in range(repeats):
         t0 = time.perf_counter()
         mx.eval(*[a for row in rows for a in _pack(kernel, row, params)])
-        chained.append((time.perf_counter() - t0) / len(rows))
+        batched.append((time.perf_counter() - t0) / len(rows))
     alone = []
     for row in rows:
         t0 = time.perf_counter()
         mx.eval(*_pack(kernel, row, params))
         alone.append(time.perf_counter() - t0)
     return {
-        "chained_us": round(float(np.median(chained)) * 1e6, 1),
+        "batched_us": round(float(np.median(batched)) * 1e6, 1),
         "alone_us": round(float(np.median(alone)) * 1e6, 1),
     }
 

@@ -117,7 +117,8 @@ def queue(logits: mx.array, draw: DeviceDraw | None) -> tuple[mx.array, Kept]:
         top = mx.argmax(logits, axis=-1)
         mx.async_eval(top)
         return top, Kept()
-    row = logits[-1]
+    # a view of the last row (an int index is a gather, its index an array the host writes)
+    row = logits[-1:].reshape(-1)
     row = row if row.dtype == mx.float32 else row.astype(mx.float32)
     top, packed = draw(row)
     mx.async_eval(*(a for a in (top, row, packed) if a is not None))
