@@ -28,18 +28,18 @@ from kernels import cuda, nucleus_pack_cuda
 def _build(name: str, body: str, header: str) -> Any:
     return mx.fast.cuda_kernel(  # a name each: MLX keeps a build by its name
         name=f"nucleus_pack_probe_{name}",
-        input_names=["rows", "params"],
+        input_names=["rows", "settings", "u"],
         output_names=["packed", "token"],
         source=body,
         header=header,
     )
 
 
-def _pack(kernel: Any, row: mx.array, params: mx.array) -> list[mx.array]:
+def _pack(kernel: Any, row: mx.array, params: tuple[mx.array, mx.array]) -> list[mx.array]:
     k = sampling_candidates.K
     return list(
         kernel(
-            inputs=[row, params],
+            inputs=[row, *params],
             template=[("K", k)],
             grid=(nucleus_pack_cuda.THREADS, 1, 1),
             threadgroup=(nucleus_pack_cuda.THREADS, 1, 1),
@@ -49,8 +49,13 @@ def _pack(kernel: Any, row: mx.array, params: mx.array) -> list[mx.array]:
     )
 
 
+def _params() -> tuple[mx.array, mx.array]:
+    """The kernel's settings [temperature, top_p] and uniform [u]."""
+    return mx.array([0.7, 0.95], dtype=mx.float32), mx.array([0.5], dtype=mx.float32)
+
+
 def _time(kernel: Any, rows: list[mx.array], repeats: int) -> dict[str, float]:
-    params = mx.array([0.7, 0.95, 0.5], dtype=mx.float32)
+    params = _params()
     mx.eval(*_pack(kernel, rows[0], params))  # compiled, untimed
     batched = []
     for _ in range(repeats):
@@ -78,7 +83,7 @@ def run(vocab: int, calls: int, repeats: int, body: str | None, header: str | No
     if body is not None:
         other = _build("other", body, header or cuda.source("nucleus_pack.cuh"))
         out["other"] = _time(other, rows, repeats)
-        params = mx.array([0.7, 0.95, 0.5], dtype=mx.float32)
+        params = _params()
         packs = [_pack(kernel, rows[0], params) for kernel in (engine, other)]
         mx.eval(*[a for p in packs for a in p])
         a, b = (np.asarray(p[0])[0] for p in packs)

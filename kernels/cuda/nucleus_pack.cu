@@ -15,7 +15,7 @@
 // draw (engine/sampling_candidates.py) reads the whole row instead. A NaN anywhere makes
 // the other tokens' weight NaN, which the host's draw refuses alike.
 //
-// params: [temperature, top_p, u], float32 (as MLX meets the Python floats).
+// settings: [temperature, top_p], u: [u], float32 (as MLX meets the Python floats).
 //
 // One block reads the row five times (four radix passes, then the pack's), NP_E logits a
 // thread at a time (nucleus_pack.cuh), so its loads overlap one another: on an H100 the first
@@ -33,8 +33,9 @@
     __shared__ float s_val[K], s_p[K], s_ord[K], s_cdf[K];
     __shared__ int s_id[K], s_by_id[K];
     __shared__ float s_params[3];
-    // params is written by the host each step: read once, not by every thread
-    if (t < 3) s_params[t] = params[t];
+    // host-written (u each step): read once, not by every thread
+    if (t < 2) s_params[t] = settings[t];
+    if (t == 2) s_params[2] = u[0];
     if (t == 0) {
         s_gt = 0u;
         s_eq = 0u;
@@ -76,7 +77,7 @@
     }
     m = np_block_reduce<true>(m, f_scratch);
     nan_seen = np_block_count(nan_seen, i_scratch);
-    const float temperature = s_params[0], top_p = s_params[1], u = s_params[2];
+    const float temperature = s_params[0], top_p = s_params[1], at = s_params[2];
     const float least = np_unkey(prefix);
 
     // the pack's places, the other tokens' weight, and the count at or above the least
@@ -148,6 +149,6 @@
     }
     if (t == 0) s_at = K;
     np_scan(s_cdf, K);
-    if (t < K && s_cdf[t] > u * s_cdf[K - 1]) atomicMin(&s_at, t);
+    if (t < K && s_cdf[t] > at * s_cdf[K - 1]) atomicMin(&s_at, t);
     __syncthreads();
     if (t == 0) token[r] = (unsigned int)s_id[s_by_id[s_at == K ? 0 : s_at]];

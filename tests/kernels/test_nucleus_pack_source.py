@@ -16,7 +16,8 @@ from tests.kernels.test_fused_step_source import _SHAPE, _nvcc, _spills, needs_n
 
 def _wrapped(k: int) -> str:
     """The kernel as mx.fast.cuda_kernel builds it for a pack of k (K a constant here)."""
-    params = "const float* rows, const __grid_constant__ Shape rows_shape, const float* params"
+    params = "const float* rows, const __grid_constant__ Shape rows_shape, const float* settings"
+    params += ", const float* u"
     params += ", float* packed, uint32_t* token"
     body = f"  constexpr int K = {k};\n" + cuda.source("nucleus_pack.cu")
     kernel = f"__global__ void nucleus_pack({params}) {{\n{body}\n}}\n"
@@ -26,7 +27,8 @@ def _wrapped(k: int) -> str:
 def test_the_body_reads_the_row_length_from_its_shape():
     body = cuda.source("nucleus_pack.cu")
     assert "const int V = rows_shape[1];" in body
-    assert len(re.findall(r"\bparams\[", body)) == 1  # host-written: read once, into shared memory
+    # host-written: each read once, into shared memory
+    assert len(re.findall(r"\bsettings\[", body)) == 1 and len(re.findall(r"\bu\[", body)) == 1
 
 
 @needs_nvcc
