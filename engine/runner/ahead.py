@@ -52,6 +52,7 @@ class Launch:
     # the rows a drafter reads (`forward_hidden`'s), evaluated with the step, where asked
     hidden: mx.array | None = None
     is_ended: bool = False
+    is_checked: bool = False  # the step's status read and found good
 
     def end(self, token: int) -> None:
         """The step's input is `token` (read from the step before): record its row."""
@@ -81,10 +82,13 @@ class Launch:
         return np.asarray(self.kept.packed)
 
     def _check(self) -> None:
-        if self.status is not None:
+        """Wait for the step; StepTimedOut where its kernel failed. A sampled step is read
+        twice (its token, then its pack): the second read has nothing to wait for."""
+        if self.status is not None and not self.is_checked:
             mx.eval(self.top, self.status)
             if self.status.item():
                 raise StepTimedOut("the one-launch step timed out at a grid barrier")
+            self.is_checked = True
 
     def cancel(self) -> None:
         """Take back a step that was not ended: its input is not part of the reply."""
