@@ -20,7 +20,7 @@ host checks. Only built where MLX runs on CUDA.
 
 from __future__ import annotations
 
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any
 
 import mlx.core as mx
@@ -44,7 +44,7 @@ def _kernel() -> Any:
     )
 
 
-@cache
+@lru_cache(maxsize=16)
 def _settings(temperature: float, top_p: float) -> mx.array:
     """A request's [temperature, top_p], made once. MLX's CUDA allocator keeps every
     buffer in managed memory and takes arrays of 8 bytes or fewer from a small pool whose
