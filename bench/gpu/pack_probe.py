@@ -3,8 +3,9 @@ sampled decode step's work after the step kernel. Random logits rows of the voca
 length; each kernel build is timed two ways: `batched`, many packs of distinct rows in one
 evaluation (independent of one another, so the device may run several side by side: a
 throughput, not one pack's time), and `alone`, one pack an evaluation (its latency as the
-host sees it, launch and read-back included). `--body` / `--header` build another version
-of the kernel's source beside the engine's, so two forms are timed in one process.
+host sees it: the launch and its evaluation). `--body` / `--header` build another version
+of the kernel's source (the same inputs: rows, settings, u) beside the engine's, so two
+forms are timed in one process.
 Prints one JSON object.
 
     python -m bench.gpu.pack_probe [--vocab 49152] [--calls 200] [--body F --header F]
