@@ -64,8 +64,10 @@ def _device(
 
 
 def _timed(owner: Any, name: str, into: dict[str, float]) -> Callable[[], None]:
-    """Wraps owner.name to add its seconds into into[name]; returns the undo."""
+    """Wraps owner.name to add its seconds into into[name]; returns the undo, which leaves
+    owner as it was (an instance's method wrapped is its class's again)."""
     original = getattr(owner, name)
+    own = name in vars(owner)
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         t0 = time.perf_counter()
@@ -75,7 +77,7 @@ def _timed(owner: Any, name: str, into: dict[str, float]) -> Callable[[], None]:
             into[name] += time.perf_counter() - t0
 
     setattr(owner, name, wrapper)
-    return lambda: setattr(owner, name, original)
+    return lambda: setattr(owner, name, original) if own else delattr(owner, name)
 
 
 def probe(path: str, context: int, steps: int) -> dict[str, Any]:

@@ -18,8 +18,9 @@
 // settings: [temperature, top_p], u: [u], float32 (as MLX meets the Python floats).
 //
 // One block reads the row five times (four radix passes, then the pack's), NP_E logits a
-// thread at a time (nucleus_pack.cuh), so its loads overlap one another: on an H100 the first
-// form read a logit a thread at a time and walked the bins in one thread.
+// thread a batch (nucleus_pack.cuh), so its loads overlap one another, and warp 0 picks each
+// pass's bin by a scan (the first form read a logit a thread at a time and walked the bins
+// in one thread: 341 against 212 us a pack of 151,936 logits on an H100).
 
     const int V = rows_shape[1];
     const int r = blockIdx.y;

@@ -4,6 +4,8 @@ are per step."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from bench.gpu.host_probe import probe
 
 
@@ -54,8 +56,17 @@ def test_the_loop_split_times_each_mode_and_restores_what_it_timed(tiny_llama_q4
     monkeypatch.setenv("BRANCHCHAT_BACKEND", "mlx")
     path, _spec = tiny_llama_q4_gguf
     read, draw = ahead.Launch.read, verify_rows.host_draw
+    loaded: list[Any] = []
+    real_load = loop_probe.load_model
+
+    def load(*args: Any) -> Any:
+        loaded.append(real_load(*args))
+        return loaded[-1]
+
+    monkeypatch.setattr(loop_probe, "load_model", load)
     out = loop_probe.probe(str(path), context=16, steps=6)
     assert ahead.Launch.read is read and verify_rows.host_draw is draw
+    assert "launch" not in vars(loaded[0].runner)  # the runner's method is its class's again
     for mode in ("greedy", "sampled"):
         split = out[mode]
         assert split["device_us"] >= split["device_launch_us"] > 0 and split["loop_us"] > 0
