@@ -173,6 +173,11 @@ def test_sessions_share_one_traced_pass_warmed_at_load(monkeypatch: pytest.Monke
         return original(self, *args)
 
     monkeypatch.setattr(block_drafter_load, "on_gpu", lambda ops: True)
+    # the traced pass under test: on a CUDA GPU the one-launch pass would take its place
+    # (warmed instead, the traced one kept for a timed-out launch)
+    monkeypatch.setattr(
+        block_drafter_load.block_pass_fused, "unsupported_reason", lambda *_: "traced under test"
+    )
     monkeypatch.setattr(CompiledPass, "greedy", counted)
     config = EngineConfig(backend="mlx", dtype="float32")  # drafts compared token for token
     loaded = load_model(default_model_path(), config)
