@@ -28,9 +28,8 @@ class SequenceState:
         self._recording: Checkpoint | None = None
         self._forward_points: list[Any] | None = None  # each layer's, while a forward runs
         self.needs_snapshots = any(layer.needs_snapshots() for layer in layers)
-        # fixed for the state's life (its layers and their rings' slack are): asked each token
         depth = min((layer.max_retain_depth() for layer in layers), default=UNBOUNDED_DEPTH)
-        self._max_verify_rows = min(depth + 1, UNBOUNDED_DEPTH)
+        self._max_verify_rows = min(depth + 1, UNBOUNDED_DEPTH)  # fixed, as layers' slack is
         self._snapshots = SnapshotStores(self.policy)
 
     @property
@@ -170,8 +169,7 @@ class SequenceState:
         return distinct_nbytes([*live, *self._snapshots.arrays()])
 
     def max_verify_rows(self) -> int:
-        """The most rows a recorded verify may forward so that `rollback_retaining` can
-        then keep any 1 or more of them (a sliding ring's slack bounds it)."""
+        """Most rows a recorded verify may forward so that `rollback_retaining` keeps any."""
         return self._max_verify_rows
 
     # -- truncate: roll back to an earlier position (an edit point) -------------------
