@@ -236,9 +236,9 @@ def _plain_run(
     (`drafts_for_free`: prompt lookup; a pool whose members ranked this round all do)
     needs that step's token to propose, so the next step is queued all the same and the
     drafter asked once the token is read: with nothing to propose (or a free draft its cut
-    drops, or one that gains more verified a token later: `_verifies_now`) the queued step
-    stands; with a draft it is undone and the draft goes back to the loop, for its verify.
-    A drafter whose pass runs on the device would wait behind the queued step, so there the
+    drops) the queued step stands; with a draft it is undone and the draft goes back to the
+    loop, for its verify. A
+    drafter whose pass runs on the device would wait behind the queued step, so there the
     run ends and the loop drafts. A drafter that reads the target's rows (`taps` not None)
     is handed each step's with its token.
 
@@ -299,7 +299,7 @@ def _plain_run(
             # ~0.2 ms, and Auto on a GPU stopped drafting with it)
             t_draft = time.perf_counter()
             draft = req.drafter.propose(token, k)
-            if _verifies_now(cut_draft(draft, costs), costs):  # not the queued step
+            if cut_draft(draft, costs).tokens:  # the round verifies it: not the queued step
                 seconds = time.perf_counter() - t_draft - draft.setup_seconds
                 nxt.cancel()
                 return "", _Carried(k, draft, seconds)
@@ -308,24 +308,6 @@ def _plain_run(
             nxt = launch([token])
         nxt.end(token)
         step, pending = nxt, token
-
-
-def _verifies_now(draft: Draft, costs: CostModel) -> bool:
-    """Whether a draft proposed on a token read while the step on that token is queued is
-    verified now, that step undone (its device time lost), or a token later: the step
-    stands, and the drafter, asked again on its token, proposes the rest where the draft's
-    first token came true (P_1), the step queued after it then undone. In seconds gained
-    over plain steps (S = cost(1), V(n) = cost(n) of n rows, P_j the drafter's confidence
-    that tokens 1..j are accepted): now sum(P) S - V(k + 1); later (sum(P) - P_1) S -
-    P_1 V(k), or nothing (a miss costs nothing). A one-token draft never pays now: its
-    verify costs more than the step it undoes. Without a confidence: now."""
-    tokens, p = draft.tokens, draft.confidence
-    if not tokens or len(p) != len(tokens):
-        return bool(tokens)
-    k, step, total = len(tokens), costs.cost(1), float(sum(p))
-    now = total * step - costs.cost(k + 1)
-    later = (total - p[0]) * step - p[0] * costs.cost(k)
-    return now >= max(0.0, later)
 
 
 def _drafts_for_free(drafter: Any) -> bool:

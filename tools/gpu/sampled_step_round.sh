@@ -13,6 +13,7 @@
 #   split  the loop's time split (bench/gpu/loop_probe.py): the device's time a step with
 #          steps queued on one another, and the host's launches, reads and draws in the loop
 #   bench  sampled plain and Auto on the bench's workloads (RUNS, default 2; WORKLOADS)
+#   greedy the same, greedy (tokens identical to plain decoding's or not)
 #     bash tools/gpu/sampled_step_round.sh
 set -u
 cd "$(dirname "$0")/../.."
@@ -73,19 +74,23 @@ if [[ $parts == *" split "* ]]; then
     > "$out/loop-split.json" 2> "$out/loop-split.err"
   cat "$out/loop-split.json"; tail -3 "$out/loop-split.err"
 fi
-if [[ $parts == *" bench "* ]]; then
+for mode in bench greedy; do
+  [[ $parts == *" $mode "* ]] || continue
+  args=("${sampled[@]}" --seed 0)
+  [ $mode = greedy ] && args=()
   timeout 300 python3 -m bench speculative --json --runs "${RUNS:-2}" --modes plain,auto \
-    --workloads "${WORKLOADS:-chat,open_chat,mixed,regenerate,code}" "${sampled[@]}" --seed 0 \
-    > "$out/sampled-verdicts.json" 2> /dev/null
-  python3 - "$out" <<'PY'
+    --workloads "${WORKLOADS:-chat,open_chat,mixed,regenerate,code}" "${args[@]}" \
+    > "$out/speculative-$mode.json" 2> /dev/null
+  python3 - "$out/speculative-$mode.json" <<'PY'
 import json, sys
 try:
-    r = json.load(open(f"{sys.argv[1]}/sampled-verdicts.json"))
+    r = json.load(open(sys.argv[1]))
 except (OSError, ValueError) as e:
-    sys.exit(f"sampled bench: no figures ({e})")
+    sys.exit(f"speculative bench: no figures ({e})")
 for w, x in r["workloads"].items():
     a = x["auto"]
     print(w, "plain", x["plain_tok_s"]["median"], "auto", a["tok_s"]["median"], a["speedup"],
-          "drafted", a["drafted"], "kept", a["accepted"], "a.len", a.get("acceptance_length"))
+          "drafted", a["drafted"], "kept", a["accepted"], "a.len", a.get("acceptance_length"),
+          "identical", x.get("identical"))
 PY
-fi
+done
