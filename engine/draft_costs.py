@@ -8,8 +8,6 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, replace
 
-import numpy as np
-
 from engine.drafters import Draft
 from engine.runner import ModelRunner
 from engine.sequence import SequenceState, prefill
@@ -238,9 +236,17 @@ def cut_draft(draft: Draft, costs: CostModel) -> Draft:
     tokens, confidence = draft.tokens, draft.confidence
     if len(confidence) != len(tokens) or not tokens or (len(tokens) == 1 and not draft.free):
         return draft
-    expected = 1.0 + np.cumsum(confidence)
-    rates = expected / [costs.cost(k + 2) for k in range(len(expected))]
-    keep = 1 + int(np.argmax(rates))
-    if draft.free and rates[keep - 1] <= MARGIN / costs.cost(1):
+    # plain floats over at most MAX_DRAFT tokens, the costs from the model's table: asked
+    # every round lookup matches (NumPy's fixed cost was most of a short draft's cut)
+    table = costs.table() if len(tokens) <= MAX_DRAFT else None
+    total, best, keep = 0.0, 0.0, 0
+    for k, p in enumerate(confidence, 1):
+        total += p  # expected tokens: 1 + P_1 + ... + P_k
+        rate = (1.0 + total) / (table[k + 1] if table is not None else costs.cost(k + 1))
+        if rate > best:  # the first k of the highest rate
+            best, keep = rate, k
+    if draft.free and best <= MARGIN / costs.cost(1):
         keep = 0
+    if keep == len(tokens):
+        return draft
     return replace(draft, tokens=tokens[:keep], confidence=confidence[:keep])

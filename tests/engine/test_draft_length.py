@@ -209,3 +209,22 @@ def test_the_cost_table_follows_every_change_of_the_costs() -> None:
         assert best_draft_length(alpha, costs, available, token_s) == _best_by_definition(
             alpha, costs, available, token_s
         )
+
+
+def test_the_cut_is_its_definition_on_random_drafts_and_costs() -> None:
+    """cut_draft, in plain floats over the cost table, keeps by_hand's k (NumPy, each cost
+    asked afresh) on random confidences and costs; a free draft none where that k's rate
+    is within the margin of a plain step's."""
+    rng = np.random.default_rng(3)
+    for _ in range(300):
+        bends = rng.uniform(0.0, 0.5, 3)
+        costs = cost_model(lambda m, b=bends: 0.01 * (1 + b[0] * (m - 1) + b[1] * (m - 1) ** b[2]))
+        n = int(rng.integers(1, MAX_DRAFT + 1))
+        confidence = [float(p) for p in np.cumprod(rng.uniform(0.05, 1.0, n))]
+        free = bool(rng.integers(2))
+        kept = cut_draft(Draft(list(range(n)), confidence, free=free), costs)
+        keep = by_hand(confidence, costs) if n > 1 or free else n
+        rate = (1 + sum(confidence[:keep])) / costs.cost(keep + 1)
+        if free and rate <= 1.02 / costs.cost(1):
+            keep = 0
+        assert kept.tokens == list(range(keep)) and kept.confidence == confidence[:keep]

@@ -47,7 +47,10 @@ def test_confidence_is_the_running_product_of_the_rates_along_the_draft() -> Non
     for _ in range(30):
         rates.judge(2, drafted=1, accepted=0)
     want = np.cumprod([rates.rate(2), rates.rate(3), rates.rate(4)])
-    np.testing.assert_allclose(rates.confidence(2, 3), want)
+    np.testing.assert_array_equal(rates.confidence(2, 3), want)  # the same products
+    rates.judge(16, drafted=3, accepted=2)  # lengths past LONGEST count as it
+    want = np.cumprod([rates.rate(15), *[rates.rate(16)] * 3])
+    np.testing.assert_array_equal(rates.confidence(15, 4), want)
     assert rates.rate(2) < 0.1  # thirty failures outweigh the prior's two verdicts
     assert rates.confidence(5, 0) == []
 
