@@ -8,9 +8,14 @@ does, prefills `--context` tokens, then per mode (greedy, and sampled at the app
   too) take less (the state's history takes a stand-in token: only the timing is kept);
 - `loop`: the engine's decode loop over as many steps, wall time a step and, timed
   around the engine's own calls, what the host spent launching, waiting for a step, and
-  drawing from its pack.
+  drawing (`host_draw`: of it, reading the pack, deciding from it, and drawing from the
+  whole row where the pack cannot tell);
+- with `--lookup`, `lookup_loop`: the same loop with prompt lookup as its drafter (Auto),
+  from a made-up context of random tokens (where the periodic one of the parts above
+  would give lookup a long match), beside the plain loop from that context: Auto's
+  bookkeeping a step (the index's commit and proposal, timed) and what it drafted.
 
-Prints one JSON object.     python -m bench.gpu.loop_probe --model PATH [--steps 200]
+Prints one JSON object.     python -m bench.gpu.loop_probe --model PATH [--steps 200] [--lookup]
 """
 
 from __future__ import annotations
@@ -25,12 +30,15 @@ from typing import Any
 import numpy as np
 
 from bench.gpu.host_probe import _loop
-from engine import device_sampling, verify_rows
+from engine import device_sampling, sampling, sampling_candidates, verify_rows
 from engine.config import EngineConfig
+from engine.decoding import DecodeRequest, decode
+from engine.draft_costs import AcceptanceModel, CostModel
 from engine.loader import load_model
 from engine.runner import ahead
 from engine.sampling import PositionalUniforms, SamplingSettings
 from engine.sequence import prefill
+from engine.suffix_drafter import SuffixDrafter
 
 MODES = {
     "greedy": SamplingSettings(temperature=0.0, seed=0),
@@ -80,12 +88,46 @@ def _timed(owner: Any, name: str, into: dict[str, float]) -> Callable[[], None]:
     return lambda: setattr(owner, name, original) if own else delattr(owner, name)
 
 
-def probe(path: str, context: int, steps: int) -> dict[str, Any]:
+def probe(path: str, context: int, steps: int, lookup: bool = False) -> dict[str, Any]:
     lm = load_model(path, EngineConfig.from_environment())
     out: dict[str, Any] = {"model": path, "context": context, "steps": steps}
     for mode, s in MODES.items():
         out[mode] = _split(lm, context, steps, s)
+        if lookup:
+            out[f"{mode}_lookup"] = _lookup_split(lm, context, steps, s)
     out["path"] = lm.runner.last_path
+    return out
+
+
+def _lookup_split(lm: Any, context: int, steps: int, s: SamplingSettings) -> dict[str, Any]:
+    """The decode loop from a context of random tokens, plain and with lookup (µs a step),
+    each after an untimed reply of 10 tokens."""
+    tokens = [int(t) for t in np.random.default_rng(0).integers(100, lm.config.vocab_size, context)]
+    out: dict[str, Any] = {}
+    for name, with_lookup in (("plain", False), ("lookup", True)):
+        spent: dict[str, float] = defaultdict(float)
+        drafter = SuffixDrafter() if with_lookup else None
+        undo = [_timed(SuffixDrafter, "commit", spent), _timed(SuffixDrafter, "propose", spent)]
+        try:
+            for n in (10, steps):
+                spent.clear()
+                state = lm.runner.new_state()
+                last = np.asarray(lm.ops.to_numpy(prefill(lm.runner, state, tokens)))[-1]
+                req = DecodeRequest(
+                    s, n, frozenset(), lambda *_: None, lambda: False, drafter, AcceptanceModel()
+                )
+                t0 = time.perf_counter()
+                result = decode(lm.runner, state, np.asarray(last, np.float64), req, CostModel())
+                wall = time.perf_counter() - t0
+        finally:
+            for u in undo:
+                u()
+        out[name] = {
+            "loop_us": round(wall / steps * 1e6, 1),
+            "drafted": result.drafted,
+            "verifies": result.verifies,
+            **{f"{k}_us": round(v / steps * 1e6, 2) for k, v in sorted(spent.items())},
+        }
     return out
 
 
@@ -104,6 +146,9 @@ def _split(lm: Any, context: int, steps: int, s: SamplingSettings) -> dict[str, 
         _timed(runner, "launch", spent),
         _timed(ahead.Launch, "read", spent),
         _timed(verify_rows, "host_draw", spent),
+        _timed(ahead.Launch, "read_pack", spent),
+        _timed(sampling_candidates, "decide", spent),
+        _timed(sampling, "sample", spent),
     ]
     try:
         t0 = time.perf_counter()
@@ -125,8 +170,9 @@ def main() -> None:
     ap.add_argument("--model", required=True, help="a .gguf file")
     ap.add_argument("--context", type=int, default=128)
     ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--lookup", action="store_true", help="and the loop with prompt lookup")
     args = ap.parse_args()
-    print(json.dumps(probe(args.model, args.context, args.steps), indent=1))
+    print(json.dumps(probe(args.model, args.context, args.steps, args.lookup), indent=1))
 
 
 if __name__ == "__main__":

@@ -50,8 +50,9 @@ def test_the_loop_split_times_each_mode_and_restores_what_it_timed(tiny_llama_q4
     host's launches, reads and (sampled) draws within the loop's wall time; the engine's
     functions it wrapped are the originals again after it."""
     from bench.gpu import loop_probe
-    from engine import verify_rows
+    from engine import sampling_candidates, verify_rows
     from engine.runner import ahead
+    from engine.suffix_drafter import SuffixDrafter
 
     monkeypatch.setenv("BRANCHCHAT_BACKEND", "mlx")
     path, _spec = tiny_llama_q4_gguf
@@ -64,12 +65,21 @@ def test_the_loop_split_times_each_mode_and_restores_what_it_timed(tiny_llama_q4
         return loaded[-1]
 
     monkeypatch.setattr(loop_probe, "load_model", load)
-    out = loop_probe.probe(str(path), context=16, steps=6)
+    propose, decide = SuffixDrafter.propose, sampling_candidates.decide
+    out = loop_probe.probe(str(path), context=16, steps=6, lookup=True)
     assert ahead.Launch.read is read and verify_rows.host_draw is draw
+    assert SuffixDrafter.propose is propose and sampling_candidates.decide is decide
     assert "launch" not in vars(loaded[0].runner)  # the runner's method is its class's again
     for mode in ("greedy", "sampled"):
         split = out[mode]
         assert split["device_us"] >= split["device_launch_us"] > 0 and split["loop_us"] > 0
         parts = split["launch_us"] + split["read_us"] + split.get("host_draw_us", 0.0)
         assert 0 < parts <= split["loop_us"]
+        # the plain loop calls no drafter; lookup's commits and proposals are timed
+        plain, lookup = out[f"{mode}_lookup"]["plain"], out[f"{mode}_lookup"]["lookup"]
+        assert "commit_us" not in plain and plain["drafted"] == 0
+        assert lookup["commit_us"] > 0 and lookup["propose_us"] > 0 and lookup["loop_us"] > 0
     assert "host_draw_us" not in out["greedy"] and out["sampled"]["host_draw_us"] > 0
+    # the draw's parts: its pack read and the decision from it, within the draw
+    sampled = out["sampled"]
+    assert 0 < sampled["read_pack_us"] + sampled["decide_us"] <= sampled["host_draw_us"]

@@ -10,8 +10,10 @@
 #   ncu    each kernel's device time over a few queued decode steps, greedy and sampled
 #          (Nsight Compute, clocks left alone), summed by kernel name
 #   host   the host probe through the engine's decode loop, greedy and sampled
-#   split  the loop's time split (bench/gpu/loop_probe.py): the device's time a step with
+#   split  the loop's time split (bench/gpu/loop_probe.py --lookup): the device's time a step with
 #          steps queued on one another, and the host's launches, reads and draws in the loop
+#          (the draw's pack read, decision and whole-row draws); the loop with prompt lookup
+#          beside the plain one, from random tokens (Auto's bookkeeping a step)
 #   bench  sampled plain and Auto on the bench's workloads (RUNS, default 2; WORKLOADS)
 #   greedy the same, greedy (tokens identical to plain decoding's or not)
 #     bash tools/gpu/sampled_step_round.sh
@@ -70,7 +72,7 @@ if [[ $parts == *" host "* ]]; then
   done
 fi
 if [[ $parts == *" split "* ]]; then
-  timeout 150 python3 -m bench.gpu.loop_probe --model "$gguf" --steps "${STEPS:-300}" \
+  timeout 240 python3 -m bench.gpu.loop_probe --model "$gguf" --steps "${STEPS:-300}" --lookup \
     > "$out/loop-split.json" 2> "$out/loop-split.err"
   cat "$out/loop-split.json"; tail -3 "$out/loop-split.err"
 fi
