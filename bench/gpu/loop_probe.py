@@ -10,7 +10,8 @@ does, prefills `--context` tokens, then per mode (greedy, and sampled at the app
   around the engine's own calls, what the host spent launching, waiting for a step, and
   drawing (`host_draw`: of it, reading the pack, deciding from it, and drawing from the
   whole row where the pack cannot tell);
-- with `--lookup`, `lookup_loop`: the same loop with prompt lookup as its drafter (Auto),
+- with `--lookup`, `greedy_lookup` / `sampled_lookup`: the loop with prompt lookup as its
+  drafter (Auto; a fresh index each reply),
   from a made-up context of random tokens (where the periodic one of the parts above
   would give lookup a long match), beside the plain loop from that context: Auto's
   bookkeeping a step (the index's commit and proposal, timed) and what it drafted.
@@ -100,17 +101,18 @@ def probe(path: str, context: int, steps: int, lookup: bool = False) -> dict[str
 
 
 def _lookup_split(lm: Any, context: int, steps: int, s: SamplingSettings) -> dict[str, Any]:
-    """The decode loop from a context of random tokens, plain and with lookup (µs a step),
-    each after an untimed reply of 10 tokens."""
+    """The decode loop from a context of random tokens, plain and with lookup (µs a token),
+    each after an untimed reply of 10 tokens; each reply with an index of its own (one
+    that held the untimed reply would draft it again)."""
     tokens = [int(t) for t in np.random.default_rng(0).integers(100, lm.config.vocab_size, context)]
     out: dict[str, Any] = {}
     for name, with_lookup in (("plain", False), ("lookup", True)):
         spent: dict[str, float] = defaultdict(float)
-        drafter = SuffixDrafter() if with_lookup else None
         undo = [_timed(SuffixDrafter, "commit", spent), _timed(SuffixDrafter, "propose", spent)]
         try:
             for n in (10, steps):
                 spent.clear()
+                drafter = SuffixDrafter() if with_lookup else None
                 state = lm.runner.new_state()
                 last = np.asarray(lm.ops.to_numpy(prefill(lm.runner, state, tokens)))[-1]
                 req = DecodeRequest(
@@ -122,11 +124,12 @@ def _lookup_split(lm: Any, context: int, steps: int, s: SamplingSettings) -> dic
         finally:
             for u in undo:
                 u()
+        produced = len(result.token_ids)
         out[name] = {
-            "loop_us": round(wall / steps * 1e6, 1),
+            "loop_us": round(wall / produced * 1e6, 1),
             "drafted": result.drafted,
             "verifies": result.verifies,
-            **{f"{k}_us": round(v / steps * 1e6, 2) for k, v in sorted(spent.items())},
+            **{f"{k}_us": round(v / produced * 1e6, 2) for k, v in sorted(spent.items())},
         }
     return out
 
