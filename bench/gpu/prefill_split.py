@@ -1,0 +1,185 @@
+"""Where a prefill's time goes, for any model the engine loads (a hybrid's first: its
+prefill is the one furthest behind llama.cpp on the GPU). For each prompt length R and
+each way a prefill chunk may run the Gated DeltaNet rows (`MlxOps.gdn_prefill`: the
+chunked form, and on CUDA the one-launch recurrence), on an empty state:
+
+- `cold_ms`: the first forward of R rows (every kernel and cuDNN graph of that shape is
+  built inside it, as a user's first prompt of that length pays);
+- `new_length_ms`: then a forward of R + 1 rows (the kernels built, the length new);
+- `warm_ms`: the best of --runs forwards of R rows;
+- `build_ms` / `eval_ms`: the same warm forward split into Python building the lazy graph
+  and the device evaluating it (the host's share is what MLX's ~10 us an operation costs);
+- `layers`: each layer run and evaluated alone, build and eval summed by the layer's
+  mixer kind (`GatedDeltaNet`, `AttentionBlock`, ...), so a kind's share is visible.
+
+For a hybrid, `gdn_kernel` times the recurrence alone at each length in the first Gated
+DeltaNet layer's shape (random inputs, warm, best of --runs): the chunked form at chunk
+sizes 32-256 (the engine's is 64; fewer chunks, fewer operations in its Python loop) and
+the CUDA recurrence, each with its largest output difference from the chunk-64 form's.
+
+Prints one JSON object and writes it to --out.
+
+    python -m bench.gpu.prefill_split --model PATH [--rows 128 512 2048] [--runs 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+import numpy as np
+
+from engine.config import EngineConfig
+from engine.default_model import default_model_path
+from engine.loader import load_model
+from kernels import gated_delta_cuda
+
+
+def _ids(vocab: int, rows: int) -> np.ndarray:
+    return np.random.default_rng(rows).integers(0, vocab, rows, dtype=np.int64)
+
+
+def forward(runner: Any, ids: np.ndarray) -> tuple[float, float, mx.array]:
+    """(build s, eval s, the last row's logits) of one forward of `ids` on a fresh state."""
+    model, state = runner.model, runner.new_state()
+    offset = state.begin_forward(len(ids))
+    try:
+        t0 = time.perf_counter()
+        out = model.logits(model.hidden(ids, state.layers, offset)[-1:])
+        t1 = time.perf_counter()
+        mx.eval(out)
+        return t1 - t0, time.perf_counter() - t1, out
+    finally:
+        state.abort_forward()
+
+
+def _timed_forward(runner: Any, ids: np.ndarray) -> tuple[float, float]:
+    return forward(runner, ids)[:2]
+
+
+def layers(runner: Any, ids: np.ndarray) -> dict[str, dict[str, float]]:
+    """Each layer built and evaluated alone (one fresh state), summed by mixer kind, ms."""
+    model, state = runner.model, runner.new_state()
+    offset = state.begin_forward(len(ids))
+    kinds: dict[str, dict[str, float]] = {}
+    try:
+        x = model.ops.embed(model.embed, ids) * model.config.embed_scale
+        mx.eval(x)
+        for layer, layer_state in zip(model.layers, state.layers, strict=True):
+            t0 = time.perf_counter()
+            x = layer(x, layer_state, offset)
+            t1 = time.perf_counter()
+            mx.eval(x, *layer_state.live_arrays())
+            t2 = time.perf_counter()
+            kind = kinds.setdefault(
+                type(layer.mixer).__name__, {"layers": 0, "build_ms": 0.0, "eval_ms": 0.0}
+            )
+            kind["layers"] += 1
+            kind["build_ms"] += (t1 - t0) * 1e3
+            kind["eval_ms"] += (t2 - t1) * 1e3
+    finally:
+        state.abort_forward()
+    return {k: {n: round(v, 3) for n, v in d.items()} for k, d in kinds.items()}
+
+
+def _length(runner: Any, rows: int, runs: int) -> dict[str, Any]:
+    vocab = runner.model.config.vocab_size
+    ids = _ids(vocab, rows)
+    cold = sum(_timed_forward(runner, ids))
+    new_length = sum(_timed_forward(runner, _ids(vocab, rows + 1)))
+    warm = min((_timed_forward(runner, ids) for _ in range(runs)), key=sum)
+    return {
+        "cold_ms": round(cold * 1e3, 3),
+        "new_length_ms": round(new_length * 1e3, 3),
+        "warm_ms": round(sum(warm) * 1e3, 3),
+        "warm_tok_s": round(rows / sum(warm), 1),
+        "build_ms": round(warm[0] * 1e3, 3),
+        "eval_ms": round(warm[1] * 1e3, 3),
+        "layers": layers(runner, ids),
+    }
+
+
+def gdn_kernel(mixer: Any, rows: int, runs: int) -> dict[str, dict[str, float]]:
+    """The Gated DeltaNet recurrence alone at `rows` rows in `mixer`'s shape, ms."""
+    from kernels import gated_delta_mlx
+
+    H, Dk, Dv = mixer.nv, mixer.dk, mixer.dv
+    key = mx.random.key(rows)
+    q, k, v = (
+        mx.random.normal((rows, H, d), key=mx.random.split(key, 3)[i])
+        for i, d in enumerate((Dk, Dk, Dv))
+    )
+    q, k = (x / mx.linalg.norm(x, axis=-1, keepdims=True) for x in (q, k))
+    g = -mx.random.uniform(0.0, 0.5, (rows, H))
+    beta = mx.random.uniform(0.0, 1.0, (rows, H))
+    state = mx.zeros((H, Dk, Dv))
+    mx.eval(q, k, v, g, beta, state)
+    kernels = {
+        f"chunked_{c}": lambda c=c: gated_delta_mlx.gated_delta_chunked(q, k, v, g, beta, state, c)
+        for c in (32, 64, 128, 256)
+    }
+    if gated_delta_cuda.is_available():
+        kernels["recurrent_cuda"] = lambda: gated_delta_cuda.gated_delta_recurrent(
+            q, k, v, g, beta, state
+        )
+    reference = kernels["chunked_64"]()[0]
+    out: dict[str, dict[str, float]] = {}
+    for name, fn in kernels.items():
+        best = float("inf")
+        for _ in range(runs + 1):  # the first builds the kernels
+            t0 = time.perf_counter()
+            o, s = fn()
+            mx.eval(o, s)
+            best = min(best, time.perf_counter() - t0)
+        out[name] = {"ms": round(best * 1e3, 3), "max_diff": float(mx.abs(o - reference).max())}
+    return out
+
+
+def probe(model: Path, rows: list[int], runs: int) -> dict[str, Any]:
+    config = replace(EngineConfig.from_environment(), backend="mlx")
+    runner = load_model(model, config).runner
+    ops = runner.ops
+    hybrid = any(type(layer.mixer).__name__ == "GatedDeltaNet" for layer in runner.model.layers)
+    modes = [ops.gdn_prefill]
+    if hybrid and gated_delta_cuda.is_available():
+        modes = ["chunked", "recurrent"]
+    result: dict[str, Any] = {
+        "device": str(mx.default_device()),
+        "model": model.name,
+        "runs": runs,
+        "prefill_rows": runner.prefill_rows,
+        "gdn_prefill": {},
+    }
+    for mode in modes:
+        ops.gdn_prefill = mode
+        result["gdn_prefill"][mode] = {str(r): _length(runner, r, runs) for r in rows}
+    if hybrid:
+        mixer = next(
+            m
+            for m in (layer.mixer for layer in runner.model.layers)
+            if type(m).__name__ == "GatedDeltaNet"
+        )
+        result["gdn_kernel"] = {str(r): gdn_kernel(mixer, r, runs) for r in rows}
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", type=Path, default=None)
+    parser.add_argument("--rows", type=int, nargs="+", default=[128, 512, 2048])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=Path("prefill_split.json"))
+    args = parser.parse_args()
+    result = probe(args.model or default_model_path(), args.rows, args.runs)
+    text = json.dumps(result, indent=1)
+    args.out.write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

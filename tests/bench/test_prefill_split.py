@@ -1,0 +1,53 @@
+"""bench/gpu/prefill_split.py on this machine's MLX, on a test-size hybrid: what it times
+is the engine's own forward, and its per-kind sums name every layer once."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+pytest.importorskip("mlx.core")
+
+from bench.gpu import prefill_split  # noqa: E402
+from bench.shapes import SHAPES  # noqa: E402
+from bench.shapes_gguf import write_gguf  # noqa: E402
+from engine.config import EngineConfig  # noqa: E402
+from engine.loader import load_model  # noqa: E402
+from kernels import gated_delta_cuda  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def hybrid(tmp_path_factory):
+    return write_gguf(SHAPES["tiny-qwen3.5"], tmp_path_factory.mktemp("split") / "h.gguf")
+
+
+def test_the_timed_forward_is_the_engines_forward(hybrid):
+    runner = load_model(hybrid, replace(EngineConfig.from_environment(), backend="mlx")).runner
+    ids = np.arange(40, dtype=np.int64) * 7 % runner.model.config.vocab_size
+    *_, timed = prefill_split.forward(runner, ids)
+    state = runner.new_state()
+    engine = runner.forward(ids.tolist(), state)
+    np.testing.assert_array_equal(np.array(timed)[-1], np.array(engine)[-1])
+    assert state.offset == 40
+    kinds = prefill_split.layers(runner, ids)
+    names = [type(layer.mixer).__name__ for layer in runner.model.layers]
+    assert {k: v["layers"] for k, v in kinds.items()} == {n: names.count(n) for n in set(names)}
+    assert set(kinds) == {"GatedDeltaNet", "AttentionBlock"}
+
+
+def test_the_probe_times_each_length_and_each_way_a_chunk_may_run(hybrid):
+    out = prefill_split.probe(hybrid, [24, 40], runs=1)
+    modes = out["gdn_prefill"]
+    # the CUDA recurrence is a second way only where MLX runs on CUDA
+    assert list(modes) == ["chunked"] + ["recurrent"] * gated_delta_cuda.is_available()
+    for lengths in modes.values():
+        assert list(lengths) == ["24", "40"]
+        for f in lengths.values():
+            assert f["warm_ms"] == pytest.approx(f["build_ms"] + f["eval_ms"], abs=2e-3)
+            assert f["cold_ms"] > 0 and f["new_length_ms"] > 0
+    # every chunk size (and the CUDA kernel, there) computes the chunk-64 form's rows
+    for kernels in out["gdn_kernel"].values():
+        assert {"chunked_32", "chunked_64", "chunked_128", "chunked_256"} <= set(kernels)
+        assert all(k["max_diff"] < 1e-4 and k["ms"] > 0 for k in kernels.values())
