@@ -17,9 +17,17 @@ DeltaNet layer's shape (random inputs, warm, best of --runs): the chunked form a
 sizes 32-256 (the engine's is 64; fewer chunks, fewer operations in its Python loop) and
 the CUDA recurrence, each with its largest output difference from the chunk-64 form's.
 
+`attention` times one attention call in the model's first attention shape (bfloat16 K/V
+on a GPU) for lengths it has not met, each the first time and again: MLX's causal kernel
+(on CUDA, a cuDNN graph built for every new (query rows, key rows)), the same with a bool
+mask array, the plain matmuls (`kernels.few_query_attention`), and the masked call on
+rows and keys padded up to buckets (so that lengths in one bucket share a shape).
+`--attention matmul` makes every prefill row take the matmuls for the forwards above.
+
 Prints one JSON object and writes it to --out.
 
     python -m bench.gpu.prefill_split --model PATH [--rows 128 512 2048] [--runs 3]
+        [--attention cudnn|matmul]
 """
 
 from __future__ import annotations
@@ -37,7 +45,9 @@ import numpy as np
 from engine.config import EngineConfig
 from engine.default_model import default_model_path
 from engine.loader import load_model
-from kernels import gated_delta_cuda
+from kernels import few_query_attention, gated_delta_cuda
+
+BUCKET_ROWS, BUCKET_KEYS = 128, 256
 
 
 def _ids(vocab: int, rows: int) -> np.ndarray:
@@ -140,6 +150,62 @@ def gdn_kernel(mixer: Any, rows: int, runs: int) -> dict[str, dict[str, float]]:
     return out
 
 
+def _bucketed(q: mx.array, k: mx.array, v: mx.array, scale: float) -> mx.array:
+    """Causal attention with rows and keys padded to buckets and the pad masked away."""
+    L, S = int(q.shape[2]), int(k.shape[2])
+    Lp, Sp = -(-L // BUCKET_ROWS) * BUCKET_ROWS, -(-S // BUCKET_KEYS) * BUCKET_KEYS
+    q = mx.pad(q, [(0, 0), (0, 0), (0, Lp - L), (0, 0)])
+    k, v = (mx.pad(x, [(0, 0), (0, 0), (0, Sp - S), (0, 0)]) for x in (k, v))
+    keys, rows = mx.arange(Sp)[None, :], mx.arange(Lp)[:, None]
+    mask = (keys <= rows + (S - L)) & (keys < S)
+    return mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=mask)[:, :, :L]
+
+
+def attention(cfg: Any, dtype: Any, pairs: list[tuple[int, int]]) -> dict[str, Any]:
+    """One attention call in the model's shape for each (rows, keys) pair, each new: ms the
+    first time and the second, and the largest difference from the causal kernel's."""
+    H, KVH, Dh = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    scale = Dh**-0.5
+
+    def causal_mask(L: int, S: int) -> mx.array:
+        return mx.arange(S)[None, :] <= mx.arange(S - L, S)[:, None]
+
+    ways = {
+        "causal": lambda q, k, v: mx.fast.scaled_dot_product_attention(
+            q, k, v, scale=scale, mask="causal"
+        ),
+        "bool_mask": lambda q, k, v: mx.fast.scaled_dot_product_attention(
+            q, k, v, scale=scale, mask=causal_mask(int(q.shape[2]), int(k.shape[2]))
+        ),
+        "matmul": lambda q, k, v: few_query_attention.few_query_attention(q, k, v, scale, "causal"),
+        "bucketed": lambda q, k, v: _bucketed(q, k, v, scale),
+    }
+    out: dict[str, Any] = {}
+    for L, S in pairs:
+        key = mx.random.split(mx.random.key(L * 7919 + S), 3)
+        q = mx.random.normal((1, H, L, Dh), key=key[0]).astype(dtype)
+        k, v = (mx.random.normal((1, KVH, S, Dh), key=key[i]).astype(dtype) for i in (1, 2))
+        mx.eval(q, k, v)
+        row: dict[str, Any] = {}
+        reference = None
+        for name, fn in ways.items():
+            times = []
+            for _ in range(2):
+                t0 = time.perf_counter()
+                o = fn(q, k, v)
+                mx.eval(o)
+                times.append(round((time.perf_counter() - t0) * 1e3, 3))
+            o = o.astype(mx.float32)
+            reference = o if reference is None else reference
+            row[name] = {
+                "first_ms": times[0],
+                "again_ms": times[1],
+                "max_diff": float(mx.abs(o - reference).max()),
+            }
+        out[f"{L}x{S}"] = row
+    return out
+
+
 def probe(model: Path, rows: list[int], runs: int) -> dict[str, Any]:
     config = replace(EngineConfig.from_environment(), backend="mlx")
     runner = load_model(model, config).runner
@@ -165,6 +231,8 @@ def probe(model: Path, rows: list[int], runs: int) -> dict[str, Any]:
             if type(m).__name__ == "GatedDeltaNet"
         )
         result["gdn_kernel"] = {str(r): gdn_kernel(mixer, r, runs) for r in rows}
+    pairs = [(300, 300), (310, 310), (330, 460), (100, 1100), (120, 1130), (2000, 2000)]
+    result["attention"] = attention(runner.model.config, ops.dtype, pairs)
     return result
 
 
@@ -174,7 +242,10 @@ def main() -> None:
     parser.add_argument("--rows", type=int, nargs="+", default=[128, 512, 2048])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--out", type=Path, default=Path("prefill_split.json"))
+    parser.add_argument("--attention", choices=("cudnn", "matmul"), default="cudnn")
     args = parser.parse_args()
+    if args.attention == "matmul":  # every prefill row through the matmuls (on CUDA)
+        few_query_attention.FEW_QUERY_ROWS = 1 << 30
     result = probe(args.model or default_model_path(), args.rows, args.runs)
     text = json.dumps(result, indent=1)
     args.out.write_text(text)
