@@ -206,7 +206,12 @@ def attention(cfg: Any, dtype: Any, pairs: list[tuple[int, int]]) -> dict[str, A
     return out
 
 
-def probe(model: Path, rows: list[int], runs: int) -> dict[str, Any]:
+PAIRS = [(300, 300), (310, 310), (330, 460), (100, 1100), (120, 1130), (2000, 2000)]
+
+
+def probe(
+    model: Path, rows: list[int], runs: int, pairs: list[tuple[int, int]] = PAIRS
+) -> dict[str, Any]:
     config = replace(EngineConfig.from_environment(), backend="mlx")
     runner = load_model(model, config).runner
     ops = runner.ops
@@ -231,7 +236,6 @@ def probe(model: Path, rows: list[int], runs: int) -> dict[str, Any]:
             if type(m).__name__ == "GatedDeltaNet"
         )
         result["gdn_kernel"] = {str(r): gdn_kernel(mixer, r, runs) for r in rows}
-    pairs = [(300, 300), (310, 310), (330, 460), (100, 1100), (120, 1130), (2000, 2000)]
     result["attention"] = attention(runner.model.config, ops.dtype, pairs)
     return result
 

@@ -38,7 +38,7 @@ def test_the_timed_forward_is_the_engines_forward(hybrid):
 
 
 def test_the_probe_times_each_length_and_each_way_a_chunk_may_run(hybrid):
-    out = prefill_split.probe(hybrid, [24, 40], runs=1)
+    out = prefill_split.probe(hybrid, [24, 40], runs=1, pairs=[(30, 30), (20, 90)])
     modes = out["gdn_prefill"]
     # the CUDA recurrence is a second way only where MLX runs on CUDA
     assert list(modes) == ["chunked"] + ["recurrent"] * gated_delta_cuda.is_available()
