@@ -1,14 +1,17 @@
-"""Attention of a few query rows (a verify, a block drafter's pass) as plain MLX matmuls,
-for the CUDA backend.
+"""Attention of more than one query row as plain MLX matmuls, for the CUDA backend: a
+verify, a block drafter's pass, and a prefill chunk whose scores fit MAX_SCORES.
 
 MLX's CUDA `scaled_dot_product_attention` takes more than one query row in half precision
 through cuDNN, which builds a graph for every (query rows, key rows, strides) it meets and
 keeps the last 256. A draft pass or a verify meets a new key count every round, so every
 round paid a graph build: on the H200 the block drafter's requests ran at 15-280 tok/s
 against plain decoding's 770 while its pass at one fixed context took 1.7 ms
-(docs/BENCHMARKS.md, "The block drafter on the H200"). Matmuls take any shape with no
-build. Scores, softmax and the weighted sum are float32; the result comes back in the
-caches' dtype, as the fused kernel's does.
+(docs/BENCHMARKS.md, "The block drafter on the H200"). A prompt meets a new (rows, keys)
+pair nearly every time too: on an H100 a build cost 40-60 ms an attention shape (a masked
+one up to 0.7 s), where the default model's whole forward of 512 rows takes 10 ms
+("A new prompt length on CUDA", docs/BENCHMARKS.md). Matmuls take any shape with no build.
+Scores, softmax and the weighted sum are float32; the result comes back in the caches'
+dtype, as the fused kernel's does.
 """
 
 from __future__ import annotations
@@ -17,16 +20,21 @@ from typing import Any
 
 import mlx.core as mx
 
-# Up to this many query rows take the matmuls: a verify of MAX_DRAFT + 1 rows and a block
-# pass fit; a prefill chunk keeps cuDNN's flash kernel (one build a chunk shape, and no
-# [rows, keys] score matrix per head).
+# Up to this many query rows take the matmuls whatever the keys: a verify of MAX_DRAFT + 1
+# rows and a block pass fit.
 FEW_QUERY_ROWS = 32
+# More rows take them while the float32 scores of all heads, [H, rows, keys], hold at most
+# this many (256 MiB; the softmax's passes hold two or three such at once). Beyond it a
+# chunk keeps cuDNN's flash kernel, which holds no score matrix and pays a build a shape.
+MAX_SCORES = 1 << 26
 
 
-def takes(q: mx.array, mask: Any) -> bool:
-    """Whether `few_query_attention` serves q [1, H, L, Dh] with `mask` ("causal", None or
-    a bool or additive [L, S] array): more than one and at most FEW_QUERY_ROWS rows."""
-    if not 1 < int(q.shape[2]) <= FEW_QUERY_ROWS:
+def takes(q: mx.array, k: mx.array, mask: Any) -> bool:
+    """Whether `few_query_attention` serves q [1, H, L, Dh] over k [1, KVH, S, Dh] with
+    `mask` ("causal", None or a bool or additive [L, S] array): more than one row, and at
+    most FEW_QUERY_ROWS of them or scores of at most MAX_SCORES."""
+    H, L, S = int(q.shape[1]), int(q.shape[2]), int(k.shape[2])
+    if L <= 1 or (L > FEW_QUERY_ROWS and H * L * S > MAX_SCORES):
         return False
     return mask is None or isinstance(mask, str) or mask.ndim == 2
 

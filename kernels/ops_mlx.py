@@ -315,7 +315,7 @@ class MlxOps:
             m = mask if mask is None or isinstance(mask, mx.array) else mx.array(mask)
         # in the cache's dtype: a float32 query would promote the whole cache every step
         q, k, v = q.astype(k.dtype)[None], k[None], v[None]
-        if self._cuda and few_query_attention.takes(q, m):  # no cuDNN graph build a shape
+        if self._cuda and few_query_attention.takes(q, k, m):  # no cuDNN graph build a shape
             return few_query_attention.few_query_attention(q, k, v, scale, m)[0]
         return mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=m)[0]
 

@@ -22,12 +22,14 @@ on a GPU) for lengths it has not met, each the first time and again: MLX's causa
 (on CUDA, a cuDNN graph built for every new (query rows, key rows)), the same with a bool
 mask array, the plain matmuls (`kernels.few_query_attention`), and the masked call on
 rows and keys padded up to buckets (so that lengths in one bucket share a shape).
-`--attention matmul` makes every prefill row take the matmuls for the forwards above.
+For the forwards above, `--attention cudnn` sends every prefill chunk to MLX's kernel (the
+engine before MAX_SCORES) and `--attention matmul` every one to the matmuls; the default
+is the engine's rule (`kernels.few_query_attention.takes`).
 
 Prints one JSON object and writes it to --out.
 
     python -m bench.gpu.prefill_split --model PATH [--rows 128 512 2048] [--runs 3]
-        [--attention cudnn|matmul]
+        [--attention engine|cudnn|matmul]
 """
 
 from __future__ import annotations
@@ -221,6 +223,7 @@ def probe(
         modes = ["chunked", "recurrent"]
     result: dict[str, Any] = {
         "device": str(mx.default_device()),
+        "max_scores": few_query_attention.MAX_SCORES,
         "model": model.name,
         "runs": runs,
         "prefill_rows": runner.prefill_rows,
@@ -246,10 +249,10 @@ def main() -> None:
     parser.add_argument("--rows", type=int, nargs="+", default=[128, 512, 2048])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--out", type=Path, default=Path("prefill_split.json"))
-    parser.add_argument("--attention", choices=("cudnn", "matmul"), default="cudnn")
+    parser.add_argument("--attention", choices=("engine", "cudnn", "matmul"), default="engine")
     args = parser.parse_args()
-    if args.attention == "matmul":  # every prefill row through the matmuls (on CUDA)
-        few_query_attention.FEW_QUERY_ROWS = 1 << 30
+    if args.attention != "engine":  # more than 32 rows: cuDNN's kernel, or the matmuls
+        few_query_attention.MAX_SCORES = 0 if args.attention == "cudnn" else 1 << 62
     result = probe(args.model or default_model_path(), args.rows, args.runs)
     text = json.dumps(result, indent=1)
     args.out.write_text(text)

@@ -81,8 +81,23 @@ def test_half_precision_caches_give_their_dtype_and_float32_arithmetic() -> None
     np.testing.assert_allclose(np.array(out[0].astype(mx.float32)), want, rtol=1e-2, atol=1e-2)
 
 
-@pytest.mark.parametrize(("rows", "taken"), [(1, False), (2, True), (32, True), (33, False)])
-def test_mlx_ops_on_cuda_takes_it_for_few_rows_only(monkeypatch, rows, taken) -> None:
+@pytest.mark.parametrize(
+    ("rows", "max_scores", "taken"),
+    [
+        (1, None, False),
+        (2, None, True),
+        (32, 0, True),
+        (33, None, True),
+        (33, 6 * 33 * 83, True),
+        (33, 6 * 33 * 83 - 1, False),
+    ],
+)
+def test_mlx_ops_on_cuda_takes_it_for_rows_whose_scores_fit(
+    monkeypatch, rows, max_scores, taken
+) -> None:
+    """More than one row and at most 32, or [heads, rows, keys] scores within MAX_SCORES."""
+    if max_scores is not None:
+        monkeypatch.setattr(fqa, "MAX_SCORES", max_scores)
     calls = []
     original = fqa.few_query_attention
 
