@@ -16,6 +16,7 @@ dtype, as the fused kernel's does.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 import mlx.core as mx
@@ -39,24 +40,33 @@ def takes(q: mx.array, k: mx.array, mask: Any) -> bool:
     return mask is None or isinstance(mask, str) or mask.ndim == 2
 
 
+@lru_cache(maxsize=4)
+def causal_mask(rows: int, keys: int) -> mx.array:
+    """[rows, keys] bool, True where a row reads a key (aligned to the last key); kept for
+    the forward's other layers, which ask for the same one."""
+    return mx.arange(keys)[None, :] <= mx.arange(keys - rows, keys)[:, None]
+
+
 def few_query_attention(q: mx.array, k: mx.array, v: mx.array, scale: float, mask: Any) -> mx.array:
     """softmax(q k^T * scale + mask) v for q [1, H, L, Dh] and k, v [1, KVH, S, Dh], query
     head h reading key head h // (H / KVH); mask "causal" (aligned to the last key), None,
-    or an [L, S] array (bool: True reads; else added to the scores). [1, H, L, Dh]."""
+    or an [L, S] array (bool: True reads; else added to the scores). [1, H, L, Dh].
+
+    A key head's group of query heads is one matrix of group * L rows, so each product
+    reads the keys and values as stored, with no copy broadcast over the group."""
     _, H, L, Dh = (int(d) for d in q.shape)
     KVH, S = int(k.shape[1]), int(k.shape[2])
     group = H // KVH
-    queries = q.astype(mx.float32).reshape(KVH, group, L, Dh) * scale
-    keys = k[0].astype(mx.float32)[:, None]  # [KVH, 1, S, Dh]: every head of the group
-    values = v[0].astype(mx.float32)[:, None]
-    scores = queries @ keys.swapaxes(-1, -2)  # [KVH, group, L, S]
+    queries = q[0].astype(mx.float32).reshape(KVH, group * L, Dh) * scale
+    keys, values = k[0].astype(mx.float32), v[0].astype(mx.float32)  # [KVH, S, Dh]
+    scores = (queries @ keys.swapaxes(-1, -2)).reshape(KVH, group, L, S)
     if isinstance(mask, str):
         if mask != "causal":
             raise ValueError(f"unknown mask {mask!r}")
-        mask = mx.arange(S)[None, :] <= mx.arange(S - L, S)[:, None]
+        mask = causal_mask(L, S)
     if mask is not None and mask.dtype == mx.bool_:
         scores = mx.where(mask, scores, mx.array(-mx.inf, dtype=mx.float32))
     elif mask is not None:
         scores = scores + mask.astype(mx.float32)
-    weights = mx.softmax(scores, axis=-1, precise=True)
+    weights = mx.softmax(scores, axis=-1, precise=True).reshape(KVH, group * L, S)
     return (weights @ values).reshape(1, H, L, Dh).astype(k.dtype)
