@@ -121,8 +121,9 @@ def make_ops(
     gpu_matmul: how the MLX backend multiplies a prefill's rows by a quantized weight on a
     GPU (`kernels.ops_mlx.WIDE_MATMULS`; None: its default); gpu_overlap whether a GPU
     forward starts each layer's rows as they are built (None: `OVERLAP_LAYERS`);
-    gdn_prefill how a prefill chunk runs the Gated DeltaNet recurrence, "chunked" (None)
-    or "recurrent" (the CUDA kernel: refused where MLX has no CUDA GPU).
+    gdn_prefill how a prefill chunk runs the Gated DeltaNet recurrence, "chunked" or
+    "recurrent" (the CUDA kernel: refused where MLX has no CUDA GPU); None: "recurrent"
+    where MLX runs on CUDA, else "chunked".
     """
     backend = backend or default_backend()
     if backend == "numpy":

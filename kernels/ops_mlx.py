@@ -93,8 +93,8 @@ class MlxOps:
                 "gdn_prefill 'recurrent' (BRANCHCHAT_GDN_PREFILL) runs the CUDA recurrence: "
                 "it needs MLX on a CUDA GPU"
             )
-        # a prefill chunk's Gated DeltaNet rows: the chunked form, or the CUDA kernel's rows
-        self.gdn_prefill = gdn_prefill or "chunked"
+        # a prefill's Gated DeltaNet rows: the CUDA kernel where there is one (1.1-2.8x)
+        self.gdn_prefill = gdn_prefill or ("recurrent" if self._cuda_recurrent else "chunked")
         self._gpu = mx.default_device() == mx.gpu
         self._cuda = self._gpu and not mx.metal.is_available()
         self._freqs_cache: dict[bytes, mx.array] = {}

@@ -77,8 +77,9 @@ def test_gpu_prefill_settings_from_environment(tiny_llama_gguf) -> None:
 
 
 def test_a_hybrids_prefill_recurrence_is_chosen_and_refused_off_cuda(tiny_llama_gguf) -> None:
-    """BRANCHCHAT_GDN_PREFILL reaches the MLX backend; "recurrent" is the CUDA kernel's, so
-    where MLX has no CUDA GPU the load refuses it by name instead of running the other."""
+    """BRANCHCHAT_GDN_PREFILL reaches the MLX backend; "recurrent" is the CUDA kernel's (the
+    default there), so where MLX has no CUDA GPU the load refuses it by name instead of
+    running the other."""
     from engine.loader import load_model
     from kernels import gated_delta_cuda
 
@@ -88,7 +89,8 @@ def test_a_hybrids_prefill_recurrence_is_chosen_and_refused_off_cuda(tiny_llama_
     with pytest.raises(ValueError, match="gdn_prefill must be one of"):
         EngineConfig(gdn_prefill="fast")
     plain = load_model(tiny_llama_gguf[0], EngineConfig(backend="mlx"))
-    assert plain.ops.gdn_prefill == "chunked"
+    # unasked, the CUDA recurrence where MLX runs on CUDA, the chunked form elsewhere
+    assert plain.ops.gdn_prefill == ("recurrent" if gated_delta_cuda.is_available() else "chunked")
     if gated_delta_cuda.is_available():
         assert load_model(tiny_llama_gguf[0], config).ops.gdn_prefill == "recurrent"
     else:

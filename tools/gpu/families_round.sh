@@ -8,7 +8,7 @@
 #      and Gemma 3 directories; session 18);
 #   2. Gemma 3 270M's decode with its step and without (BRANCHCHAT_GEMMA_STEP=1 / 0);
 #   3. the Qwen3.5-0.8B shape's decode through the step (and again with its prefill's
-#      recurrence through the CUDA kernel, BRANCHCHAT_GDN_PREFILL=recurrent), the stamped
+#      recurrence in the chunked form, BRANCHCHAT_GDN_PREFILL=chunked), the stamped
 #      probe's phases and the host probe's profile of a decode step (bench/gpu/host_probe.py);
 #   4. (PART=peers alone, after `tools/gpu/llama_cuda.sh build`) Gemma 3 270M and the 0.8B
 #      shape beside llama.cpp's CUDA llama-bench and mlx-lm, decode and prefill;
@@ -79,12 +79,12 @@ cp results/decode-*.json "$OUT/hybrid-step.json" 2>/dev/null
 timeout 120 python3 -m bench.gpu.step_probe --model $shape --contexts 128 --prefetch 1 \
   > "$OUT/hybrid-phases.json" 2>&1
 echo "== its phases: exit $?"; tail -c 1500 "$OUT/hybrid-phases.json"
-rm -f results/decode-*.json  # its prefill chunks' recurrence through the CUDA kernel
-BRANCHCHAT_GDN_PREFILL=recurrent timeout 120 python3 -m bench decode --model $shape --runs 1 \
-  --steps 32 --contexts 128,2048 > "$OUT/hybrid-recurrent-prefill.txt" 2>&1
-echo "== the same, BRANCHCHAT_GDN_PREFILL=recurrent: exit $?"
-grep -E "^context|verify" "$OUT/hybrid-recurrent-prefill.txt"
-cp results/decode-*.json "$OUT/hybrid-recurrent-prefill.json" 2>/dev/null
+rm -f results/decode-*.json  # its prefill chunks' recurrence in the chunked form
+BRANCHCHAT_GDN_PREFILL=chunked timeout 120 python3 -m bench decode --model $shape --runs 1 \
+  --steps 32 --contexts 128,2048 > "$OUT/hybrid-chunked-prefill.txt" 2>&1
+echo "== the same, BRANCHCHAT_GDN_PREFILL=chunked: exit $?"
+grep -E "^context|verify" "$OUT/hybrid-chunked-prefill.txt"
+cp results/decode-*.json "$OUT/hybrid-chunked-prefill.json" 2>/dev/null
 timeout 90 python3 -m bench.gpu.host_probe --model $shape > "$OUT/hybrid-host.json" 2>&1
 echo "== its host time: exit $?"; head -c 2500 "$OUT/hybrid-host.json"
 if [ -f "$gemma" ]; then
