@@ -34,6 +34,14 @@ MAX_DK = 256
 # spills at 1, none at 2), and is to be run there before it becomes the value.
 PAIR = 1
 
+# Threads a value column in a prefill chunk's rows (`gated_delta_prefill`), which need not
+# round as the step's do: more threads a column make each row's dependent chain of DK
+# multiply-adds DK / P long and put more blocks on the device (a head's 128 columns at
+# P = 1 fill one block: 16 of an H100's 132 SMs for the Qwen3.5-0.8B shape, 4.7 ms a
+# layer for 2,048 rows). PAIR until bench/gpu/prefill_split.py's `gdn_kernel` has timed
+# 2, 4 and 8 on a GPU.
+PREFILL_PAIR = PAIR
+
 _SOURCE = cuda.source("gated_delta_recurrent.cu")
 _HEADER = cuda.source("gated_delta_row.cuh")
 
@@ -53,14 +61,23 @@ def _kernel() -> Any:
 
 
 def gated_delta_recurrent(
-    q: mx.array, k: mx.array, v: mx.array, g: mx.array, beta: mx.array, state: mx.array
+    q: mx.array,
+    k: mx.array,
+    v: mx.array,
+    g: mx.array,
+    beta: mx.array,
+    state: mx.array,
+    pair: int | None = None,
 ) -> tuple[mx.array, mx.array]:
-    """Same contract as kernels.gated_delta_mlx.gated_delta_recurrent: (o [L, H, Dv], state)."""
+    """Same contract as kernels.gated_delta_mlx.gated_delta_recurrent: (o [L, H, Dv], state).
+    `pair` threads a value column (None: PAIR, whose rows are the one-launch step's)."""
     L, H, Dk = q.shape  # L: read by the kernel from q's shape (one build for every L)
     Dv = v.shape[-1]
     if Dk > MAX_DK:
         raise ValueError(f"key head dim {Dk} exceeds the kernel's register budget ({MAX_DK})")
-    pair = PAIR
+    pair = PAIR if pair is None else pair
+    if pair not in (1, 2, 4, 8, 16, 32):
+        raise ValueError(f"pair must be a power of two up to a warp, not {pair}")
     if Dk % pair:
         raise ValueError(f"key head dim {Dk} is not a multiple of {pair}")
     block = min(256, 32 * -(-Dv * pair // 32))  # whole warps: every lane joins the pair sums
@@ -73,3 +90,11 @@ def gated_delta_recurrent(
         output_dtypes=[q.dtype, mx.float32],
     )
     return out, state_out
+
+
+def gated_delta_prefill(
+    q: mx.array, k: mx.array, v: mx.array, g: mx.array, beta: mx.array, state: mx.array
+) -> tuple[mx.array, mx.array]:
+    """A prefill chunk's rows (`MlxOps.gdn_prefill` "recurrent"), PREFILL_PAIR threads a
+    value column."""
+    return gated_delta_recurrent(q, k, v, g, beta, state, PREFILL_PAIR)

@@ -387,7 +387,7 @@ class MlxOps:
 
     def gated_delta_chunked(self, q, k, v, g, beta, state):  # type: ignore[no-untyped-def]
         if self.gdn_prefill == "recurrent":  # one launch, row by row (checked: on CUDA)
-            return gated_delta_cuda.gated_delta_recurrent(q, k, v, g, beta, state)
+            return gated_delta_cuda.gated_delta_prefill(q, k, v, g, beta, state)
         return gated_delta_mlx.gated_delta_chunked(q, k, v, g, beta, state)
 
     def causal_conv1d(self, x, weight, conv_state):  # type: ignore[no-untyped-def]

@@ -15,7 +15,9 @@ chunked form, and on CUDA the one-launch recurrence), on an empty state:
 For a hybrid, `gdn_kernel` times the recurrence alone at each length in the first Gated
 DeltaNet layer's shape (random inputs, warm, best of --runs): the chunked form at chunk
 sizes 32-256 (the engine's is 64; fewer chunks, fewer operations in its Python loop) and
-the CUDA recurrence, each with its largest output difference from the chunk-64 form's.
+the CUDA recurrence with 1, 2, 4 and 8 threads a value column
+(`gated_delta_cuda.PREFILL_PAIR`), each with its largest output difference from the
+chunk-64 form's.
 
 `attention` times one attention call in the model's first attention shape (bfloat16 K/V
 on a GPU) for lengths it has not met, each the first time and again: MLX's causal kernel
@@ -135,10 +137,11 @@ def gdn_kernel(mixer: Any, rows: int, runs: int) -> dict[str, dict[str, float]]:
         f"chunked_{c}": lambda c=c: gated_delta_mlx.gated_delta_chunked(q, k, v, g, beta, state, c)
         for c in (32, 64, 128, 256)
     }
-    if gated_delta_cuda.is_available():
-        kernels["recurrent_cuda"] = lambda: gated_delta_cuda.gated_delta_recurrent(
-            q, k, v, g, beta, state
-        )
+    if gated_delta_cuda.is_available():  # at each number of threads a value column
+        for p in (1, 2, 4, 8):
+            kernels[f"recurrent_cuda_p{p}"] = lambda p=p: gated_delta_cuda.gated_delta_recurrent(
+                q, k, v, g, beta, state, pair=p
+            )
     reference = kernels["chunked_64"]()[0]
     out: dict[str, dict[str, float]] = {}
     for name, fn in kernels.items():

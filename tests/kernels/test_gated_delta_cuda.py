@@ -42,16 +42,43 @@ def test_cuda_recurrent_matches_reference(L, shape):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("pair", [None, 2, 4, 8])
 @pytest.mark.parametrize("L", [64, 300, 2048])
-def test_one_build_takes_a_prefill_chunks_rows(L):
+def test_one_build_takes_a_prefill_chunks_rows(L, pair):
     """The row count is read from q's shape, not built in: a prefill chunk's hundreds of
-    rows (BRANCHCHAT_GDN_PREFILL=recurrent) within float32's tolerance of the reference."""
+    rows (BRANCHCHAT_GDN_PREFILL=recurrent) within float32's tolerance of the reference,
+    with any number of threads a value column."""
     import mlx.core as mx
 
     arrays = _inputs(L, 16, 128, 128, seed=L)
     o_ref, s_ref = gated_delta_reference(*arrays)
-    o, s = gated_delta_cuda.gated_delta_recurrent(*(mx.array(a) for a in arrays))
+    o, s = gated_delta_cuda.gated_delta_recurrent(*(mx.array(a) for a in arrays), pair=pair)
     assert o.shape == (L, 16, 128)
     scale = max(1.0, float(np.abs(s_ref).max()))
     np.testing.assert_allclose(np.array(o), o_ref, atol=1e-4 * scale)
     np.testing.assert_allclose(np.array(s), s_ref, atol=1e-4 * scale)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(4, 32, 48), (2, 256, 64)])
+def test_the_prefills_threads_a_column_give_the_references_rows(shape, monkeypatch):
+    """gated_delta_prefill at each PREFILL_PAIR, including a Dv that leaves a block's last
+    columns empty (48) and the widest key head the kernel takes (256)."""
+    import mlx.core as mx
+
+    H, Dk, Dv = shape
+    arrays = _inputs(100, H, Dk, Dv, seed=Dk)
+    o_ref, s_ref = gated_delta_reference(*arrays)
+    for pair in (1, 2, 4, 8):
+        monkeypatch.setattr(gated_delta_cuda, "PREFILL_PAIR", pair)
+        o, s = gated_delta_cuda.gated_delta_prefill(*(mx.array(a) for a in arrays))
+        np.testing.assert_allclose(np.array(o), o_ref, atol=1e-4)
+        np.testing.assert_allclose(np.array(s), s_ref, atol=1e-4)
+
+
+def test_a_pair_that_is_not_a_power_of_two_is_refused():
+    import mlx.core as mx
+
+    arrays = [mx.array(a) for a in _inputs(4, 2, 32, 32)]
+    with pytest.raises(ValueError, match="power of two"):
+        gated_delta_cuda.gated_delta_recurrent(*arrays, pair=3)
