@@ -42,7 +42,10 @@ PAIR = 1
 # 2, 4 and 8 on a GPU.
 PREFILL_PAIR = PAIR
 
-_SOURCE = cuda.source("gated_delta_recurrent.cu")
+# Whether a prefill chunk's rows take gated_delta_prefill.cu, which fetches the next row's
+# inputs while one computes (the rows are the same); off until a GPU has timed it.
+PREFILL_PREFETCH = False
+
 _HEADER = cuda.source("gated_delta_row.cuh")
 
 
@@ -50,12 +53,14 @@ is_available = cuda.is_available  # where MLX's default device is a CUDA GPU
 
 
 @cache
-def _kernel() -> Any:
+def _kernel(name: str = "gated_delta_recurrent") -> Any:
+    """The replay's kernel, or with "gated_delta_prefill" the prefill's (the same rows, the
+    next row's inputs fetched while one computes)."""
     return mx.fast.cuda_kernel(
-        name="gated_delta_recurrent",
+        name=name,
         input_names=["q", "k", "v", "g", "beta", "state"],
         output_names=["out", "state_out"],
-        source=_SOURCE,
+        source=cuda.source(f"{name}.cu"),
         header=_HEADER,
     )
 
@@ -68,9 +73,11 @@ def gated_delta_recurrent(
     beta: mx.array,
     state: mx.array,
     pair: int | None = None,
+    prefetch: bool = False,
 ) -> tuple[mx.array, mx.array]:
     """Same contract as kernels.gated_delta_mlx.gated_delta_recurrent: (o [L, H, Dv], state).
-    `pair` threads a value column (None: PAIR, whose rows are the one-launch step's)."""
+    `pair` threads a value column (None: PAIR, whose rows are the one-launch step's);
+    `prefetch` runs gated_delta_prefill.cu, whose rows are this kernel's at the same pair."""
     L, H, Dk = q.shape  # L: read by the kernel from q's shape (one build for every L)
     Dv = v.shape[-1]
     if Dk > MAX_DK:
@@ -81,7 +88,10 @@ def gated_delta_recurrent(
     if Dk % pair:
         raise ValueError(f"key head dim {Dk} is not a multiple of {pair}")
     block = min(256, 32 * -(-Dv * pair // 32))  # whole warps: every lane joins the pair sums
-    out, state_out = _kernel()(
+    if prefetch:  # a thread fetches each feature of a row
+        block = max(block, 32 * -(-Dk // 32))
+    kernel = _kernel("gated_delta_prefill" if prefetch else "gated_delta_recurrent")
+    out, state_out = kernel(
         inputs=[q, k, v, g, beta, state.astype(mx.float32)],
         template=[("T", q.dtype), ("DK", Dk), ("Dv", Dv), ("H", H), ("P", pair)],
         grid=(-(-Dv * pair // block) * block, H, 1),
@@ -95,6 +105,6 @@ def gated_delta_recurrent(
 def gated_delta_prefill(
     q: mx.array, k: mx.array, v: mx.array, g: mx.array, beta: mx.array, state: mx.array
 ) -> tuple[mx.array, mx.array]:
-    """A prefill chunk's rows (`MlxOps.gdn_prefill` "recurrent"), PREFILL_PAIR threads a
-    value column."""
-    return gated_delta_recurrent(q, k, v, g, beta, state, PREFILL_PAIR)
+    """A prefill chunk's rows (`MlxOps.gdn_prefill` "recurrent"): PREFILL_PAIR threads a
+    value column, with PREFILL_PREFETCH the kernel that fetches a row ahead."""
+    return gated_delta_recurrent(q, k, v, g, beta, state, PREFILL_PAIR, PREFILL_PREFETCH)

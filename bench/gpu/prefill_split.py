@@ -16,8 +16,9 @@ For a hybrid, `gdn_kernel` times the recurrence alone at each length in the firs
 DeltaNet layer's shape (random inputs, warm, best of --runs): the chunked form at chunk
 sizes 32-256 (the engine's is 64; fewer chunks, fewer operations in its Python loop) and
 the CUDA recurrence with 1, 2, 4 and 8 threads a value column
-(`gated_delta_cuda.PREFILL_PAIR`), each with its largest output difference from the
-chunk-64 form's.
+(`gated_delta_cuda.PREFILL_PAIR`), as the replay's kernel and as the prefill's that
+fetches a row ahead (`PREFILL_PREFETCH`), each with its largest output difference from
+the chunk-64 form's.
 
 `attention` times one attention call in the model's first attention shape (bfloat16 K/V
 on a GPU) for lengths it has not met, each the first time and again: MLX's causal kernel
@@ -139,9 +140,10 @@ def gdn_kernel(mixer: Any, rows: int, runs: int) -> dict[str, dict[str, float]]:
     }
     if gated_delta_cuda.is_available():  # at each number of threads a value column
         for p in (1, 2, 4, 8):
-            kernels[f"recurrent_cuda_p{p}"] = lambda p=p: gated_delta_cuda.gated_delta_recurrent(
-                q, k, v, g, beta, state, pair=p
-            )
+            for name, ahead in (("recurrent", False), ("prefetch", True)):
+                kernels[f"{name}_cuda_p{p}"] = lambda p=p, a=ahead: (
+                    gated_delta_cuda.gated_delta_recurrent(q, k, v, g, beta, state, p, a)
+                )
     reference = kernels["chunked_64"]()[0]
     out: dict[str, dict[str, float]] = {}
     for name, fn in kernels.items():

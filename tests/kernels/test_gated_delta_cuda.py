@@ -62,18 +62,26 @@ def test_one_build_takes_a_prefill_chunks_rows(L, pair):
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape", [(4, 32, 48), (2, 256, 64)])
 def test_the_prefills_threads_a_column_give_the_references_rows(shape, monkeypatch):
-    """gated_delta_prefill at each PREFILL_PAIR, including a Dv that leaves a block's last
-    columns empty (48) and the widest key head the kernel takes (256)."""
+    """gated_delta_prefill at each PREFILL_PAIR, with and without PREFILL_PREFETCH,
+    including a Dv that leaves a block's last columns empty (48) and the widest key head
+    the kernel takes (256)."""
     import mlx.core as mx
 
     H, Dk, Dv = shape
     arrays = _inputs(100, H, Dk, Dv, seed=Dk)
     o_ref, s_ref = gated_delta_reference(*arrays)
+    inputs = [mx.array(a) for a in arrays]
     for pair in (1, 2, 4, 8):
         monkeypatch.setattr(gated_delta_cuda, "PREFILL_PAIR", pair)
-        o, s = gated_delta_cuda.gated_delta_prefill(*(mx.array(a) for a in arrays))
-        np.testing.assert_allclose(np.array(o), o_ref, atol=1e-4)
-        np.testing.assert_allclose(np.array(s), s_ref, atol=1e-4)
+        replay = gated_delta_cuda.gated_delta_recurrent(*inputs, pair=pair)
+        for ahead in (False, True):
+            monkeypatch.setattr(gated_delta_cuda, "PREFILL_PREFETCH", ahead)
+            o, s = gated_delta_cuda.gated_delta_prefill(*inputs)
+            np.testing.assert_allclose(np.array(o), o_ref, atol=1e-4)
+            np.testing.assert_allclose(np.array(s), s_ref, atol=1e-4)
+            # fetching a row ahead changes no arithmetic: the replay kernel's bits
+            np.testing.assert_array_equal(np.array(o), np.array(replay[0]))
+            np.testing.assert_array_equal(np.array(s), np.array(replay[1]))
 
 
 def test_a_pair_that_is_not_a_power_of_two_is_refused():
