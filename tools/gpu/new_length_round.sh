@@ -1,16 +1,26 @@
 #!/usr/bin/env bash
-# A new prompt length on CUDA (after tools/gpu/unpack.sh's last parcel and the default
-# model joined): the default model's prefill split (bench/gpu/prefill_split.py) with the
-# engine's attention rule and with every chunk on cuDNN's kernel (the rule before
-# MAX_SCORES); with HYBRID=1 first the Qwen3.5-0.8B shape's (its recurrence alone at 1, 2,
-# 4 and 8 threads a value column: gated_delta_cuda.PREFILL_PAIR); then the GPU tests of the
-# attention paths, the recurrence and the families' prefills.
-#   [HYBRID=1] bash tools/gpu/new_length_round.sh [TEST_BUDGET s, default 300]
+# A new prompt length on CUDA, and the hybrid's recurrence (after tools/gpu/unpack.sh's last
+# parcel and the default model joined). Parts, in order (PARTS, default all; each one
+# fits a call's 10 minutes, two of them most pairs):
+#   hybrid   the Qwen3.5-0.8B shape's prefill split (bench/gpu/prefill_split.py): both ways
+#            of running its Gated DeltaNet rows, and the recurrence alone at 1, 2, 4 and 8
+#            threads a value column, replay body and fetch-ahead body (PREFILL_PAIR,
+#            PREFILL_PREFETCH)
+#   pair     the shape's decode and prefill (python -m bench decode) with the step's and
+#            replay's recurrence at PAIR 1 (the value) and 2 (no spill; its bit-identity
+#            tests passed on an H100 in session 32)
+#   default  the default model's prefill split with the engine's attention rule and with
+#            every chunk on cuDNN's kernel (the rule before MAX_SCORES)
+#   tests    the GPU tests of the attention paths, the recurrence and the families' prefills
+#   PARTS="hybrid pair" bash tools/gpu/new_length_round.sh [TEST_BUDGET s, default 300]
 set -u
 export PYTHONPATH=/root/site:$PWD PYTHONUNBUFFERED=1
-if [ "${HYBRID:-0}" = 1 ]; then
-  shape=/root/shapes/qwen3.5-0.8b.gguf
-  [ -f $shape ] || python3 -m bench shapes write --shape qwen3.5-0.8b --out /root/shapes > /dev/null
+parts=" ${PARTS:-hybrid pair default tests} "
+shape=/root/shapes/qwen3.5-0.8b.gguf
+if [[ $parts == *" hybrid "* || $parts == *" pair "* ]] && [ ! -f $shape ]; then
+  python3 -m bench shapes write --shape qwen3.5-0.8b --out /root/shapes > /dev/null
+fi
+if [[ $parts == *" hybrid "* ]]; then
   timeout 280 python3 -m bench.gpu.prefill_split --model $shape --rows 128 512 2048 --runs 3 \
     --out "$OUT/prefill-split-hybrid.json" > /dev/null 2> "$OUT/prefill-split-hybrid.err"
   echo "== hybrid: exit $?"; tail -2 "$OUT/prefill-split-hybrid.err"
@@ -24,21 +34,40 @@ for rows, kernels in d["gdn_kernel"].items():
     print("gdn", rows, {k: v["ms"] for k, v in kernels.items()})
 PY
 fi
-for way in engine cudnn; do
-  timeout 200 python3 -m bench.gpu.prefill_split --rows 128 512 2048 --runs 3 --attention $way \
-    --out "$OUT/prefill-split-$way.json" > /dev/null 2> "$OUT/prefill-split-$way.err"
-  echo "== $way: exit $?"; tail -2 "$OUT/prefill-split-$way.err"
-  python3 - "$OUT/prefill-split-$way.json" $way <<'PY'
+if [[ $parts == *" pair "* ]]; then
+  for pair in 1 2; do
+    rm -f results/decode-*.json
+    timeout 200 python3 -c "
+import runpy, sys
+from kernels import gated_delta_cuda
+gated_delta_cuda.PAIR = int(sys.argv[1])  # the step's build and the replay read it alike
+sys.argv = ['bench', *sys.argv[2:]]
+runpy.run_module('bench', run_name='__main__')
+" $pair decode --model $shape --runs 2 --steps 32 --contexts 128,512,2048 \
+      > "$OUT/hybrid-pair$pair.txt" 2>&1
+    echo "== hybrid decode, PAIR=$pair: exit $?"; grep -E "^context|verify|prefill" "$OUT/hybrid-pair$pair.txt" | head -12
+    cp results/decode-*.json "$OUT/hybrid-pair$pair.json" 2>/dev/null
+  done
+fi
+if [[ $parts == *" default "* ]]; then
+  for way in engine cudnn; do
+    timeout 200 python3 -m bench.gpu.prefill_split --rows 128 512 2048 --runs 3 --attention $way \
+      --out "$OUT/prefill-split-$way.json" > /dev/null 2> "$OUT/prefill-split-$way.err"
+    echo "== $way: exit $?"; tail -2 "$OUT/prefill-split-$way.err"
+    python3 - "$OUT/prefill-split-$way.json" $way <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
 for rows, f in d["gdn_prefill"]["chunked"].items():
     print(sys.argv[2], rows, {k: f[k] for k in ("cold_ms", "new_length_ms", "warm_ms", "build_ms", "eval_ms")})
 PY
-done
-timeout "${1:-300}" python3 -m pytest -q -p no:cacheprovider -rfE --tb=short \
-  tests/kernels/test_few_query_attention.py tests/kernels/test_gated_delta_cuda.py \
-  tests/bench/test_prefill_split.py tests/engine/test_config.py \
-  tests/engine/test_hybrid.py tests/engine/test_families_gemma3_state.py \
-  tests/engine/test_sliding_ring.py tests/engine/test_fused_gemma3.py \
-  tests/engine/test_fused_hybrid.py > "$OUT/tests.txt" 2>&1
-echo "== tests: exit $?"; grep -E "^(FAILED|ERROR)" "$OUT/tests.txt" | cut -c1-250 | head; tail -1 "$OUT/tests.txt"
+  done
+fi
+if [[ $parts == *" tests "* ]]; then
+  timeout "${1:-300}" python3 -m pytest -q -p no:cacheprovider -rfE --tb=short \
+    tests/kernels/test_few_query_attention.py tests/kernels/test_gated_delta_cuda.py \
+    tests/bench/test_prefill_split.py tests/engine/test_config.py \
+    tests/engine/test_hybrid.py tests/engine/test_families_gemma3_state.py \
+    tests/engine/test_sliding_ring.py tests/engine/test_fused_gemma3.py \
+    tests/engine/test_fused_hybrid.py > "$OUT/tests.txt" 2>&1
+  echo "== tests: exit $?"; grep -E "^(FAILED|ERROR)" "$OUT/tests.txt" | cut -c1-250 | head; tail -1 "$OUT/tests.txt"
+fi
