@@ -21,6 +21,8 @@ from typing import Any
 
 import mlx.core as mx
 
+from kernels import prefill_attention_cuda
+
 # Up to this many query rows take the matmuls whatever the keys: a verify of MAX_DRAFT + 1
 # rows and a block pass fit.
 FEW_QUERY_ROWS = 32
@@ -30,14 +32,38 @@ FEW_QUERY_ROWS = 32
 MAX_SCORES = 1 << 26
 
 
+def _kernel_takes(q: mx.array, k: mx.array, mask: Any) -> bool:
+    """A chunk of more than FEW_QUERY_ROWS causal rows, where the one-launch prefill
+    attention is on (`kernels.prefill_attention_cuda.ENABLED`) and built for its shape."""
+    return (
+        prefill_attention_cuda.ENABLED
+        and int(q.shape[2]) > FEW_QUERY_ROWS
+        and isinstance(mask, str)
+        and prefill_attention_cuda.takes(q, k)
+    )
+
+
 def takes(q: mx.array, k: mx.array, mask: Any) -> bool:
-    """Whether `few_query_attention` serves q [1, H, L, Dh] over k [1, KVH, S, Dh] with
-    `mask` ("causal", None or a bool or additive [L, S] array): more than one row, and at
-    most FEW_QUERY_ROWS of them or scores of at most MAX_SCORES."""
+    """Whether `attend` serves q [1, H, L, Dh] over k [1, KVH, S, Dh] with `mask`
+    ("causal", None or a bool or additive [L, S] array): more than one row, and at most
+    FEW_QUERY_ROWS of them, or scores of at most MAX_SCORES, or a chunk the one-launch
+    prefill attention takes."""
     H, L, S = int(q.shape[1]), int(q.shape[2]), int(k.shape[2])
+    if _kernel_takes(q, k, mask):
+        return True
     if L <= 1 or (L > FEW_QUERY_ROWS and H * L * S > MAX_SCORES):
         return False
     return mask is None or isinstance(mask, str) or mask.ndim == 2
+
+
+def attend(q: mx.array, k: mx.array, v: mx.array, scale: float, mask: Any) -> mx.array:
+    """What `takes` promised: the one-launch prefill attention where it takes the rows,
+    else `few_query_attention`'s matmuls."""
+    if _kernel_takes(q, k, mask):
+        if mask != "causal":
+            raise ValueError(f"unknown mask {mask!r}")
+        return prefill_attention_cuda.prefill_attention(q, k, v, scale)
+    return few_query_attention(q, k, v, scale, mask)
 
 
 @lru_cache(maxsize=4)

@@ -316,7 +316,7 @@ class MlxOps:
         # in the cache's dtype: a float32 query would promote the whole cache every step
         q, k, v = q.astype(k.dtype)[None], k[None], v[None]
         if self._cuda and few_query_attention.takes(q, k, m):  # no cuDNN graph build a shape
-            return few_query_attention.few_query_attention(q, k, v, scale, m)[0]
+            return few_query_attention.attend(q, k, v, scale, m)[0]
         return mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=m)[0]
 
     def _window_mask(self, mask: WindowMask) -> mx.array:

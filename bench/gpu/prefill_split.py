@@ -25,14 +25,16 @@ on a GPU) for lengths it has not met, each the first time and again: MLX's causa
 (on CUDA, a cuDNN graph built for every new (query rows, key rows)), the same with a bool
 mask array, the plain matmuls (`kernels.few_query_attention`), and the masked call on
 rows and keys padded up to buckets (so that lengths in one bucket share a shape).
-For the forwards above, `--attention cudnn` sends every prefill chunk to MLX's kernel (the
-engine before MAX_SCORES) and `--attention matmul` every one to the matmuls; the default
-is the engine's rule (`kernels.few_query_attention.takes`).
+On CUDA it also times the one-launch prefill attention (`kernel`,
+`kernels/prefill_attention_cuda.py`). For the forwards above, `--attention cudnn` sends
+every prefill chunk to MLX's kernel (the engine before MAX_SCORES), `--attention matmul`
+every one to the matmuls and `--attention kernel` every causal one to the one-launch
+kernel; the default is the engine's rule (`kernels.few_query_attention.takes`).
 
 Prints one JSON object and writes it to --out.
 
     python -m bench.gpu.prefill_split --model PATH [--rows 128 512 2048] [--runs 3]
-        [--attention engine|cudnn|matmul]
+        [--attention engine|cudnn|matmul|kernel]
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ import numpy as np
 from engine.config import EngineConfig
 from engine.default_model import default_model_path
 from engine.loader import load_model
-from kernels import few_query_attention, gated_delta_cuda
+from kernels import few_query_attention, gated_delta_cuda, prefill_attention_cuda
 
 BUCKET_ROWS, BUCKET_KEYS = 128, 256
 
@@ -187,6 +189,10 @@ def attention(cfg: Any, dtype: Any, pairs: list[tuple[int, int]]) -> dict[str, A
         "matmul": lambda q, k, v: few_query_attention.few_query_attention(q, k, v, scale, "causal"),
         "bucketed": lambda q, k, v: _bucketed(q, k, v, scale),
     }
+    if prefill_attention_cuda.is_available() and prefill_attention_cuda.takes(
+        mx.zeros((1, H, 1, Dh)), mx.zeros((1, KVH, 1, Dh))
+    ):
+        ways["kernel"] = lambda q, k, v: prefill_attention_cuda.prefill_attention(q, k, v, scale)
     out: dict[str, Any] = {}
     for L, S in pairs:
         key = mx.random.split(mx.random.key(L * 7919 + S), 3)
@@ -229,6 +235,7 @@ def probe(
     result: dict[str, Any] = {
         "device": str(mx.default_device()),
         "max_scores": few_query_attention.MAX_SCORES,
+        "prefill_attention_kernel": prefill_attention_cuda.ENABLED,
         "model": model.name,
         "runs": runs,
         "prefill_rows": runner.prefill_rows,
@@ -254,10 +261,12 @@ def main() -> None:
     parser.add_argument("--rows", type=int, nargs="+", default=[128, 512, 2048])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--out", type=Path, default=Path("prefill_split.json"))
-    parser.add_argument("--attention", choices=("engine", "cudnn", "matmul"), default="engine")
+    ways = ("engine", "cudnn", "matmul", "kernel")
+    parser.add_argument("--attention", choices=ways, default="engine")
     args = parser.parse_args()
-    if args.attention != "engine":  # more than 32 rows: cuDNN's kernel, or the matmuls
+    if args.attention in ("cudnn", "matmul"):  # more than 32 rows: cuDNN's, or the matmuls
         few_query_attention.MAX_SCORES = 0 if args.attention == "cudnn" else 1 << 62
+    prefill_attention_cuda.ENABLED = args.attention == "kernel" or prefill_attention_cuda.ENABLED
     result = probe(args.model or default_model_path(), args.rows, args.runs)
     text = json.dumps(result, indent=1)
     args.out.write_text(text)

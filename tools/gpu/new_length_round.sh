@@ -9,8 +9,9 @@
 #   pair     the shape's decode and prefill (python -m bench decode) with the step's and
 #            replay's recurrence at PAIR 1 (the value) and 2 (no spill; its bit-identity
 #            tests passed on an H100 in session 32)
-#   default  the default model's prefill split with the engine's attention rule and with
-#            every chunk on cuDNN's kernel (the rule before MAX_SCORES)
+#   default  the default model's prefill split with the engine's attention rule, with every
+#            chunk on cuDNN's kernel (the rule before MAX_SCORES) and with every causal one
+#            on the one-launch prefill attention (kernels/prefill_attention_cuda.py)
 #   tests    the GPU tests of the attention paths, the recurrence and the families' prefills
 #   PARTS="hybrid pair" bash tools/gpu/new_length_round.sh [TEST_BUDGET s, default 300]
 set -u
@@ -50,7 +51,7 @@ runpy.run_module('bench', run_name='__main__')
   done
 fi
 if [[ $parts == *" default "* ]]; then
-  for way in engine cudnn; do
+  for way in engine cudnn kernel; do
     timeout 200 python3 -m bench.gpu.prefill_split --rows 128 512 2048 --runs 3 --attention $way \
       --out "$OUT/prefill-split-$way.json" > /dev/null 2> "$OUT/prefill-split-$way.err"
     echo "== $way: exit $?"; tail -2 "$OUT/prefill-split-$way.err"
@@ -64,6 +65,7 @@ PY
 fi
 if [[ $parts == *" tests "* ]]; then
   timeout "${1:-300}" python3 -m pytest -q -p no:cacheprovider -rfE --tb=short \
+    tests/kernels/test_prefill_attention_cuda.py \
     tests/kernels/test_few_query_attention.py tests/kernels/test_gated_delta_cuda.py \
     tests/bench/test_prefill_split.py tests/engine/test_config.py \
     tests/engine/test_hybrid.py tests/engine/test_families_gemma3_state.py \

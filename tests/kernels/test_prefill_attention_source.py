@@ -1,0 +1,45 @@
+"""The one-launch prefill attention's body without a GPU (where nvcc is installed): compiled
+for an H100/H200 the way MLX wraps it (T, D, BK and G template arguments, L and S read
+from the shapes) for each head size it is built for, with no spill and its shared
+memory within a launch's 48 KB. Its rows are checked on the GPU by
+tests/kernels/test_prefill_attention_cuda.py."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from kernels import cuda
+from kernels import prefill_attention_cuda as pac
+from tests.kernels.test_fused_step_source import _SHAPE, _nvcc, _spills, needs_nvcc
+
+
+def _wrapped(dtype: str, d: int, group: int) -> str:
+    consts = (
+        f"  using T = {dtype};\n  constexpr int D = {d}, BK = {pac._KEYS_A_TILE[d]}, G = {group};\n"
+    )
+    params = ", ".join(
+        [f"const {dtype}* q", "const __grid_constant__ Shape q_shape"]
+        + [f"const {dtype}* k", "const __grid_constant__ Shape k_shape", f"const {dtype}* v"]
+        + ["const float* scale", f"{dtype}* out"]
+    )
+    body = consts + cuda.source("prefill_attention.cu")
+    kernel = f"__global__ void prefill_attention({params}) {{\n{body}\n}}\n"
+    return "#include <cstdint>\n#include <cuda_bf16.h>\n" + _SHAPE + kernel
+
+
+def test_the_body_reads_its_lengths_from_the_shapes():
+    body = cuda.source("prefill_attention.cu")
+    assert "const int L = q_shape[2], S = k_shape[2];" in body
+    assert "INFINITY" not in body.replace("no INFINITY", "")  # nvrtc's headers lack it
+
+
+@needs_nvcc
+@pytest.mark.parametrize("dtype", ["float", "__nv_bfloat16"])
+@pytest.mark.parametrize(("d", "group"), [(64, 3), (128, 4), (256, 4)])
+def test_each_head_size_compiles_without_spills(tmp_path, dtype, d, group):
+    log = _nvcc(tmp_path, _wrapped(dtype, d, group))
+    assert _spills(log) == [0], log[-2000:]
+    shared = [int(n) for n in re.findall(r"(\d+) bytes smem", log)]
+    assert shared and max(shared) <= 48 << 10, log[-2000:]
