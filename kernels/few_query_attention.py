@@ -66,17 +66,19 @@ def attend(q: mx.array, k: mx.array, v: mx.array, scale: float, mask: Any) -> mx
     return few_query_attention(q, k, v, scale, mask)
 
 
-@lru_cache(maxsize=4)
+@lru_cache(maxsize=1)
 def causal_mask(rows: int, keys: int) -> mx.array:
     """[rows, keys] bool, True where a row reads a key (aligned to the last key); kept for
     the forward's other layers, which ask for the same one."""
     return mx.arange(keys)[None, :] <= mx.arange(keys - rows, keys)[:, None]
 
 
-@lru_cache(maxsize=4)
+@lru_cache(maxsize=1)
 def causal_bias(group: int, rows: int, keys: int) -> mx.array:
     """[group * rows, keys] float32: 0 where a row reads a key and -inf elsewhere, the
-    causal rows once for each query head of a key head's group (the scores' row order)."""
+    causal rows once for each query head of a key head's group (the scores' row order).
+    One is kept, a forward's (its layers share it): at most 4 * MAX_SCORES / key heads
+    bytes, 89 MB for the default model's largest chunk that takes the matmuls."""
     bias = mx.where(causal_mask(rows, keys), 0.0, -mx.inf).astype(mx.float32)
     return mx.tile(bias, (group, 1))
 
