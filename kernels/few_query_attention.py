@@ -7,8 +7,8 @@ keeps the last 256. A draft pass or a verify meets a new key count every round, 
 round paid a graph build: on the H200 the block drafter's requests ran at 15-280 tok/s
 against plain decoding's 770 while its pass at one fixed context took 1.7 ms
 (docs/BENCHMARKS.md, "The block drafter on the H200"). A prompt meets a new (rows, keys)
-pair nearly every time too: on an H100 a build cost 40-60 ms an attention shape (a masked
-one up to 0.7 s), where the default model's whole forward of 512 rows takes 10 ms
+pair nearly every time too: on an H100 a build cost 47-68 ms an attention shape (a masked
+one up to 0.9 s), where the default model's whole forward of 512 rows takes 9-16 ms
 ("A new prompt length on CUDA", docs/BENCHMARKS.md). Matmuls take any shape with no build.
 Scores, softmax and the weighted sum are float32; the result comes back in the caches'
 dtype, as the fused kernel's does.

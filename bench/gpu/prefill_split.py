@@ -176,15 +176,12 @@ def attention(cfg: Any, dtype: Any, pairs: list[tuple[int, int]]) -> dict[str, A
     H, KVH, Dh = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
     scale = Dh**-0.5
 
-    def causal_mask(L: int, S: int) -> mx.array:
-        return mx.arange(S)[None, :] <= mx.arange(S - L, S)[:, None]
-
     ways = {
         "causal": lambda q, k, v: mx.fast.scaled_dot_product_attention(
             q, k, v, scale=scale, mask="causal"
         ),
         "bool_mask": lambda q, k, v: mx.fast.scaled_dot_product_attention(
-            q, k, v, scale=scale, mask=causal_mask(int(q.shape[2]), int(k.shape[2]))
+            q, k, v, scale=scale, mask=few_query_attention.causal_mask(q.shape[2], k.shape[2])
         ),
         "matmul": lambda q, k, v: few_query_attention.few_query_attention(q, k, v, scale, "causal"),
         "bucketed": lambda q, k, v: _bucketed(q, k, v, scale),
