@@ -6,7 +6,8 @@
 // A block takes BQ = 16 rows of one query head (4 warps of 4 rows), and walks the keys its
 // last row reads in tiles of BK, staged in shared memory as float32 beside its rows of q
 // (scaled). A warp takes its rows one at a time: lane l scores key l % BK of the tile over
-// its 64 of the D features (32 / BK lanes a key, summed by a butterfly), then the row's
+// 64 of the D features (32 / BK lanes a key, each every 32 / BK-th feature, so the 32
+// lanes read 32 shared-memory banks; summed by a butterfly), then the row's
 // running maximum, sum and D outputs (D / 32 a lane) take the tile the online-softmax way
 // (Milakov & Gimelshein 2018; FlashAttention, Dao et al. 2022). Scores, softmax and sums in
 // float32; the outputs in T.
@@ -22,7 +23,7 @@
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int key_lane = lane % BK, sub = lane / BK;
     __shared__ float s_q[BQ][D];
-    __shared__ float s_k[BK][D + 1];  // + 1: a key's lanes read one bank each
+    __shared__ float s_k[BK][D + SUBS];  // + SUBS: a score's 32 lanes read 32 banks
     __shared__ float s_v[BK][D];
     __shared__ float s_p[WARPS][BK];
     const float sc = scale[0];
@@ -60,7 +61,7 @@
             float partial = 0.f;
 #pragma unroll 8
             for (int i = 0; i < SLICE; ++i) {
-                const int d = sub * SLICE + i;
+                const int d = i * SUBS + sub;  // a key's lanes take every SUBS-th feature
                 partial = fmaf(s_q[r][d], s_k[key_lane][d], partial);
             }
 #pragma unroll
