@@ -52,7 +52,7 @@ import numpy as np
 from engine.config import EngineConfig
 from engine.default_model import default_model_path
 from engine.loader import load_model
-from kernels import few_query_attention, gated_delta_cuda, prefill_attention_cuda
+from kernels import few_query_attention, gated_delta_cuda, gated_delta_mlx, prefill_attention_cuda
 
 BUCKET_ROWS, BUCKET_KEYS = 128, 256
 
@@ -123,8 +123,6 @@ def _length(runner: Any, rows: int, runs: int) -> dict[str, Any]:
 
 def gdn_kernel(mixer: Any, rows: int, runs: int) -> dict[str, dict[str, float]]:
     """The Gated DeltaNet recurrence alone at `rows` rows in `mixer`'s shape, ms."""
-    from kernels import gated_delta_mlx
-
     H, Dk, Dv = mixer.nv, mixer.dk, mixer.dv
     key = mx.random.key(rows)
     q, k, v = (
@@ -265,7 +263,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.attention in ("cudnn", "matmul"):  # more than 32 rows: cuDNN's, or the matmuls
         few_query_attention.MAX_SCORES = 0 if args.attention == "cudnn" else 1 << 62
-    prefill_attention_cuda.ENABLED = args.attention == "kernel" or prefill_attention_cuda.ENABLED
+    if args.attention == "kernel":  # every causal chunk through the one-launch kernel
+        prefill_attention_cuda.ENABLED = True
     result = probe(args.model or default_model_path(), args.rows, args.runs)
     text = json.dumps(result, indent=1)
     args.out.write_text(text)

@@ -45,8 +45,12 @@ def test_the_probe_times_each_length_and_each_way_a_chunk_may_run(hybrid):
     for lengths in modes.values():
         assert list(lengths) == ["24", "40"]
         for f in lengths.values():
-            assert f["warm_ms"] == pytest.approx(f["build_ms"] + f["eval_ms"], abs=2e-3)
-            assert f["cold_ms"] > 0 and f["new_length_ms"] > 0
+            assert min(f["cold_ms"], f["new_length_ms"], f["build_ms"], f["eval_ms"]) > 0
+            # each length's layer split names every layer of the tiny hybrid once
+            assert {k: v["layers"] for k, v in f["layers"].items()} == {
+                "GatedDeltaNet": 3,
+                "AttentionBlock": 1,
+            }
     # every chunk size (and the CUDA kernel, there) computes the chunk-64 form's rows
     for kernels in out["gdn_kernel"].values():
         assert {"chunked_32", "chunked_64", "chunked_128", "chunked_256"} <= set(kernels)

@@ -13,34 +13,15 @@
 #   4. (PART=peers alone, after `tools/gpu/llama_cuda.sh build`) Gemma 3 270M and the 0.8B
 #      shape beside llama.cpp's CUDA llama-bench and mlx-lm, decode and prefill;
 #   5. (PART=split alone) where a prefill's time goes (bench/gpu/prefill_split.py): the 0.8B
-#      shape's, each way its Gated DeltaNet rows may run, and the default model's.
+#      shape's and the default model's, as tools/gpu/new_length_round.sh's "hybrid default".
 # $OUT gets summary.txt and the logs (device_all.sh), gemma-*.json, hybrid-*.json/txt.
 # The whole round can pass a call's 10 minutes: PART=tests runs 1 alone, PART=bench 2 and 3.
-#   [PART=tests|bench|peers] bash tools/gpu/families_round.sh [TEST_BUDGET s, default 240]
+#   [PART=tests|bench|peers|split] bash tools/gpu/families_round.sh [TEST_BUDGET s, default 240]
 set -u
 export PYTHONPATH=/root/site:$PWD
 gemma=$HOME/.cache/branchchat/models/gemma-3-270m-q4_k_m.gguf
-shape=/root/shapes/qwen3.5-0.8b.gguf
-[ -f $shape ] || python3 -m bench shapes write --shape qwen3.5-0.8b --out /root/shapes > /dev/null
-if [ "${PART:-all}" = split ]; then
-  for model in $shape $HOME/.cache/branchchat/models/SmolLM2-135M-Instruct.Q4_1.gguf; do
-    name=$(basename "$model" .gguf)
-    timeout 280 python3 -m bench.gpu.prefill_split --model "$model" --rows 128 512 2048 \
-      --runs 3 --out "$OUT/prefill-split-$name.json" > /dev/null 2> "$OUT/prefill-split-$name.err"
-    echo "== $name: exit $?"; tail -3 "$OUT/prefill-split-$name.err"
-    python3 - "$OUT/prefill-split-$name.json" <<'PY'
-import json, sys
-d = json.load(open(sys.argv[1]))
-for mode, lengths in d["gdn_prefill"].items():
-    for rows, f in lengths.items():
-        kinds = " ".join(f"{k}:{v['build_ms']:.1f}+{v['eval_ms']:.1f}" for k, v in f["layers"].items())
-        print(mode, rows, "cold", f["cold_ms"], "new", f["new_length_ms"], "warm", f["warm_ms"],
-              "=", f["build_ms"], "+", f["eval_ms"], "|", kinds)
-for rows, kernels in d.get("gdn_kernel", {}).items():
-    print("gdn", rows, {k: (v["ms"], f"{v['max_diff']:.1e}") for k, v in kernels.items()})
-PY
-  done
-  exit 0
+if [ "${PART:-all}" = split ]; then  # the same probe as new_length_round.sh's parts
+  PARTS="hybrid default" exec bash tools/gpu/new_length_round.sh
 fi
 if [ "${PART:-all}" = peers ]; then
   CONTEXTS=128,512,2048 SHAPE_TIMEOUT=240 RUNS=1 bash tools/gpu/shapes_bench.sh qwen3.5-0.8b
@@ -71,6 +52,8 @@ if [ -f "$gemma" ]; then
     cp results/decode-*.json "$OUT/gemma-step$step.json" 2>/dev/null
   done
 fi
+shape=/root/shapes/qwen3.5-0.8b.gguf
+[ -f $shape ] || python3 -m bench shapes write --shape qwen3.5-0.8b --out /root/shapes > /dev/null
 rm -f results/decode-*.json
 timeout 120 python3 -m bench decode --model $shape --runs 1 --steps 32 --contexts 128,2048 \
   > "$OUT/hybrid-step.txt" 2>&1
