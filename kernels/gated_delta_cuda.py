@@ -29,22 +29,24 @@ from kernels import cuda
 
 MAX_DK = 256
 # Threads a value column, here and in the one-launch step's recurrence (one value for both:
-# their rows must round alike). 1 is the kernel the H200 ran (session 15: 49 tests); 2 holds
-# half a column a thread, which the step's build needs to keep its registers (nvcc: 2 KB of
-# spills at 1, none at 2), and is to be run there before it becomes the value.
-PAIR = 1
+# their rows must round alike). 2 holds half a column a thread, which the step's build needs
+# to keep its registers (nvcc: 2 KB of spills at 1, none at 2). On an H100 (session 33) the
+# Qwen3.5-0.8B shape decoded 662 / 666 / 638 tok/s at 128 / 512 / 2,048 context at 2
+# against 632 / 643 / 607 at 1, and the verify, replay and hybrid tests passed at 2.
+PAIR = 2
 
 # Threads a value column in a prefill chunk's rows (`gated_delta_prefill`), which need not
 # round as the step's do: more threads a column make each row's dependent chain of DK
 # multiply-adds DK / P long and put more blocks on the device (a head's 128 columns at
-# P = 1 fill one block: 16 of an H100's 132 SMs for the Qwen3.5-0.8B shape, 4.7 ms a
-# layer for 2,048 rows). PAIR until bench/gpu/prefill_split.py's `gdn_kernel` has timed
-# 2, 4 and 8 on a GPU.
-PREFILL_PAIR = PAIR
+# P = 1 fill one block: 16 of an H100's 132 SMs for the Qwen3.5-0.8B shape). On an H100
+# (bench/gpu/prefill_split.py's `gdn_kernel`, session 33) one layer's 2,048 rows took
+# 4.58 / 3.05 / 3.51 / 2.81 ms at P = 1 / 2 / 4 / 8, and 3.11 / 2.27 / 2.52 / 1.56 ms
+# fetching a row ahead; 8 with the fetch is fastest at 128 and 512 rows too.
+PREFILL_PAIR = 8
 
 # Whether a prefill chunk's rows take gated_delta_prefill.cu, which fetches the next row's
-# inputs while one computes (the rows are the same); off until a GPU has timed it.
-PREFILL_PREFETCH = False
+# inputs while one computes (the same rows as gated_delta_recurrent.cu at the same pair).
+PREFILL_PREFETCH = True
 
 _HEADER = cuda.source("gated_delta_row.cuh")
 

@@ -10,8 +10,10 @@ row and key counts from its inputs' shapes, so one build per head size and group
 every length, in one launch a layer, holding no score matrix
 (`kernels/cuda/prefill_attention.cu`: tiles of keys in shared memory, the online
 softmax). Causal masks only (a sliding window's keys sit in a ring, out of order): the
-rest keep the matmuls. Only built where MLX runs on CUDA; `ENABLED` stays off until a GPU
-has checked it against the matmuls and timed it (`bench/gpu/prefill_split.py`).
+rest keep the matmuls. Only built where MLX runs on CUDA. On an H100 (session 33) its
+rows matched cuDNN's and a first call at a new length cost 0.23 ms, but it works in scalar
+float32: one call of 2,000 rows took 1.04 ms against cuDNN's 0.17 and the matmuls' 0.76
+(`bench/gpu/prefill_split.py`). So `ENABLED` stays off; a tensor-core form would pay.
 """
 
 from __future__ import annotations

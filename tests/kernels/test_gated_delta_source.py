@@ -43,8 +43,9 @@ def test_the_row_count_is_no_template_argument():
 @pytest.mark.parametrize("pair,spill", [(1, 320), (2, 0)])
 @pytest.mark.parametrize("dtype", ["__nv_bfloat16", "float"])
 def test_the_recurrence_compiles_within_its_registers(tmp_path, pair, spill, dtype):
-    """A column of 128 floats a thread (PAIR 1, the value today) spills 150-300 bytes with
-    nvcc 13.0, as it did with the row count built in (~300); half a column (PAIR 2) none."""
+    """A column of 128 floats a thread (PAIR 1, the value until session 33) spills 150-300
+    bytes with nvcc 13.0, as it did with the row count built in (~300); half a column
+    (PAIR 2, the value now) none."""
     log = _nvcc(tmp_path, _wrapped("gated_delta_recurrent", dtype, 128, 128, pair))
     spills = _spills(log)
     assert len(spills) == 1 and spills[0] <= spill, log[-2000:]
