@@ -18,7 +18,10 @@ sizes 32-256 (the engine's is 64; fewer chunks, fewer operations in its Python l
 the CUDA recurrence with 1, 2, 4 and 8 threads a value column
 (`gated_delta_cuda.PREFILL_PAIR`), as the replay's kernel and as the prefill's that
 fetches a row ahead (`PREFILL_PREFETCH`), each with its largest output difference from
-the chunk-64 form's.
+the chunk-64 form's. `gdn_in_model` times the recurrence as a forward calls it, on the
+inputs the first Gated DeltaNet layer hands it at each length (the way `gdn_prefill`
+names), beside the same inputs copied into fresh arrays of their dtype and of float32, so
+a cost that only the model's own inputs bring (their layout, their dtype) shows.
 
 `attention` times one attention call in the model's first attention shape (bfloat16 K/V
 on a GPU) for lengths it has not met, each the first time and again: MLX's causal kernel
@@ -104,6 +107,50 @@ def layers(runner: Any, ids: np.ndarray) -> dict[str, dict[str, float]]:
     return {k: {n: round(v, 3) for n, v in d.items()} for k, d in kinds.items()}
 
 
+def _captured(runner: Any, ids: np.ndarray) -> tuple[mx.array, ...] | None:
+    """The first Gated DeltaNet layer's prefill recurrence inputs (q, k, v, g, beta, state)
+    in a forward of `ids`, evaluated; None where no chunk calls it (short rows, no GDN)."""
+    ops, seen = runner.model.ops, []
+    original = ops.gated_delta_chunked
+
+    def capture(*args: mx.array) -> Any:
+        seen.append(args)
+        return original(*args)
+
+    ops.gated_delta_chunked = capture  # an instance attribute over the method, until finally
+    try:
+        forward(runner, ids)
+    finally:
+        del ops.gated_delta_chunked
+    if not seen:
+        return None
+    mx.eval(*seen[0])
+    return tuple(seen[0])
+
+
+def gdn_in_model(runner: Any, ids: np.ndarray, runs: int) -> dict[str, Any] | None:
+    """The prefill recurrence on a forward's own inputs, and on copies of them, ms."""
+    args = _captured(runner, ids)
+    if args is None:
+        return None
+    ops = runner.model.ops
+    ways = {
+        "as_forwarded": args,
+        "copies": tuple(x + mx.array(0, dtype=x.dtype) for x in args),
+        "float32_copies": tuple(x.astype(mx.float32) + 0.0 for x in args),
+    }
+    out: dict[str, Any] = {"dtypes": [str(x.dtype) for x in args]}
+    for name, inputs in ways.items():
+        mx.eval(*inputs)
+        best = float("inf")
+        for _ in range(runs + 1):  # the first builds the kernel for these dtypes
+            t0 = time.perf_counter()
+            mx.eval(*ops.gated_delta_chunked(*inputs))
+            best = min(best, time.perf_counter() - t0)
+        out[f"{name}_ms"] = round(best * 1e3, 3)
+    return out
+
+
 def _length(runner: Any, rows: int, runs: int) -> dict[str, Any]:
     vocab = runner.model.config.vocab_size
     ids = _ids(vocab, rows)
@@ -118,6 +165,7 @@ def _length(runner: Any, rows: int, runs: int) -> dict[str, Any]:
         "build_ms": round(warm[0] * 1e3, 3),
         "eval_ms": round(warm[1] * 1e3, 3),
         "layers": layers(runner, ids),
+        "gdn_in_model": gdn_in_model(runner, ids, runs),
     }
 
 

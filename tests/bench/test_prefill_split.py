@@ -10,6 +10,8 @@ import pytest
 
 pytest.importorskip("mlx.core")
 
+import mlx.core as mx  # noqa: E402
+
 from bench.gpu import prefill_split  # noqa: E402
 from bench.shapes import SHAPES  # noqa: E402
 from bench.shapes_gguf import write_gguf  # noqa: E402
@@ -51,6 +53,12 @@ def test_the_probe_times_each_length_and_each_way_a_chunk_may_run(hybrid):
                 "GatedDeltaNet": 3,
                 "AttentionBlock": 1,
             }
+            # the recurrence timed on the inputs the forward handed it: q, k, v, g, beta
+            # in the compute dtype and the float32 state, and on copies of them
+            inside = f["gdn_in_model"]
+            assert inside["dtypes"][:3] == [inside["dtypes"][0]] * 3
+            assert inside["dtypes"][-1] == "mlx.core.float32"
+            assert min(inside[f"{w}_ms"] for w in ("as_forwarded", "copies", "float32_copies")) > 0
     # every chunk size (and the CUDA kernel, there) computes the chunk-64 form's rows
     for kernels in out["gdn_kernel"].values():
         assert {"chunked_32", "chunked_64", "chunked_128", "chunked_256"} <= set(kernels)
@@ -60,3 +68,20 @@ def test_the_probe_times_each_length_and_each_way_a_chunk_may_run(hybrid):
         # and on CUDA, for a head size it is built for, the one-launch kernel
         assert set(ways) - {"kernel"} == {"causal", "bool_mask", "matmul", "bucketed"}
         assert all(w["max_diff"] < 2e-2 and w["first_ms"] > 0 for w in ways.values())
+
+
+def test_the_captured_inputs_are_the_first_layers_and_the_method_comes_back(hybrid):
+    runner = load_model(hybrid, replace(EngineConfig.from_environment(), backend="mlx")).runner
+    ops = runner.model.ops
+    ids = np.arange(40, dtype=np.int64) * 5 % runner.model.config.vocab_size
+    q, k, v, g, beta, state = prefill_split._captured(runner, ids)
+    assert "gated_delta_chunked" not in vars(ops)  # the instance attribute is gone again
+    mixer = next(m for m in (la.mixer for la in runner.model.layers) if hasattr(m, "nv"))
+    assert q.shape == k.shape == (40, mixer.nv, mixer.dk) and v.shape == (40, mixer.nv, mixer.dv)
+    assert g.shape == beta.shape == (40, mixer.nv) and state.shape == (mixer.nv, mixer.dk, mixer.dv)
+    # a fresh state's first chunk: the recurrence starts from zeros, q and k unit rows
+    assert not np.array(state).any()
+    norms = np.linalg.norm(np.array(k.astype(mx.float32)), axis=-1)
+    np.testing.assert_allclose(norms, 1.0, rtol=2e-2)  # l2-normed keys
+    # a forward of rows the token-by-token kernel takes hands the chunk kernel nothing
+    assert prefill_split._captured(runner, ids[:8]) is None
