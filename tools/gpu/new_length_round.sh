@@ -31,6 +31,7 @@ d = json.load(open(sys.argv[1]))
 for mode, lengths in d["gdn_prefill"].items():
     for rows, f in lengths.items():
         print(mode, rows, {k: f[k] for k in ("new_length_ms", "warm_ms", "warm_tok_s")})
+        print("   in model", f.get("gdn_in_model"), f["layers"].get("GatedDeltaNet"))
 for rows, kernels in d["gdn_kernel"].items():
     print("gdn", rows, {k: v["ms"] for k, v in kernels.items()})
 PY
