@@ -13,7 +13,7 @@ import numpy as np
 from engine import block_pass_cpu, block_pass_fused
 from engine.block_drafter import BlockDrafter
 from engine.block_pass_fused import FusedPass
-from engine.block_pass_mlx import CompiledPass, on_gpu
+from engine.block_pass_mlx import CompiledPass
 from engine.drafter_file import (
     DEFAULT_FILE,
     BlockDrafterWeights,
@@ -22,6 +22,7 @@ from engine.drafter_file import (
     target_signature,
 )
 from engine.errors import ModelLoadError
+from engine.runner.runner import on_gpu  # where a pass is overhead, traced once
 
 
 def load_block_drafter(

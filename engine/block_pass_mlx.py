@@ -36,11 +36,6 @@ def top1(rows: mx.array) -> tuple[mx.array, mx.array]:
     return top, 1.0 / mx.exp(rows - peak).sum(axis=-1)
 
 
-def on_gpu(ops: Ops) -> bool:
-    """Whether `ops` computes on an MLX GPU (Metal or CUDA), where a pass is overhead."""
-    return ops.name == "mlx" and mx.default_device() == mx.gpu
-
-
 class CompiledPass:
     """`greedy(...)`: each block row's top draft-vocabulary index and its softmax
     probability; `logits(...)`: the rows' draft-vocabulary logits [block - 1, N] float32."""

@@ -57,7 +57,8 @@ class EngineConfig:
     gpu_overlap: bool | None = None
     # how a GPU prefill chunk runs a hybrid's Gated DeltaNet recurrence: "chunked" (the
     # chunked form's matmuls, kernels/gated_delta_mlx.py) or "recurrent" (the CUDA kernel's
-    # row by row, kernels/gated_delta_cuda.py; MLX on CUDA only); None: chunked
+    # row by row, kernels/gated_delta_cuda.py; MLX on CUDA only); None: "recurrent" where
+    # MLX runs on CUDA, else "chunked"
     gdn_prefill: str | None = None
     # rows a prefill chunk carries (None: the runner's default for its device, see
     # engine/runner/runner.py); the C step still cuts them into its own pieces
@@ -90,6 +91,10 @@ class EngineConfig:
     # on MLX, each plain step queued before the host reads the token it takes
     # (engine/runner/ahead.py); off: one forward a step, each token read first
     queue_steps: bool = True
+    # on an MLX GPU, a short prompt's forwards run once at load (ModelRunner.warm_up), so
+    # the kernels a first prompt needs are compiled while the model loads, not while
+    # someone waits for a first reply; off: they compile in the first request
+    warm_up: bool = True
 
     def __post_init__(self) -> None:
         if self.backend is not None and self.backend not in BACKENDS:
@@ -285,6 +290,7 @@ _VARIABLES = {
     "drafter_compile": ("BRANCHCHAT_DRAFTER_COMPILE", _on_unless_zero),
     "auto_block": ("BRANCHCHAT_AUTO_BLOCK", _step_opt_in("BRANCHCHAT_AUTO_BLOCK")),
     "queue_steps": ("BRANCHCHAT_QUEUE_STEPS", _on_unless_zero),
+    "warm_up": ("BRANCHCHAT_WARM_UP", _on_unless_zero),
 }
 
 

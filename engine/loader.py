@@ -23,6 +23,7 @@ from engine.fingerprint import DIGEST_CACHE_NAME, DigestCache, compute_key, fing
 from engine.gguf_file import read_gguf_file
 from engine.models.base import DecoderModel, ModelConfig, Weights
 from engine.runner import ModelRunner, cpu_step
+from engine.runner.runner import on_gpu
 from engine.tokenizer import Tokenizer
 from kernels.ops import Ops, QuantizedWeight, make_ops
 
@@ -127,6 +128,9 @@ def load_model(
     files.tokenizer.check_fits(model.config.vocab_size, path)  # ids past the embedding
     gguf_names.check_consumed(files.weights, path)
     runner = ModelRunner.for_device(model, config)
+    if config.warm_up and on_gpu(ops):
+        report("compiling GPU kernels", 0.65)
+        runner.warm_up()
     # build() may refine the config (e.g. an MLX conversion's norms already hold 1 + w)
     loaded = LoadedModel(
         model, runner, files.tokenizer, model.config, path, ops, files.weight_files

@@ -268,7 +268,8 @@ PAIRS = [(300, 300), (310, 310), (330, 460), (100, 1100), (120, 1130), (2000, 20
 def probe(
     model: Path, rows: list[int], runs: int, pairs: list[tuple[int, int]] = PAIRS
 ) -> dict[str, Any]:
-    config = replace(EngineConfig.from_environment(), backend="mlx")
+    # no warm-up at load: `cold_ms` is the first forward, the kernels' builds inside it
+    config = replace(EngineConfig.from_environment(), backend="mlx", warm_up=False)
     runner = load_model(model, config).runner
     ops = runner.ops
     hybrid = any(type(layer.mixer).__name__ == "GatedDeltaNet" for layer in runner.model.layers)

@@ -29,7 +29,7 @@ from engine.runner.fused import (
 )
 from engine.sequence import SequenceState
 from engine.state import SnapshotPolicy
-from kernels import fused_decode_cuda
+from kernels import few_query_attention, fused_decode_cuda
 from kernels.ops import Array, Ops
 
 log = logging.getLogger(__name__)
@@ -46,6 +46,14 @@ GPU_PREFILL_ROWS = 2048
 # plain MLX path's on the Qwen3.5-0.8B shape).
 HYBRID_STEP = True
 GEMMA_STEP = True
+# the prompt `ModelRunner.warm_up` runs: more rows than a few-query call takes (and than
+# a hybrid's row-by-row recurrence, 16), so the prefill chunk's own kernels are built
+WARM_UP_ROWS = few_query_attention.FEW_QUERY_ROWS + 8
+
+
+def on_gpu(ops: Ops) -> bool:
+    """Whether `ops` compute on an MLX GPU (Metal or CUDA)."""
+    return ops.name == "mlx" and mx.default_device() == mx.gpu
 
 
 def fused_decode_for(model: DecoderModel, config: EngineConfig) -> FusedDecode | None:
@@ -122,13 +130,13 @@ class ModelRunner:
             from kernels.fused_step_cuda import check_tuning
 
             check_tuning(parse_step_tuning(config.step_tuning))
-        on_gpu = model.ops.name == "mlx" and mx.default_device() == mx.gpu
-        fused = fused_decode_for(model, config) if on_gpu else None
+        gpu = on_gpu(model.ops)
+        fused = fused_decode_for(model, config) if gpu else None
         forget = getattr(model.ops, "forget_stored", None)
         if forget is not None:  # the step's table, if built, holds its own copy
             forget()
         cpu = cpu_step_for(model, config) if model.ops.name == "numpy" else None
-        rows = config.prefill_chunk or (GPU_PREFILL_ROWS if on_gpu else PREFILL_ROWS)
+        rows = config.prefill_chunk or (GPU_PREFILL_ROWS if gpu else PREFILL_ROWS)
         return cls(model, fused, config.snapshot_policy, cpu, rows, config.queue_steps)
 
     @property
@@ -183,6 +191,17 @@ class ModelRunner:
             return self.cpu_step(list(token_ids), state, logits)
         self.last_path = "model"
         return self.model.forward(token_ids, state, logits)
+
+    def warm_up(self) -> None:
+        """A short prompt's prefill, a verify's rows and a decode step, on a state of
+        their own: MLX builds each kernel the first time it runs (on CUDA NVRTC compiles
+        it, about a minute in all the first time on a machine, 0.3-1.5 s in each later
+        process from its disk cache), and the loader calls this so that happens while the
+        model loads, not while someone waits for a first reply."""
+        vocab = self.config.vocab_size
+        state = self.new_state()
+        for rows in (WARM_UP_ROWS, 4, 1):
+            mx.eval(self.forward([(7 * i + 1) % vocab for i in range(rows)], state))
 
     def can_launch_ahead(self, state: SequenceState, taps: Taps = None) -> bool:
         """Whether a one-row plain step of `state` can be queued before the host reads
