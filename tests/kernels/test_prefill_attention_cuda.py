@@ -35,7 +35,8 @@ def test_rows_equal_the_float64_reference(heads, kv_heads, dh, rows, keys):
 
 @needs_cuda
 @pytest.mark.gpu
-def test_bfloat16_caches_round_only_the_output():
+def test_bfloat16_caches_round_only_the_output(monkeypatch):
+    monkeypatch.setattr(pac, "TENSOR_CORES", False)  # the scalar body, float32 throughout
     q, k, v = inputs(9, 3, 300, 700, seed=7)
     args = [mx.array(a).astype(mx.bfloat16)[None] for a in (q, k, v)]
     got = pac.prefill_attention(*args, 0.125)
@@ -43,6 +44,33 @@ def test_bfloat16_caches_round_only_the_output():
     rounded = [np.array(a[0].astype(mx.float32)) for a in args]
     want = reference(*rounded, 0.125, causal(300, 700))
     np.testing.assert_allclose(np.array(got[0].astype(mx.float32)), want, rtol=1e-2, atol=1e-2)
+
+
+@needs_cuda
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [mx.bfloat16, mx.float16])
+@pytest.mark.parametrize(("heads", "kv_heads", "dh"), [(9, 3, 64), (32, 8, 128), (4, 4, 64)])
+@pytest.mark.parametrize(
+    ("rows", "keys"), [(33, 33), (64, 64), (100, 300), (17, 1000), (600, 600), (130, 2100)]
+)
+def test_the_tensor_core_body_equals_the_reference_on_its_rounded_inputs(
+    dtype, heads, kv_heads, dh, rows, keys
+):
+    """Half-precision K/V of head size 64 or 128: the tensor-core body. Its softmax weights
+    are rounded to the dtype before they meet V, so the bound is the dtype's, ~2^-8 of a
+    weight, which a row of another row's (or a key too many) would far exceed."""
+    q, k, v = inputs(heads, kv_heads, rows, keys, dh=dh, seed=3 * rows + keys)
+    args = [mx.array(a).astype(dtype)[None] for a in (q, k, v)]
+    assert pac.on_tensor_cores(args[1])
+    scale = dh**-0.5
+    got = pac.prefill_attention(*args, scale)
+    assert got.shape == (1, heads, rows, dh) and got.dtype == dtype
+    rounded = [np.array(a[0].astype(mx.float32)) for a in args]
+    want = reference(*rounded, scale, causal(rows, keys))
+    got = np.array(got[0].astype(mx.float32))
+    np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2)
+    # the bound catches a one-row error: each row's neighbour's answer lies outside it
+    assert np.abs(got[:, :-1] - want[:, 1:]).max() > 0.1
 
 
 def test_a_shape_it_is_not_built_for_is_refused():

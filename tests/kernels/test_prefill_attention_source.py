@@ -43,3 +43,35 @@ def test_each_head_size_compiles_without_spills(tmp_path, dtype, d, group):
     assert _spills(log) == [0], log[-2000:]
     shared = [int(n) for n in re.findall(r"(\d+) bytes smem", log)]
     assert shared and max(shared) <= 48 << 10, log[-2000:]
+
+
+def _wrapped_mma(dtype: str, d: int, group: int) -> str:
+    consts = f"  using T = {dtype};\n  constexpr int D = {d}, G = {group};\n"
+    params = ", ".join(
+        [f"const {dtype}* q", "const __grid_constant__ Shape q_shape"]
+        + [f"const {dtype}* k", "const __grid_constant__ Shape k_shape", f"const {dtype}* v"]
+        + ["const float* scale", f"{dtype}* out"]
+    )
+    body = consts + cuda.source("prefill_attention_mma.cu")
+    kernel = f"__global__ void prefill_attention_mma({params}) {{\n{body}\n}}\n"
+    head = "#include <cstdint>\n#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n"
+    return head + _SHAPE + cuda.source("prefill_attention_mma.cuh") + kernel
+
+
+def test_the_tensor_core_body_reads_its_lengths_and_keeps_one_product_form():
+    body = cuda.source("prefill_attention_mma.cu")
+    assert "const int L = q_shape[2], S = k_shape[2];" in body
+    # every product is the header's m16n8k16 (scores and weights times V), none by hand
+    assert body.count("pa_mma(") == 2 and "fmaf(" not in body
+    assert pac.MMA_HEADS == (64, 128) and pac.MMA_ROWS_A_BLOCK == 64
+
+
+@needs_nvcc
+@pytest.mark.parametrize("dtype", ["__nv_bfloat16", "__half"])
+@pytest.mark.parametrize(("d", "group"), [(64, 3), (128, 4)])
+def test_the_tensor_core_body_compiles_without_spills(tmp_path, dtype, d, group):
+    log = _nvcc(tmp_path, _wrapped_mma(dtype, d, group))
+    assert _spills(log) == [0], log[-2000:]
+    shared = [int(n) for n in re.findall(r"(\d+) bytes smem", log)]
+    # K's rows and V's columns, 64 keys of D halves each with 8 of padding
+    assert shared == [2 * (64 * (d + 8) + d * 72)], log[-2000:]
