@@ -11,8 +11,10 @@
 #            tests passed on an H100 in session 32)
 #   default  the default model's prefill split with the engine's attention rule, with every
 #            chunk on cuDNN's kernel (the rule before MAX_SCORES) and with every causal one
-#            on the one-launch prefill attention (kernels/prefill_attention_cuda.py)
-#   tests    the GPU tests of the attention paths, the recurrence and the families' prefills
+#            on the one-launch prefill attention (kernels/prefill_attention_cuda.py: its
+#            tensor-core body for the model's bfloat16 K/V)
+#   tests    the GPU tests of the attention paths (the tensor-core body's among them), the
+#            recurrence, the families' prefills and the warm-up at load
 #   PARTS="hybrid pair" bash tools/gpu/new_length_round.sh [TEST_BUDGET s, default 300]
 set -u
 export PYTHONPATH=/root/site:$PWD PYTHONUNBUFFERED=1
@@ -71,6 +73,6 @@ if [[ $parts == *" tests "* ]]; then
     tests/bench/test_prefill_split.py tests/engine/test_config.py \
     tests/engine/test_hybrid.py tests/engine/test_families_gemma3_state.py \
     tests/engine/test_sliding_ring.py tests/engine/test_fused_gemma3.py \
-    tests/engine/test_fused_hybrid.py > "$OUT/tests.txt" 2>&1
+    tests/engine/test_fused_hybrid.py tests/engine/test_warm_up.py > "$OUT/tests.txt" 2>&1
   echo "== tests: exit $?"; grep -E "^(FAILED|ERROR)" "$OUT/tests.txt" | cut -c1-250 | head; tail -1 "$OUT/tests.txt"
 fi
