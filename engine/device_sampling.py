@@ -34,6 +34,19 @@ from kernels import nucleus_pack_cuda
 PACK_KERNEL = True
 
 
+# the nucleus draw `warm_up` makes: on CUDA one build of the pack-and-draw kernel serves
+# every setting (they are the kernel's inputs, not its template)
+WARM_UP_SETTINGS = SamplingSettings(temperature=1.0, top_p=0.95)
+
+
+def warm_up(row: mx.array) -> int:
+    """A nucleus draw from a logits row [V] (or [1, V]), evaluated, so that a first sampled
+    reply finds its kernel built; the token drawn."""
+    token, packed = draw(WARM_UP_SETTINGS, 0.5)(row.reshape(-1).astype(mx.float32))
+    mx.eval(token, *([] if packed is None else [packed]))
+    return int(np.array(token).reshape(-1)[0])
+
+
 def can_draw(s: SamplingSettings) -> bool:
     """Whether `draw` follows these settings (a repetition penalty it does not)."""
     return not s.is_greedy and s.repetition_penalty == 1.0

@@ -16,7 +16,7 @@ from typing import Any
 
 import mlx.core as mx
 
-from engine import gguf_names, models
+from engine import device_sampling, gguf_names, models
 from engine.config import EngineConfig
 from engine.errors import ModelLoadError, UnsupportedArchitecture
 from engine.fingerprint import DIGEST_CACHE_NAME, DigestCache, compute_key, fingerprint, weights_key
@@ -130,7 +130,7 @@ def load_model(
     runner = ModelRunner.for_device(model, config)
     if config.warm_up and on_gpu(ops):
         report("compiling GPU kernels", 0.65)
-        runner.warm_up()
+        device_sampling.warm_up(runner.warm_up())  # and a sampled reply's draw
     # build() may refine the config (e.g. an MLX conversion's norms already hold 1 + w)
     loaded = LoadedModel(
         model, runner, files.tokenizer, model.config, path, ops, files.weight_files

@@ -192,16 +192,18 @@ class ModelRunner:
         self.last_path = "model"
         return self.model.forward(token_ids, state, logits)
 
-    def warm_up(self) -> None:
+    def warm_up(self) -> Array:
         """A short prompt's prefill, a verify's rows and a decode step, on a state of
         their own: MLX builds each kernel the first time it runs (on CUDA NVRTC compiles
         it, about a minute in all the first time on a machine, 0.3-1.5 s in each later
         process from its disk cache), and the loader calls this so that happens while the
-        model loads, not while someone waits for a first reply."""
+        model loads, not while someone waits for a first reply. The step's logits."""
         vocab = self.config.vocab_size
         state = self.new_state()
         for rows in (WARM_UP_ROWS, 4, 1):
-            mx.eval(self.forward([(7 * i + 1) % vocab for i in range(rows)], state))
+            logits = self.forward([(7 * i + 1) % vocab for i in range(rows)], state)
+            mx.eval(logits)
+        return logits
 
     def can_launch_ahead(self, state: SequenceState, taps: Taps = None) -> bool:
         """Whether a one-row plain step of `state` can be queued before the host reads

@@ -13,7 +13,7 @@ import pytest
 
 from bench.shapes import SHAPES
 from bench.shapes_gguf import write_gguf
-from engine import loader
+from engine import device_sampling, loader
 from engine.config import EngineConfig
 from engine.loader import load_model
 from engine.models.qwen3_5 import CHUNKED_ABOVE
@@ -72,7 +72,7 @@ def _load_stages(path, config, monkeypatch, gpu: bool) -> tuple[list[str], int]:
 
     def counted(self):
         warmed.append(self)
-        WARM_UP(self)
+        return WARM_UP(self)
 
     monkeypatch.setattr(ModelRunner, "warm_up", counted)
     monkeypatch.setattr(loader, "on_gpu", lambda ops: gpu)
@@ -82,8 +82,13 @@ def _load_stages(path, config, monkeypatch, gpu: bool) -> tuple[list[str], int]:
 
 
 def test_the_loader_warms_up_on_a_gpu_and_says_so(hybrid, monkeypatch):
+    rows = []
+    draw = device_sampling.warm_up
+    monkeypatch.setattr(device_sampling, "warm_up", lambda row: rows.append(row) or draw(row))
     stages, warmed = _load_stages(hybrid, _mlx(), monkeypatch, gpu=True)
     assert warmed == 1
+    # a sampled reply's draw, from the warm-up step's logits
+    assert len(rows) == 1 and rows[0].size == load_model(hybrid, _mlx()).config.vocab_size
     assert stages.index("compiling GPU kernels") < stages.index("ready") == len(stages) - 1
     assert stages.index("preparing layers") < stages.index("compiling GPU kernels")
 
@@ -102,3 +107,12 @@ def test_off_a_gpu_nothing_is_compiled_at_load(hybrid, tiny_llama_q4_gguf, monke
         stages, warmed = _load_stages(path, config, monkeypatch, gpu=gpu)
         assert (warmed, "compiling GPU kernels" in stages) == ((1, True) if gpu else (0, False))
     assert on_gpu(load_model(hybrid, _mlx()).ops) is (mx.default_device() == mx.gpu)
+
+
+def test_the_warm_up_draw_is_a_nucleus_draw_of_the_row():
+    row = mx.zeros((300,), dtype=mx.float32)
+    row[5] = 30.0  # all but 1e-9 of the mass: the nucleus at top-p 0.95 is token 5 alone
+    assert device_sampling.warm_up(row) == 5
+    assert device_sampling.warm_up(row[None]) == 5  # a step's [1, V] logits alike
+    row[9] = 30.0  # two tokens of equal weight: the uniform 0.5 falls at their boundary
+    assert device_sampling.warm_up(row) in (5, 9)
