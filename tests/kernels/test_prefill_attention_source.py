@@ -15,18 +15,21 @@ from kernels import prefill_attention_cuda as pac
 from tests.kernels.test_fused_step_source import _SHAPE, _nvcc, _spills, needs_nvcc
 
 
-def _wrapped(dtype: str, d: int, group: int) -> str:
-    consts = (
-        f"  using T = {dtype};\n  constexpr int D = {d}, BK = {pac._KEYS_A_TILE[d]}, G = {group};\n"
-    )
+def _wrapped(dtype: str, d: int, group: int, name: str = "prefill_attention") -> str:
+    """`name`'s body as MLX wraps it: T, D, G (and the scalar body's BK) as constants, the
+    inputs and their shapes as parameters, the header before it."""
+    keys = "" if name.endswith("_mma") else f"BK = {pac._KEYS_A_TILE[d]}, "
+    consts = f"  using T = {dtype};\n  constexpr int D = {d}, {keys}G = {group};\n"
     params = ", ".join(
         [f"const {dtype}* q", "const __grid_constant__ Shape q_shape"]
         + [f"const {dtype}* k", "const __grid_constant__ Shape k_shape", f"const {dtype}* v"]
         + ["const float* scale", f"{dtype}* out"]
     )
-    body = consts + cuda.source("prefill_attention.cu")
-    kernel = f"__global__ void prefill_attention({params}) {{\n{body}\n}}\n"
-    return "#include <cstdint>\n#include <cuda_bf16.h>\n" + _SHAPE + kernel
+    body = consts + cuda.source(f"{name}.cu")
+    kernel = f"__global__ void {name}({params}) {{\n{body}\n}}\n"
+    head = "#include <cstdint>\n#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n"
+    header = cuda.source("prefill_attention_mma.cuh") if name.endswith("_mma") else ""
+    return head + _SHAPE + header + kernel
 
 
 def test_the_body_reads_its_lengths_from_the_shapes():
@@ -45,19 +48,6 @@ def test_each_head_size_compiles_without_spills(tmp_path, dtype, d, group):
     assert shared and max(shared) <= 48 << 10, log[-2000:]
 
 
-def _wrapped_mma(dtype: str, d: int, group: int) -> str:
-    consts = f"  using T = {dtype};\n  constexpr int D = {d}, G = {group};\n"
-    params = ", ".join(
-        [f"const {dtype}* q", "const __grid_constant__ Shape q_shape"]
-        + [f"const {dtype}* k", "const __grid_constant__ Shape k_shape", f"const {dtype}* v"]
-        + ["const float* scale", f"{dtype}* out"]
-    )
-    body = consts + cuda.source("prefill_attention_mma.cu")
-    kernel = f"__global__ void prefill_attention_mma({params}) {{\n{body}\n}}\n"
-    head = "#include <cstdint>\n#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n"
-    return head + _SHAPE + cuda.source("prefill_attention_mma.cuh") + kernel
-
-
 def test_the_tensor_core_body_reads_its_lengths_and_keeps_one_product_form():
     body = cuda.source("prefill_attention_mma.cu")
     assert "const int L = q_shape[2], S = k_shape[2];" in body
@@ -70,7 +60,7 @@ def test_the_tensor_core_body_reads_its_lengths_and_keeps_one_product_form():
 @pytest.mark.parametrize("dtype", ["__nv_bfloat16", "__half"])
 @pytest.mark.parametrize(("d", "group"), [(64, 3), (128, 4)])
 def test_the_tensor_core_body_compiles_without_spills(tmp_path, dtype, d, group):
-    log = _nvcc(tmp_path, _wrapped_mma(dtype, d, group))
+    log = _nvcc(tmp_path, _wrapped(dtype, d, group, "prefill_attention_mma"))
     assert _spills(log) == [0], log[-2000:]
     shared = [int(n) for n in re.findall(r"(\d+) bytes smem", log)]
     # K's rows and V's columns, 64 keys of D halves each with 8 of padding
