@@ -6,7 +6,7 @@ replaying: the verify tape (`retain_verified`) or tokens (a truncate).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,20 +16,49 @@ from engine.errors import StateError
 from engine.kv_state import UNBOUNDED_DEPTH
 from kernels.ops import Array, Ops
 
+# a recorded forward's rows: (conv_in [rows, C], q, k, v, g, beta)
+TapeRows = tuple[Array, Array, Array, Array, Array, Array]
+
+
+@dataclass
+class TapePiece:
+    """One recorded forward's rows, as arrays or as a function that makes them when a
+    replay first reads them. The one-launch step's rows lie in its output, and slicing
+    them out is ~11 MLX operations a layer: at the ~10 us of host work MLX spends on an
+    operation on CUDA, ~2 ms for the Qwen3.5-0.8B shape's 18 layers (estimated, not
+    timed), which a verify whose drafts all stand, or all fall, never needs."""
+
+    rows: int
+    made: TapeRows | None = None
+    make: Callable[[], TapeRows] | None = None
+
+    def arrays(self) -> TapeRows:
+        if self.made is None:
+            assert self.make is not None
+            self.made, self.make = self.make(), None
+        return self.made
+
 
 @dataclass
 class Tape:
-    """Per-row inputs a recurrent layer recorded during a verify pass."""
+    """Per-row inputs a recurrent layer recorded during a verify pass, a piece a forward."""
 
-    conv_in: list[Array] = field(default_factory=list)  # [rows, C] pieces
-    qkvgb: list[tuple[Array, ...]] = field(default_factory=list)  # (q, k, v, g, beta) pieces
+    pieces: list[TapePiece] = field(default_factory=list)
+
+    @property
+    def conv_in(self) -> list[Array]:  # [rows, C] pieces
+        return [piece.arrays()[0] for piece in self.pieces]
+
+    @property
+    def qkvgb(self) -> list[tuple[Array, ...]]:  # (q, k, v, g, beta) pieces
+        return [piece.arrays()[1:] for piece in self.pieces]
 
     def num_rows(self) -> int:
-        return sum(int(x.shape[0]) for x in self.conv_in)
+        return sum(piece.rows for piece in self.pieces)
 
     def truncate_pieces(self, num_pieces: int) -> None:
         """Forget the pieces a failed forward recorded."""
-        del self.conv_in[num_pieces:], self.qkvgb[num_pieces:]
+        del self.pieces[num_pieces:]
 
 
 class RecurrentState:
@@ -48,8 +77,12 @@ class RecurrentState:
 
     def record(self, conv_in: Array, q: Array, k: Array, v: Array, g: Array, beta: Array) -> None:
         if self.tape is not None:
-            self.tape.conv_in.append(conv_in)
-            self.tape.qkvgb.append((q, k, v, g, beta))
+            self.tape.pieces.append(TapePiece(int(conv_in.shape[0]), (conv_in, q, k, v, g, beta)))
+
+    def record_later(self, rows: int, make: Callable[[], TapeRows]) -> None:
+        """`record`, for `rows` rows that `make` gives if a replay reads them."""
+        if self.tape is not None:
+            self.tape.pieces.append(TapePiece(rows, make=make))
 
     def needs_snapshots(self) -> bool:
         return True  # a truncate replays tokens from the nearest snapshot
@@ -123,7 +156,7 @@ class RecurrentState:
         self.length = position
 
     def begin_forward(self) -> Any:
-        pieces = len(self.tape.conv_in) if self.tape is not None else 0
+        pieces = len(self.tape.pieces) if self.tape is not None else 0
         return self.conv, self.ssm, self.length, pieces
 
     def end_forward(self) -> None:

@@ -14,6 +14,7 @@ rows' state is the one their single steps give, bit for bit.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import mlx.core as mx
@@ -21,6 +22,7 @@ import mlx.core as mx
 from engine.models.base import LINEAR, DecoderModel, ModelConfig
 from engine.models.qwen3_5 import GatedDeltaNet
 from engine.models.qwen3_5_gguf import VALUE_HEAD_ORDER
+from engine.recurrent_state import TapeRows
 from engine.state import FullKV, RecurrentState, SlidingKV
 from kernels import fused_step_layers
 from kernels.fused_shapes import GdnShapes, Shapes
@@ -111,6 +113,27 @@ def linear_inputs(
     return convs, ssms
 
 
+def _tape_rows(shapes: Shapes, gstate: mx.array, start: int, rows: int) -> TapeRows:
+    """A layer's tape rows as the step wrote them into `gstate` from float `start` on:
+    (conv_in, q, k, v, g, beta)."""
+    g = shapes.linear
+    assert g is not None
+    nv, dk, dv = g.value_heads, g.key_dim, g.value_dim
+    tape = gstate[start : start + rows * g.tape_row()].reshape(rows, g.tape_row())
+    pieces, at = {}, 0
+    for name, width in fused_step_layers.tape_layout(shapes):
+        pieces[name] = tape[:, at : at + width]
+        at += width
+    return (
+        pieces["conv_in"],
+        pieces["q"].reshape(rows, nv, dk),
+        pieces["k"].reshape(rows, nv, dk),
+        pieces["v"].reshape(rows, nv, dv),
+        pieces["g"],
+        pieces["beta"],
+    )
+
+
 def adopt(
     shapes: Shapes, recurrent: list[RecurrentState], gstate: mx.array, gconv: mx.array,
     rows: int, end: int,
@@ -129,20 +152,7 @@ def adopt(
     for j, layer in enumerate(recurrent):
         layer.ssm, layer.conv = ssms[j], convs[j]
         layer.length = end
-        if layer.tape is None:
-            continue
-        start = states + j * rows * tape_row
-        tape = gstate[start : start + rows * tape_row].reshape(rows, tape_row)
-        pieces, at = {}, 0
-        for name, width in fused_step_layers.tape_layout(shapes):
-            pieces[name] = tape[:, at : at + width]
-            at += width
-        layer.record(
-            pieces["conv_in"],
-            pieces["q"].reshape(rows, nv, dk),
-            pieces["k"].reshape(rows, nv, dk),
-            pieces["v"].reshape(rows, nv, dv),
-            pieces["g"],
-            pieces["beta"],
-        )
+        if layer.tape is not None:  # sliced out only if a replay reads them
+            start = states + j * rows * tape_row
+            layer.record_later(rows, partial(_tape_rows, shapes, gstate, start, rows))
     return Stacks(gconv, gstate, tuple(r.conv for r in recurrent), tuple(r.ssm for r in recurrent))

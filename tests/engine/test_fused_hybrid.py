@@ -223,6 +223,8 @@ def test_the_steps_outputs_become_each_layers_state_and_tape(hybrid_gguf):
     assert all(layer.length == 40 for layer in recurrent)
     assert recurrent[0].tape is None and recurrent[1].tape.num_rows() == rows
     tape = recurrent[1].tape
+    # the rows stay in the step's output until a replay reads them (no slices built before)
+    assert tape.pieces[0].made is None and tape.pieces[0].rows == rows
     row1 = fused_step_layers.state_floats(shapes) + rows * g.tape_row()  # layer 1's first row
     q, k, v, gg, beta = (np.array(x) for x in tape.qkvgb[0])
     assert q.shape == (rows, g.value_heads, g.key_dim) and q[0, 0, 0] == row1
@@ -235,6 +237,7 @@ def test_the_steps_outputs_become_each_layers_state_and_tape(hybrid_gguf):
     assert beta[0, 0] == gg[0, 0] + g.value_heads
     conv_in = np.array(tape.conv_in[0])
     assert conv_in.shape == (rows, g.conv_channels) and conv_in[0, -1] == row1 + g.tape_row() - 1
+    assert tape.pieces[0].made is not None and tape.pieces[0].make is None  # sliced once
 
 
 def test_the_next_launch_reads_the_last_ones_stacks_while_every_layer_holds_them(hybrid_gguf):
