@@ -29,10 +29,12 @@ on a GPU) for lengths it has not met, each the first time and again: MLX's causa
 mask array, the plain matmuls (`kernels.few_query_attention`), and the masked call on
 rows and keys padded up to buckets (so that lengths in one bucket share a shape).
 On CUDA it also times the one-launch prefill attention (`kernel`,
-`kernels/prefill_attention_cuda.py`). For the forwards above, `--attention cudnn` sends
-every prefill chunk to MLX's kernel (the engine before MAX_SCORES), `--attention matmul`
-every one to the matmuls and `--attention kernel` every causal one to the one-launch
-kernel; the default is the engine's rule (`kernels.few_query_attention.takes`).
+`kernels/prefill_attention_cuda.py`: its tensor-core body for half-precision K/V of head
+size 64 or 128) and that kernel's scalar float32 body (`kernel_scalar`). For the forwards
+above, `--attention cudnn` sends every prefill chunk to MLX's kernel (the engine before
+MAX_SCORES), `--attention matmul` every one to the matmuls and `--attention kernel` every
+causal one to the one-launch kernel; the default is the engine's rule
+(`kernels.few_query_attention.takes`).
 
 Prints one JSON object and writes it to --out.
 
@@ -216,6 +218,16 @@ def _bucketed(q: mx.array, k: mx.array, v: mx.array, scale: float) -> mx.array:
     return mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=mask)[:, :, :L]
 
 
+def _scalar_kernel(q: mx.array, k: mx.array, v: mx.array, scale: float) -> mx.array:
+    """The one-launch kernel's scalar float32 body, whatever the tensor-core body takes."""
+    tensor_cores = prefill_attention_cuda.TENSOR_CORES
+    prefill_attention_cuda.TENSOR_CORES = False
+    try:
+        return prefill_attention_cuda.prefill_attention(q, k, v, scale)
+    finally:
+        prefill_attention_cuda.TENSOR_CORES = tensor_cores
+
+
 def attention(cfg: Any, dtype: Any, pairs: list[tuple[int, int]]) -> dict[str, Any]:
     """One attention call in the model's shape for each (rows, keys) pair, each new: ms the
     first time and the second, and the largest difference from the causal kernel's."""
@@ -236,6 +248,7 @@ def attention(cfg: Any, dtype: Any, pairs: list[tuple[int, int]]) -> dict[str, A
         mx.zeros((1, H, 1, Dh)), mx.zeros((1, KVH, 1, Dh))
     ):
         ways["kernel"] = lambda q, k, v: prefill_attention_cuda.prefill_attention(q, k, v, scale)
+        ways["kernel_scalar"] = lambda q, k, v: _scalar_kernel(q, k, v, scale)
     out: dict[str, Any] = {}
     for L, S in pairs:
         key = mx.random.split(mx.random.key(L * 7919 + S), 3)

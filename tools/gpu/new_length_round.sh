@@ -63,6 +63,10 @@ import json, sys
 d = json.load(open(sys.argv[1]))
 for rows, f in d["gdn_prefill"]["chunked"].items():
     print(sys.argv[2], rows, {k: f[k] for k in ("cold_ms", "new_length_ms", "warm_ms", "build_ms", "eval_ms")})
+if sys.argv[2] == "kernel":  # one call at each new (rows, keys): first / again ms, difference
+    for pair, ways in d["attention"].items():
+        print("  ", pair, {w: (f["first_ms"], f["again_ms"], f["max_diff"]) for w, f in ways.items()
+                           if w in ("causal", "matmul", "kernel", "kernel_scalar")})
 PY
   done
 fi
