@@ -34,12 +34,15 @@ MAX_SCORES = 1 << 26
 
 def _kernel_takes(q: mx.array, k: mx.array, mask: Any) -> bool:
     """A chunk of more than FEW_QUERY_ROWS causal rows, where the one-launch prefill
-    attention is on (`kernels.prefill_attention_cuda.ENABLED`) and built for its shape."""
+    attention is on (`kernels.prefill_attention_cuda.ENABLED`) and its tensor-core body
+    takes the shape and dtype (the scalar body, 6x cuDNN's time at 2,000 rows on an H100,
+    is never the engine's choice)."""
     return (
         prefill_attention_cuda.ENABLED
         and int(q.shape[2]) > FEW_QUERY_ROWS
         and isinstance(mask, str)
         and prefill_attention_cuda.takes(q, k)
+        and prefill_attention_cuda.on_tensor_cores(k)
     )
 
 

@@ -82,10 +82,12 @@ def test_a_shape_it_is_not_built_for_is_refused():
     assert not pac.takes(q, k)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("enabled", [False, True])
-def test_mlx_ops_on_cuda_hands_it_causal_chunks_past_the_few_rows(monkeypatch, enabled):
-    """On: a causal chunk of more than FEW_QUERY_ROWS rows goes to the kernel, whatever its
-    scores' size; a verify's rows and a sliding window's mask keep the matmuls."""
+def test_mlx_ops_on_cuda_hands_it_causal_chunks_past_the_few_rows(monkeypatch, enabled, dtype):
+    """On: a causal chunk of more than FEW_QUERY_ROWS rows with half-precision K/V goes to
+    the kernel (its tensor-core body), whatever its scores' size; float32 K/V (the scalar
+    body's), a verify's rows and a sliding window's mask do not."""
     calls = []
 
     def kernel(q, k, v, scale):  # the CPU has no CUDA: the matmuls' rows, counted
@@ -95,18 +97,20 @@ def test_mlx_ops_on_cuda_hands_it_causal_chunks_past_the_few_rows(monkeypatch, e
     monkeypatch.setattr(pac, "ENABLED", enabled)
     monkeypatch.setattr(pac, "prefill_attention", kernel)
     monkeypatch.setattr(fqa, "MAX_SCORES", 0)  # past the matmuls' bound: cuDNN's, off
-    ops = MlxOps("float32")
+    ops = MlxOps(dtype)
     ops._cuda = True  # what the CUDA backend sets; the arithmetic is the CPU's here
+    half = dtype == "bfloat16"
     for rows, mask, taken in [
-        (40, CausalMask(10, 40), enabled),
+        (40, CausalMask(10, 40), enabled and half),
         (8, CausalMask(10, 8), False),
         (40, WindowMask.of(10, 40, np.arange(50), 20), False),
     ]:
-        q, k, v = inputs(6, 2, rows, rows + 10, seed=rows)
+        q, k, v = (mx.array(a).astype(ops.dtype) for a in inputs(6, 2, rows, rows + 10, seed=rows))
         before = len(calls)
-        got = np.array(ops.attention(mx.array(q), mx.array(k), mx.array(v), 0.125, mask))
+        got = np.array(ops.attention(q, k, v, 0.125, mask).astype(mx.float32))
         allowed = causal(rows, rows + 10)
         if isinstance(mask, WindowMask):
             allowed = np.array(ops._window_mask(mask))
-        np.testing.assert_allclose(got, reference(q, k, v, 0.125, allowed), atol=2e-5)
+        want = reference(*(np.array(a.astype(mx.float32)) for a in (q, k, v)), 0.125, allowed)
+        np.testing.assert_allclose(got, want, atol=2e-2 if half else 2e-5)
         assert len(calls) - before == int(taken)
