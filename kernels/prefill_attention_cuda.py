@@ -65,11 +65,14 @@ def _kernel(mma: bool = False) -> Any:
     )
 
 
-def prefill_attention(q: mx.array, k: mx.array, v: mx.array, scale: float) -> mx.array:
+def prefill_attention(
+    q: mx.array, k: mx.array, v: mx.array, scale: float, tensor_cores: bool = True
+) -> mx.array:
     """softmax(q k^T * scale, causal, aligned to the last key) v for q [1, H, L, D] and
     k, v [1, KVH, S, D] (query head h reads key head h // (H / KVH)); [1, H, L, D] in k's
     dtype. Scores, softmax and sums in float32; on tensor cores the softmax's weights are
-    rounded to k's dtype before they meet V, as FlashAttention's and cuDNN's are."""
+    rounded to k's dtype before they meet V, as FlashAttention's and cuDNN's are.
+    `tensor_cores=False` takes the scalar body whatever K/V are."""
     if not takes(q, k):
         raise ValueError(
             f"prefill attention takes head sizes {sorted(_KEYS_A_TILE)}, whole groups and "
@@ -78,7 +81,7 @@ def prefill_attention(q: mx.array, k: mx.array, v: mx.array, scale: float) -> mx
     _, H, L, D = (int(d) for d in q.shape)
     KVH = int(k.shape[1])
     inputs = [q.astype(k.dtype), k, v, mx.array([scale], dtype=mx.float32)]
-    if on_tensor_cores(k):
+    if tensor_cores and on_tensor_cores(k):
         (out,) = _kernel(mma=True)(
             inputs=inputs,
             template=[("T", k.dtype), ("D", D), ("G", H // KVH)],
