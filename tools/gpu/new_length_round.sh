@@ -13,14 +13,17 @@
 #            chunk on cuDNN's kernel (the rule before MAX_SCORES) and with every causal one
 #            on the one-launch prefill attention (kernels/prefill_attention_cuda.py: its
 #            tensor-core body for the model's bfloat16 K/V)
+#   verify   where the hybrid's 8-row verify spends its time beside a step (bench/gpu/
+#            step_probe.py, phases by cycle stamps, at 128 and 2,048 context)
 #   tests    the GPU tests of the attention paths (the tensor-core body's among them), the
-#            recurrence, the families' prefills and the warm-up at load
+#            recurrence, the families' prefills and the warm-up at load ($TESTS, when set,
+#            instead)
 #   PARTS="hybrid pair" bash tools/gpu/new_length_round.sh [TEST_BUDGET s, default 300]
 set -u
 export PYTHONPATH=/root/site:$PWD PYTHONUNBUFFERED=1
 parts=" ${PARTS:-hybrid pair default tests} "
 shape=/root/shapes/qwen3.5-0.8b.gguf
-if [[ $parts == *" hybrid "* || $parts == *" pair "* ]] && [ ! -f $shape ]; then
+if [[ $parts == *" hybrid "* || $parts == *" pair "* || $parts == *" verify "* ]] && [ ! -f $shape ]; then
   python3 -m bench shapes write --shape qwen3.5-0.8b --out /root/shapes > /dev/null
 fi
 if [[ $parts == *" hybrid "* ]]; then
@@ -53,6 +56,11 @@ runpy.run_module('bench', run_name='__main__')
     cp results/decode-*.json "$OUT/hybrid-pair$pair.json" 2>/dev/null
   done
 fi
+if [[ $parts == *" verify "* ]]; then
+  timeout 200 python3 -m bench.gpu.step_probe --model $shape --rows 1 8 --contexts 128 2048 \
+    --prefetch 0 > "$OUT/step-probe-hybrid.json" 2> "$OUT/step-probe-hybrid.err"
+  echo "== verify: exit $?"; tail -3 "$OUT/step-probe-hybrid.err"; head -c 3000 "$OUT/step-probe-hybrid.json"
+fi
 if [[ $parts == *" default "* ]]; then
   for way in engine cudnn kernel; do
     timeout 200 python3 -m bench.gpu.prefill_split --rows 128 512 2048 --runs 3 --attention $way \
@@ -71,12 +79,12 @@ PY
   done
 fi
 if [[ $parts == *" tests "* ]]; then
-  timeout "${1:-300}" python3 -m pytest -q -p no:cacheprovider -rfE --tb=short \
+  timeout "${1:-300}" python3 -m pytest -q -p no:cacheprovider -rfE --tb=short ${TESTS:-\
     tests/kernels/test_prefill_attention_cuda.py \
     tests/kernels/test_few_query_attention.py tests/kernels/test_gated_delta_cuda.py \
     tests/bench/test_prefill_split.py tests/engine/test_config.py \
     tests/engine/test_hybrid.py tests/engine/test_families_gemma3_state.py \
     tests/engine/test_sliding_ring.py tests/engine/test_fused_gemma3.py \
-    tests/engine/test_fused_hybrid.py tests/engine/test_warm_up.py > "$OUT/tests.txt" 2>&1
+    tests/engine/test_fused_hybrid.py tests/engine/test_warm_up.py} > "$OUT/tests.txt" 2>&1
   echo "== tests: exit $?"; grep -E "^(FAILED|ERROR)" "$OUT/tests.txt" | cut -c1-250 | head; tail -1 "$OUT/tests.txt"
 fi
