@@ -233,7 +233,7 @@ def test_step_source_compiles_keeping_its_registers(
     "shapes,layers", [(QWEN35_08B, 24), (TINY_QWEN35, 4)], ids=["0.8B", "tiny"]
 )
 @pytest.mark.parametrize("maxm,head_mode", [(1, 1), (MAX_ROWS, 2)])
-@pytest.mark.parametrize("pair", [1, 2])
+@pytest.mark.parametrize("pair", [1, 2, 8])
 def test_a_hybrids_step_compiles(tmp_path, shapes, layers, maxm, head_mode, pair, monkeypatch):
     """Gated DeltaNet layers beside gated attention with partial rotary embeddings, as the
     engine builds them, a thread a value column (gated_delta_cuda.PAIR) or two. The 0.8B

@@ -7,14 +7,15 @@
 #            threads a value column, replay body and fetch-ahead body (PREFILL_PAIR,
 #            PREFILL_PREFETCH)
 #   pair     the shape's decode and prefill (python -m bench decode) with the step's and
-#            replay's recurrence at PAIR 1 (the value) and 2 (no spill; its bit-identity
-#            tests passed on an H100 in session 32)
+#            replay's recurrence at each PAIR of $PAIRS (default 2, the value, 4 and 8:
+#            past 2 a value head's 128 columns take 2 or 4 blocks, a slice each)
 #   default  the default model's prefill split with the engine's attention rule, with every
 #            chunk on cuDNN's kernel (the rule before MAX_SCORES) and with every causal one
 #            on the one-launch prefill attention (kernels/prefill_attention_cuda.py: its
 #            tensor-core body for the model's bfloat16 K/V)
 #   verify   where the hybrid's 8-row verify spends its time beside a step (bench/gpu/
-#            step_probe.py, phases by cycle stamps, at 128 and 2,048 context)
+#            step_probe.py, phases by cycle stamps, at 128 and 2,048 context), at each PAIR
+#            of $PAIRS
 #   tests    the GPU tests of the attention paths (the tensor-core body's among them), the
 #            recurrence, the families' prefills and the warm-up at load ($TESTS, when set,
 #            instead)
@@ -41,25 +42,41 @@ for rows, kernels in d["gdn_kernel"].items():
     print("gdn", rows, {k: v["ms"] for k, v in kernels.items()})
 PY
 fi
-if [[ $parts == *" pair "* ]]; then
-  for pair in 1 2; do
-    rm -f results/decode-*.json
-    timeout 200 python3 -c "
+with_pair() {  # with_pair P MODULE ARGS...: python -m MODULE ARGS at gated_delta_cuda.PAIR = P
+  python3 -c "
 import runpy, sys
 from kernels import gated_delta_cuda
 gated_delta_cuda.PAIR = int(sys.argv[1])  # the step's build and the replay read it alike
-sys.argv = ['bench', *sys.argv[2:]]
-runpy.run_module('bench', run_name='__main__')
-" $pair decode --model $shape --runs 2 --steps 32 --contexts 128,512,2048 \
+sys.argv = [sys.argv[2], *sys.argv[3:]]
+runpy.run_module(sys.argv[0], run_name='__main__')
+" "$@"
+}
+if [[ $parts == *" pair "* ]]; then
+  for pair in ${PAIRS:-2 4 8}; do
+    rm -f results/decode-*.json
+    timeout 200 with_pair $pair bench decode --model $shape --runs 2 --steps 32 --contexts 128,512,2048 \
       > "$OUT/hybrid-pair$pair.txt" 2>&1
     echo "== hybrid decode, PAIR=$pair: exit $?"; grep -E "^context|verify|prefill" "$OUT/hybrid-pair$pair.txt" | head -12
     cp results/decode-*.json "$OUT/hybrid-pair$pair.json" 2>/dev/null
   done
 fi
 if [[ $parts == *" verify "* ]]; then
-  timeout 200 python3 -m bench.gpu.step_probe --model $shape --rows 1 8 --contexts 128 2048 \
-    --prefetch 0 > "$OUT/step-probe-hybrid.json" 2> "$OUT/step-probe-hybrid.err"
-  echo "== verify: exit $?"; tail -3 "$OUT/step-probe-hybrid.err"; head -c 3000 "$OUT/step-probe-hybrid.json"
+  for pair in ${PAIRS:-2 4 8}; do
+    timeout 150 with_pair $pair bench.gpu.step_probe --model $shape --rows 1 8 --contexts 128 2048 \
+      --prefetch 0 > "$OUT/step-probe-hybrid-pair$pair.json" 2> "$OUT/step-probe-hybrid-pair$pair.err"
+    echo "== verify, PAIR=$pair: exit $?"; tail -2 "$OUT/step-probe-hybrid-pair$pair.err"
+    python3 - "$OUT/step-probe-hybrid-pair$pair.json" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    for name, r in json.loads(line).items():
+        for key, f in r.items():  # each context x prefetch x rows figure: the kernel, phases
+            if isinstance(f, dict) and "kernel_us" in f:
+                print(name, key, round(f["kernel_us"]), {k: round(v["interval"], 1) for k, v in f.items()
+                      if isinstance(v, dict) and "interval" in v})
+            elif not isinstance(f, dict):
+                print(name, key, f)
+PY
+  done
 fi
 if [[ $parts == *" default "* ]]; then
   for way in engine cudnn kernel; do
