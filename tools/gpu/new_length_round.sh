@@ -8,7 +8,8 @@
 #            PREFILL_PREFETCH)
 #   pair     the shape's decode and prefill (python -m bench decode) with the step's and
 #            replay's recurrence at each PAIR of $PAIRS (default 2, the value, 4 and 8:
-#            past 2 a value head's 128 columns take 2 or 4 blocks, a slice each)
+#            past 2 a value head's 128 columns take 2 or 4 blocks, a slice each; $DECODE,
+#            when set, the bench's arguments past --model)
 #   default  the default model's prefill split with the engine's attention rule, with every
 #            chunk on cuDNN's kernel (the rule before MAX_SCORES) and with every causal one
 #            on the one-launch prefill attention (kernels/prefill_attention_cuda.py: its
@@ -54,7 +55,7 @@ runpy.run_module(sys.argv[0], run_name='__main__')
 if [[ $parts == *" pair "* ]]; then
   for pair in ${PAIRS:-2 4 8}; do
     rm -f results/decode-*.json
-    timeout 200 with_pair $pair bench decode --model $shape --runs 2 --steps 32 --contexts 128,512,2048 \
+    timeout 200 with_pair $pair bench decode --model $shape ${DECODE:---runs 2 --steps 32 --contexts 128,512,2048} \
       > "$OUT/hybrid-pair$pair.txt" 2>&1
     echo "== hybrid decode, PAIR=$pair: exit $?"; grep -E "^context|verify|prefill" "$OUT/hybrid-pair$pair.txt" | head -12
     cp results/decode-*.json "$OUT/hybrid-pair$pair.json" 2>/dev/null
