@@ -22,7 +22,9 @@ TUNING = {
     "FQ_BLOCKS": 1,
     "FQ_SMEM_X": 8192,
     "FQ_VERIFY_BLOCKS": 0,  # blocks an SM of the verify build; 0: FQ_BLOCKS
-    "FQ_BARRIER": 0,  # the grid barrier: 0 full fences, 1 release add and acquire loads
+    # the grid barrier: 0 full fences, 1 release add and acquire loads, 2 as 1 with one
+    # load a poll (the timeout flag folded into the counter)
+    "FQ_BARRIER": 0,
     "FQ_L1_PREFETCH": 0,  # 1: a warp's first row of the next phase into L1 before a barrier
     # 1: K-quant parts as their factors, 2.5 bytes a group for 8 (kernels/step_factors.py;
     # the table's layout, which `engine/runner/fused.py` builds by it; the same bits)
@@ -118,6 +120,8 @@ def check_tuning(tuning: dict[str, int]) -> dict[str, int]:
             f"FQ_BLOCKS must be 1..4 and FQ_VERIFY_BLOCKS 0..4, not {knobs['FQ_BLOCKS']} "
             f"and {knobs['FQ_VERIFY_BLOCKS']}"
         )
+    if knobs["FQ_BARRIER"] not in (0, 1, 2):
+        raise ValueError(f"FQ_BARRIER must be 0, 1 or 2, not {knobs['FQ_BARRIER']}")
     staged = knobs["FQ_SMEM_X"]
     most = max(blocks_per_sm(knobs, False), blocks_per_sm(knobs, True))
     if staged < 0 or staged % 8 or most * 4 * staged > SMEM_X_BYTES_PER_SM:

@@ -307,13 +307,13 @@ def test_a_two_block_build_keeps_its_registers_for_two_blocks(tmp_path):
 
 
 @needs_nvcc
-@pytest.mark.parametrize("maxm,head_mode", [(1, 1), (MAX_ROWS, 2)])
-def test_the_streaming_dot_products_compile(tmp_path, maxm, head_mode):
+@pytest.mark.parametrize("maxm,head_mode,barrier", [(1, 1, 1), (MAX_ROWS, 2, 2)])
+def test_the_streaming_dot_products_compile(tmp_path, maxm, head_mode, barrier):
     """bench/gpu/step_tuning.py's other builds: words decoded as used, deeper chunks, more
     rows of x a pass, a verify's rows all taken by the warps of their outputs (FQ_SPREAD
     0; the engine's builds, every family's, deal a verify's groups of rows to warps)."""
     tuning = {"FQ_SLICES": 16, "FQ_STREAM": 1, "FQ_VERIFY_ROWS": 4, "FQ_SMEM_X": 8192,
-              "FQ_BARRIER": 1, "FQ_L1_PREFETCH": 1, "FQ_SPREAD": 0}  # fmt: skip
+              "FQ_BARRIER": barrier, "FQ_L1_PREFETCH": 1, "FQ_SPREAD": 0}  # fmt: skip
     source = _step_source(SMOLLM2, 30, "__nv_bfloat16", head_mode, maxm=maxm, tuning=tuning)
     assert "#define FQ_STREAM 1" in source
     _nvcc(tmp_path, source)
@@ -346,6 +346,8 @@ def test_build_knobs_are_named_and_checked():
         fs.formats_header((4,), {"FQ_BLOCKS": 0})
     with pytest.raises(ValueError, match="FQ_SMEM_X must be a multiple of 8"):
         fs.formats_header((4,), {"FQ_SMEM_X": 100})
+    with pytest.raises(ValueError, match="FQ_BARRIER must be 0, 1 or 2"):
+        fs.formats_header((4,), {"FQ_BARRIER": 3})
     with pytest.raises(ValueError, match="blocks fit"):
         fs.formats_header((4,), {"FQ_SMEM_X": 32768, "FQ_BLOCKS": 2})
     assert "#define FQ_SMEM_X 16384" in fs.formats_header((4,), {"FQ_SMEM_X": 16384})

@@ -17,6 +17,9 @@
 #   verify   where the hybrid's 8-row verify spends its time beside a step (bench/gpu/
 #            step_probe.py, phases by cycle stamps, at 128 and 2,048 context), at each PAIR
 #            of $PAIRS
+#   barrier  the hybrid shape's step and 8-row verify (bench/gpu/step_tuning.py) with the
+#            grid barrier as it is (FQ_BARRIER 0), with release / acquire (1) and with one
+#            load a poll (2), the engine's other hybrid knobs alike
 #   tests    the GPU tests of the attention paths (the tensor-core body's among them), the
 #            recurrence, the families' prefills and the warm-up at load ($TESTS, when set,
 #            instead)
@@ -25,7 +28,7 @@ set -u
 export PYTHONPATH=/root/site:$PWD PYTHONUNBUFFERED=1
 parts=" ${PARTS:-hybrid pair default tests} "
 shape=/root/shapes/qwen3.5-0.8b.gguf
-if [[ $parts == *" hybrid "* || $parts == *" pair "* || $parts == *" verify "* ]] && [ ! -f $shape ]; then
+if [[ $parts == *" hybrid "* || $parts == *" pair "* || $parts == *" verify "* || $parts == *" barrier "* ]] && [ ! -f $shape ]; then
   python3 -m bench shapes write --shape qwen3.5-0.8b --out /root/shapes > /dev/null
 fi
 if [[ $parts == *" hybrid "* ]]; then
@@ -78,6 +81,12 @@ for line in open(sys.argv[1]):
                 print(name, key, f)
 PY
   done
+fi
+if [[ $parts == *" barrier "* ]]; then
+  timeout 200 python3 -m bench.gpu.step_tuning --model $shape --contexts 128 2048 \
+    --configs 16:0:2:1:8192:0:0,16:0:2:1:8192:0:1,16:0:2:1:8192:0:2,16:0:2:1:8192:0:0 \
+    --out "$OUT/barrier-hybrid.json" > "$OUT/barrier-hybrid.txt" 2>&1
+  echo "== barrier: exit $?"; tail -12 "$OUT/barrier-hybrid.txt"
 fi
 if [[ $parts == *" default "* ]]; then
   for way in engine cudnn kernel; do
