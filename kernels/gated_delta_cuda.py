@@ -33,9 +33,6 @@ MAX_DK = 256
 # to keep its registers (nvcc: 2 KB of spills at 1, none at 2). On an H100 (session 33) the
 # Qwen3.5-0.8B shape decoded 662 / 666 / 638 tok/s at 128 / 512 / 2,048 context at 2
 # against 632 / 643 / 607 at 1, and the verify, replay and hybrid tests passed at 2.
-# Past a block's 256 threads (PAIR x the head's value columns) the step gives a value head
-# several blocks, a slice of its columns each (fused_step_gdn.cuh): at 8, the 0.8B shape's
-# 16 heads take 64 blocks, where 16 blocks walked every state while 116 waited.
 PAIR = 2
 
 # Threads a value column in a prefill chunk's rows (`gated_delta_prefill`), which need not

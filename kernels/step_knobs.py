@@ -22,9 +22,7 @@ TUNING = {
     "FQ_BLOCKS": 1,
     "FQ_SMEM_X": 8192,
     "FQ_VERIFY_BLOCKS": 0,  # blocks an SM of the verify build; 0: FQ_BLOCKS
-    # the grid barrier: 0 full fences, 1 release add and acquire loads, 2 as 1 with one
-    # load a poll (the timeout flag folded into the counter)
-    "FQ_BARRIER": 0,
+    "FQ_BARRIER": 0,  # the grid barrier: 0 full fences, 1 release add and acquire loads
     "FQ_L1_PREFETCH": 0,  # 1: a warp's first row of the next phase into L1 before a barrier
     # 1: K-quant parts as their factors, 2.5 bytes a group for 8 (kernels/step_factors.py;
     # the table's layout, which `engine/runner/fused.py` builds by it; the same bits)
@@ -52,8 +50,12 @@ _FOUR_ROWS = {"FQ_VERIFY_ROWS": 4, "FQ_SMEM_X": 16384}  # x staged: 4 rows of 4,
 # A hybrid (Gated DeltaNet layers) takes one block an SM whatever its layers' size, and
 # 16 slices a load: on the Qwen3.5-0.8B shape a decode step's launch took 1.87 ms against
 # 3.30 ms with _LARGE and 8 slices, a verify of 8 rows 5.17 against 6.34, the same bits
-# (docs/h200/step-tuning-qwen3.5-0.8b-20261203-s16.json); its builds spill anyway.
-_HYBRID = {"FQ_BLOCKS": 1, "FQ_VERIFY_BLOCKS": 0, "FQ_SLICES": 16}
+# (docs/h200/step-tuning-qwen3.5-0.8b-20261203-s16.json); its builds spill anyway. And the
+# release / acquire barrier: on an H100 (session 34, docs/h100/barrier-hybrid-20261206-s34.json)
+# the shape's step took 1.495 / 1.566 ms at 128 / 2,048 context against 1.552 and 1.540 /
+# 1.607 and 1.602 with the fences (timed before and after it), an 8-row verify 5.12 / 5.68
+# against 5.01 / 5.74, every build's logits the engine build's.
+_HYBRID = {"FQ_BLOCKS": 1, "FQ_VERIFY_BLOCKS": 0, "FQ_SLICES": 16, "FQ_BARRIER": 1}
 
 
 def tuning_for(layer_bytes: int, qk_norm: bool = False, hybrid: bool = False) -> dict[str, int]:
@@ -120,8 +122,6 @@ def check_tuning(tuning: dict[str, int]) -> dict[str, int]:
             f"FQ_BLOCKS must be 1..4 and FQ_VERIFY_BLOCKS 0..4, not {knobs['FQ_BLOCKS']} "
             f"and {knobs['FQ_VERIFY_BLOCKS']}"
         )
-    if knobs["FQ_BARRIER"] not in (0, 1, 2):
-        raise ValueError(f"FQ_BARRIER must be 0, 1 or 2, not {knobs['FQ_BARRIER']}")
     staged = knobs["FQ_SMEM_X"]
     most = max(blocks_per_sm(knobs, False), blocks_per_sm(knobs, True))
     if staged < 0 or staged % 8 or most * 4 * staged > SMEM_X_BYTES_PER_SM:

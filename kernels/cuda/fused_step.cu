@@ -111,9 +111,7 @@
         }
       }
       fs_grid_sync(sync, ++phase);
-      // -- G2: conv, recurrence, gated norm, a block a value head or a slice of one ->
-      // gbuf; the new state (a head's slices counted after the attention's counters)
-      static_assert(4096 + FD_MAXM * H + GDN_NV <= 16384, "slice counters fit the sync buffer");
+      // -- G2: conv, recurrence, gated norm, a block a value head -> gbuf; the new state
       {
         const int gi = FS_LINEAR_INDEX(l);
         using Dm = GdnDims<GDN_NK, GDN_NV, GDN_DK, GDN_DV>;
@@ -121,7 +119,7 @@
         fs_gdn_heads<GDN_NK, GDN_NV, GDN_DK, GDN_DV, GDN_CONVK, GDN_TILED, MAXM, GDN_PAIR, TC>(
             M, mix, CONVS[l], gconvw + (size_t)gi * Dm::C * GDN_CONVK, gvec + gi * (2 * GDN_NV + GDN_DV),
             SSMS[l], gstate + (size_t)gi * GDN_NV * GDN_DK * GDN_DV, gconv + (size_t)gi * (GDN_CONVK - 1) * Dm::C,
-            tape, gbuf, EPS, GDN_QSCALE, s_x, counters + FD_MAXM * H);
+            tape, gbuf, EPS, GDN_QSCALE, s_x);
       }
       if (gw < D) fq_prefetch_row(tab, 4 * l + 1, gw);
       fs_grid_sync(sync, ++phase);

@@ -600,9 +600,7 @@ __device__ __forceinline__ void fs_prefetch_l2(const void* p, size_t bytes) {
 // cooperative groups. flags[1] records a timeout (blocks not co-resident) instead of a
 // hang. FQ_BARRIER 0 arrives after a full fence and leaves after another; 1 arrives with
 // a release add and waits with acquire loads (the same ordering, without the fences'
-// wait for every outstanding access); 2 as 1, each poll one load: a block that times out
-// also sets the counter's top bit, so every later barrier passes on the counter alone
-// (0 and 1 read flags[1] after each poll of the counter, two round trips to L2).
+// wait for every outstanding access).
 #ifndef FQ_BARRIER
 #define FQ_BARRIER 0
 #endif
@@ -617,16 +615,7 @@ __device__ __forceinline__ void fs_grid_sync(unsigned int* flags, unsigned int e
   if (threadIdx.x == 0) {
     const unsigned int target = epoch * gridDim.x;
     const long long start = clock64();
-    if (FQ_BARRIER == 2) {
-      asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(flags) : "memory");
-      while (fs_load_acquire(flags) < target) {
-        if (clock64() - start > (1ll << 32)) {
-          atomicExch(flags + 1, 1u);
-          atomicOr(flags, 0x80000000u);  // above every epoch's target (~200 x 132 a step)
-          break;
-        }
-      }
-    } else if (FQ_BARRIER) {
+    if (FQ_BARRIER) {
       asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(flags) : "memory");
       while (fs_load_acquire(flags) < target) {
         if (fs_load_acquire(flags + 1)) break;

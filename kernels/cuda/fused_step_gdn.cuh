@@ -1,19 +1,15 @@
 // The one-launch step's Gated DeltaNet mixer (a hybrid's linear layers; after
 // gated_delta_row.cuh and fused_step.cuh). A layer is three phases: the in_proj rows
 // (fused_step.cu, like q/k/v), then this one, then out_proj + residual. Here a block takes
-// COLS value columns of one value head (a slice: the whole head where GDN_PAIR threads a
-// column fit a block, else SPLIT slices of it on SPLIT blocks) and every row of the call:
+// one value head and every row of the call:
 //
-//   a) the short causal conv over the head's q and k channels and the slice's v channels
-//      (its window: the layer's conv state, then the call's rows, each rounded to the
-//      state's dtype first, as a single step would have stored it), then SiLU;
+//   a) the short causal conv over the head's q, k and v channels (its window: the layer's
+//      conv state, then the call's rows, each rounded to the state's dtype first, as a
+//      single step would have stored it), then SiLU;
 //   b) q and k L2-normalised (q also by DK^-0.5), g = -A softplus(a + dt_bias), beta =
 //      sigmoid(b), per row;
 //   c) the recurrence row by row (gdn_row: GDN_PAIR threads own column S[:, j]);
-//   d) o RMS-normed over the head, times the norm weight and SiLU(z): by the block itself
-//      where it holds the whole head, else by the head's last slice to finish, from the
-//      raw rows every slice left in `go` (a counter a head in `done`; which block is last
-//      changes nothing in the arithmetic).
+//   d) o RMS-normed over the head, times the norm weight and SiLU(z).
 //
 // Every row's arithmetic is the same whatever the call's row count, so a verify's rows
 // equal single steps bit for bit. The call's new state goes to `ssm_out` / `conv_out` (the
@@ -34,16 +30,13 @@ template <int NK, int NV, int DK, int DV, int CONVK, bool TILED, int MAXM, int G
 __device__ void fs_gdn_heads(
     int M, const float* mix, const TC* conv_in, const float* conv_w, const float* vec,
     const float* ssm_in, float* ssm_out, TC* conv_out, float* tape, float* go, float eps,
-    float qscale, float* smem, unsigned int* done) {
+    float qscale, float* smem) {
   using Dm = GdnDims<NK, NV, DK, DV>;
   constexpr int KEY = Dm::KEY, VD = Dm::VD, C = Dm::C, NIN = Dm::NIN, U = Dm::U, TW = Dm::TW;
   constexpr float L2_EPS = 1e-6f;  // flash-linear-attention's l2norm
   constexpr int DKP = DK / GDN_PAIR;
-  // value columns a block takes: the whole head, or as many as its threads hold
-  constexpr int COLS = GDN_PAIR * DV <= FD_WARPS * 32 ? DV : FD_WARPS * 32 / GDN_PAIR;
-  constexpr int SPLIT = DV / COLS, US = 2 * DK + COLS;  // a slice's conv channels
-  static_assert(DK % GDN_PAIR == 0 && DV % COLS == 0 &&
-                (GDN_PAIR == 1 || (GDN_PAIR * COLS) % 32 == 0), "threads a value column, whole warps");
+  static_assert(GDN_PAIR * DV <= 256 && DK % GDN_PAIR == 0 &&
+                (GDN_PAIR == 1 || (GDN_PAIR * DV) % 32 == 0), "threads a value column, whole warps");
   // conv'd q | k | v of each row [MAXM][U], the head's outputs [MAXM][DV]: in the launch's
   // dynamic memory (`smem`, FQ_SMEM_X floats, free in this phase) where they fit, so that
   // a verify build's static memory stays within the 48 KB a launch takes without opting in
@@ -54,21 +47,16 @@ __device__ void fs_gdn_heads(
   float (*s_u)[U] = reinterpret_cast<float (*)[U]>(rows);
   float (*s_o)[DV] = reinterpret_cast<float (*)[DV]>(rows + MAXM * U);
   __shared__ float s_decay[MAXM], s_beta[MAXM], s_qf[MAXM], s_kf[MAXM];
-  __shared__ unsigned int s_last;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  for (int item = blockIdx.x; item < NV * SPLIT; item += gridDim.x) {
-    const int hv = item / SPLIT, j0 = item % SPLIT * COLS;  // the slice's first column
+  for (int hv = blockIdx.x; hv < NV; hv += gridDim.x) {
     const int hk = TILED ? hv % NK : hv / (NV / NK);
-    // q and k channels (one copy for every slice) go to the tape and the window from the
-    // key head's first value head's first slice; v channels from their slice
-    const bool first = (TILED ? hv < NK : hv % (NV / NK) == 0) && j0 == 0;
-    auto feature = [&](int us) { return us < 2 * DK ? us : us + j0; };  // slice -> head's
+    const bool first = TILED ? hv < NK : hv % (NV / NK) == 0;  // hk's first value head
     auto channel = [&](int u) {
       return u < DK ? hk * DK + u : u < 2 * DK ? KEY + hk * DK + u - DK : 2 * KEY + hv * DV + u - 2 * DK;
     };
     // a) conv + SiLU
-    for (int e = threadIdx.x; e < M * US; e += blockDim.x) {
-      const int m = e / US, u = feature(e % US), c = channel(u);
+    for (int e = threadIdx.x; e < M * U; e += blockDim.x) {
+      const int m = e / U, u = e % U, c = channel(u);
       float y = 0.f;
 #pragma unroll
       for (int t = 0; t < CONVK; ++t) {
@@ -81,8 +69,8 @@ __device__ void fs_gdn_heads(
     }
     __syncthreads();
     // b) per row: the sums of squares of q and k (a warp each), decay and beta
-    for (int it = warp; it < 3 * M; it += FD_WARPS) {
-      const int m = it / 3, what = it % 3;
+    for (int item = warp; item < 3 * M; item += FD_WARPS) {
+      const int m = item / 3, what = item % 3;
       if (what < 2) {
         float ss = 0.f;
         for (int i = lane; i < DK; i += 32) ss = __fmaf_rn(s_u[m][what * DK + i], s_u[m][what * DK + i], ss);
@@ -95,7 +83,7 @@ __device__ void fs_gdn_heads(
         s_decay[m] = expf(__fmul_rn(__ldg(vec + hv), softplus));  // vec: -A | dt_bias | norm
         const float b = __ldcg(mix + (size_t)m * NIN + C + VD + hv);
         s_beta[m] = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-b)));
-        if (tape && j0 == 0) {
+        if (tape) {
           float* row = tape + (size_t)m * TW + 2 * NV * DK + VD;
           row[hv] = __fmul_rn(__ldg(vec + hv), softplus);
           row[NV + hv] = s_beta[m];
@@ -104,31 +92,31 @@ __device__ void fs_gdn_heads(
     }
     __syncthreads();
     // q and k normalised (and into the tape with v)
-    for (int e = threadIdx.x; e < M * US; e += blockDim.x) {
-      const int m = e / US, u = feature(e % US);
+    for (int e = threadIdx.x; e < M * U; e += blockDim.x) {
+      const int m = e / U, u = e % U;
       float val = s_u[m][u];
       if (u < 2 * DK) {
         val = __fmul_rn(val, u < DK ? s_qf[m] : s_kf[m]);
         s_u[m][u] = val;
       }
-      if (tape && (u >= 2 * DK || j0 == 0)) {
+      if (tape) {
         float* row = tape + (size_t)m * TW;
         const int at = u < DK ? hv * DK + u : u < 2 * DK ? NV * DK + hv * DK + u - DK
                                                          : 2 * NV * DK + hv * DV + u - 2 * DK;
         row[at] = val;
       }
     }
-    if (tape) {  // the raw conv input of the slice's v channels (q, k: the key head's first)
-      for (int e = threadIdx.x; e < M * US; e += blockDim.x) {
-        const int m = e / US, u = feature(e % US);
+    if (tape) {  // the raw conv input of this head's v channels (q, k: the key head's first)
+      for (int e = threadIdx.x; e < M * U; e += blockDim.x) {
+        const int m = e / U, u = e % U;
         if (u >= 2 * DK || first)
           tape[(size_t)m * TW + TW - C + channel(u)] = __ldcg(mix + (size_t)m * NIN + channel(u));
       }
     }
     __syncthreads();
-    // c) the recurrence; a slice's raw outputs to `go` for the head's last slice
-    if (threadIdx.x < GDN_PAIR * COLS) {
-      const int j = j0 + threadIdx.x / GDN_PAIR, part = threadIdx.x % GDN_PAIR;
+    // c) the recurrence
+    if (threadIdx.x < GDN_PAIR * DV) {
+      const int j = threadIdx.x / GDN_PAIR, part = threadIdx.x % GDN_PAIR;
       const size_t col0 = ((size_t)hv * DK + part * DKP) * DV + j;  // S[part * DKP, j]
       float s[DKP];
 #pragma unroll
@@ -136,32 +124,20 @@ __device__ void fs_gdn_heads(
       for (int m = 0; m < M; ++m) {
         const float o = gdn_row<DKP, GDN_PAIR>(s, s_u[m] + part * DKP, s_u[m] + DK + part * DKP,
                                      s_u[m][2 * DK + j], s_decay[m], s_beta[m]);
-        if (part == 0) {
-          if (SPLIT == 1) s_o[m][j] = o;
-          else go[(size_t)m * VD + hv * DV + j] = o;
-        }
+        if (part == 0) s_o[m][j] = o;
       }
 #pragma unroll
       for (int i = 0; i < DKP; ++i) ssm_out[col0 + (size_t)i * DV] = s[i];
     }
     // the conv window after the call: the last CONVK - 1 rows of (window, rows)
-    for (int e = threadIdx.x; e < (CONVK - 1) * US; e += blockDim.x) {
-      const int t = e / US, u = feature(e % US), c = channel(u);
-      if (u < 2 * DK && !first) continue;
-      const int r = M + t - (CONVK - 1);
-      conv_out[t * C + c] = r < 0 ? conv_in[(M + t) * C + c]
-                                  : static_cast<TC>(__ldcg(mix + (size_t)r * NIN + c));
-    }
-    if (SPLIT > 1) {  // the head's last slice in norms every row, from `go`
-      __threadfence();
-      __syncthreads();
-      if (threadIdx.x == 0) s_last = atomicAdd(done + hv, 1u) == SPLIT - 1;
-      __syncthreads();
-      if (!s_last) continue;  // the same for the whole block
-      __threadfence();
-      for (int e = threadIdx.x; e < M * DV; e += blockDim.x)
-        s_o[e / DV][e % DV] = __ldcg(go + (size_t)(e / DV) * VD + hv * DV + e % DV);
-      if (threadIdx.x == 0) done[hv] = 0;  // for the next layer, past a grid barrier
+    {
+      for (int e = threadIdx.x; e < (CONVK - 1) * U; e += blockDim.x) {
+        const int t = e / U, u = e % U, c = channel(u);
+        if (u < 2 * DK && !first) continue;
+        const int r = M + t - (CONVK - 1);
+        conv_out[t * C + c] = r < 0 ? conv_in[(M + t) * C + c]
+                                    : static_cast<TC>(__ldcg(mix + (size_t)r * NIN + c));
+      }
     }
     __syncthreads();
     // d) the gated RMS norm, a warp a row

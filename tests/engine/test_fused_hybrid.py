@@ -108,11 +108,8 @@ def runner_on_cuda() -> bool:
 
 @needs_cuda
 @pytest.mark.gpu
-@pytest.mark.parametrize("pair", [None, 8])  # 8: a value head on two blocks
 @pytest.mark.parametrize("prompt", [PROMPT, LONG_PROMPT], ids=["short", "long"])
-def test_step_matches_the_plain_forward_in_float32(hybrid_gguf, prompt, pair, monkeypatch):
-    if pair is not None:
-        monkeypatch.setattr(gated_delta_cuda, "PAIR", pair)
+def test_step_matches_the_plain_forward_in_float32(hybrid_gguf, prompt):
     lm = _load(hybrid_gguf, dtype="float32")
     plain, plain_state = single_steps(lm, STEPS, prompt)
     lm.runner.enable_fused_decode(mode="step")
@@ -165,15 +162,13 @@ def test_a_prefill_through_the_cuda_recurrence_matches_the_chunked_form(hybrid_g
 
 @needs_cuda
 @pytest.mark.gpu
-# gated_delta_cuda.PAIR; at 8 a value head's 64 columns take two blocks (a slice each)
-@pytest.mark.parametrize("pair,spread", [(1, 0), (2, 0), (2, 1), (8, 0), (8, 1)])
+@pytest.mark.parametrize("pair,spread", [(1, 0), (2, 0), (2, 1)])  # gated_delta_cuda.PAIR
 @pytest.mark.parametrize("prompt", [PROMPT, LONG_PROMPT], ids=["short", "long"])
 def test_verify_rows_are_bit_identical_to_single_steps(
     hybrid_gguf, prompt, pair, spread, monkeypatch
 ):
     """What makes greedy speculation exact on a hybrid in the default dtype (PAIR: threads
-    a value column, and past a block's threads a head's slices on blocks of their own;
-    FQ_SPREAD: a verify's groups of rows dealt to warps of their own)."""
+    a value column; FQ_SPREAD: a verify's groups of rows dealt to warps of their own)."""
     monkeypatch.setattr(gated_delta_cuda, "PAIR", pair)
     monkeypatch.setitem(step_knobs.TUNING, "FQ_SPREAD", spread)
     lm = _load(hybrid_gguf)
@@ -194,7 +189,7 @@ def test_verify_rows_are_bit_identical_to_single_steps(
 
 @needs_cuda
 @pytest.mark.gpu
-@pytest.mark.parametrize("pair", [1, 2, 8])
+@pytest.mark.parametrize("pair", [1, 2])
 @pytest.mark.parametrize("kept", [0, 1, 4, 7])
 def test_a_verify_kept_in_part_continues_as_single_steps(hybrid_gguf, kept, pair, monkeypatch):
     """A verify's first `kept` rows kept (the linear layers' tapes replayed from the

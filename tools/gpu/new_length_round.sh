@@ -7,19 +7,18 @@
 #            threads a value column, replay body and fetch-ahead body (PREFILL_PAIR,
 #            PREFILL_PREFETCH)
 #   pair     the shape's decode and prefill (python -m bench decode) with the step's and
-#            replay's recurrence at each PAIR of $PAIRS (default 2, the value, 4 and 8:
-#            past 2 a value head's 128 columns take 2 or 4 blocks, a slice each; $DECODE,
+#            replay's recurrence at each PAIR of $PAIRS (default 1 and 2, the value; $DECODE,
 #            when set, the bench's arguments past --model)
 #   default  the default model's prefill split with the engine's attention rule, with every
 #            chunk on cuDNN's kernel (the rule before MAX_SCORES) and with every causal one
 #            on the one-launch prefill attention (kernels/prefill_attention_cuda.py: its
 #            tensor-core body for the model's bfloat16 K/V)
 #   verify   where the hybrid's 8-row verify spends its time beside a step (bench/gpu/
-#            step_probe.py, phases by cycle stamps, at 128 and 2,048 context), at each PAIR
-#            of $PAIRS
-#   barrier  the hybrid shape's step and 8-row verify (bench/gpu/step_tuning.py) with the
-#            grid barrier as it is (FQ_BARRIER 0), with release / acquire (1) and with one
-#            load a poll (2), the engine's other hybrid knobs alike
+#            step_probe.py, phases by cycle stamps, at 128 and 2,048 context)
+#   rows     the hybrid shape's step and 8-row verify (bench/gpu/step_tuning.py, every
+#            build's logits against the engine's) with 2 (the engine's), 4 and 8 rows a
+#            verify's pass, the engine's other hybrid knobs alike: session 34's probe put
+#            a verify's products at ~4x a step's (4 passes of 2 rows) and its head at 4x
 #   tests    the GPU tests of the attention paths (the tensor-core body's among them), the
 #            recurrence, the families' prefills and the warm-up at load ($TESTS, when set,
 #            instead)
@@ -28,7 +27,7 @@ set -u
 export PYTHONPATH=/root/site:$PWD PYTHONUNBUFFERED=1
 parts=" ${PARTS:-hybrid pair default tests} "
 shape=/root/shapes/qwen3.5-0.8b.gguf
-if [[ $parts == *" hybrid "* || $parts == *" pair "* || $parts == *" verify "* || $parts == *" barrier "* ]] && [ ! -f $shape ]; then
+if [[ $parts == *" hybrid "* || $parts == *" pair "* || $parts == *" verify "* || $parts == *" rows "* ]] && [ ! -f $shape ]; then
   python3 -m bench shapes write --shape qwen3.5-0.8b --out /root/shapes > /dev/null
 fi
 if [[ $parts == *" hybrid "* ]]; then
@@ -46,47 +45,51 @@ for rows, kernels in d["gdn_kernel"].items():
     print("gdn", rows, {k: v["ms"] for k, v in kernels.items()})
 PY
 fi
-with_pair() {  # with_pair P MODULE ARGS...: python -m MODULE ARGS at gated_delta_cuda.PAIR = P
-  python3 -c "
+# python3 -c "$WITH_PAIR" P MODULE ARGS...: python -m MODULE ARGS at gated_delta_cuda.PAIR = P
+WITH_PAIR="
 import runpy, sys
 from kernels import gated_delta_cuda
 gated_delta_cuda.PAIR = int(sys.argv[1])  # the step's build and the replay read it alike
 sys.argv = [sys.argv[2], *sys.argv[3:]]
 runpy.run_module(sys.argv[0], run_name='__main__')
-" "$@"
-}
+"
 if [[ $parts == *" pair "* ]]; then
-  for pair in ${PAIRS:-2 4 8}; do
+  for pair in ${PAIRS:-1 2}; do
     rm -f results/decode-*.json
-    timeout 200 with_pair $pair bench decode --model $shape ${DECODE:---runs 2 --steps 32 --contexts 128,512,2048} \
-      > "$OUT/hybrid-pair$pair.txt" 2>&1
+    timeout 200 python3 -c "$WITH_PAIR" $pair bench decode --model $shape \
+      ${DECODE:---runs 2 --steps 32 --contexts 128,512,2048} > "$OUT/hybrid-pair$pair.txt" 2>&1
     echo "== hybrid decode, PAIR=$pair: exit $?"; grep -E "^context|verify|prefill" "$OUT/hybrid-pair$pair.txt" | head -12
     cp results/decode-*.json "$OUT/hybrid-pair$pair.json" 2>/dev/null
   done
 fi
 if [[ $parts == *" verify "* ]]; then
-  for pair in ${PAIRS:-2 4 8}; do
-    timeout 150 with_pair $pair bench.gpu.step_probe --model $shape --rows 1 8 --contexts 128 2048 \
-      --prefetch 0 > "$OUT/step-probe-hybrid-pair$pair.json" 2> "$OUT/step-probe-hybrid-pair$pair.err"
-    echo "== verify, PAIR=$pair: exit $?"; tail -2 "$OUT/step-probe-hybrid-pair$pair.err"
-    python3 - "$OUT/step-probe-hybrid-pair$pair.json" <<'PY'
+  timeout 150 python3 -m bench.gpu.step_probe --model $shape --rows 1 8 --contexts 128 2048 \
+    --prefetch 0 > "$OUT/step-probe-hybrid.json" 2> "$OUT/step-probe-hybrid.err"
+  echo "== verify: exit $?"; tail -2 "$OUT/step-probe-hybrid.err"
+  python3 - "$OUT/step-probe-hybrid.json" <<'PY'
 import json, sys
 for line in open(sys.argv[1]):
     for name, r in json.loads(line).items():
-        for key, f in r.items():  # each context x prefetch x rows figure: the kernel, phases
+        for key, f in r.items():  # each context x rows figure: the kernel, its phases' intervals
             if isinstance(f, dict) and "kernel_us" in f:
-                print(name, key, round(f["kernel_us"]), {k: round(v["interval"], 1) for k, v in f.items()
-                      if isinstance(v, dict) and "interval" in v})
+                print(name, key, round(f["kernel_us"]), {k: round(v.get("interval", v["max_work"]), 1)
+                      for k, v in f.items() if isinstance(v, dict)})
             elif not isinstance(f, dict):
                 print(name, key, f)
 PY
-  done
 fi
-if [[ $parts == *" barrier "* ]]; then
-  timeout 200 python3 -m bench.gpu.step_tuning --model $shape --contexts 128 2048 \
-    --configs 16:0:2:1:8192:0:0,16:0:2:1:8192:0:1,16:0:2:1:8192:0:2,16:0:2:1:8192:0:0 \
-    --out "$OUT/barrier-hybrid.json" > "$OUT/barrier-hybrid.txt" 2>&1
-  echo "== barrier: exit $?"; tail -12 "$OUT/barrier-hybrid.txt"
+if [[ $parts == *" rows "* ]]; then  # slices:stream:rows:blocks:smem:vblocks:barrier
+  timeout 240 python3 -m bench.gpu.step_tuning --model $shape --contexts 128 2048 \
+    --configs 16:0:2:1:8192:0:1,16:0:4:1:16384:0:1,16:0:8:1:32768:0:1,16:0:2:1:8192:0:1 \
+    --out "$OUT/verify-rows-hybrid.json" > "$OUT/verify-rows-hybrid.txt" 2>&1
+  echo "== rows: exit $?"; grep -v "^{" "$OUT/verify-rows-hybrid.txt" | tail -3
+  python3 - "$OUT/verify-rows-hybrid.txt" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    if line.startswith("{"):
+        r = json.loads(line)
+        print(r["context"], r["tuning"]["FQ_VERIFY_ROWS"], {k: v for k, v in r.items() if k not in ("context", "tuning")})
+PY
 fi
 if [[ $parts == *" default "* ]]; then
   for way in engine cudnn kernel; do
