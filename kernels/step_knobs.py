@@ -32,6 +32,11 @@ TUNING = {
     # on an H100, the default model's 16-row verify 3.12 -> 2.74 ms, 8 rows 1.78 -> 1.73,
     # a step unchanged, the same bits (docs/BENCHMARKS.md, session 25)
     "FQ_SPREAD": 1,
+    # rows a pass of a verify's LM head (0: FQ_VERIFY_ROWS). The head's table is the largest
+    # (the Qwen3.5 shape's 248k rows, ~140 MB: past L2), and each pass reads it again: on
+    # an H100 an 8-row verify's head took 726 us at 2 rows a pass, a step's 182
+    # (docs/h100/step-probe-hybrid-pair2-20261206-s34.json)
+    "FQ_HEAD_ROWS": 0,
 }
 # shared memory an SM lends the staged x of its blocks (an H100/H200 SM has 228 KB; the
 # attention's own arrays and the runtime's reserve take the rest)
@@ -122,6 +127,8 @@ def check_tuning(tuning: dict[str, int]) -> dict[str, int]:
             f"FQ_BLOCKS must be 1..4 and FQ_VERIFY_BLOCKS 0..4, not {knobs['FQ_BLOCKS']} "
             f"and {knobs['FQ_VERIFY_BLOCKS']}"
         )
+    if knobs["FQ_HEAD_ROWS"] not in (0, 1, 2, 4, 8):
+        raise ValueError(f"FQ_HEAD_ROWS must be 0, 1, 2, 4 or 8, not {knobs['FQ_HEAD_ROWS']}")
     staged = knobs["FQ_SMEM_X"]
     most = max(blocks_per_sm(knobs, False), blocks_per_sm(knobs, True))
     if staged < 0 or staged % 8 or most * 4 * staged > SMEM_X_BYTES_PER_SM:

@@ -51,18 +51,19 @@ _FIELDS = [
     "FQ_L1_PREFETCH",
     "FQ_KFACTORS",
     "FQ_SPREAD",
+    "FQ_HEAD_ROWS",
 ]
 
 
 def parse_configs(text: str) -> list[dict[str, int]]:
-    """ "slices:stream:rows[:blocks[:smem[:vblocks[:barrier[:l1[:kfactors[:spread]]]]]]],..."
+    """ "slices:stream:rows[:blocks[:smem[:vblocks[:barrier[:l1[:kfactors[:spread[:head]]]]]]]],..."
     as TUNING dicts (the fields left out take the engine's values)."""
     out = []
     for item in text.split(","):
         values = [int(v) for v in item.split(":")]
         if not 3 <= len(values) <= len(_FIELDS):
             raise SystemExit(
-                "a configuration is slices:stream:rows[:blocks:smem:vblocks:barrier:l1:kf:spread], "
+                "a configuration is slices:stream:rows[:blocks:smem:vblocks:barrier:l1:kf:spread:head], "
                 f"not {item!r}"
             )
         out.append(

@@ -439,6 +439,10 @@
   // -- head: final norm + LM head for rows [r0, M); RH outputs a warp (one part: the
   // table's check), the next item's rows fetched into L2 while these are summed
   if (HEAD_MODE != 0) {
+#ifndef FQ_HEAD_ROWS
+#define FQ_HEAD_ROWS 0
+#endif
+    constexpr int GH = MAXM == 1 || FQ_HEAD_ROWS == 0 ? G : FQ_HEAD_ROWS;  // rows a pass
     const int r0 = HEAD_MODE == 1 ? M - 1 : 0;
     const int rows_n = M - r0;
     constexpr int RH = 4;
@@ -457,11 +461,11 @@
         for (int off = lane * 128; off < count * part.row_words * 4; off += 32 * 128)
           asm volatile("prefetch.global.L2 [%0];" ::"l"(w + off));
       }
-      for (int m0 = 0; m0 < rows_n; m0 += G) {
-        float acc[G][RH], ss[G];
-        fq_dot<D, RH, G, true, true, FQ_ROLE_HEAD>(fmt, part, rows, nwf, xf.at(m0 * D), min(G, rows_n - m0), acc, ss);
+      for (int m0 = 0; m0 < rows_n; m0 += GH) {
+        float acc[GH][RH], ss[GH];
+        fq_dot<D, RH, GH, true, true, FQ_ROLE_HEAD>(fmt, part, rows, nwf, xf.at(m0 * D), min(GH, rows_n - m0), acc, ss);
 #pragma unroll
-        for (int g = 0; g < G; ++g) {
+        for (int g = 0; g < GH; ++g) {
           if (m0 + g < rows_n && lane == 0) {
             const float rinv = 1.0f / sqrtf(ss[g] / D + EPS);
 #pragma unroll

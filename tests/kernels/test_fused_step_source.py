@@ -233,14 +233,17 @@ def test_step_source_compiles_keeping_its_registers(
     "shapes,layers", [(QWEN35_08B, 24), (TINY_QWEN35, 4)], ids=["0.8B", "tiny"]
 )
 @pytest.mark.parametrize("maxm,head_mode", [(1, 1), (MAX_ROWS, 2)])
-@pytest.mark.parametrize("pair", [1, 2])
-def test_a_hybrids_step_compiles(tmp_path, shapes, layers, maxm, head_mode, pair, monkeypatch):
+@pytest.mark.parametrize("pair,head_rows", [(1, 0), (2, 0), (2, 8)])
+def test_a_hybrids_step_compiles(
+    tmp_path, shapes, layers, maxm, head_mode, pair, head_rows, monkeypatch
+):
     """Gated DeltaNet layers beside gated attention with partial rotary embeddings, as the
     engine builds them, a thread a value column (gated_delta_cuda.PAIR) or two. The 0.8B
     builds' spills (~2 KB at PAIR 1, 0.7-1.5 KB at 2, as plain builds spill ~300 bytes at
     its F = 3,584 with nvcc 13.0) are a speed matter for the H200's tuning, not checked."""
     monkeypatch.setattr(gated_delta_cuda, "PAIR", pair)
     tuning = fs.tuning_for(_layer_bytes(shapes), shapes.qk_norm, hybrid=True)
+    tuning["FQ_HEAD_ROWS"] = head_rows  # 8: a verify's head in one pass over its table
     roles = ((4, 6, 32), (4, 6), (4,), (4, 6), (6,))  # dense float32 alpha / beta rows too
     source = _step_source(shapes, layers, "__nv_bfloat16", head_mode, maxm=maxm,
                           formats=(4, 6, 32), tuning=tuning, roles=roles)  # fmt: skip
@@ -334,8 +337,10 @@ def test_build_knobs_are_named_and_checked():
             "FQ_L1_PREFETCH": 0,
             "FQ_KFACTORS": 0,
             "FQ_SPREAD": 1,
+            "FQ_HEAD_ROWS": 0,
         }
     ]
+    assert parse_configs("16:0:2:1:8192:0:1:0:0:1:8")[0]["FQ_HEAD_ROWS"] == 8
     assert parse_configs("8:0:2:2:8192:0:0:0:1")[0]["FQ_KFACTORS"] == 1
     assert parse_configs("8:0:4:1:16384:0:0:0:0:0")[0]["FQ_SPREAD"] == 0
     assert parse_configs("8:0:2:2")[0]["FQ_BLOCKS"] == 2
@@ -346,6 +351,8 @@ def test_build_knobs_are_named_and_checked():
         fs.formats_header((4,), {"FQ_BLOCKS": 0})
     with pytest.raises(ValueError, match="FQ_SMEM_X must be a multiple of 8"):
         fs.formats_header((4,), {"FQ_SMEM_X": 100})
+    with pytest.raises(ValueError, match="FQ_HEAD_ROWS must be"):
+        fs.formats_header((4,), {"FQ_HEAD_ROWS": 3})
     with pytest.raises(ValueError, match="blocks fit"):
         fs.formats_header((4,), {"FQ_SMEM_X": 32768, "FQ_BLOCKS": 2})
     assert "#define FQ_SMEM_X 16384" in fs.formats_header((4,), {"FQ_SMEM_X": 16384})

@@ -17,8 +17,9 @@
 #            step_probe.py, phases by cycle stamps, at 128 and 2,048 context)
 #   rows     the hybrid shape's step and 8-row verify (bench/gpu/step_tuning.py, every
 #            build's logits against the engine's) with 2 (the engine's), 4 and 8 rows a
-#            verify's pass, the engine's other hybrid knobs alike: session 34's probe put
-#            a verify's products at ~4x a step's (4 passes of 2 rows) and its head at 4x
+#            verify's pass, and the head's alone at 8 (FQ_HEAD_ROWS), the engine's other
+#            hybrid knobs alike: session 34's probe put a verify's products at ~4x a
+#            step's (4 passes of 2 rows) and its head at 4x
 #   tests    the GPU tests of the attention paths (the tensor-core body's among them), the
 #            recurrence, the families' prefills and the warm-up at load ($TESTS, when set,
 #            instead)
@@ -80,7 +81,7 @@ PY
 fi
 if [[ $parts == *" rows "* ]]; then  # slices:stream:rows:blocks:smem:vblocks:barrier
   timeout 240 python3 -m bench.gpu.step_tuning --model $shape --contexts 128 2048 \
-    --configs 16:0:2:1:8192:0:1,16:0:4:1:16384:0:1,16:0:8:1:32768:0:1,16:0:2:1:8192:0:1 \
+    --configs 16:0:2:1:8192:0:1,16:0:2:1:8192:0:1:0:0:1:8,16:0:4:1:16384:0:1,16:0:4:1:16384:0:1:0:0:1:8,16:0:8:1:32768:0:1,16:0:2:1:8192:0:1 \
     --out "$OUT/verify-rows-hybrid.json" > "$OUT/verify-rows-hybrid.txt" 2>&1
   echo "== rows: exit $?"; grep -v "^{" "$OUT/verify-rows-hybrid.txt" | tail -3
   python3 - "$OUT/verify-rows-hybrid.txt" <<'PY'
@@ -88,7 +89,7 @@ import json, sys
 for line in open(sys.argv[1]):
     if line.startswith("{"):
         r = json.loads(line)
-        print(r["context"], r["tuning"]["FQ_VERIFY_ROWS"], {k: v for k, v in r.items() if k not in ("context", "tuning")})
+        print(r["context"], r["tuning"]["FQ_VERIFY_ROWS"], r["tuning"]["FQ_HEAD_ROWS"], {k: v for k, v in r.items() if k not in ("context", "tuning")})
 PY
 fi
 if [[ $parts == *" default "* ]]; then
