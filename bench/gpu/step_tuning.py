@@ -63,8 +63,8 @@ def parse_configs(text: str) -> list[dict[str, int]]:
         values = [int(v) for v in item.split(":")]
         if not 3 <= len(values) <= len(_FIELDS):
             raise SystemExit(
-                "a configuration is slices:stream:rows[:blocks:smem:vblocks:barrier:l1:kf:spread:head], "
-                f"not {item!r}"
+                "a configuration is slices:stream:rows"
+                f"[:blocks:smem:vblocks:barrier:l1:kf:spread:head], not {item!r}"
             )
         out.append(
             {name: TUNING[name] for name in _FIELDS}
