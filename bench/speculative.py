@@ -1,8 +1,8 @@
-"""Speculative decoding on the default model: plain decoding against drafting.
+"""Speculative decoding on the default model (or --model's): plain decoding against drafting.
 
     python -m bench speculative [--json] [--runs N] [--backend numpy|mlx] [--max-tokens N]
                                 [--modes plain,auto,block,lookup,draft] [--workloads a,b]
-                                [--draft-model GGUF]
+                                [--model GGUF] [--draft-model GGUF]
                                 [--temperature T --top-p P --seed S]
 
 Workloads (greedy by default, so every mode must produce the same tokens):
@@ -227,7 +227,7 @@ def run(args: argparse.Namespace, config: EngineConfig) -> dict[str, Any]:
     from engine.loader import load_model
     from engine.session import Session
 
-    path = common.default_model()
+    path = common.model_file(args.model)
     load_at_start = common.machine()["load_average_1m"]
     loaded = load_model(path, config)
     draft = load_model(args.draft_model, config) if args.draft_model else None
@@ -287,6 +287,8 @@ def run(args: argparse.Namespace, config: EngineConfig) -> dict[str, Any]:
 
 def _command(args: argparse.Namespace) -> str:
     parts = ["python -m bench speculative", f"--runs {args.runs}"]
+    if args.model:
+        parts.append(f"--model {args.model}")
     parts.append(f"--max-tokens {args.max_tokens}")
     parts.append(f"--modes {','.join(args.modes)}")
     parts.append(f"--workloads {','.join(args.workloads)}")
@@ -345,7 +347,10 @@ def main(argv: list[str] | None = None, config: EngineConfig | None = None) -> i
     parser.add_argument("--top-p", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=0, help="a sampled run's draws")
     parser.add_argument(
-        "--draft-model", default=None, help="a GGUF drafting for the default model (mode draft)"
+        "--model", help="a .gguf file or a shipped model's name (default: the default model)"
+    )
+    parser.add_argument(
+        "--draft-model", default=None, help="a GGUF drafting for the model (mode draft)"
     )
     args = parser.parse_args(argv)
     if args.runs < 1 or args.max_tokens < 2:

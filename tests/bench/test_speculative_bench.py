@@ -106,3 +106,21 @@ def test_a_draft_model_drafts_in_its_mode_and_joins_auto(
     assert "--draft-model" in result["command"]
     with pytest.raises(SystemExit, match="go together"):
         speculative.main(["--runs", "1", "--modes", "plain,draft", "--workloads", "chat"])
+
+
+def test_model_takes_another_gguf_and_names_it(
+    tmp_path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--model: a hybrid in the tiny Qwen3.5 shape (random weights, whose greedy replies
+    repeat, so lookup drafts); every mode's tokens equal plain decoding's, the JSON names
+    the file and the command carries the flag."""
+    from bench.shapes import SHAPES
+    from bench.shapes_gguf import write_gguf
+
+    path = write_gguf(SHAPES["tiny-qwen3.5"], tmp_path / "hybrid.gguf")
+    argv = ["--model", str(path), "--runs", "1", "--max-tokens", "24", "--backend", "numpy"]
+    assert speculative.main([*argv, "--workloads", "regenerate", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    regenerate = result["workloads"]["regenerate"]
+    assert result["model"]["name"] == "hybrid.gguf" and f"--model {path}" in result["command"]
+    assert regenerate["identical"] is True and regenerate["auto"]["drafted"] > 0

@@ -20,6 +20,9 @@
 #            verify's pass, and the head's alone at 8 (FQ_HEAD_ROWS), the engine's other
 #            hybrid knobs alike: session 34's probe put a verify's products at ~4x a
 #            step's (4 passes of 2 rows) and its head at 4x
+#   spec     the hybrid shape's speculative regenerate and fresh question (python -m bench
+#            speculative --model, greedy, plain against Auto: identical tokens; random
+#            weights repeat themselves, so lookup finds more to draft than in real text)
 #   tests    the GPU tests of the attention paths (the tensor-core body's among them), the
 #            recurrence, the families' prefills and the warm-up at load ($TESTS, when set,
 #            instead)
@@ -28,7 +31,7 @@ set -u
 export PYTHONPATH=/root/site:$PWD PYTHONUNBUFFERED=1
 parts=" ${PARTS:-hybrid pair default tests} "
 shape=/root/shapes/qwen3.5-0.8b.gguf
-if [[ $parts == *" hybrid "* || $parts == *" pair "* || $parts == *" verify "* || $parts == *" rows "* ]] && [ ! -f $shape ]; then
+if [[ $parts == *" hybrid "* || $parts == *" pair "* || $parts == *" verify "* || $parts == *" rows "* || $parts == *" spec "* ]] && [ ! -f $shape ]; then
   python3 -m bench shapes write --shape qwen3.5-0.8b --out /root/shapes > /dev/null
 fi
 if [[ $parts == *" hybrid "* ]]; then
@@ -91,6 +94,11 @@ for line in open(sys.argv[1]):
         r = json.loads(line)
         print(r["context"], r["tuning"]["FQ_VERIFY_ROWS"], r["tuning"]["FQ_HEAD_ROWS"], {k: v for k, v in r.items() if k not in ("context", "tuning")})
 PY
+fi
+if [[ $parts == *" spec "* ]]; then
+  timeout 200 python3 -m bench speculative --model $shape --runs 2 --workloads regenerate,chat \
+    --json > "$OUT/speculative-hybrid.json" 2> "$OUT/speculative-hybrid.err"
+  echo "== spec: exit $?"; grep -E "^run|Error" "$OUT/speculative-hybrid.err" | tail -8
 fi
 if [[ $parts == *" default "* ]]; then
   for way in engine cudnn kernel; do
