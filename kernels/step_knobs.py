@@ -10,11 +10,11 @@ from __future__ import annotations
 THREADS = 256  # a block's threads (fused_step_cuda.StepKernel launches this many)
 
 # The build knobs (kernels/cuda/fused_step.cuh, fused_step.cu) and the engine's values:
-# slices of words a warp loads at once, whether it decodes them as used, rows of x a
-# verify's pass takes, blocks an SM (more warps to keep loads in flight, in half the
-# registers each; the verify's build may differ), floats of a phase's x a block copies
-# into shared memory (0: x is read from L2 by every warp). Every choice gives a row the
-# same bits.
+# slices of words a warp loads at once, whether it decodes them as used (2: and loads the
+# next chunk's while it sums this one's), rows of x a verify's pass takes, blocks an SM
+# (more warps to keep loads in flight, in half the registers each; the verify's build may
+# differ), floats of a phase's x a block copies into shared memory (0: x is read from L2 by
+# every warp). Every choice gives a row the same bits.
 TUNING = {
     "FQ_SLICES": 8,
     "FQ_STREAM": 0,
@@ -127,6 +127,8 @@ def check_tuning(tuning: dict[str, int]) -> dict[str, int]:
             f"FQ_BLOCKS must be 1..4 and FQ_VERIFY_BLOCKS 0..4, not {knobs['FQ_BLOCKS']} "
             f"and {knobs['FQ_VERIFY_BLOCKS']}"
         )
+    if knobs["FQ_STREAM"] not in (0, 1, 2):
+        raise ValueError(f"FQ_STREAM must be 0, 1 or 2, not {knobs['FQ_STREAM']}")
     if knobs["FQ_HEAD_ROWS"] not in (0, 1, 2, 4, 8):
         raise ValueError(f"FQ_HEAD_ROWS must be 0, 1, 2, 4 or 8, not {knobs['FQ_HEAD_ROWS']}")
     staged = knobs["FQ_SMEM_X"]

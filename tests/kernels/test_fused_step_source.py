@@ -2,8 +2,8 @@
 layout, and (where nvcc is installed) the CUDA sources of both paths compiled for an
 H100/H200 the way MLX wraps them, the one-launch step as the engine builds it keeping its
 registers in bfloat16 (a few bytes of spill at most) and its shared memory within what a
-launch takes, and the probe's stamped build of it. Their numbers are
-checked on the GPU by tests/engine/test_fused_decode.py."""
+launch takes, and the probe's stamped build of it. Their numbers are checked on the GPU by
+tests/engine/test_fused_decode.py."""
 
 from __future__ import annotations
 
@@ -193,6 +193,7 @@ Q4_K_M = ((4, 6), (4,), (4,), (4, 6), (6,))  # Q6_K in attn_v, ffn_down and the 
 KFACTORS = ((68, 134), (68,), (68,), (68, 134), (134,))
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (CUDA toolkit)")
+BUILDS = ((1, 1), (MAX_ROWS, 2))  # a step's (rows, head mode) and a verify's
 
 
 @needs_nvcc
@@ -232,7 +233,7 @@ def test_step_source_compiles_keeping_its_registers(
 @pytest.mark.parametrize(
     "shapes,layers", [(QWEN35_08B, 24), (TINY_QWEN35, 4)], ids=["0.8B", "tiny"]
 )
-@pytest.mark.parametrize("maxm,head_mode", [(1, 1), (MAX_ROWS, 2)])
+@pytest.mark.parametrize("maxm,head_mode", BUILDS)
 @pytest.mark.parametrize("pair", [1, 2])
 def test_a_hybrids_step_compiles(tmp_path, shapes, layers, maxm, head_mode, pair, monkeypatch):
     """Gated DeltaNet layers beside gated attention with partial rotary embeddings, as the
@@ -253,7 +254,7 @@ def test_a_hybrids_step_compiles(tmp_path, shapes, layers, maxm, head_mode, pair
 @pytest.mark.parametrize(
     "shapes,layers", [(GEMMA3_270M, 18), (TINY_GEMMA3, 6)], ids=["270M", "tiny"]
 )
-@pytest.mark.parametrize("maxm,head_mode", [(1, 1), (MAX_ROWS, 2)])
+@pytest.mark.parametrize("maxm,head_mode", BUILDS)
 def test_gemma3s_step_compiles_keeping_its_registers(tmp_path, shapes, layers, maxm, head_mode):
     """Sliding layers through their rings, sandwich norms and GELU, with the formats the
     real Gemma 3 270M Q4_K_M's table holds by role (Q5_0 and Q8_0 rows, dense float32)."""
@@ -307,37 +308,24 @@ def test_a_two_block_build_keeps_its_registers_for_two_blocks(tmp_path):
 
 
 @needs_nvcc
-@pytest.mark.parametrize("maxm,head_mode", [(1, 1), (MAX_ROWS, 2)])
-def test_the_streaming_dot_products_compile(tmp_path, maxm, head_mode):
-    """bench/gpu/step_tuning.py's other builds: words decoded as used, deeper chunks, more
-    rows of x a pass, a verify's rows all taken by the warps of their outputs (FQ_SPREAD
-    0; the engine's builds, every family's, deal a verify's groups of rows to warps), its
-    head's rows in passes of 8."""
-    tuning = {"FQ_SLICES": 16, "FQ_STREAM": 1, "FQ_VERIFY_ROWS": 4, "FQ_SMEM_X": 8192,
+@pytest.mark.parametrize("maxm,head_mode,stream", [(m, h, s) for m, h in BUILDS for s in (1, 2)])
+def test_the_streaming_dot_products_compile(tmp_path, maxm, head_mode, stream):
+    """bench/gpu/step_tuning.py's other builds: words decoded as used (2: the next chunk's
+    loaded as one is summed), deeper chunks, more rows of x a pass, a verify's rows all
+    taken by the warps of their outputs (FQ_SPREAD 0; the engine's builds deal a verify's
+    groups of rows to warps), its head's rows in passes of 8."""
+    tuning = {"FQ_SLICES": 16, "FQ_STREAM": stream, "FQ_VERIFY_ROWS": 4, "FQ_SMEM_X": 8192,
               "FQ_BARRIER": 1, "FQ_L1_PREFETCH": 1, "FQ_SPREAD": 0, "FQ_HEAD_ROWS": 8}  # fmt: skip
     source = _step_source(SMOLLM2, 30, "__nv_bfloat16", head_mode, maxm=maxm, tuning=tuning)
-    assert "#define FQ_STREAM 1" in source
+    assert f"#define FQ_STREAM {stream}" in source
     _nvcc(tmp_path, source)
 
 
 def test_build_knobs_are_named_and_checked():
     from bench.gpu.step_tuning import parse_configs
 
-    assert parse_configs("16:1:4") == [
-        {
-            "FQ_SLICES": 16,
-            "FQ_STREAM": 1,
-            "FQ_VERIFY_ROWS": 4,
-            "FQ_BLOCKS": 1,
-            "FQ_SMEM_X": 8192,
-            "FQ_VERIFY_BLOCKS": 0,
-            "FQ_BARRIER": 0,
-            "FQ_L1_PREFETCH": 0,
-            "FQ_KFACTORS": 0,
-            "FQ_SPREAD": 1,
-            "FQ_HEAD_ROWS": 0,
-        }
-    ]
+    values = (16, 1, 4, 1, 8192, 0, 0, 0, 0, 1, 0)  # the fields' order; the rest the engine's
+    assert parse_configs("16:1:4") == [dict(zip(fs.TUNING, values, strict=True))]
     assert parse_configs("16:0:2:1:8192:0:1:0:0:1:8")[0]["FQ_HEAD_ROWS"] == 8
     assert parse_configs("8:0:2:2:8192:0:0:0:1")[0]["FQ_KFACTORS"] == 1
     assert parse_configs("8:0:4:1:16384:0:0:0:0:0")[0]["FQ_SPREAD"] == 0
@@ -349,8 +337,9 @@ def test_build_knobs_are_named_and_checked():
         fs.formats_header((4,), {"FQ_BLOCKS": 0})
     with pytest.raises(ValueError, match="FQ_SMEM_X must be a multiple of 8"):
         fs.formats_header((4,), {"FQ_SMEM_X": 100})
-    with pytest.raises(ValueError, match="FQ_HEAD_ROWS must be"):
-        fs.formats_header((4,), {"FQ_HEAD_ROWS": 3})
+    for knob, value in (("FQ_HEAD_ROWS", 3), ("FQ_STREAM", 3)):
+        with pytest.raises(ValueError, match=f"{knob} must be 0, 1"):
+            fs.formats_header((4,), {knob: value})
     with pytest.raises(ValueError, match="blocks fit"):
         fs.formats_header((4,), {"FQ_SMEM_X": 32768, "FQ_BLOCKS": 2})
     assert "#define FQ_SMEM_X 16384" in fs.formats_header((4,), {"FQ_SMEM_X": 16384})

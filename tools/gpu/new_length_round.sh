@@ -20,6 +20,10 @@
 #            verify's pass, and the head's alone at 8 (FQ_HEAD_ROWS), the engine's other
 #            hybrid knobs alike: session 34's probe put a verify's products at ~4x a
 #            step's (4 passes of 2 rows) and its head at 4x
+#   pipe     the Llama-3.2-1B and 3.1-8B shapes' step and verify (bench/gpu/step_tuning.py)
+#            with the next chunk's words loaded while a warp sums this one's (FQ_STREAM 2),
+#            at 4, 8 and 16 slices, one and two blocks an SM, beside the engine's build and
+#            the decode-as-used one (1): session 15's 8B read 14% of the bandwidth
 #   spec     the hybrid shape's speculative regenerate and fresh question (python -m bench
 #            speculative --model, greedy, plain against Auto: identical tokens; random
 #            weights repeat themselves, so lookup finds more to draft than in real text)
@@ -94,6 +98,26 @@ for line in open(sys.argv[1]):
         r = json.loads(line)
         print(r["context"], r["tuning"]["FQ_VERIFY_ROWS"], r["tuning"]["FQ_HEAD_ROWS"], {k: v for k, v in r.items() if k not in ("context", "tuning")})
 PY
+fi
+if [[ $parts == *" pipe "* ]]; then  # the large shapes' step with the next chunk in flight
+  for big in ${PIPE_SHAPES:-llama-3.2-1b llama-3.1-8b}; do
+    [ -f /root/shapes/$big.gguf ] || timeout 200 python3 -m bench shapes write --shape $big \
+      --out /root/shapes > /dev/null
+    timeout ${PIPE_TIMEOUT:-240} python3 -m bench.gpu.step_tuning --model /root/shapes/$big.gguf \
+      --contexts 128 2048 --repeats 30 --configs ${PIPE_CONFIGS:-8:0:4:2:16384:1,8:1:4:2:16384:1,\
+8:2:4:2:16384:1,4:2:4:2:16384:1,8:2:4:1:16384:1,16:2:4:1:16384:1} \
+      --out "$OUT/pipe-$big.json" > "$OUT/pipe-$big.txt" 2>&1
+    echo "== pipe $big: exit $?"; grep -v "^{" "$OUT/pipe-$big.txt" | tail -3
+    python3 - "$OUT/pipe-$big.txt" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    if line.startswith("{"):
+        r = json.loads(line)
+        t = r["tuning"]
+        print(r["context"], [t[k] for k in ("FQ_SLICES", "FQ_STREAM", "FQ_BLOCKS")],
+              {k: v for k, v in r.items() if k not in ("context", "tuning")})
+PY
+  done
 fi
 if [[ $parts == *" spec "* ]]; then
   timeout 200 python3 -m bench speculative --model $shape --runs 2 --workloads regenerate,chat \
