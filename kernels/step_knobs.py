@@ -10,8 +10,8 @@ from __future__ import annotations
 THREADS = 256  # a block's threads (fused_step_cuda.StepKernel launches this many)
 
 # The build knobs (kernels/cuda/fused_step.cuh, fused_step.cu) and the engine's values:
-# slices of words a warp loads at once, whether it decodes them as used (2: and loads the
-# next chunk's while it sums this one's), rows of x a verify's pass takes, blocks an SM
+# slices of words a warp loads at once, whether it decodes them as used, rows of x a
+# verify's pass takes, blocks an SM
 # (more warps to keep loads in flight, in half the registers each; the verify's build may
 # differ), floats of a phase's x a block copies into shared memory (0: x is read from L2 by
 # every warp). Every choice gives a row the same bits.
@@ -59,8 +59,12 @@ _FOUR_ROWS = {"FQ_VERIFY_ROWS": 4, "FQ_SMEM_X": 16384}  # x staged: 4 rows of 4,
 # release / acquire barrier: on an H100 (session 34, docs/h100/barrier-hybrid-20261206-s34.json)
 # the shape's step took 1.495 / 1.566 ms at 128 / 2,048 context against 1.552 and 1.540 /
 # 1.607 and 1.602 with the fences (timed before and after it), an 8-row verify 5.12 / 5.68
-# against 5.01 / 5.74, every build's logits the engine build's.
+# against 5.01 / 5.74, every build's logits the engine build's. A verify takes 4 rows a pass
+# (its q/k norms' build spills there, and is faster all the same): 8 rows 4.88 / 5.57 ms
+# against 5.21-5.28 / 5.92-6.02 at 2 (timed first and last; 8 rows a pass 4.86 / 5.82; the
+# head alone at 8 no better), the same bits (docs/h100/verify-rows-hybrid-20261206-s35.json).
 _HYBRID = {"FQ_BLOCKS": 1, "FQ_VERIFY_BLOCKS": 0, "FQ_SLICES": 16, "FQ_BARRIER": 1}
+_HYBRID |= {"FQ_VERIFY_ROWS": 4, "FQ_SMEM_X": 16384}
 
 
 def tuning_for(layer_bytes: int, qk_norm: bool = False, hybrid: bool = False) -> dict[str, int]:
@@ -127,8 +131,8 @@ def check_tuning(tuning: dict[str, int]) -> dict[str, int]:
             f"FQ_BLOCKS must be 1..4 and FQ_VERIFY_BLOCKS 0..4, not {knobs['FQ_BLOCKS']} "
             f"and {knobs['FQ_VERIFY_BLOCKS']}"
         )
-    if knobs["FQ_STREAM"] not in (0, 1, 2):
-        raise ValueError(f"FQ_STREAM must be 0, 1 or 2, not {knobs['FQ_STREAM']}")
+    if knobs["FQ_STREAM"] not in (0, 1):
+        raise ValueError(f"FQ_STREAM must be 0 or 1, not {knobs['FQ_STREAM']}")
     if knobs["FQ_HEAD_ROWS"] not in (0, 1, 2, 4, 8):
         raise ValueError(f"FQ_HEAD_ROWS must be 0, 1, 2, 4 or 8, not {knobs['FQ_HEAD_ROWS']}")
     staged = knobs["FQ_SMEM_X"]

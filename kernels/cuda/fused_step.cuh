@@ -263,10 +263,8 @@ __device__ __forceinline__ FqX fq_stage(const float* x, int n, float* sm) {
 // Slices a dot product loads at once: FQ_SLICES of the R rows in all, at most the row's IT.
 // FQ_STREAM 0 decodes a chunk's slices into registers before any row of x meets them (R *
 // CH * 8 floats); 1 keeps only the loaded words of the chunk and decodes each slice as it
-// is used, so a chunk can be deeper (more bytes in flight) in the same registers; 2 does
-// as 1 and loads the next chunk's slice j into slice j's registers once they are summed,
-// so a warp's loads stay in flight while it computes. All give a row the same operations
-// in the same order; bench/gpu/step_tuning.py times them.
+// is used, so a chunk can be deeper (more bytes in flight) in the same registers. Both give
+// a row the same operations in the same order; bench/gpu/step_tuning.py times them.
 #ifndef FQ_SLICES
 #define FQ_SLICES 8
 #endif
@@ -309,12 +307,10 @@ __device__ __forceinline__ void fq_dot_fmt(
 #pragma unroll
     for (int r = 0; r < R; ++r) acc[m][r] = 0.f;
   }
-  constexpr bool PIPE = FQ_STREAM == 2;  // the next chunk in flight while this one is summed
-  FqSlice<FMT> cur[R][CH];
-  if (PIPE) fq_load_chunk<FMT, K, R, CH>(p, rows, 0, cur);
 #pragma unroll 1
   for (int c0 = 0; c0 < IT; c0 += CH) {
-    if (!PIPE) fq_load_chunk<FMT, K, R, CH>(p, rows, c0, cur);
+    FqSlice<FMT> cur[R][CH];
+    fq_load_chunk<FMT, K, R, CH>(p, rows, c0, cur);
 #if FQ_STREAM
 #pragma unroll
     for (int j = 0; j < CH; ++j) {
@@ -350,11 +346,6 @@ __device__ __forceinline__ void fq_dot_fmt(
             }
           }
         }
-      }
-      const int kn = (c0 + CH + j) * 256 + lane * 8;
-      if (PIPE && c0 + CH + j < IT && kn < K) {  // slice j's registers take the next chunk's
-#pragma unroll
-        for (int r = 0; r < R; ++r) cur[r][j].load(p, rows[r], kn);
       }
     }
 #else

@@ -308,16 +308,16 @@ def test_a_two_block_build_keeps_its_registers_for_two_blocks(tmp_path):
 
 
 @needs_nvcc
-@pytest.mark.parametrize("maxm,head_mode,stream", [(m, h, s) for m, h in BUILDS for s in (1, 2)])
-def test_the_streaming_dot_products_compile(tmp_path, maxm, head_mode, stream):
-    """bench/gpu/step_tuning.py's other builds: words decoded as used (2: the next chunk's
-    loaded as one is summed), deeper chunks, more rows of x a pass, a verify's rows all
-    taken by the warps of their outputs (FQ_SPREAD 0; the engine's builds deal a verify's
-    groups of rows to warps), its head's rows in passes of 8."""
-    tuning = {"FQ_SLICES": 16, "FQ_STREAM": stream, "FQ_VERIFY_ROWS": 4, "FQ_SMEM_X": 8192,
+@pytest.mark.parametrize("maxm,head_mode", BUILDS)
+def test_the_streaming_dot_products_compile(tmp_path, maxm, head_mode):
+    """bench/gpu/step_tuning.py's other builds: words decoded as used, deeper chunks, more
+    rows of x a pass, a verify's rows all taken by the warps of their outputs (FQ_SPREAD 0;
+    the engine's builds deal a verify's groups of rows to warps), its head's rows in passes
+    of 8."""
+    tuning = {"FQ_SLICES": 16, "FQ_STREAM": 1, "FQ_VERIFY_ROWS": 4, "FQ_SMEM_X": 8192,
               "FQ_BARRIER": 1, "FQ_L1_PREFETCH": 1, "FQ_SPREAD": 0, "FQ_HEAD_ROWS": 8}  # fmt: skip
     source = _step_source(SMOLLM2, 30, "__nv_bfloat16", head_mode, maxm=maxm, tuning=tuning)
-    assert f"#define FQ_STREAM {stream}" in source
+    assert "#define FQ_STREAM 1" in source
     _nvcc(tmp_path, source)
 
 
@@ -337,7 +337,7 @@ def test_build_knobs_are_named_and_checked():
         fs.formats_header((4,), {"FQ_BLOCKS": 0})
     with pytest.raises(ValueError, match="FQ_SMEM_X must be a multiple of 8"):
         fs.formats_header((4,), {"FQ_SMEM_X": 100})
-    for knob, value in (("FQ_HEAD_ROWS", 3), ("FQ_STREAM", 3)):
+    for knob, value in (("FQ_HEAD_ROWS", 3), ("FQ_STREAM", 2)):
         with pytest.raises(ValueError, match=f"{knob} must be 0, 1"):
             fs.formats_header((4,), {knob: value})
     with pytest.raises(ValueError, match="blocks fit"):
@@ -387,3 +387,4 @@ def test_large_layers_take_two_blocks_an_sm():
     hybrid = fs.tuning_for(40 << 20, qk_norm=True, hybrid=True)  # measured on the 0.8B
     assert (hybrid["FQ_BLOCKS"], fs.blocks_per_sm(hybrid, True), hybrid["FQ_SLICES"]) == (1, 1, 16)
     assert hybrid["FQ_BARRIER"] == 1 and small["FQ_BARRIER"] == large["FQ_BARRIER"] == 0
+    assert (hybrid["FQ_VERIFY_ROWS"], hybrid["FQ_SMEM_X"]) == (4, 16384)  # s35, an H100

@@ -20,10 +20,9 @@
 #            verify's pass, and the head's alone at 8 (FQ_HEAD_ROWS), the engine's other
 #            hybrid knobs alike: session 34's probe put a verify's products at ~4x a
 #            step's (4 passes of 2 rows) and its head at 4x
-#   pipe     the Llama-3.2-1B and 3.1-8B shapes' step and verify (bench/gpu/step_tuning.py)
-#            with the next chunk's words loaded while a warp sums this one's (FQ_STREAM 2),
-#            at 4, 8 and 16 slices, one and two blocks an SM, beside the engine's build and
-#            the decode-as-used one (1): session 15's 8B read 14% of the bandwidth
+#   stream   the Llama-3.2-1B and 3.1-8B shapes' step and verify (bench/gpu/step_tuning.py)
+#            with words decoded as used (FQ_STREAM 1) at 8 and 16 slices, the engine's build
+#            timed first and last: session 35 read its decode 1-10% faster, its verify slower
 #   spec     the hybrid shape's speculative regenerate and fresh question (python -m bench
 #            speculative --model, greedy, plain against Auto: identical tokens; random
 #            weights repeat themselves, so lookup finds more to draft than in real text)
@@ -99,16 +98,15 @@ for line in open(sys.argv[1]):
         print(r["context"], r["tuning"]["FQ_VERIFY_ROWS"], r["tuning"]["FQ_HEAD_ROWS"], {k: v for k, v in r.items() if k not in ("context", "tuning")})
 PY
 fi
-if [[ $parts == *" pipe "* ]]; then  # the large shapes' step with the next chunk in flight
-  for big in ${PIPE_SHAPES:-llama-3.2-1b llama-3.1-8b}; do
+if [[ $parts == *" stream "* ]]; then  # the large shapes' step, words decoded as used
+  for big in ${STREAM_SHAPES:-llama-3.2-1b llama-3.1-8b}; do
     [ -f /root/shapes/$big.gguf ] || timeout 200 python3 -m bench shapes write --shape $big \
       --out /root/shapes > /dev/null
-    timeout ${PIPE_TIMEOUT:-240} python3 -m bench.gpu.step_tuning --model /root/shapes/$big.gguf \
-      --contexts 128 2048 --repeats 30 --configs ${PIPE_CONFIGS:-8:0:4:2:16384:1,8:1:4:2:16384:1,\
-8:2:4:2:16384:1,4:2:4:2:16384:1,8:2:4:1:16384:1,16:2:4:1:16384:1} \
-      --out "$OUT/pipe-$big.json" > "$OUT/pipe-$big.txt" 2>&1
-    echo "== pipe $big: exit $?"; grep -v "^{" "$OUT/pipe-$big.txt" | tail -3
-    python3 - "$OUT/pipe-$big.txt" <<'PY'
+    timeout ${STREAM_TIMEOUT:-240} python3 -m bench.gpu.step_tuning --model /root/shapes/$big.gguf \
+      --contexts 128 2048 --repeats 30 --configs ${STREAM_CONFIGS:-8:0:4:2:16384:1,8:1:4:2:16384:1,\
+16:1:4:2:16384:1,8:0:4:2:16384:1} --out "$OUT/stream-$big.json" > "$OUT/stream-$big.txt" 2>&1
+    echo "== stream $big: exit $?"; grep -v "^{" "$OUT/stream-$big.txt" | tail -3
+    python3 - "$OUT/stream-$big.txt" <<'PY'
 import json, sys
 for line in open(sys.argv[1]):
     if line.startswith("{"):
