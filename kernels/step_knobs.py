@@ -37,6 +37,10 @@ TUNING = {
     # an H100 an 8-row verify's head took 726 us at 2 rows a pass, a step's 182
     # (docs/h100/step-probe-hybrid-pair2-20261206-s34.json)
     "FQ_HEAD_ROWS": 0,
+    # FQ_STREAM of the verify build (-1: the step's). On an H100 (session 35) words decoded
+    # as used made the Llama shapes' step 1-10% faster and their 8-row verify 19-26% slower,
+    # in one run (docs/h100/pipe-llama-3.1-8b-20261206-s35.json)
+    "FQ_VERIFY_STREAM": -1,
 }
 # shared memory an SM lends the staged x of its blocks (an H100/H200 SM has 228 KB; the
 # attention's own arrays and the runtime's reserve take the rest)
@@ -109,6 +113,8 @@ def formats_header(
         f"#define FQ_FORMATS_{name}(X) " + " ".join(f"X({f})" for f in codes or formats)
         for name, codes in zip(ROLES, by_role, strict=True)
     ]
+    if verify and knobs["FQ_VERIFY_STREAM"] >= 0:
+        knobs = knobs | {"FQ_STREAM": knobs["FQ_VERIFY_STREAM"]}
     lines += [f"#define {name} {int(value)}" for name, value in knobs.items()]
     header = "\n".join(lines) + "\n"
     blocks = blocks_per_sm(knobs, verify)
@@ -131,8 +137,11 @@ def check_tuning(tuning: dict[str, int]) -> dict[str, int]:
             f"FQ_BLOCKS must be 1..4 and FQ_VERIFY_BLOCKS 0..4, not {knobs['FQ_BLOCKS']} "
             f"and {knobs['FQ_VERIFY_BLOCKS']}"
         )
-    if knobs["FQ_STREAM"] not in (0, 1):
-        raise ValueError(f"FQ_STREAM must be 0 or 1, not {knobs['FQ_STREAM']}")
+    if knobs["FQ_STREAM"] not in (0, 1) or knobs["FQ_VERIFY_STREAM"] not in (-1, 0, 1):
+        raise ValueError(
+            f"FQ_STREAM must be 0 or 1 and FQ_VERIFY_STREAM -1, 0 or 1, not "
+            f"{knobs['FQ_STREAM']} and {knobs['FQ_VERIFY_STREAM']}"
+        )
     if knobs["FQ_HEAD_ROWS"] not in (0, 1, 2, 4, 8):
         raise ValueError(f"FQ_HEAD_ROWS must be 0, 1, 2, 4 or 8, not {knobs['FQ_HEAD_ROWS']}")
     staged = knobs["FQ_SMEM_X"]

@@ -52,19 +52,20 @@ _FIELDS = [
     "FQ_KFACTORS",
     "FQ_SPREAD",
     "FQ_HEAD_ROWS",
+    "FQ_VERIFY_STREAM",
 ]
 
 
 def parse_configs(text: str) -> list[dict[str, int]]:
-    """ "slices:stream:rows[:blocks[:smem[:vblocks[:barrier[:l1[:kfactors[:spread[:head]]]]]]]],..."
-    as TUNING dicts (the fields left out take the engine's values)."""
+    """ "slices:stream:rows[:blocks:smem:vblocks:barrier:l1:kfactors:spread:head:vstream],..."
+    (any prefix of the fields) as TUNING dicts; the fields left out take the engine's values."""
     out = []
     for item in text.split(","):
         values = [int(v) for v in item.split(":")]
         if not 3 <= len(values) <= len(_FIELDS):
             raise SystemExit(
                 "a configuration is slices:stream:rows"
-                f"[:blocks:smem:vblocks:barrier:l1:kf:spread:head], not {item!r}"
+                f"[:blocks:smem:vblocks:barrier:l1:kf:spread:head:vstream], not {item!r}"
             )
         out.append(
             {name: TUNING[name] for name in _FIELDS}

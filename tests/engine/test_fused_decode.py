@@ -208,6 +208,7 @@ def test_one_launch_step_reads_the_weights_as_stored(tiny_models, q4_k_m, source
         "FQ_HEAD_ROWS=8",  # a verify's head in one pass of 8 rows
         "FQ_KFACTORS=1",  # Q4_K / Q6_K parts as their super-blocks' factors
         "FQ_STREAM=1,FQ_SLICES=16,FQ_VERIFY_ROWS=4",
+        "FQ_STREAM=1,FQ_VERIFY_STREAM=0",  # the step's words decoded as used, not the verify's
     ],
 )
 @pytest.mark.parametrize("source", ["tiny-llama", "tiny-qwen3"])

@@ -324,7 +324,7 @@ def test_the_streaming_dot_products_compile(tmp_path, maxm, head_mode):
 def test_build_knobs_are_named_and_checked():
     from bench.gpu.step_tuning import parse_configs
 
-    values = (16, 1, 4, 1, 8192, 0, 0, 0, 0, 1, 0)  # the fields' order; the rest the engine's
+    values = (16, 1, 4, 1, 8192, 0, 0, 0, 0, 1, 0, -1)  # the fields' order; the rest the engine's
     assert parse_configs("16:1:4") == [dict(zip(fs.TUNING, values, strict=True))]
     assert parse_configs("16:0:2:1:8192:0:1:0:0:1:8")[0]["FQ_HEAD_ROWS"] == 8
     assert parse_configs("8:0:2:2:8192:0:0:0:1")[0]["FQ_KFACTORS"] == 1
@@ -337,9 +337,12 @@ def test_build_knobs_are_named_and_checked():
         fs.formats_header((4,), {"FQ_BLOCKS": 0})
     with pytest.raises(ValueError, match="FQ_SMEM_X must be a multiple of 8"):
         fs.formats_header((4,), {"FQ_SMEM_X": 100})
-    for knob, value in (("FQ_HEAD_ROWS", 3), ("FQ_STREAM", 2)):
-        with pytest.raises(ValueError, match=f"{knob} must be 0, 1"):
+    for knob, value in (("FQ_HEAD_ROWS", 3), ("FQ_STREAM", 2), ("FQ_VERIFY_STREAM", 2)):
+        with pytest.raises(ValueError, match=f"{knob} must be .* not {value}|not .* and {value}"):
             fs.formats_header((4,), {knob: value})
+    both = {"FQ_STREAM": 1, "FQ_VERIFY_STREAM": 0}  # words decoded as used in the step alone
+    assert "#define FQ_STREAM 1" in fs.formats_header((4,), both)
+    assert "#define FQ_STREAM 0" in fs.formats_header((4,), both, verify=True)
     with pytest.raises(ValueError, match="blocks fit"):
         fs.formats_header((4,), {"FQ_SMEM_X": 32768, "FQ_BLOCKS": 2})
     assert "#define FQ_SMEM_X 16384" in fs.formats_header((4,), {"FQ_SMEM_X": 16384})

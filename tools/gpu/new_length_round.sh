@@ -22,7 +22,8 @@
 #            step's (4 passes of 2 rows) and its head at 4x
 #   stream   the Llama-3.2-1B and 3.1-8B shapes' step and verify (bench/gpu/step_tuning.py)
 #            with words decoded as used (FQ_STREAM 1) at 8 and 16 slices, the engine's build
-#            timed first and last: session 35 read its decode 1-10% faster, its verify slower
+#            timed first and last, and in the step alone (FQ_VERIFY_STREAM 0): session 35 read
+#            its step 1-10% faster, its verify 19-26% slower
 #   spec     the hybrid shape's speculative regenerate and fresh question (python -m bench
 #            speculative --model, greedy, plain against Auto: identical tokens; random
 #            weights repeat themselves, so lookup finds more to draft than in real text)
@@ -104,7 +105,7 @@ if [[ $parts == *" stream "* ]]; then  # the large shapes' step, words decoded a
       --out /root/shapes > /dev/null
     timeout ${STREAM_TIMEOUT:-240} python3 -m bench.gpu.step_tuning --model /root/shapes/$big.gguf \
       --contexts 128 2048 --repeats 30 --configs ${STREAM_CONFIGS:-8:0:4:2:16384:1,8:1:4:2:16384:1,\
-16:1:4:2:16384:1,8:0:4:2:16384:1} --out "$OUT/stream-$big.json" > "$OUT/stream-$big.txt" 2>&1
+16:1:4:2:16384:1,8:1:4:2:16384:1:0:0:0:1:0:0,8:0:4:2:16384:1} --out "$OUT/stream-$big.json" > "$OUT/stream-$big.txt" 2>&1
     echo "== stream $big: exit $?"; grep -v "^{" "$OUT/stream-$big.txt" | tail -3
     python3 - "$OUT/stream-$big.txt" <<'PY'
 import json, sys
@@ -112,7 +113,7 @@ for line in open(sys.argv[1]):
     if line.startswith("{"):
         r = json.loads(line)
         t = r["tuning"]
-        print(r["context"], [t[k] for k in ("FQ_SLICES", "FQ_STREAM", "FQ_BLOCKS")],
+        print(r["context"], [t[k] for k in ("FQ_SLICES", "FQ_STREAM", "FQ_BLOCKS", "FQ_VERIFY_STREAM")],
               {k: v for k, v in r.items() if k not in ("context", "tuning")})
 PY
   done
