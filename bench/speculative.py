@@ -11,6 +11,9 @@ Workloads (greedy by default, so every mode must produce the same tokens):
 - chat: a fresh question in a fresh session; the drafter has little to go on there, so
   speculation must cost next to nothing.
 - code: ask for a function, then the same request with the function renamed.
+- repeat (only when named): a question, then the same question again (regenerate without an
+  edit): greedy, the reply repeats, so lookup has every token and the speed-up is the
+  verify curve's ceiling (a random-weight shape's replies share nothing across an edit).
 - open_chat: ten fresh questions held out from the block drafter's training
   (bench/heldout_prompts.json), each in a fresh session.
 - mixed: ten held-out conversations of chat, code, lists and follow-ups (each earlier turn
@@ -79,6 +82,7 @@ WORKLOADS = {
         )
     ),
     "chat": Workload((_user("Explain how photosynthesis works, step by step."),)),
+    "repeat": Workload((_user(*["What is the difference between a list and a tuple?"] * 2),)),
     "code": Workload(
         (
             _user(
@@ -95,6 +99,7 @@ WORKLOADS = {
     ),
     "mixed": Workload(tuple(_user(*turns) for turns in HELD_OUT["mixed"]), follow_up=True),
 }
+DEFAULT_WORKLOADS = [w for w in WORKLOADS if w != "repeat"]  # repeat: a ceiling, asked by name
 
 
 @dataclass
@@ -342,7 +347,7 @@ def main(argv: list[str] | None = None, config: EngineConfig | None = None) -> i
     parser.add_argument(
         "--modes", type=_names(ALL_MODES), default=["plain", "auto"], help="plain is always run"
     )
-    parser.add_argument("--workloads", type=_names(WORKLOADS), default=list(WORKLOADS))
+    parser.add_argument("--workloads", type=_names(WORKLOADS), default=DEFAULT_WORKLOADS)
     parser.add_argument("--temperature", type=float, default=0.0, help="0: greedy")
     parser.add_argument("--top-p", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=0, help="a sampled run's draws")

@@ -113,14 +113,20 @@ def test_model_takes_another_gguf_and_names_it(
 ) -> None:
     """--model: a hybrid in the tiny Qwen3.5 shape (random weights, whose greedy replies
     repeat, so lookup drafts); every mode's tokens equal plain decoding's, the JSON names
-    the file and the command carries the flag."""
+    the file and the command carries the flag. `repeat` (asked for by name: the defaults
+    leave it out) asks the same question twice, so every drafted token of the second reply
+    is accepted."""
     from bench.shapes import SHAPES
     from bench.shapes_gguf import write_gguf
 
     path = write_gguf(SHAPES["tiny-qwen3.5"], tmp_path / "hybrid.gguf")
     argv = ["--model", str(path), "--runs", "1", "--max-tokens", "24", "--backend", "numpy"]
-    assert speculative.main([*argv, "--workloads", "regenerate", "--json"]) == 0
+    assert speculative.main([*argv, "--workloads", "regenerate,repeat", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
-    regenerate = result["workloads"]["regenerate"]
+    regenerate, repeat = result["workloads"]["regenerate"], result["workloads"]["repeat"]
     assert result["model"]["name"] == "hybrid.gguf" and f"--model {path}" in result["command"]
     assert regenerate["identical"] is True and regenerate["auto"]["drafted"] > 0
+    assert repeat["identical"] is True and repeat["auto"]["accepted"] == repeat["auto"]["drafted"]
+    assert repeat["auto"]["drafted"] >= repeat["tokens"] // 2
+    assert "repeat" not in speculative.DEFAULT_WORKLOADS  # a ceiling, not a user's figure
+    assert "regenerate" in speculative.DEFAULT_WORKLOADS

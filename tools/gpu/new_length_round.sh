@@ -119,7 +119,7 @@ PY
   done
 fi
 if [[ $parts == *" spec "* ]]; then
-  timeout 200 python3 -m bench speculative --model $shape --runs 2 --workloads regenerate,chat \
+  timeout 240 python3 -m bench speculative --model $shape --runs 2 --workloads regenerate,chat,repeat \
     --json > "$OUT/speculative-hybrid.json" 2> "$OUT/speculative-hybrid.err"
   echo "== spec: exit $?"; grep -E "^run|Error" "$OUT/speculative-hybrid.err" | tail -8
 fi
