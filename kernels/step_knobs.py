@@ -41,6 +41,10 @@ TUNING = {
     # as used made the Llama shapes' step 1-10% faster and their 8-row verify 19-26% slower,
     # in one run (docs/h100/pipe-llama-3.1-8b-20261206-s35.json)
     "FQ_VERIFY_STREAM": -1,
+    # 1: a products phase's warp asks L2 for its unit's whole rows and its next unit's
+    # (prefetch.global.L2) before it loads a chunk: a large layer's later chunks and next
+    # unit then come from L2 (fused_step.cuh's fq_ahead_row)
+    "FQ_L2_AHEAD": 0,
 }
 # shared memory an SM lends the staged x of its blocks (an H100/H200 SM has 228 KB; the
 # attention's own arrays and the runtime's reserve take the rest)
@@ -142,6 +146,8 @@ def check_tuning(tuning: dict[str, int]) -> dict[str, int]:
             f"FQ_STREAM must be 0 or 1 and FQ_VERIFY_STREAM -1, 0 or 1, not "
             f"{knobs['FQ_STREAM']} and {knobs['FQ_VERIFY_STREAM']}"
         )
+    if knobs["FQ_L2_AHEAD"] not in (0, 1):
+        raise ValueError(f"FQ_L2_AHEAD must be 0 or 1, not {knobs['FQ_L2_AHEAD']}")
     if knobs["FQ_HEAD_ROWS"] not in (0, 1, 2, 4, 8):
         raise ValueError(f"FQ_HEAD_ROWS must be 0, 1, 2, 4 or 8, not {knobs['FQ_HEAD_ROWS']}")
     staged = knobs["FQ_SMEM_X"]

@@ -13,6 +13,7 @@ same KV cache and the same reference logits: both layouts side by side in one ru
 hybrid (with BRANCHCHAT_HYBRID_STEP=1) runs every build on its linear layers' states too.
 
     python -m bench.gpu.step_tuning [--model PATH] [--configs 8:0:2,16:1:4:2:8192,...]
+        [--engine-with "FQ_L2_AHEAD=1;FQ_STREAM=1,FQ_VERIFY_STREAM=0"]
         [--contexts 128 2048] [--out FILE]
 """
 
@@ -27,10 +28,11 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
-from engine.config import EngineConfig
+from engine.config import EngineConfig, parse_step_tuning
 from engine.loader import load_model
 from engine.runner import fused_hybrid
 from kernels.fused_step_cuda import TUNING, StepKernel
+from kernels.step_knobs import check_tuning
 
 # the next round's: fewer slices in flight so two blocks' 128 registers do not spill (Llama:
 # none at 4, 156 bytes at 8), a verify of 4 or 8 rows a pass in one block, x left in L2,
@@ -53,11 +55,12 @@ _FIELDS = [
     "FQ_SPREAD",
     "FQ_HEAD_ROWS",
     "FQ_VERIFY_STREAM",
+    "FQ_L2_AHEAD",
 ]
 
 
 def parse_configs(text: str) -> list[dict[str, int]]:
-    """ "slices:stream:rows[:blocks:smem:vblocks:barrier:l1:kfactors:spread:head:vstream],..."
+    """ "slices:stream:rows[:blocks:smem:vblocks:barrier:l1:kf:spread:head:vstream:ahead],..."
     (any prefix of the fields) as TUNING dicts; the fields left out take the engine's values."""
     out = []
     for item in text.split(","):
@@ -65,13 +68,20 @@ def parse_configs(text: str) -> list[dict[str, int]]:
         if not 3 <= len(values) <= len(_FIELDS):
             raise SystemExit(
                 "a configuration is slices:stream:rows"
-                f"[:blocks:smem:vblocks:barrier:l1:kf:spread:head:vstream], not {item!r}"
+                f"[:blocks:smem:vblocks:barrier:l1:kf:spread:head:vstream:ahead], not {item!r}"
             )
         out.append(
             {name: TUNING[name] for name in _FIELDS}
             | dict(zip(_FIELDS[: len(values)], values, strict=True))
         )
     return out
+
+
+def engine_with(engine: dict[str, int], text: str) -> list[dict[str, int]]:
+    """ "KNOB=V,...;KNOB=V,..." as the engine's knobs with each item's changed, between the
+    engine's own first (the reference) and last."""
+    changed = [check_tuning(engine | parse_step_tuning(item)) for item in text.split(";")]
+    return [engine, *changed, engine]
 
 
 def _median_ms(fn: Any, repeats: int) -> float:
@@ -148,14 +158,21 @@ def main() -> None:
     ap.add_argument("--contexts", type=int, nargs="+", default=[128, 2048])
     ap.add_argument("--repeats", type=int, default=50)
     ap.add_argument("--out", default=None)
+    ap.add_argument(
+        "--engine-with",
+        default=None,
+        help="KNOB=V[,...][;...]: instead of --configs, the engine's build with these knobs "
+        "changed, each build between the engine's own timed first and last",
+    )
     args = ap.parse_args()
     from engine.default_model import default_model_path
 
     config = EngineConfig.from_environment()
     model = load_model(args.model or default_model_path(), config)
-    configs = parse_configs(args.configs)
     kernel = model.runner.fused.step_kernel if model.runner.fused else None
     engine = kernel.tuning if kernel is not None else dict(TUNING)  # tuning_for's choice
+    configs = engine_with(engine, args.engine_with) if args.engine_with else []
+    configs = configs or parse_configs(args.configs)
     tables = {engine["FQ_KFACTORS"]: model.runner.fused}
     for layout in {c["FQ_KFACTORS"] for c in configs} - set(tables):  # a second load
         knobs = ",".join(filter(None, [config.step_tuning, f"FQ_KFACTORS={layout}"]))

@@ -197,25 +197,30 @@ def test_one_launch_step_reads_the_weights_as_stored(tiny_models, q4_k_m, source
 @pytest.mark.skipif(not fused_decode_cuda.is_available(), reason="needs MLX on a CUDA GPU")
 @pytest.mark.gpu
 @pytest.mark.parametrize(
-    "tuning",
+    "tuning,source",
     [
-        "FQ_BLOCKS=2",
-        "FQ_SMEM_X=64",  # x staged in part: a verify's rows past the first from L2
-        "FQ_SMEM_X=0",  # every warp reads x from L2
-        "FQ_SMEM_X=32768,FQ_VERIFY_ROWS=8",  # past 48 KB: the launch's attribute
-        "FQ_BLOCKS=2,FQ_VERIFY_BLOCKS=1,FQ_VERIFY_ROWS=8",  # each build its own blocks
-        "FQ_BARRIER=1,FQ_L1_PREFETCH=1",  # release/acquire barrier, rows into L1 first
-        "FQ_HEAD_ROWS=8",  # a verify's head in one pass of 8 rows
-        "FQ_KFACTORS=1",  # Q4_K / Q6_K parts as their super-blocks' factors
-        "FQ_STREAM=1,FQ_SLICES=16,FQ_VERIFY_ROWS=4",
-        "FQ_STREAM=1,FQ_VERIFY_STREAM=0",  # the step's words decoded as used, not the verify's
-    ],
+        (knob, source)
+        for knob in (
+            "FQ_BLOCKS=2",
+            "FQ_SMEM_X=64",  # x staged in part: a verify's rows past the first from L2
+            "FQ_SMEM_X=0",  # every warp reads x from L2
+            "FQ_SMEM_X=32768,FQ_VERIFY_ROWS=8",  # past 48 KB: the launch's attribute
+            "FQ_BLOCKS=2,FQ_VERIFY_BLOCKS=1,FQ_VERIFY_ROWS=8",  # each build its own blocks
+            "FQ_BARRIER=1,FQ_L1_PREFETCH=1",  # release/acquire barrier, rows into L1 first
+            "FQ_HEAD_ROWS=8",  # a verify's head in one pass of 8 rows
+            "FQ_KFACTORS=1",  # Q4_K / Q6_K parts as their super-blocks' factors
+            "FQ_STREAM=1,FQ_SLICES=16,FQ_VERIFY_ROWS=4",
+            "FQ_STREAM=1,FQ_VERIFY_STREAM=0",  # the step's words decoded as used, not the verify's
+            "FQ_L2_AHEAD=1",  # a unit's rows and the next unit's asked of L2 first
+        )
+        for source in ("tiny-llama", "tiny-qwen3")
+    ]
+    + [("FQ_L2_AHEAD=1", "tiny-qwen3.5"), ("FQ_HEAD_ROWS=8,FQ_BARRIER=0", "tiny-qwen3.5")],
 )
-@pytest.mark.parametrize("source", ["tiny-llama", "tiny-qwen3"])
 def test_every_build_knob_gives_a_row_the_same_bits(q4_k_m, tuning, source):
     """Each knob of kernels/fused_step_cuda.TUNING changes where the work runs, not what a
     row computes: steps and verify rows in the default dtype equal the engine build's
-    (Qwen3: with the q/k norms' phase)."""
+    (Qwen3: with the q/k norms' phase; Qwen3.5: its Gated DeltaNet layers' in_proj too)."""
     from engine.config import parse_step_tuning
 
     path = q4_k_m(source)

@@ -20,10 +20,11 @@
 #            verify's pass, and the head's alone at 8 (FQ_HEAD_ROWS), the engine's other
 #            hybrid knobs alike: session 34's probe put a verify's products at ~4x a
 #            step's (4 passes of 2 rows) and its head at 4x
-#   stream   the Llama-3.2-1B and 3.1-8B shapes' step and verify (bench/gpu/step_tuning.py)
-#            with words decoded as used (FQ_STREAM 1) at 8 and 16 slices, the engine's build
-#            timed first and last, and in the step alone (FQ_VERIFY_STREAM 0): session 35 read
-#            its step 1-10% faster, its verify 19-26% slower
+#   ahead    the Llama-3.1-8B, 3.2-1B and Qwen3.5-0.8B shapes' step and verify
+#            (bench/gpu/step_tuning.py --engine-with: the engine's build timed first and last)
+#            with each unit's rows and the next unit's asked of L2 first (FQ_L2_AHEAD), with
+#            the step's words decoded as used (FQ_STREAM 1, FQ_VERIFY_STREAM 0: session 35 read
+#            the Llama step 1-10% faster that way, its verify slower), and with both
 #   spec     the hybrid shape's speculative regenerate and fresh question (python -m bench
 #            speculative --model, greedy, plain against Auto: identical tokens; random
 #            weights repeat themselves, so lookup finds more to draft than in real text)
@@ -99,21 +100,22 @@ for line in open(sys.argv[1]):
         print(r["context"], r["tuning"]["FQ_VERIFY_ROWS"], r["tuning"]["FQ_HEAD_ROWS"], {k: v for k, v in r.items() if k not in ("context", "tuning")})
 PY
 fi
-if [[ $parts == *" stream "* ]]; then  # the large shapes' step, words decoded as used
-  for big in ${STREAM_SHAPES:-llama-3.2-1b llama-3.1-8b}; do
+if [[ $parts == *" ahead "* ]]; then  # rows asked of L2 ahead, and words decoded as used
+  for big in ${AHEAD_SHAPES:-llama-3.1-8b llama-3.2-1b qwen3.5-0.8b}; do
     [ -f /root/shapes/$big.gguf ] || timeout 200 python3 -m bench shapes write --shape $big \
       --out /root/shapes > /dev/null
-    timeout ${STREAM_TIMEOUT:-240} python3 -m bench.gpu.step_tuning --model /root/shapes/$big.gguf \
-      --contexts 128 2048 --repeats 30 --configs ${STREAM_CONFIGS:-8:0:4:2:16384:1,8:1:4:2:16384:1,\
-16:1:4:2:16384:1,8:1:4:2:16384:1:0:0:0:1:0:0,8:0:4:2:16384:1} --out "$OUT/stream-$big.json" > "$OUT/stream-$big.txt" 2>&1
-    echo "== stream $big: exit $?"; grep -v "^{" "$OUT/stream-$big.txt" | tail -3
-    python3 - "$OUT/stream-$big.txt" <<'PY'
+    timeout ${AHEAD_TIMEOUT:-200} python3 -m bench.gpu.step_tuning --model /root/shapes/$big.gguf \
+      --contexts 128 2048 --repeats 30 --engine-with "${AHEAD_WITH:-FQ_L2_AHEAD=1;\
+FQ_STREAM=1,FQ_VERIFY_STREAM=0;FQ_L2_AHEAD=1,FQ_STREAM=1,FQ_VERIFY_STREAM=0}" \
+      --out "$OUT/ahead-$big.json" > "$OUT/ahead-$big.txt" 2>&1
+    echo "== ahead $big: exit $?"; grep -v "^{" "$OUT/ahead-$big.txt" | tail -3
+    python3 - "$OUT/ahead-$big.txt" <<'PY'
 import json, sys
 for line in open(sys.argv[1]):
     if line.startswith("{"):
         r = json.loads(line)
         t = r["tuning"]
-        print(r["context"], [t[k] for k in ("FQ_SLICES", "FQ_STREAM", "FQ_BLOCKS", "FQ_VERIFY_STREAM")],
+        print(r["context"], [t[k] for k in ("FQ_L2_AHEAD", "FQ_STREAM", "FQ_VERIFY_STREAM")],
               {k: v for k, v in r.items() if k not in ("context", "tuning")})
 PY
   done
