@@ -23,8 +23,9 @@
 #   ahead    the Llama-3.1-8B, 3.2-1B and Qwen3.5-0.8B shapes' step and verify
 #            (bench/gpu/step_tuning.py --engine-with: the engine's build timed first and last)
 #            with each unit's rows and the next unit's asked of L2 first (FQ_L2_AHEAD), with
-#            the step's words decoded as used (FQ_STREAM 1, FQ_VERIFY_STREAM 0: session 35 read
-#            the Llama step 1-10% faster that way, its verify slower), and with both
+#            K-quant parts as their factors (FQ_KFACTORS: 4.6 bits a Q4_K weight read, not 6;
+#            built in session 14, never timed), both, and the step's words decoded as used
+#            (FQ_STREAM 1, FQ_VERIFY_STREAM 0: session 35 read the Llama step 1-10% faster)
 #   spec     the hybrid shape's speculative regenerate and fresh question (python -m bench
 #            speculative --model, greedy, plain against Auto: identical tokens; random
 #            weights repeat themselves, so lookup finds more to draft than in real text)
@@ -104,9 +105,9 @@ if [[ $parts == *" ahead "* ]]; then  # rows asked of L2 ahead, and words decode
   for big in ${AHEAD_SHAPES:-llama-3.1-8b llama-3.2-1b qwen3.5-0.8b}; do
     [ -f /root/shapes/$big.gguf ] || timeout 200 python3 -m bench shapes write --shape $big \
       --out /root/shapes > /dev/null
-    timeout ${AHEAD_TIMEOUT:-200} python3 -m bench.gpu.step_tuning --model /root/shapes/$big.gguf \
+    timeout ${AHEAD_TIMEOUT:-240} python3 -m bench.gpu.step_tuning --model /root/shapes/$big.gguf \
       --contexts 128 2048 --repeats 30 --engine-with "${AHEAD_WITH:-FQ_L2_AHEAD=1;\
-FQ_STREAM=1,FQ_VERIFY_STREAM=0;FQ_L2_AHEAD=1,FQ_STREAM=1,FQ_VERIFY_STREAM=0}" \
+FQ_KFACTORS=1;FQ_KFACTORS=1,FQ_L2_AHEAD=1;FQ_STREAM=1,FQ_VERIFY_STREAM=0}" \
       --out "$OUT/ahead-$big.json" > "$OUT/ahead-$big.txt" 2>&1
     echo "== ahead $big: exit $?"; grep -v "^{" "$OUT/ahead-$big.txt" | tail -3
     python3 - "$OUT/ahead-$big.txt" <<'PY'
@@ -115,7 +116,7 @@ for line in open(sys.argv[1]):
     if line.startswith("{"):
         r = json.loads(line)
         t = r["tuning"]
-        print(r["context"], [t[k] for k in ("FQ_L2_AHEAD", "FQ_STREAM", "FQ_VERIFY_STREAM")],
+        print(r["context"], [t[k] for k in ("FQ_L2_AHEAD", "FQ_KFACTORS", "FQ_STREAM", "FQ_VERIFY_STREAM")],
               {k: v for k, v in r.items() if k not in ("context", "tuning")})
 PY
   done
