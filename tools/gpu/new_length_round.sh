@@ -88,18 +88,21 @@ for line in open(sys.argv[1]):
                 print(name, key, f)
 PY
 fi
+# python3 -c "$TUNING_ROWS" FILE KNOB...: bench/gpu/step_tuning.py's lines, with those knobs
+TUNING_ROWS='
+import json, sys
+for line in open(sys.argv[1]):
+    if line.startswith("{"):
+        r = json.loads(line)
+        print(r["context"], [r["tuning"][k] for k in sys.argv[2:]],
+              {k: v for k, v in r.items() if k not in ("context", "tuning")})
+'
 if [[ $parts == *" rows "* ]]; then  # slices:stream:rows:blocks:smem:vblocks:barrier
   timeout 240 python3 -m bench.gpu.step_tuning --model $shape --contexts 128 2048 \
     --configs 16:0:2:1:8192:0:1,16:0:2:1:8192:0:1:0:0:1:8,16:0:4:1:16384:0:1,16:0:4:1:16384:0:1:0:0:1:8,16:0:8:1:32768:0:1,16:0:2:1:8192:0:1 \
     --out "$OUT/verify-rows-hybrid.json" > "$OUT/verify-rows-hybrid.txt" 2>&1
   echo "== rows: exit $?"; grep -v "^{" "$OUT/verify-rows-hybrid.txt" | tail -3
-  python3 - "$OUT/verify-rows-hybrid.txt" <<'PY'
-import json, sys
-for line in open(sys.argv[1]):
-    if line.startswith("{"):
-        r = json.loads(line)
-        print(r["context"], r["tuning"]["FQ_VERIFY_ROWS"], r["tuning"]["FQ_HEAD_ROWS"], {k: v for k, v in r.items() if k not in ("context", "tuning")})
-PY
+  python3 -c "$TUNING_ROWS" "$OUT/verify-rows-hybrid.txt" FQ_VERIFY_ROWS FQ_HEAD_ROWS
 fi
 if [[ $parts == *" ahead "* ]]; then  # rows asked of L2 ahead, and words decoded as used
   for big in ${AHEAD_SHAPES:-llama-3.1-8b llama-3.2-1b qwen3.5-0.8b}; do
@@ -110,15 +113,7 @@ if [[ $parts == *" ahead "* ]]; then  # rows asked of L2 ahead, and words decode
 FQ_KFACTORS=1;FQ_KFACTORS=1,FQ_L2_AHEAD=1;FQ_STREAM=1,FQ_VERIFY_STREAM=0}" \
       --out "$OUT/ahead-$big.json" > "$OUT/ahead-$big.txt" 2>&1
     echo "== ahead $big: exit $?"; grep -v "^{" "$OUT/ahead-$big.txt" | tail -3
-    python3 - "$OUT/ahead-$big.txt" <<'PY'
-import json, sys
-for line in open(sys.argv[1]):
-    if line.startswith("{"):
-        r = json.loads(line)
-        t = r["tuning"]
-        print(r["context"], [t[k] for k in ("FQ_L2_AHEAD", "FQ_KFACTORS", "FQ_STREAM", "FQ_VERIFY_STREAM")],
-              {k: v for k, v in r.items() if k not in ("context", "tuning")})
-PY
+    python3 -c "$TUNING_ROWS" "$OUT/ahead-$big.txt" FQ_L2_AHEAD FQ_KFACTORS FQ_STREAM FQ_VERIFY_STREAM
   done
 fi
 if [[ $parts == *" spec "* ]]; then
