@@ -33,7 +33,7 @@ TUNING = {
     # a step unchanged, the same bits (docs/BENCHMARKS.md, session 25)
     "FQ_SPREAD": 1,
     # rows a pass of a verify's LM head (0: FQ_VERIFY_ROWS). The head's table is the largest
-    # (the Qwen3.5 shape's 248k rows, ~140 MB: past L2), and each pass reads it again: on
+    # (the Qwen3.5 shape's 248k rows of Q6_K, ~318 MB: past L2), each pass reads it again: on
     # an H100 an 8-row verify's head took 726 us at 2 rows a pass, a step's 182
     # (docs/h100/step-probe-hybrid-pair2-20261206-s34.json)
     "FQ_HEAD_ROWS": 0,
