@@ -20,7 +20,8 @@
 #            verify's pass, and the head's alone at 8 (FQ_HEAD_ROWS), the engine's other
 #            hybrid knobs alike: session 34's probe put a verify's products at ~4x a
 #            step's (4 passes of 2 rows) and its head at 4x
-#   ahead    the Llama-3.1-8B, 3.2-1B and Qwen3.5-0.8B shapes' step and verify
+#   ahead    the Qwen3.5-0.8B, Llama-3.2-1B and 3.1-8B shapes' step and verify ($AHEAD_SHAPES;
+#            the 8B alone takes ~5 minutes with its shape's writing and a second load)
 #            (bench/gpu/step_tuning.py --engine-with: the engine's build timed first and last)
 #            with each unit's rows and the next unit's asked of L2 first (FQ_L2_AHEAD), with
 #            K-quant parts as their factors (FQ_KFACTORS: 4.6 bits a Q4_K weight read, not 6;
@@ -105,10 +106,10 @@ if [[ $parts == *" rows "* ]]; then  # slices:stream:rows:blocks:smem:vblocks:ba
   python3 -c "$TUNING_ROWS" "$OUT/verify-rows-hybrid.txt" FQ_VERIFY_ROWS FQ_HEAD_ROWS
 fi
 if [[ $parts == *" ahead "* ]]; then  # rows asked of L2 ahead, and words decoded as used
-  for big in ${AHEAD_SHAPES:-llama-3.1-8b llama-3.2-1b qwen3.5-0.8b}; do
+  for big in ${AHEAD_SHAPES:-qwen3.5-0.8b llama-3.2-1b llama-3.1-8b}; do
     [ -f /root/shapes/$big.gguf ] || timeout 200 python3 -m bench shapes write --shape $big \
       --out /root/shapes > /dev/null
-    timeout ${AHEAD_TIMEOUT:-240} python3 -m bench.gpu.step_tuning --model /root/shapes/$big.gguf \
+    timeout ${AHEAD_TIMEOUT:-280} python3 -m bench.gpu.step_tuning --model /root/shapes/$big.gguf \
       --contexts 128 2048 --repeats 30 --engine-with "${AHEAD_WITH:-FQ_L2_AHEAD=1;\
 FQ_KFACTORS=1;FQ_KFACTORS=1,FQ_L2_AHEAD=1;FQ_STREAM=1,FQ_VERIFY_STREAM=0}" \
       --out "$OUT/ahead-$big.json" > "$OUT/ahead-$big.txt" 2>&1
