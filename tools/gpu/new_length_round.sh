@@ -27,9 +27,11 @@
 #            K-quant parts as their factors (FQ_KFACTORS: 4.6 bits a Q4_K weight read, not 6;
 #            built in session 14, never timed), both, and the step's words decoded as used
 #            (FQ_STREAM 1, FQ_VERIFY_STREAM 0: session 35 read the Llama step 1-10% faster)
-#   spec     the hybrid shape's speculative regenerate and fresh question (python -m bench
-#            speculative --model, greedy, plain against Auto: identical tokens; random
-#            weights repeat themselves, so lookup finds more to draft than in real text)
+#   spec     each shape's speculative regenerate, fresh question and repeated question
+#            ($SPEC_SHAPES, default the hybrid's; python -m bench speculative --model, greedy,
+#            plain against Auto: identical tokens). Random weights give an edited question's
+#            reply nothing of the first's (session 35: nothing drafted), so `repeat`, the
+#            same question again, measures what the verify curve allows
 #   tests    the GPU tests of the attention paths (the tensor-core body's among them), the
 #            recurrence, the families' prefills and the warm-up at load ($TESTS, when set,
 #            instead)
@@ -117,10 +119,14 @@ FQ_KFACTORS=1;FQ_KFACTORS=1,FQ_L2_AHEAD=1;FQ_STREAM=1,FQ_VERIFY_STREAM=0}" \
     python3 -c "$TUNING_ROWS" "$OUT/ahead-$big.txt" FQ_L2_AHEAD FQ_KFACTORS FQ_STREAM FQ_VERIFY_STREAM
   done
 fi
-if [[ $parts == *" spec "* ]]; then
-  timeout 240 python3 -m bench speculative --model $shape --runs 2 --workloads regenerate,chat,repeat \
-    --json > "$OUT/speculative-hybrid.json" 2> "$OUT/speculative-hybrid.err"
-  echo "== spec: exit $?"; grep -E "^run|Error" "$OUT/speculative-hybrid.err" | tail -8
+if [[ $parts == *" spec "* ]]; then  # each shape's regenerate, fresh question and ceiling
+  for one in ${SPEC_SHAPES:-qwen3.5-0.8b}; do
+    [ -f /root/shapes/$one.gguf ] || timeout 200 python3 -m bench shapes write --shape $one \
+      --out /root/shapes > /dev/null
+    timeout 240 python3 -m bench speculative --model /root/shapes/$one.gguf --runs 2 \
+      --workloads regenerate,chat,repeat --json > "$OUT/speculative-$one.json" 2> "$OUT/speculative-$one.err"
+    echo "== spec $one: exit $?"; grep -E "^run|Error" "$OUT/speculative-$one.err" | tail -12
+  done
 fi
 if [[ $parts == *" default "* ]]; then
   for way in engine cudnn kernel; do
