@@ -11,10 +11,10 @@ THREADS = 256  # a block's threads (fused_step_cuda.StepKernel launches this man
 
 # The build knobs (kernels/cuda/fused_step.cuh, fused_step.cu) and the engine's values:
 # slices of words a warp loads at once, whether it decodes them as used, rows of x a
-# verify's pass takes, blocks an SM
-# (more warps to keep loads in flight, in half the registers each; the verify's build may
-# differ), floats of a phase's x a block copies into shared memory (0: x is read from L2 by
-# every warp). Every choice gives a row the same bits.
+# verify's pass takes, blocks an SM (more warps to keep loads in flight, in half the
+# registers each; the verify's build may differ), floats of a phase's x a block copies
+# into shared memory (0: x is read from L2 by every warp). Every choice gives a row the
+# same bits.
 TUNING = {
     "FQ_SLICES": 8,
     "FQ_STREAM": 0,

@@ -508,7 +508,7 @@ __device__ __forceinline__ void fq_residual_phase(
     int lo, hi;
     units.rows(u, M, G, lo, hi);
     fq_ahead_row(t, mat, n);
-    if (u + nw < units.count()) fq_ahead_row(t, mat, units.item(u + nw));
+    if (FQ_L2_AHEAD && u + nw < units.count()) fq_ahead_row(t, mat, units.item(u + nw));
     FqPart p;
     int r;
     const int fmt = t.part(mat, n, p, r);
