@@ -171,8 +171,10 @@ def main() -> None:
     model = load_model(args.model or default_model_path(), config)
     kernel = model.runner.fused.step_kernel if model.runner.fused else None
     engine = kernel.tuning if kernel is not None else dict(TUNING)  # tuning_for's choice
-    configs = engine_with(engine, args.engine_with) if args.engine_with else []
-    configs = configs or parse_configs(args.configs)
+    if args.engine_with:
+        configs = engine_with(engine, args.engine_with)
+    else:
+        configs = parse_configs(args.configs)
     tables = {engine["FQ_KFACTORS"]: model.runner.fused}
     for layout in {c["FQ_KFACTORS"] for c in configs} - set(tables):  # a second load
         knobs = ",".join(filter(None, [config.step_tuning, f"FQ_KFACTORS={layout}"]))
