@@ -459,7 +459,7 @@ struct FqUnits {
 // FQ_L2_AHEAD 1: at each unit of a products phase a warp asks L2 for the whole rows of
 // that unit and of the next one it takes (u + nw), a line a lane, so a unit's later chunks
 // and the next unit's first come from L2 while the warp waits on this chunk's loads (a
-// large layer's unit takes several chunks: Llama-8B's gate / up 4, its down 14). No
+// large layer's unit takes several chunks: Llama-8B's gate / up 4, its down 7). No
 // register holds them; the loads that run, and their values, are unchanged.
 #ifndef FQ_L2_AHEAD
 #define FQ_L2_AHEAD 0
