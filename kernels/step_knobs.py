@@ -37,14 +37,9 @@ TUNING = {
     # an H100 an 8-row verify's head took 726 us at 2 rows a pass, a step's 182
     # (docs/h100/step-probe-hybrid-pair2-20261206-s34.json)
     "FQ_HEAD_ROWS": 0,
-    # FQ_STREAM of the verify build (-1: the step's). On an H100 (session 35) words decoded
-    # as used made the Llama shapes' step 1-10% faster and their 8-row verify 19-26% slower,
-    # in one run (docs/h100/pipe-llama-3.1-8b-20261206-s35.json)
+    # FQ_STREAM of the verify build (-1: the step's): words decoded as used speed a large
+    # layer's step and slow its verify (_LARGE below)
     "FQ_VERIFY_STREAM": -1,
-    # 1: a products phase's warp asks L2 for its unit's whole rows and its next unit's
-    # (prefetch.global.L2) before it loads a chunk: a large layer's later chunks and next
-    # unit then come from L2 (fused_step.cuh's fq_ahead_row)
-    "FQ_L2_AHEAD": 0,
 }
 # shared memory an SM lends the staged x of its blocks (an H100/H200 SM has 228 KB; the
 # attention's own arrays and the runtime's reserve take the rest)
@@ -57,6 +52,13 @@ SMEM_X_BYTES_PER_SM = 192 << 10
 # with q/k norm, whose phase spills at 4.
 TWO_BLOCKS_LAYER_BYTES = 8 << 20
 _LARGE = {"FQ_BLOCKS": 2, "FQ_VERIFY_BLOCKS": 1}
+# A large layer's step decodes its words as used, its verify not: on an H100 the Llama-3.1-8B
+# shape's step took 6.29 / 6.76 ms at 128 / 2,048 context against 6.64-6.88 / 7.23-7.32 with
+# the engine's build timed before and after, its 8-row verify 35.3 / 41.2 against 36.3-36.6 /
+# 41.7-41.8; the 3.2-1B's step 1.51 / 1.66 against 1.53-1.57 / 1.70-1.75, its verify within
+# 2% (session 36, docs/h100/ahead-llama-3.1-8b-20261206-s36.txt; session 35's run of the 8B
+# agreed: 6.33 / 6.73 against 6.66 / 7.43). Every build's logits were the engine build's.
+_LARGE |= {"FQ_STREAM": 1, "FQ_VERIFY_STREAM": 0}
 _FOUR_ROWS = {"FQ_VERIFY_ROWS": 4, "FQ_SMEM_X": 16384}  # x staged: 4 rows of 4,096
 
 
@@ -146,8 +148,6 @@ def check_tuning(tuning: dict[str, int]) -> dict[str, int]:
             f"FQ_STREAM must be 0 or 1 and FQ_VERIFY_STREAM -1, 0 or 1, not "
             f"{knobs['FQ_STREAM']} and {knobs['FQ_VERIFY_STREAM']}"
         )
-    if knobs["FQ_L2_AHEAD"] not in (0, 1):
-        raise ValueError(f"FQ_L2_AHEAD must be 0 or 1, not {knobs['FQ_L2_AHEAD']}")
     if knobs["FQ_HEAD_ROWS"] not in (0, 1, 2, 4, 8):
         raise ValueError(f"FQ_HEAD_ROWS must be 0, 1, 2, 4 or 8, not {knobs['FQ_HEAD_ROWS']}")
     staged = knobs["FQ_SMEM_X"]

@@ -13,7 +13,7 @@ same KV cache and the same reference logits: both layouts side by side in one ru
 hybrid (with BRANCHCHAT_HYBRID_STEP=1) runs every build on its linear layers' states too.
 
     python -m bench.gpu.step_tuning [--model PATH] [--configs 8:0:2,16:1:4:2:8192,...]
-        [--engine-with "FQ_L2_AHEAD=1;FQ_STREAM=1,FQ_VERIFY_STREAM=0"]
+        [--engine-with "FQ_KFACTORS=1;FQ_STREAM=1,FQ_VERIFY_STREAM=0"]
         [--contexts 128 2048] [--out FILE]
 """
 
@@ -55,7 +55,6 @@ _FIELDS = [
     "FQ_SPREAD",
     "FQ_HEAD_ROWS",
     "FQ_VERIFY_STREAM",
-    "FQ_L2_AHEAD",
 ]
 
 

@@ -92,11 +92,6 @@
         const int n = 2 * units.item(u);
         int lo, hi;
         units.rows(u, M, G, lo, hi);
-        fq_ahead_rows(tab, 4 * l, n, n + 1);
-        if (FQ_L2_AHEAD && u + nw < units.count()) {
-          const int nn = 2 * units.item(u + nw);
-          fq_ahead_rows(tab, 4 * l, nn, nn + 1);
-        }
         FqPart part;
         int r0;
         const int fmt = tab.part(4 * l, n, part, r0);  // parts start on even rows
@@ -149,12 +144,6 @@
         }
       };
       pair_rows(p, n0, n1, fi);
-      fq_ahead_rows(tab, 4 * l, n0, n1);
-      if (FQ_L2_AHEAD && u + nw < units.count()) {
-        int a, b, f;
-        pair_rows(units.item(u + nw), a, b, f);
-        fq_ahead_rows(tab, 4 * l, a, b);
-      }
       FqPart part;
       int r0;
       const int fmt = tab.part(4 * l, n0, part, r0);  // a pair lies in one part
@@ -412,13 +401,6 @@
       const int n = 2 * units.item(u);
       int lo, hi;
       units.rows(u, M, G, lo, hi);
-      fq_ahead_rows(tab, 4 * l + 2, n, n + 1);
-      fq_ahead_rows(tab, 4 * l + 2, F + n, F + n + 1);
-      if (FQ_L2_AHEAD && u + nw < units.count()) {
-        const int nn = 2 * units.item(u + nw);
-        fq_ahead_rows(tab, 4 * l + 2, nn, nn + 1);
-        fq_ahead_rows(tab, 4 * l + 2, F + nn, F + nn + 1);
-      }
       FqPart pg, pu;
       int rg, ru;
       const int fg = tab.part(4 * l + 2, n, pg, rg), fu = tab.part(4 * l + 2, F + n, pu, ru);

@@ -456,43 +456,6 @@ struct FqUnits {
   }
 };
 
-// FQ_L2_AHEAD 1: at each unit of a products phase a warp asks L2 for the whole rows of
-// that unit and of the next one it takes (u + nw), a line a lane, so a unit's later chunks
-// and the next unit's first come from L2 while the warp waits on this chunk's loads (a
-// large layer's unit takes several chunks: Llama-8B's gate / up 4, its down 7). No
-// register holds them; the loads that run, and their values, are unchanged.
-#ifndef FQ_L2_AHEAD
-#define FQ_L2_AHEAD 0
-#endif
-__device__ __forceinline__ void fq_l2_lines(const void* a, int bytes) {
-  const uintptr_t end = reinterpret_cast<uintptr_t>(a) + bytes;
-  for (uintptr_t x = (reinterpret_cast<uintptr_t>(a) & ~uintptr_t{127}) + (threadIdx.x % 32) * 128;
-       x < end; x += 32 * 128)
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(x));
-}
-__device__ __forceinline__ void fq_ahead_row(const FqTable& t, int mat, int row) {
-  if (!FQ_L2_AHEAD) return;
-  FqPart p;
-  int r;
-  const int fmt = t.part(mat, row, p, r);
-  fq_l2_lines(p.w + (size_t)r * p.row_words, p.row_words * 4);
-  const bool factors = fmt >= FQ_KMIN, affine = fmt <= 8 || factors;
-  if (!affine) return;
-  const size_t g0 = (size_t)r * p.gpr;  // a factor part: 2 bytes a group, 4 a super-block
-  if (factors) {
-    fq_l2_lines(reinterpret_cast<const unsigned short*>(p.s) + g0, p.gpr * 2);
-    fq_l2_lines(p.b + (g0 >> (8 - p.shift)), ((p.gpr >> (8 - p.shift)) + 1) * 4);
-  } else {
-    fq_l2_lines(p.s + g0, p.gpr * 4);
-    fq_l2_lines(p.b + g0, p.gpr * 4);
-  }
-}
-
-__device__ __forceinline__ void fq_ahead_rows(const FqTable& t, int mat, int a, int b) {
-  fq_ahead_row(t, mat, a);
-  fq_ahead_row(t, mat, b);
-}
-
 // y [M, N] = res + a [M, K] @ w.T for matrix `mat` (without RES, a @ w.T alone); output n
 // by warp n of nw (from gw), G rows a pass (FQ_SPREAD: a group of rows a unit), a staged
 // in `sm`
@@ -507,8 +470,6 @@ __device__ __forceinline__ void fq_residual_phase(
     const int n = units.item(u);
     int lo, hi;
     units.rows(u, M, G, lo, hi);
-    fq_ahead_row(t, mat, n);
-    if (FQ_L2_AHEAD && u + nw < units.count()) fq_ahead_row(t, mat, units.item(u + nw));
     FqPart p;
     int r;
     const int fmt = t.part(mat, n, p, r);

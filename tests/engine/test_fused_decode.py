@@ -211,11 +211,10 @@ def test_one_launch_step_reads_the_weights_as_stored(tiny_models, q4_k_m, source
             "FQ_KFACTORS=1",  # Q4_K / Q6_K parts as their super-blocks' factors
             "FQ_STREAM=1,FQ_SLICES=16,FQ_VERIFY_ROWS=4",
             "FQ_STREAM=1,FQ_VERIFY_STREAM=0",  # the step's words decoded as used, not the verify's
-            "FQ_L2_AHEAD=1",  # a unit's rows and the next unit's asked of L2 first
         )
         for source in ("tiny-llama", "tiny-qwen3")
     ]
-    + [("FQ_L2_AHEAD=1", "tiny-qwen3.5"), ("FQ_HEAD_ROWS=8,FQ_BARRIER=0", "tiny-qwen3.5")],
+    + [("FQ_HEAD_ROWS=8,FQ_BARRIER=0", "tiny-qwen3.5")],
 )
 def test_every_build_knob_gives_a_row_the_same_bits(q4_k_m, tuning, source):
     """Each knob of kernels/fused_step_cuda.TUNING changes where the work runs, not what a

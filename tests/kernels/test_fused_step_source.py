@@ -237,11 +237,11 @@ def test_step_source_compiles_keeping_its_registers(
 @pytest.mark.parametrize("pair", [1, 2])
 def test_a_hybrids_step_compiles(tmp_path, shapes, layers, maxm, head_mode, pair, monkeypatch):
     """Gated DeltaNet layers beside gated attention with partial rotary embeddings, as the
-    engine builds them, a thread a value column (gated_delta_cuda.PAIR; at 1 with rows asked
-    of L2 ahead too) or two. The 0.8B builds' spills (~2 KB at PAIR 1, 0.5-1.5 KB at 2, with
-    nvcc 13.0) are a speed matter for the GPU's tuning, not checked."""
+    engine builds them, a thread a value column (gated_delta_cuda.PAIR) or two. The 0.8B
+    builds' spills (~2 KB at PAIR 1, 0.5-1.5 KB at 2, with nvcc 13.0) are a speed matter
+    for the GPU's tuning, not checked."""
     monkeypatch.setattr(gated_delta_cuda, "PAIR", pair)
-    tuning = fs.tuning_for(_layer_bytes(shapes), True, hybrid=True) | {"FQ_L2_AHEAD": 2 - pair}
+    tuning = fs.tuning_for(_layer_bytes(shapes), True, hybrid=True)
     roles = ((4, 6, 32), (4, 6), (4,), (4, 6), (6,))  # dense float32 alpha / beta rows too
     source = _step_source(shapes, layers, "__nv_bfloat16", head_mode, maxm=maxm,
                           formats=(4, 6, 32), tuning=tuning, roles=roles)  # fmt: skip
@@ -315,8 +315,7 @@ def test_the_streaming_dot_products_compile(tmp_path, maxm, head_mode):
     the engine's builds deal a verify's groups of rows to warps), its head's rows in passes
     of 8."""
     tuning = {"FQ_SLICES": 16, "FQ_STREAM": 1, "FQ_VERIFY_ROWS": 4, "FQ_SMEM_X": 8192,
-              "FQ_BARRIER": 1, "FQ_L1_PREFETCH": 1, "FQ_SPREAD": 0, "FQ_HEAD_ROWS": 8,
-              "FQ_L2_AHEAD": 1}  # fmt: skip
+              "FQ_BARRIER": 1, "FQ_L1_PREFETCH": 1, "FQ_SPREAD": 0, "FQ_HEAD_ROWS": 8}  # fmt: skip
     source = _step_source(SMOLLM2, 30, "__nv_bfloat16", head_mode, maxm=maxm, tuning=tuning)
     assert "#define FQ_STREAM 1" in source
     _nvcc(tmp_path, source)
@@ -325,7 +324,7 @@ def test_the_streaming_dot_products_compile(tmp_path, maxm, head_mode):
 def test_build_knobs_are_named_and_checked():
     from bench.gpu.step_tuning import engine_with, parse_configs
 
-    values = (16, 1, 4, 1, 8192, 0, 0, 0, 0, 1, 0, -1, 0)  # the fields' order; the rest: engine's
+    values = (16, 1, 4, 1, 8192, 0, 0, 0, 0, 1, 0, -1)  # the fields' order; the rest: engine's
     assert parse_configs("16:1:4") == [dict(zip(fs.TUNING, values, strict=True))]
     assert parse_configs("16:0:2:1:8192:0:1:0:0:1:8")[0]["FQ_HEAD_ROWS"] == 8
     assert parse_configs("8:0:2:2:8192:0:0:0:1")[0]["FQ_KFACTORS"] == 1
@@ -338,16 +337,15 @@ def test_build_knobs_are_named_and_checked():
         fs.formats_header((4,), {"FQ_BLOCKS": 0})
     with pytest.raises(ValueError, match="FQ_SMEM_X must be a multiple of 8"):
         fs.formats_header((4,), {"FQ_SMEM_X": 100})
-    for knob, value in (("FQ_HEAD_ROWS", 3), ("FQ_STREAM", 2), ("FQ_VERIFY_STREAM", 2),
-                        ("FQ_L2_AHEAD", 2)):  # fmt: skip
+    for knob, value in (("FQ_HEAD_ROWS", 3), ("FQ_STREAM", 2), ("FQ_VERIFY_STREAM", 2)):
         with pytest.raises(ValueError, match=f"{knob} must be .* not {value}|not .* and {value}"):
             fs.formats_header((4,), {knob: value})
     both = {"FQ_STREAM": 1, "FQ_VERIFY_STREAM": 0}  # words decoded as used in the step alone
     assert "#define FQ_STREAM 1" in fs.formats_header((4,), both)
     assert "#define FQ_STREAM 0" in fs.formats_header((4,), both, verify=True)
-    varied = engine_with(fs.TUNING, "FQ_L2_AHEAD=1;FQ_STREAM=1,FQ_VERIFY_STREAM=0")
+    varied = engine_with(fs.TUNING, "FQ_KFACTORS=1;FQ_STREAM=1,FQ_VERIFY_STREAM=0")
     assert varied[0] == varied[-1] == fs.TUNING and len(varied) == 4  # the engine's on each side
-    assert varied[1] == fs.TUNING | {"FQ_L2_AHEAD": 1} and varied[2]["FQ_VERIFY_STREAM"] == 0
+    assert varied[1] == fs.TUNING | {"FQ_KFACTORS": 1} and varied[2]["FQ_VERIFY_STREAM"] == 0
     with pytest.raises(ValueError, match="unknown step kernel knobs"):
         engine_with(fs.TUNING, "FQ_AHEAD=1")
     with pytest.raises(ValueError, match="blocks fit"):
@@ -398,3 +396,5 @@ def test_large_layers_take_two_blocks_an_sm():
     assert (hybrid["FQ_BLOCKS"], fs.blocks_per_sm(hybrid, True), hybrid["FQ_SLICES"]) == (1, 1, 16)
     assert hybrid["FQ_BARRIER"] == 1 and small["FQ_BARRIER"] == large["FQ_BARRIER"] == 0
     assert (hybrid["FQ_VERIFY_ROWS"], hybrid["FQ_SMEM_X"]) == (4, 16384)  # s35, an H100
+    # a large layer's step decodes its words as used, its verify not (s35 and s36, an H100)
+    assert (large["FQ_STREAM"], small["FQ_STREAM"], hybrid["FQ_STREAM"]) == (1, 0, 0)

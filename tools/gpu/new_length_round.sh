@@ -23,10 +23,10 @@
 #   ahead    the Qwen3.5-0.8B, Llama-3.2-1B and 3.1-8B shapes' step and verify ($AHEAD_SHAPES;
 #            the 8B alone takes ~5 minutes with its shape's writing and a second load)
 #            (bench/gpu/step_tuning.py --engine-with: the engine's build timed first and last)
-#            with each unit's rows and the next unit's asked of L2 first (FQ_L2_AHEAD), with
-#            K-quant parts as their factors (FQ_KFACTORS: 4.6 bits a Q4_K weight read, not 6;
-#            built in session 14, never timed), both, and the step's words decoded as used
-#            (FQ_STREAM 1, FQ_VERIFY_STREAM 0: session 35 read the Llama step 1-10% faster)
+#            with K-quant parts as their factors (FQ_KFACTORS: 4.6 bits a Q4_K weight read,
+#            not 6; session 36: 1-5% on the 1B and 8B steps, slower on the hybrid) and the
+#            step's words decoded as used beside the engine's (FQ_STREAM 0, FQ_VERIFY_STREAM
+#            -1; the large layers' build since session 36). $AHEAD_WITH names other builds.
 #   spec     each shape's speculative regenerate, fresh question and repeated question
 #            ($SPEC_SHAPES, default the hybrid's; python -m bench speculative --model, greedy,
 #            plain against Auto: identical tokens). Random weights give an edited question's
@@ -107,16 +107,16 @@ if [[ $parts == *" rows "* ]]; then  # slices:stream:rows:blocks:smem:vblocks:ba
   echo "== rows: exit $?"; grep -v "^{" "$OUT/verify-rows-hybrid.txt" | tail -3
   python3 -c "$TUNING_ROWS" "$OUT/verify-rows-hybrid.txt" FQ_VERIFY_ROWS FQ_HEAD_ROWS
 fi
-if [[ $parts == *" ahead "* ]]; then  # rows asked of L2 ahead, and words decoded as used
+if [[ $parts == *" ahead "* ]]; then  # K-quant factors, and words decoded as used
   for big in ${AHEAD_SHAPES:-qwen3.5-0.8b llama-3.2-1b llama-3.1-8b}; do
     [ -f /root/shapes/$big.gguf ] || timeout 200 python3 -m bench shapes write --shape $big \
       --out /root/shapes > /dev/null
     timeout ${AHEAD_TIMEOUT:-280} python3 -m bench.gpu.step_tuning --model /root/shapes/$big.gguf \
-      --contexts 128 2048 --repeats 30 --engine-with "${AHEAD_WITH:-FQ_L2_AHEAD=1;\
-FQ_KFACTORS=1;FQ_KFACTORS=1,FQ_L2_AHEAD=1;FQ_STREAM=1,FQ_VERIFY_STREAM=0}" \
+      --contexts 128 2048 --repeats 30 --engine-with "${AHEAD_WITH:-FQ_KFACTORS=1;\
+FQ_STREAM=0,FQ_VERIFY_STREAM=-1;FQ_STREAM=1,FQ_VERIFY_STREAM=0}" \
       --out "$OUT/ahead-$big.json" > "$OUT/ahead-$big.txt" 2>&1
     echo "== ahead $big: exit $?"; grep -v "^{" "$OUT/ahead-$big.txt" | tail -3
-    python3 -c "$TUNING_ROWS" "$OUT/ahead-$big.txt" FQ_L2_AHEAD FQ_KFACTORS FQ_STREAM FQ_VERIFY_STREAM
+    python3 -c "$TUNING_ROWS" "$OUT/ahead-$big.txt" FQ_KFACTORS FQ_STREAM FQ_VERIFY_STREAM
   done
 fi
 if [[ $parts == *" spec "* ]]; then  # each shape's regenerate, fresh question and ceiling
@@ -130,7 +130,10 @@ if [[ $parts == *" spec "* ]]; then  # each shape's regenerate, fresh question a
 fi
 if [[ $parts == *" default "* ]]; then
   for way in engine cudnn kernel; do
-    timeout 200 python3 -m bench.gpu.prefill_split --rows 128 512 2048 --runs 3 --attention $way \
+    # $PREFILL_MODEL: a shape's file where the default model's was not carried; a head size
+    # of 64 or 128 (Llama-3.2-1B's), as the tensor-core body takes (the 0.8B's 256 does not)
+    timeout 200 python3 -m bench.gpu.prefill_split ${PREFILL_MODEL:+--model $PREFILL_MODEL} \
+      --rows 128 512 2048 --runs 3 --attention $way \
       --out "$OUT/prefill-split-$way.json" > /dev/null 2> "$OUT/prefill-split-$way.err"
     echo "== $way: exit $?"; tail -2 "$OUT/prefill-split-$way.err"
     python3 - "$OUT/prefill-split-$way.json" $way <<'PY'

@@ -103,8 +103,11 @@ def test_window_sidebar_open_chat_and_model_come_back(harness, qtbot, tmp_path):
     window.controller.open_conversation(first)  # the chat left open
     window.resize(790, 520)
     splitter = window.centralWidget()
+    # The resize lands before the split is set, and the split before it is read: on the
+    # H100 machine 20 ms was not enough and the width read was a layout still in flight.
+    qtbot.waitUntil(lambda: splitter.width() == window.width() == 790)
     splitter.setSizes([212, 578])
-    qtbot.wait(20)
+    qtbot.waitUntil(lambda: splitter.sizes()[0] == 212)
     sidebar_width, size = splitter.sizes()[0], (window.width(), window.height())
     assert sidebar_width > 200  # wider than its minimum
     assert size != (1000, 700)  # the harness's size, which a fresh window gets
