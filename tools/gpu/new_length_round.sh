@@ -20,13 +20,14 @@
 #            verify's pass, and the head's alone at 8 (FQ_HEAD_ROWS), the engine's other
 #            hybrid knobs alike: session 34's probe put a verify's products at ~4x a
 #            step's (4 passes of 2 rows) and its head at 4x
-#   ahead    the Qwen3.5-0.8B, Llama-3.2-1B and 3.1-8B shapes' step and verify ($AHEAD_SHAPES;
-#            the 8B alone takes ~5 minutes with its shape's writing and a second load)
+#   ahead    the Llama-3.2-1B and 3.1-8B shapes' step and verify ($AHEAD_SHAPES; the 8B
+#            alone takes ~4 minutes with its shape's writing and a second load)
 #            (bench/gpu/step_tuning.py --engine-with: the engine's build timed first and last)
-#            with K-quant parts as their factors (FQ_KFACTORS: 4.6 bits a Q4_K weight read,
-#            not 6; session 36: 1-5% on the 1B and 8B steps, slower on the hybrid) and the
-#            step's words decoded as used beside the engine's (FQ_STREAM 0, FQ_VERIFY_STREAM
-#            -1; the large layers' build since session 36). $AHEAD_WITH names other builds.
+#            with a verify of 8 rows a pass (their 8-row verify was 3.8 / 5.4 steps in
+#            session 36, so a regenerate fully accepted gained 1.45x on the 1B: the weights
+#            are read twice at 4 rows), with its head at 8 too, and the step's words loaded
+#            before they are decoded (FQ_STREAM 0; the large layers' build decodes them as
+#            used since session 36). $AHEAD_WITH names other builds.
 #   spec     each shape's speculative regenerate, fresh question and repeated question
 #            ($SPEC_SHAPES, default the hybrid's; python -m bench speculative --model, greedy,
 #            plain against Auto: identical tokens). Random weights give an edited question's
@@ -107,16 +108,16 @@ if [[ $parts == *" rows "* ]]; then  # slices:stream:rows:blocks:smem:vblocks:ba
   echo "== rows: exit $?"; grep -v "^{" "$OUT/verify-rows-hybrid.txt" | tail -3
   python3 -c "$TUNING_ROWS" "$OUT/verify-rows-hybrid.txt" FQ_VERIFY_ROWS FQ_HEAD_ROWS
 fi
-if [[ $parts == *" ahead "* ]]; then  # K-quant factors, and words decoded as used
-  for big in ${AHEAD_SHAPES:-qwen3.5-0.8b llama-3.2-1b llama-3.1-8b}; do
+if [[ $parts == *" ahead "* ]]; then  # a verify's rows a pass, and words decoded as used
+  for big in ${AHEAD_SHAPES:-llama-3.2-1b llama-3.1-8b}; do
     [ -f /root/shapes/$big.gguf ] || timeout 200 python3 -m bench shapes write --shape $big \
       --out /root/shapes > /dev/null
     timeout ${AHEAD_TIMEOUT:-280} python3 -m bench.gpu.step_tuning --model /root/shapes/$big.gguf \
-      --contexts 128 2048 --repeats 30 --engine-with "${AHEAD_WITH:-FQ_KFACTORS=1;\
-FQ_STREAM=0,FQ_VERIFY_STREAM=-1;FQ_STREAM=1,FQ_VERIFY_STREAM=0}" \
+      --contexts 128 2048 --repeats 30 --engine-with "${AHEAD_WITH:-FQ_VERIFY_ROWS=8,FQ_SMEM_X=24576;\
+FQ_VERIFY_ROWS=8,FQ_SMEM_X=24576,FQ_HEAD_ROWS=8;FQ_STREAM=0,FQ_VERIFY_STREAM=-1}" \
       --out "$OUT/ahead-$big.json" > "$OUT/ahead-$big.txt" 2>&1
     echo "== ahead $big: exit $?"; grep -v "^{" "$OUT/ahead-$big.txt" | tail -3
-    python3 -c "$TUNING_ROWS" "$OUT/ahead-$big.txt" FQ_KFACTORS FQ_STREAM FQ_VERIFY_STREAM
+    python3 -c "$TUNING_ROWS" "$OUT/ahead-$big.txt" FQ_VERIFY_ROWS FQ_HEAD_ROWS FQ_STREAM
   done
 fi
 if [[ $parts == *" spec "* ]]; then  # each shape's regenerate, fresh question and ceiling
