@@ -20,6 +20,7 @@ COMMANDS = {
     "edit": "bench.edit",
     "matmul": "bench.matmul",
     "plots": "bench.plots",
+    "priced": "bench.priced",
     "remote": "bench.remote",
     "rollback": "bench.rollback",
     "sampling": "bench.sampling",

@@ -18,13 +18,29 @@ misses where a regenerate leaves the earlier reply would end drafting from long 
 for good. It is kept for the drafter's life, across requests: how well a match of a given
 length predicts is the model's and the user's habit, not one request's.
 
-The lengths also share one scale: every verdict, at whatever length, weighs the tokens that
-stood against what the fixed priors expected of them, and each length's prior mean is
-`prior_rate(L)` times that ratio (at most `RATE_CAP`). A length with no verdicts of its own
-then starts from what this text's matches have been worth, not from the CPU's workloads:
-on an H100 a fresh chat on the Llama-3.2-1B shape's text took 23 verifies in 128 tokens
-(43% of the drafted tokens stood), spread over a dozen lengths, each too few to move its
-prior, and Auto ran at 0.83x plain decoding (docs/BENCHMARKS.md, session 36).
+A draft's later tokens are judged apart as well. The model prices the j-th token of a
+draft from a match of L as the first token of a match of L + j - 1, and most verdicts are
+first tokens (every dropped proposal's). But a draft follows one earlier occurrence for all
+its tokens, while each step's proposal picks the occurrence that matches best so far, so
+the later tokens of a draft can stand less often than first tokens at the same length. On
+an H100, a fresh chat on the Llama-3.2-1B shape's text verified drafts whose rates promised
+~3 accepted tokens, got 1.6, and Auto ran at 0.83x plain decoding (docs/BENCHMARKS.md,
+session 36). So the tokens after a verified draft's first that stood, over what their
+rates promised (each the rate at its length, aged alike), scale the rate of every later
+token of the drafts the request proposes after (`later`, never above 1). A draft whose
+first token falls is no verdict on it: a regenerate's first miss leaves its long drafts be.
+
+And a draft's confidence takes each rate a quarter of a standard deviation below its mean
+(the Beta's: a rate from few verdicts counts for less). A draft is verified where its rates
+are highest, and of a dozen lengths with a few verdicts each the highest are high by chance
+as often as not: that chat's verified drafts lost their first token 5 times in 12, where
+their rates promised 0.83-0.91. Priced by that H100's costs (`python -m bench priced`, one
+path each, whose figures move by a few percent with any one decision), Auto read the chat
+at 0.87x plain decoding before either change, 0.91x with `later`, 0.99x with both (half a
+deviation: also 0.99x, but the default model's regenerate 1.46x against 1.63x before);
+regenerate 1.05x, 1.05x, 1.04x; a repeated question 1.61x throughout. On the default model,
+priced by session 31's H100 costs: chat 1.01x -> 1.00x, open chat 1.10x -> 1.10x, mixed
+1.29x -> 1.24x, regenerate 1.63x -> 1.58x, code 3.91x -> 3.88x.
 """
 
 from __future__ import annotations
@@ -33,10 +49,11 @@ import numpy as np
 
 LONGEST = 16  # matches longer than this are judged with it
 PRIOR_TRIALS = 2.0  # the prior's weight, in verdicts
-DECAY = 0.98  # per verdict at a length (and per token pooled): the latest ~50 of them count
+DECAY = 0.98  # per verdict at a length: the latest ~50 of them count
 AGE = 0.997  # per token decoded: 230 tokens halve every length's evidence
-SCALE_PRIOR = 4.0  # the shared scale's prior weight, in expected tokens (1 before verdicts)
-RATE_CAP = 0.95  # the most a scaled prior mean may be
+LATER_PRIOR = 2.0  # `later`'s prior weight, in promised tokens (1 before any verdict)
+LATER_DECAY = 0.9  # per later token judged: the latest ~10 of them count
+DOUBT = 0.25  # a rate's standard deviations off its mean, in a draft's confidence
 
 
 def prior_rate(length: int) -> float:
@@ -47,26 +64,30 @@ def prior_rate(length: int) -> float:
     return (length - 1.0) / (length + 1.0)
 
 
-_RATES = [prior_rate(length) for length in range(LONGEST + 1)]
+_PRIORS = [PRIOR_TRIALS * prior_rate(length) for length in range(LONGEST + 1)]
 
 
 class MatchAcceptance:
     def __init__(self) -> None:
         self.accepted = np.zeros(LONGEST + 1)  # aged verdicts, by match length
         self.trials = np.zeros(LONGEST + 1)
-        # every length's verdicts pooled (aged alike): the tokens that stood, and the sum of
-        # the fixed priors' rates at their lengths (what those priors expected of them)
-        self.stood = 0.0
-        self.expected = 0.0
-        self._priors = [PRIOR_TRIALS * r for r in _RATES]  # the prior's accepted, scaled
+        # the request's verified drafts' tokens after their first (aged alike): those that
+        # stood, and the sum of their rates (what the model promised of each)
+        self.later_stood = 0.0
+        self.later_promised = 0.0
         self._unaged = 0  # tokens decoded since the evidence was last aged
 
     @property
-    def scale(self) -> float:
-        """What this text's matches have been worth against the fixed priors: the tokens
-        that stood over the tokens the priors expected to (1 before any verdict)."""
+    def later(self) -> float:
+        """What a draft's tokens after its first got over what their rates promised, at
+        most 1 (1 before any verdict): the rate of each such token is scaled by it."""
         self._settle()
-        return (self.stood + SCALE_PRIOR) / (self.expected + SCALE_PRIOR)
+        return min(1.0, (self.later_stood + LATER_PRIOR) / (self.later_promised + LATER_PRIOR))
+
+    def new_request(self) -> None:
+        """`later` starts again (the rates by length are kept): how a fresh question's
+        drafts fared is no verdict on a regenerate's."""
+        self.later_stood = self.later_promised = 0.0
 
     def age(self, tokens: int) -> None:
         """`tokens` were decoded (applied at the next read: a step costs a count)."""
@@ -78,49 +99,52 @@ class MatchAcceptance:
             raise ValueError("a drafted token continues a match of one token at least")
         self._settle()
         at = min(length, LONGEST)
-        return float((self.accepted[at] + self._priors[at]) / (self.trials[at] + PRIOR_TRIALS))
+        return float((self.accepted[at] + _PRIORS[at]) / (self.trials[at] + PRIOR_TRIALS))
 
     def confidence(self, length: int, tokens: int) -> list[float]:
         """P(the draft's first j tokens all stand), for j = 1..tokens: `rate` of each
-        token's length, multiplied in order. Asked on every match, most of which the cut
-        then drops: plain floats over the few lengths (on a CPU a 16-token draft's took
-        ~16 us through `rate` and NumPy, a step's bookkeeping most of that)."""
+        token's length less `DOUBT` deviations (not below 0), multiplied in order, each
+        after the first times `later`. Asked on every match, most of which the cut then
+        drops: plain floats over the few lengths (on a CPU a 16-token draft's took ~16 us
+        through `rate` and NumPy, a step's bookkeeping most of that)."""
         if tokens and length < 1:
             raise ValueError("a drafted token continues a match of one token at least")
-        self._settle()
-        accepted, trials, priors = self.accepted.tolist(), self.trials.tolist(), self._priors
+        later = self.later  # settles the evidence
+        accepted, trials = self.accepted.tolist(), self.trials.tolist()
         out, p = [], 1.0
         for j in range(tokens):
             at = min(length + j, LONGEST)
-            p *= (accepted[at] + priors[at]) / (trials[at] + PRIOR_TRIALS)
+            n = trials[at] + PRIOR_TRIALS
+            m = (accepted[at] + _PRIORS[at]) / n
+            m = max(0.0, m - DOUBT * (m * (1.0 - m) / (n + 1.0)) ** 0.5)  # the Beta's sd
+            p *= m * (later if j else 1.0)
             out.append(p)
         return out
 
-    def judge(self, length: int, drafted: int, accepted: int) -> None:
-        """A verify's verdict on a draft from a match of `length`: its first `accepted`
-        tokens stood and, if fewer than `drafted`, the next one was rejected (the rows
-        after it were not judged)."""
+    def judge(self, length: int, drafted: int, accepted: int, verified: bool = True) -> None:
+        """A verdict on a draft from a match of `length`: its first `accepted` tokens stood
+        and, if fewer than `drafted`, the next one was rejected (the rows after it were not
+        judged). `verified`: a verify's, on a draft its confidence chose (else a dropped
+        proposal's first token, judged by the token that came: no part of `later`)."""
         if not 0 <= accepted <= drafted:
             raise ValueError(f"accepted {accepted} of {drafted} drafted")
         self._settle()
         for j in range(min(drafted, accepted + 1)):
             at, stood = min(length + j, LONGEST), 1.0 if j < accepted else 0.0
+            if verified and j:  # a later token: its rate as promised, before this verdict
+                promised = float(
+                    (self.accepted[at] + _PRIORS[at]) / (self.trials[at] + PRIOR_TRIALS)
+                )
+                self.later_stood = LATER_DECAY * self.later_stood + stood
+                self.later_promised = LATER_DECAY * self.later_promised + promised
             self.accepted[at] = DECAY * self.accepted[at] + stood
             self.trials[at] = DECAY * self.trials[at] + 1.0
-            self.stood = DECAY * self.stood + stood
-            self.expected = DECAY * self.expected + _RATES[at]
-        self._rescale()
-
-    def _rescale(self) -> None:
-        scale = (self.stood + SCALE_PRIOR) / (self.expected + SCALE_PRIOR)
-        self._priors = [PRIOR_TRIALS * min(RATE_CAP, r * scale) for r in _RATES]
 
     def _settle(self) -> None:
         if self._unaged:
             keep = AGE**self._unaged
             self.accepted *= keep
             self.trials *= keep
-            self.stood *= keep
-            self.expected *= keep
+            self.later_stood *= keep
+            self.later_promised *= keep
             self._unaged = 0
-            self._rescale()

@@ -146,6 +146,8 @@ class SuffixDrafter:
         self._sampled = False  # until `couple` says otherwise
         self._unjudged = None
         self._in_request = True
+        for rates in self._rates:  # what verified drafts got is the request's own
+            rates.new_request()
         self._node = 0
         self._extend(context)
 
@@ -171,7 +173,7 @@ class SuffixDrafter:
         `pending` stands where it would have (the path one token longer since)."""
         unjudged, self._unjudged = self._unjudged, None
         if unjudged is not None and unjudged[0] + 1 == self._depth[self._node]:
-            self.match_rates.judge(unjudged[1], 1, int(unjudged[2] == pending))
+            self.match_rates.judge(unjudged[1], 1, int(unjudged[2] == pending), verified=False)
 
     def commit(self, tokens: list[int]) -> None:
         _check_tokens(tokens)

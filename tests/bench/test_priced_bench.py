@@ -1,0 +1,70 @@
+"""`python -m bench priced`: the workloads decoded here with the decode loop's cost model
+fixed to another machine's table, every forward priced by it. A plain request costs its
+tokens at the plain step's price; a drafting request is priced by the forwards it ran, so
+flat (GPU-like) costs make a repeated question's drafts pay and linear ones make none
+drafted; every reply stays plain decoding's. No timing is measured."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench import priced
+from bench.shapes import SHAPES
+from bench.shapes_gguf import write_gguf
+
+STEP = 1e-3
+
+
+def _prices(tmp_path, per_row: float) -> str:
+    """A `bench speculative --json` result's cost table: 1 ms a row plus `per_row` a row
+    more (0.03: launch-bound, nearly flat; 1.0: a row costs a step)."""
+    table = {str(m): STEP * (1 + per_row * (m - 1)) for m in (1, 2, 4, 8, 16)}
+    result = {"calibrated_cost_s": table, "workloads": {"chat": {"plain_tok_s": {"median": 1000}}}}
+    path = tmp_path / f"prices-{per_row}.json"
+    path.write_text(json.dumps(result))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def hybrid(tmp_path_factory) -> str:
+    """The tiny Qwen3.5 shape: random weights whose greedy replies repeat (lookup drafts)."""
+    return str(write_gguf(SHAPES["tiny-qwen3.5"], tmp_path_factory.mktemp("m") / "h.gguf"))
+
+
+def _run(capsys, costs: str, model: str) -> dict:
+    argv = ["--costs", costs, "--model", model, "--max-tokens", "24", "--backend", "numpy"]
+    assert priced.main([*argv, "--workloads", "repeat", "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_flat_costs_make_a_repeat_pay_and_plain_costs_its_steps(tmp_path, capsys, hybrid):
+    result = _run(capsys, _prices(tmp_path, 0.03), hybrid)
+    repeat = result["workloads"]["repeat"]
+    assert repeat["identical"] is True and repeat["tokens"] == 23
+    assert repeat["plain_tok_s"] == pytest.approx(1 / STEP)  # a step each, at its price
+    auto = repeat["auto"]
+    assert auto["drafted"] > 0 and auto["accepted"] == auto["drafted"] and auto["speedup"] > 1.5
+    assert result["priced_by"]["plain_step_s"] == pytest.approx(STEP)
+    assert "--costs" in result["command"] and result["model"]["name"] == "h.gguf"
+
+
+def test_linear_costs_draft_nothing(tmp_path, capsys, hybrid):
+    auto = _run(capsys, _prices(tmp_path, 1.0), hybrid)["workloads"]["repeat"]["auto"]
+    assert auto["drafted"] == 0 and auto["speedup"] == pytest.approx(1.0)
+
+
+def test_a_file_without_a_cost_table_is_refused(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"workloads": {}}))
+    with pytest.raises(SystemExit, match="not a bench speculative result"):
+        priced.load_prices(bad)
+    with pytest.raises(RuntimeError, match="fixed to its table"):
+        priced.PricedCosts({1: STEP, 2: STEP}, STEP).calibrate(None)  # type: ignore[arg-type]
+
+
+def test_a_verify_and_the_restart_after_it_are_priced_by_the_table():
+    costs = priced.PricedCosts({1: 1.2 * STEP, 2: 1.5 * STEP, 4: 2.0 * STEP}, STEP)
+    # a step, a 3-row verify (between 2 and 4 rows: 1.75), its restart, a step
+    assert costs.price([1, 3, 1, 1]) == pytest.approx(STEP * (1 + 1.75 + 1.2 + 1))
