@@ -9,9 +9,11 @@ plain decoding's measured step, the first step after a verify at the table's one
 (the verify stopped the queue), a verify of m rows at the table's m rows. Drafting policies
 can then be compared here against a GPU's verify curve, between rounds on a lent GPU.
 
-A model, not a measurement: it assumes the GPU decodes the same tokens (greedy; the GPU's
-bfloat16 may part from this machine's float32 on a near tie) and that a forward's cost does
-not depend on the context. On session 36's H100 Llama-3.2-1B shape it read a fresh chat at
+Modes whose drafts cost no forward only (plain, Auto, lookup: a block drafter's pass or a
+draft model's forwards would run at this machine's cost). A model, not a measurement: it
+assumes the GPU decodes the same tokens (greedy; the GPU's bfloat16 may part from this
+machine's float32 on a near tie) and that a forward's cost does not depend on the context.
+On session 36's H100 Llama-3.2-1B shape it read a fresh chat at
 0.87x, regenerate 1.05x and a repeated question 1.61x, where the H100 measured 0.83x, 1.03x
 and 1.45x.
 
@@ -32,6 +34,10 @@ from bench.speculative import ALL_MODES, WORKLOADS, Workload, _names, ask, fresh
 from engine.config import EngineConfig
 from engine.draft_costs import CostModel
 from engine.runner import ModelRunner
+
+# modes whose drafts cost no forward (prompt lookup's): a block drafter's pass or a draft
+# model's forwards run on this machine at its own cost, which the table cannot price
+FREE_MODES = {mode: ALL_MODES[mode] for mode in ("plain", "auto", "lookup")}
 
 
 class PricedCosts(CostModel):
@@ -109,13 +115,17 @@ def priced_request(
 def run(args: argparse.Namespace, config: EngineConfig) -> dict[str, Any]:
     from engine.loader import load_model
 
+    if config.auto_block:
+        raise SystemExit(
+            "BRANCHCHAT_AUTO_BLOCK=1 pools the block drafter, whose pass is not priced"
+        )
     table, step = load_prices(Path(args.costs))
     path = common.model_file(args.model)
     loaded = load_model(path, config)
     costs = PricedCosts(table, step)
     workloads: dict[str, Any] = {}
     for name in args.workloads:
-        rows = {mode: priced_request(loaded, config, costs, WORKLOADS[name], ALL_MODES[mode],
+        rows = {mode: priced_request(loaded, config, costs, WORKLOADS[name], FREE_MODES[mode],
                                      args.max_tokens) for mode in args.modes}  # fmt: skip
         tokens, plain_s, plain_ids, _ = rows["plain"]
         out: dict[str, Any] = {"tokens": tokens, "plain_tok_s": tokens / plain_s}
@@ -139,7 +149,7 @@ def run(args: argparse.Namespace, config: EngineConfig) -> dict[str, Any]:
 
 
 def print_table(result: dict[str, Any]) -> None:
-    modes = [m for m in next(iter(result["workloads"].values())) if m in ALL_MODES]
+    modes = [m for m in next(iter(result["workloads"].values())) if m in FREE_MODES]
     print(f"priced by {result['priced_by']['file']}")
     for name, w in result["workloads"].items():
         line = f"{name:<12} plain {w['plain_tok_s']:8.1f} tok/s"
@@ -156,7 +166,9 @@ def main(argv: list[str] | None = None, config: EngineConfig | None = None) -> i
     parser.add_argument("--model", help="a .gguf file or a shipped model's name")
     parser.add_argument("--max-tokens", type=int, default=128, help="tokens per answer")
     parser.add_argument("--backend", choices=("numpy", "mlx"), default=None)
-    parser.add_argument("--modes", type=_names(ALL_MODES), default=["plain", "auto"])
+    parser.add_argument(
+        "--modes", type=_names(FREE_MODES), default=["plain", "auto"], help="drafts free to draw"
+    )
     parser.add_argument("--workloads", type=_names(WORKLOADS), default=["regenerate", "chat"])
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)

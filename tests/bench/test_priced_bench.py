@@ -68,3 +68,17 @@ def test_a_verify_and_the_restart_after_it_are_priced_by_the_table():
     costs = priced.PricedCosts({1: 1.2 * STEP, 2: 1.5 * STEP, 4: 2.0 * STEP}, STEP)
     # a step, a 3-row verify (between 2 and 4 rows: 1.75), its restart, a step
     assert costs.price([1, 3, 1, 1]) == pytest.approx(STEP * (1 + 1.75 + 1.2 + 1))
+
+
+def test_drafts_that_cost_a_pass_are_not_priced(tmp_path, capsys, hybrid):
+    """A block drafter's pass (or a draft model's forwards) would run at this machine's
+    cost: the bench takes only modes whose drafts are free, and refuses Auto with the
+    block drafter pooled."""
+    from engine.config import EngineConfig
+
+    with pytest.raises(SystemExit):
+        priced.main(["--costs", _prices(tmp_path, 0.03), "--model", hybrid, "--modes", "block"])
+    assert "choose from plain, auto, lookup" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="AUTO_BLOCK"):
+        priced.main(["--costs", _prices(tmp_path, 0.03), "--model", hybrid],
+                    EngineConfig(auto_block=True))  # fmt: skip
