@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import common
-from bench.speculative import ALL_MODES, WORKLOADS, Workload, _names, ask, fresh_session
+from bench.speculative import ALL_MODES, WORKLOADS, Workload, _names, converse, fresh_session
 from engine.config import EngineConfig
 from engine.draft_costs import CostModel
 from engine.runner import ModelRunner
@@ -57,6 +57,10 @@ class PricedCosts(CostModel):
 
     def charge(self, rows: int, seconds: float) -> None:
         self.forwards.append(1)  # the restart after a verify: a plain step all the same
+
+    def forget(self) -> None:
+        """Forwards recorded so far are dropped (a request before the measured one)."""
+        self.forwards = []
 
     def calibrate(self, runner: ModelRunner) -> None:
         raise RuntimeError("a priced cost model is fixed to its table: nothing to calibrate")
@@ -92,20 +96,14 @@ def priced_request(
 ) -> tuple[int, float, tuple[tuple[int, ...], ...], dict[str, int]]:
     """Each conversation in a fresh session: its measured request's tokens (after the
     first, as `bench speculative` counts them), priced seconds, token ids and drafts."""
-    from engine import events as ev
-
     tokens, seconds, ids, counts = 0, 0.0, (), {"drafted": 0, "accepted": 0, "verifies": 0}
     for steps in work.conversations:
         session = fresh_session(loaded, None, config, costs)
-        history: tuple[Any, ...] = ()
-        for step in steps:
-            added = tuple(ev.Message(role, content) for role, content in step)
-            messages = (*history, *added) if work.follow_up else added
-            session.costs.forwards = []  # the measured request's alone: the last one's
-            done = ask(session, messages, drafter, n)
-            history = (*messages, ev.Message("assistant", done.text))
+        own: PricedCosts = session.costs  # a copy: the session's own record
+        # the measured request's forwards alone: the last one's
+        done = converse(session, steps, work.follow_up, drafter, n, before_each=own.forget)
         tokens += max(0, done.stats.generated_tokens - 1)  # a forward each (the prefill
-        seconds += session.costs.price(session.costs.forwards)  # gave the first)
+        seconds += own.price(own.forwards)  # gave the first)
         ids += (done.token_ids,)
         for key in counts:
             counts[key] += getattr(done.stats, key)

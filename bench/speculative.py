@@ -41,6 +41,7 @@ import argparse
 import copy
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -132,6 +133,29 @@ def ask(
     return next(e for e in events if isinstance(e, ev.Finished))
 
 
+def converse(
+    session: Any,
+    steps: tuple[Any, ...],
+    follow_up: bool,
+    drafter: str,
+    max_tokens: int,
+    sampling: Any = None,
+    before_each: Callable[[], None] = lambda: None,
+) -> Any:
+    """A conversation's requests on `session` in order (each with the replies before it,
+    where `follow_up`), `before_each` called before each; the last one's Finished."""
+    from engine import events as ev
+
+    history: tuple[Any, ...] = ()
+    for step in steps:
+        added = tuple(ev.Message(role, content) for role, content in step)
+        messages = (*history, *added) if follow_up else added
+        before_each()
+        done = ask(session, messages, drafter, max_tokens, sampling)
+        history = (*messages, ev.Message("assistant", done.text))
+    return done
+
+
 def measure(
     loaded: Any,
     config: EngineConfig,
@@ -144,17 +168,10 @@ def measure(
 ) -> Sample:
     """Each conversation in a fresh session (with the draft model `draft`, if any): its
     earlier requests, then the measured one."""
-    from engine import events as ev
-
     sample = Sample(0, 0.0, (), 0, 0)
     for steps in work.conversations:
         session = fresh_session(loaded, draft, config, costs)
-        history: tuple[Any, ...] = ()
-        for step in steps:
-            added = tuple(ev.Message(role, content) for role, content in step)
-            messages = (*history, *added) if work.follow_up else added
-            done = ask(session, messages, drafter, max_tokens, sampling)
-            history = (*messages, ev.Message("assistant", done.text))
+        done = converse(session, steps, work.follow_up, drafter, max_tokens, sampling)
         stats = done.stats
         decoded = max(0, stats.generated_tokens - 1)
         sample.tokens += decoded
