@@ -7,14 +7,17 @@ drafted; every reply stays plain decoding's. No timing is measured."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from bench import priced
 from bench.shapes import SHAPES
 from bench.shapes_gguf import write_gguf
+from engine.default_model import is_default_model_present
 
 STEP = 1e-3
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _prices(tmp_path, per_row: float) -> str:
@@ -82,3 +85,18 @@ def test_drafts_that_cost_a_pass_are_not_priced(tmp_path, capsys, hybrid):
     with pytest.raises(SystemExit, match="AUTO_BLOCK"):
         priced.main(["--costs", _prices(tmp_path, 0.03), "--model", hybrid],
                     EngineConfig(auto_block=True))  # fmt: skip
+
+
+@pytest.mark.real_model
+@pytest.mark.skipif(not is_default_model_present(), reason="the default model is not fetched")
+def test_on_an_h100s_costs_auto_is_not_slower_on_a_fresh_question(capsys):
+    """The default model's replies, priced by session 31's H100 table (an 8-row verify 2.7
+    queued steps): Auto on a fresh question stays at plain decoding's speed (it drafts
+    little, and what it drafts pays), and a renamed function's code is copied at 2x and
+    more. A drafting policy that trusts lookup's matches too far fails the first."""
+    costs = str(ROOT / "docs" / "h100" / "speculative-greedy-waits-20261206-s31.json")
+    assert priced.main(["--costs", costs, "--workloads", "chat,code", "--json"]) == 0
+    work = json.loads(capsys.readouterr().out)["workloads"]
+    assert work["chat"]["identical"] and work["code"]["identical"]
+    assert work["chat"]["auto"]["speedup"] >= 0.97
+    assert work["code"]["auto"]["speedup"] >= 2.0
