@@ -13,9 +13,8 @@ Modes whose drafts cost no forward only (plain, Auto, lookup: a block drafter's 
 draft model's forwards would run at this machine's cost). A model, not a measurement: it
 assumes the GPU decodes the same tokens (greedy; the GPU's bfloat16 may part from this
 machine's float32 on a near tie) and that a forward's cost does not depend on the context.
-On session 36's H100 Llama-3.2-1B shape it read a fresh chat at
-0.87x, regenerate 1.05x and a repeated question 1.61x, where the H100 measured 0.83x, 1.03x
-and 1.45x.
+On session 36's H100 Llama-3.2-1B shape it read a fresh chat at 0.87x, regenerate 1.05x and
+a repeated question 1.61x, where the H100 measured 0.83x, 1.03x and 1.45x.
 
     python -m bench priced --costs docs/h100/speculative-llama-3.2-1b-20261206-s36.json \
         --model llama-3.2-1b.gguf [--workloads chat,regenerate,repeat] [--json]
