@@ -132,9 +132,7 @@ class MatchAcceptance:
         for j in range(min(drafted, accepted + 1)):
             at, stood = min(length + j, LONGEST), 1.0 if j < accepted else 0.0
             if verified and j:  # a later token: its rate as promised, before this verdict
-                promised = float(
-                    (self.accepted[at] + _PRIORS[at]) / (self.trials[at] + PRIOR_TRIALS)
-                )
+                promised = self.rate(at)
                 self.later_stood = LATER_DECAY * self.later_stood + stood
                 self.later_promised = LATER_DECAY * self.later_promised + promised
             self.accepted[at] = DECAY * self.accepted[at] + stood

@@ -64,8 +64,8 @@ def test_confidence_is_the_running_product_of_the_rates_along_the_draft() -> Non
 
 
 def test_a_rate_from_few_verdicts_counts_for_less() -> None:
-    """A draft's confidence takes each rate a quarter of a deviation below its mean: far below it
-    after one verdict, near it after two hundred, never above it."""
+    """A draft's confidence takes each rate a quarter of a deviation below its mean: well
+    below it after one verdict, near it after two hundred, never above it."""
     few, many = MatchAcceptance(), MatchAcceptance()
     few.judge(8, drafted=1, accepted=1, verified=False)
     for _ in range(200):
