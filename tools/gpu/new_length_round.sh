@@ -13,8 +13,9 @@
 #            chunk on cuDNN's kernel (the rule before MAX_SCORES) and with every causal one
 #            on the one-launch prefill attention (kernels/prefill_attention_cuda.py: its
 #            tensor-core body for the model's bfloat16 K/V)
-#   verify   where the hybrid's 8-row verify spends its time beside a step (bench/gpu/
-#            step_probe.py, phases by cycle stamps, at 128 and 2,048 context)
+#   verify   where an 8-row verify spends its time beside a step (bench/gpu/step_probe.py,
+#            phases by cycle stamps, at 128 and 2,048 context), for each of $PROBE_SHAPES
+#            (default the hybrid's; the Llama shapes' phases were never stamped)
 #   rows     the hybrid shape's step and 8-row verify (bench/gpu/step_tuning.py, every
 #            build's logits against the engine's) with 2 (the engine's), 4 and 8 rows a
 #            verify's pass, and the head's alone at 8 (FQ_HEAD_ROWS), the engine's other
@@ -41,7 +42,7 @@ set -u
 export PYTHONPATH=/root/site:$PWD PYTHONUNBUFFERED=1
 parts=" ${PARTS:-hybrid pair default tests} "
 shape=/root/shapes/qwen3.5-0.8b.gguf
-if [[ $parts == *" hybrid "* || $parts == *" pair "* || $parts == *" verify "* || $parts == *" rows "* || $parts == *" spec "* ]] && [ ! -f $shape ]; then
+if [[ $parts == *" hybrid "* || $parts == *" pair "* || $parts == *" rows "* ]] && [ ! -f $shape ]; then
   python3 -m bench shapes write --shape qwen3.5-0.8b --out /root/shapes > /dev/null
 fi
 if [[ $parts == *" hybrid "* ]]; then
@@ -77,10 +78,13 @@ if [[ $parts == *" pair "* ]]; then
   done
 fi
 if [[ $parts == *" verify "* ]]; then
-  timeout 150 python3 -m bench.gpu.step_probe --model $shape --rows 1 8 --contexts 128 2048 \
-    --prefetch 0 > "$OUT/step-probe-hybrid.json" 2> "$OUT/step-probe-hybrid.err"
-  echo "== verify: exit $?"; tail -2 "$OUT/step-probe-hybrid.err"
-  python3 - "$OUT/step-probe-hybrid.json" <<'PY'
+  for one in ${PROBE_SHAPES:-qwen3.5-0.8b}; do
+    [ -f /root/shapes/$one.gguf ] || timeout 200 python3 -m bench shapes write --shape $one \
+      --out /root/shapes > /dev/null
+    timeout ${PROBE_TIMEOUT:-150} python3 -m bench.gpu.step_probe --model /root/shapes/$one.gguf \
+      --rows 1 8 --contexts 128 2048 --prefetch 0 > "$OUT/step-probe-$one.json" 2> "$OUT/step-probe-$one.err"
+    echo "== verify $one: exit $?"; tail -2 "$OUT/step-probe-$one.err"
+    python3 - "$OUT/step-probe-$one.json" <<'PY'
 import json, sys
 for line in open(sys.argv[1]):
     for name, r in json.loads(line).items():
@@ -91,6 +95,7 @@ for line in open(sys.argv[1]):
             elif not isinstance(f, dict):
                 print(name, key, f)
 PY
+  done
 fi
 # python3 -c "$TUNING_ROWS" FILE KNOB...: bench/gpu/step_tuning.py's lines, with those knobs
 TUNING_ROWS='
