@@ -56,6 +56,7 @@ from kernels.step_knobs import (
     blocks_per_sm,
     check_tuning,
     formats_header,
+    smem_x,
     tuning_for,
 )
 from kernels.step_weights import WeightTable
@@ -205,7 +206,7 @@ class StepKernel:
                 output_names=[name for name, _ in self.outputs(1)],
                 source=self.source(),
                 header=self.header(verify),
-                shared_memory=4 * self.tuning["FQ_SMEM_X"],  # the staged x (fq_stage)
+                shared_memory=4 * smem_x(self.tuning, verify),  # the staged x (fq_stage)
             )
             for verify in (False, True)
         }

@@ -40,6 +40,9 @@ TUNING = {
     # FQ_STREAM of the verify build (-1: the step's): words decoded as used speed a large
     # layer's step and slow its verify (_LARGE below)
     "FQ_VERIFY_STREAM": -1,
+    # FQ_SMEM_X of the verify build (0: the step's): a verify of 8 rows a pass stages more of
+    # its x, where a step asking for as much shared memory loses L1 (_EIGHT_ROWS below)
+    "FQ_VERIFY_SMEM_X": 0,
 }
 # shared memory an SM lends the staged x of its blocks (an H100/H200 SM has 228 KB; the
 # attention's own arrays and the runtime's reserve take the rest)
@@ -60,6 +63,13 @@ _LARGE = {"FQ_BLOCKS": 2, "FQ_VERIFY_BLOCKS": 1}
 # agreed: 6.33 / 6.73 against 6.66 / 7.43). Every build's logits were the engine build's.
 _LARGE |= {"FQ_STREAM": 1, "FQ_VERIFY_STREAM": 0}
 _FOUR_ROWS = {"FQ_VERIFY_ROWS": 4, "FQ_SMEM_X": 16384}  # x staged: 4 rows of 4,096
+# A large layer's verify takes 8 rows a pass, with 6 rows of 4,096 staged (without q/k norm,
+# whose phase spills at 4 already): on an H100 the Llama-3.1-8B shape's 8-row verify took
+# 28.1 / 33.4-33.8 ms at 128 / 2,048 context against 35.2-35.4 / 40.8-41.0 at 4 rows (30.3 /
+# 35.7 with the step's 16,384 floats staged), the 3.2-1B's 5.34 / 6.95 against 5.63-5.74 /
+# 7.03-7.15; a step asking for 24,576 floats too was 1-5% slower (session 37,
+# docs/h100/ahead-rows8-*-20261206-s37.txt). Every build's logits were the engine build's.
+_EIGHT_ROWS = {"FQ_VERIFY_ROWS": 8, "FQ_VERIFY_SMEM_X": 24576}
 
 
 # A hybrid (Gated DeltaNet layers) takes one block an SM whatever its layers' size, and
@@ -82,7 +92,9 @@ def tuning_for(layer_bytes: int, qk_norm: bool = False, hybrid: bool = False) ->
     knobs = dict(TUNING) if qk_norm else TUNING | _FOUR_ROWS
     if hybrid:
         return knobs | _HYBRID
-    return knobs | _LARGE if layer_bytes > TWO_BLOCKS_LAYER_BYTES else knobs
+    if layer_bytes <= TWO_BLOCKS_LAYER_BYTES:
+        return knobs
+    return knobs | _LARGE | ({} if qk_norm else _EIGHT_ROWS)
 
 
 # MLX's cuda_kernel writes the kernel's signature itself (`__global__ void name(...)`), so
@@ -92,6 +104,12 @@ _BOUNDED_GLOBAL = (
     "#undef __global__\n"
     "#define __global__ __location__(global) __launch_bounds__({threads}, {blocks})\n"
 )
+
+
+def smem_x(tuning: dict[str, int], verify: bool) -> int:
+    """Floats of x a block of the decode build (one row) or the verify build stages."""
+    knobs = TUNING | tuning
+    return (knobs["FQ_VERIFY_SMEM_X"] or knobs["FQ_SMEM_X"]) if verify else knobs["FQ_SMEM_X"]
 
 
 def blocks_per_sm(tuning: dict[str, int], verify: bool) -> int:
@@ -121,6 +139,7 @@ def formats_header(
     ]
     if verify and knobs["FQ_VERIFY_STREAM"] >= 0:
         knobs = knobs | {"FQ_STREAM": knobs["FQ_VERIFY_STREAM"]}
+    knobs = knobs | {"FQ_SMEM_X": smem_x(knobs, verify)}
     lines += [f"#define {name} {int(value)}" for name, value in knobs.items()]
     header = "\n".join(lines) + "\n"
     blocks = blocks_per_sm(knobs, verify)
@@ -150,11 +169,11 @@ def check_tuning(tuning: dict[str, int]) -> dict[str, int]:
         )
     if knobs["FQ_HEAD_ROWS"] not in (0, 1, 2, 4, 8):
         raise ValueError(f"FQ_HEAD_ROWS must be 0, 1, 2, 4 or 8, not {knobs['FQ_HEAD_ROWS']}")
-    staged = knobs["FQ_SMEM_X"]
-    most = max(blocks_per_sm(knobs, False), blocks_per_sm(knobs, True))
-    if staged < 0 or staged % 8 or most * 4 * staged > SMEM_X_BYTES_PER_SM:
-        raise ValueError(
-            f"FQ_SMEM_X must be a multiple of 8 whose blocks fit "
-            f"{SMEM_X_BYTES_PER_SM} bytes an SM, not {staged} x {most} blocks"
-        )
+    for verify, name in ((False, "FQ_SMEM_X"), (True, "FQ_VERIFY_SMEM_X")):
+        staged, blocks = smem_x(knobs, verify), blocks_per_sm(knobs, verify)
+        if knobs[name] < 0 or staged % 8 or blocks * 4 * staged > SMEM_X_BYTES_PER_SM:
+            raise ValueError(
+                f"{name} must be a multiple of 8 whose blocks fit "
+                f"{SMEM_X_BYTES_PER_SM} bytes an SM, not {staged} x {blocks} blocks"
+            )
     return knobs

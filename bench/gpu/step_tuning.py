@@ -55,11 +55,12 @@ _FIELDS = [
     "FQ_SPREAD",
     "FQ_HEAD_ROWS",
     "FQ_VERIFY_STREAM",
+    "FQ_VERIFY_SMEM_X",
 ]
 
 
 def parse_configs(text: str) -> list[dict[str, int]]:
-    """ "slices:stream:rows[:blocks:smem:vblocks:barrier:l1:kf:spread:head:vstream:ahead],..."
+    """ "slices:stream:rows[:blocks:smem:vblocks:barrier:l1:kf:spread:head:vstream:vsmem],..."
     (any prefix of the fields) as TUNING dicts; the fields left out take the engine's values."""
     out = []
     for item in text.split(","):
@@ -67,7 +68,7 @@ def parse_configs(text: str) -> list[dict[str, int]]:
         if not 3 <= len(values) <= len(_FIELDS):
             raise SystemExit(
                 "a configuration is slices:stream:rows"
-                f"[:blocks:smem:vblocks:barrier:l1:kf:spread:head:vstream:ahead], not {item!r}"
+                f"[:blocks:smem:vblocks:barrier:l1:kf:spread:head:vstream:vsmem], not {item!r}"
             )
         out.append(
             {name: TUNING[name] for name in _FIELDS}

@@ -3,6 +3,7 @@ system libraries a stock Debian/Ubuntu lacks, and Qt's own message misleads."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -105,6 +106,8 @@ def test_python_m_app_stops_before_qt_with_the_command():
         "sys.exit(rc)\n"
     )
     env = {"PATH": "/usr/bin:/bin", "DISPLAY": ":99"}
+    if "PYTHONPATH" in os.environ:  # a machine that puts the packages there (the GPU machine's)
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
     result = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
     )

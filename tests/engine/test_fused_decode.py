@@ -206,6 +206,7 @@ def test_one_launch_step_reads_the_weights_as_stored(tiny_models, q4_k_m, source
             "FQ_SMEM_X=0",  # every warp reads x from L2
             "FQ_SMEM_X=32768,FQ_VERIFY_ROWS=8",  # past 48 KB: the launch's attribute
             "FQ_BLOCKS=2,FQ_VERIFY_BLOCKS=1,FQ_VERIFY_ROWS=8",  # each build its own blocks
+            "FQ_BLOCKS=2,FQ_VERIFY_BLOCKS=1,FQ_VERIFY_ROWS=8,FQ_VERIFY_SMEM_X=24576",  # and x
             "FQ_BARRIER=1,FQ_L1_PREFETCH=1",  # release/acquire barrier, rows into L1 first
             "FQ_HEAD_ROWS=8",  # a verify's head in one pass of 8 rows
             "FQ_KFACTORS=1",  # Q4_K / Q6_K parts as their super-blocks' factors

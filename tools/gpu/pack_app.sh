@@ -23,6 +23,14 @@ for so in "$qt"/lib/libQt6{Core,Gui,Widgets,Svg,DBus,XcbQpa,OpenGL}.so.6 \
 done | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | grep -v PySide6 | sort -u \
   | grep -vE '/(libc|libm|libdl|librt|libpthread|libgcc_s|libstdc\+\+|ld-linux-x86-64)\.so' \
   | xargs -I{} cp -L {} app-payload/syslibs/lib/
+# and every library the xcb plugin's check names (app/system_check.py), which ldd lists only
+# where this machine has it (session 37: icccm and keysyms were not here, so not carried)
+"$root/.venv/bin/python" -c 'from app.system_check import DEBIAN_PACKAGES as d; [print(*i) for i in d.items()]' \
+  | while read -r so package; do
+  lib=$(ldconfig -p | awk -v so="$so" '$1 == so {print $NF; exit}')
+  if [ -n "$lib" ]; then cp -L "$lib" app-payload/syslibs/lib/; else
+    echo "pack_app: $so is not on this machine (apt-get install $package)" >&2; exit 1; fi
+done
 cp /usr/share/fonts/truetype/dejavu/DejaVuSans{,-Bold,Mono}.ttf app-payload/syslibs/fonts/
 printf '<?xml version="1.0"?>\n<fontconfig><dir>/root/syslibs/fonts</dir>%s</fontconfig>\n' \
   '<cachedir>/tmp/fc-cache</cachedir>' > app-payload/syslibs/fonts.conf

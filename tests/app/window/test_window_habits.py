@@ -101,13 +101,17 @@ def test_window_sidebar_open_chat_and_model_come_back(harness, qtbot, tmp_path):
     qtbot.mouseClick(window.sidebar.new_button, Qt.MouseButton.LeftButton)
     harness.send("second chat")
     window.controller.open_conversation(first)  # the chat left open
-    window.resize(790, 520)
+    window.resize(790, 520)  # within the offscreen screen's 800 px, which a restore keeps to
     splitter = window.centralWidget()
     # The resize lands before the split is set, and the split before it is read: on the
     # H100 machine 20 ms was not enough and the width read was a layout still in flight.
     qtbot.waitUntil(lambda: splitter.width() == window.width() == 790)
-    splitter.setSizes([212, 578])
-    qtbot.waitUntil(lambda: splitter.sizes()[0] == 212)
+    # a sidebar wider than its least 200 px, as wide as the chat pane's least width lets it
+    # be (that pane took 584 px with the H100 machine's DejaVu fonts: 202 px were left)
+    room = splitter.width() - splitter.handleWidth()
+    wanted = min(212, room - splitter.widget(1).minimumSizeHint().width())
+    splitter.setSizes([wanted, room - wanted])
+    qtbot.waitUntil(lambda: splitter.sizes()[0] == wanted)
     sidebar_width, size = splitter.sizes()[0], (window.width(), window.height())
     assert sidebar_width > 200  # wider than its minimum
     assert size != (1000, 700)  # the harness's size, which a fresh window gets
