@@ -22,13 +22,11 @@
 #            hybrid knobs alike: session 34's probe put a verify's products at ~4x a
 #            step's (4 passes of 2 rows) and its head at 4x
 #   ahead    the Llama-3.2-1B and 3.1-8B shapes' step and verify ($AHEAD_SHAPES; the 8B
-#            alone takes ~4 minutes with its shape's writing and a second load)
+#            alone takes ~1.5 minutes once its shape is written, ~2 more to write it)
 #            (bench/gpu/step_tuning.py --engine-with: the engine's build timed first and last)
-#            with a verify of 8 rows a pass (their 8-row verify was 3.8 / 5.4 steps in
-#            session 36, so a regenerate fully accepted gained 1.45x on the 1B: the weights
-#            are read twice at 4 rows), with its head at 8 too, and the step's words loaded
-#            before they are decoded (FQ_STREAM 0; the large layers' build decodes them as
-#            used since session 36). $AHEAD_WITH names other builds.
+#            beside session 36's verify (4 rows a pass, the step's staged x: the engine's took
+#            8 rows and 24,576 floats in session 37), its x staged whole at 32,768, and its
+#            head at 8 rows a pass. $AHEAD_WITH names other builds.
 #   spec     each shape's speculative regenerate, fresh question and repeated question
 #            ($SPEC_SHAPES, default the hybrid's; python -m bench speculative --model, greedy,
 #            plain against Auto: identical tokens). Random weights give an edited question's
@@ -118,8 +116,8 @@ if [[ $parts == *" ahead "* ]]; then  # a verify's rows a pass, and words decode
     [ -f /root/shapes/$big.gguf ] || timeout 200 python3 -m bench shapes write --shape $big \
       --out /root/shapes > /dev/null
     timeout ${AHEAD_TIMEOUT:-280} python3 -m bench.gpu.step_tuning --model /root/shapes/$big.gguf \
-      --contexts 128 2048 --repeats 30 --engine-with "${AHEAD_WITH:-FQ_VERIFY_ROWS=8,FQ_SMEM_X=24576;\
-FQ_VERIFY_ROWS=8,FQ_SMEM_X=24576,FQ_HEAD_ROWS=8;FQ_STREAM=0,FQ_VERIFY_STREAM=-1}" \
+      --contexts 128 2048 --repeats 30 --engine-with "${AHEAD_WITH:-FQ_VERIFY_ROWS=4,FQ_VERIFY_SMEM_X=0;\
+FQ_VERIFY_SMEM_X=32768;FQ_HEAD_ROWS=8}" \
       --out "$OUT/ahead-$big.json" > "$OUT/ahead-$big.txt" 2>&1
     echo "== ahead $big: exit $?"; grep -v "^{" "$OUT/ahead-$big.txt" | tail -3
     python3 -c "$TUNING_ROWS" "$OUT/ahead-$big.txt" FQ_VERIFY_ROWS FQ_HEAD_ROWS FQ_STREAM
