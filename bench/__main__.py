@@ -15,6 +15,7 @@ from engine.config import EngineConfig, configure_process
 # subcommand name -> module (imported only when chosen) whose main(argv) runs it
 COMMANDS = {
     "agreement": "bench.agreement",
+    "app_stream": "bench.app_stream",
     "attention": "bench.attention",
     "decode": "bench.decode",
     "edit": "bench.edit",

@@ -168,10 +168,14 @@ class MessageDelegate(MessagePainting, QStyledItemDelegate):
     def sizeHint(self, option: QStyleOptionViewItem, index: QModelIndex) -> QSize:
         width = self._layout_width()
         model = index.model()
-        item: MessageItem = index.data(MessageModel.ItemRole)
+        # Asked of every row at each relayout (a streamed reply's every push: Qt lays out
+        # the whole list), so the row's item comes from the model's list, not data().
+        if isinstance(model, MessageModel):
+            item = model.item(index.row())
+            is_editing, is_open = model.editing_id == item.id, model.is_thinking_open(item.id)
+        else:
+            item, is_editing, is_open = index.data(MessageModel.ItemRole), False, False
         # Only what changes the height: actions come and go but the footer stays.
-        is_editing = isinstance(model, MessageModel) and model.editing_id == item.id
-        is_open = self._is_thinking_open(index, item)
         thinking = (bool(item.thinking or item.thinking_tokens), is_open and item.thinking)
         key = (item.content, item.role, width, is_editing, thinking)
         cached = self._sizes.get(item.id)
