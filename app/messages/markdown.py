@@ -285,14 +285,14 @@ def _style_blocks(doc: QTextDocument, theme: Theme, has_inline_code: bool) -> li
 
 
 def _shade_inline_code(cursor: QTextCursor, block, fmt: QTextCharFormat) -> None:
-    it = block.begin()
-    while not it.atEnd():
-        fragment = it.fragment()
-        if fragment.charFormat().fontFixedPitch():
-            cursor.setPosition(fragment.position())
-            cursor.setPosition(fragment.position() + fragment.length(), cursor.MoveMode.KeepAnchor)
+    # the block's format ranges in one call: walking its fragments cost four calls each,
+    # most of a long reply's render (a reply is rendered again at each push while it streams)
+    start = block.position()
+    for part in block.textFormats():
+        if part.format.fontFixedPitch():
+            cursor.setPosition(start + part.start)
+            cursor.setPosition(start + part.start + part.length, cursor.MoveMode.KeepAnchor)
             cursor.mergeCharFormat(fmt)
-        it += 1
 
 
 def _style_code(cursor: QTextCursor, group: list, theme: Theme) -> CodeBlock:

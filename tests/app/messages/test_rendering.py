@@ -31,6 +31,28 @@ def test_code_blocks_are_found_and_highlighted(qapp):
     assert comment.foreground().color() == QColor(CODE_COLORS["comment"])
 
 
+def test_inline_code_is_shaded_and_nothing_else(qapp):
+    """Every character of each inline code span, in prose, a list and a quote, and none
+    around them, has the shade's background."""
+    text = "Call `f(x)` then **`g`**.\n\n- item `h` end\n\n> quoted `q1` and `q2`"
+    doc = render(text, LIGHT, QFont("DejaVu Sans", 10)).doc
+    plain = doc.toPlainText()
+    shade = QColor(LIGHT.hover)
+    shaded = "".join(
+        char if char_format_at(doc, i).background().color() == shade else "."
+        for i, char in enumerate(plain)
+        if char != "\n"
+    )
+    expected = "".join(
+        char if char in "f(x)ghq12" and i in CODE_AT else "."
+        for i, char in enumerate(plain.replace("\n", ""))
+    )
+    assert shaded == expected
+
+
+CODE_AT = {5, 6, 7, 8, 15, 22, 34, 35, 41, 42}  # f(x), g, h, q1, q2 in the text without \n
+
+
 def test_drafted_spans_are_tinted_and_the_markers_removed(qapp):
     text = "- first item\n- second item"
     spans = ((0, 7), (15, 21))  # "- first" (bullet included) and "second"
