@@ -127,16 +127,16 @@ def decode(
             out.reason = reason
             break
         pending = out.token_ids[-1]
-        if carried is not None:  # cut where it was proposed, pricing the queued step
+        if carried is not None:
             k, draft, spent = carried.k, carried.draft, carried.seconds
-            offered, draft, carried = min(k, len(draft.tokens)), carried.cut, None
+            carried = None
         else:
             k = _choose_k(req, costs, len(out.token_ids), state, row_limit)
             t0 = time.perf_counter()
             draft = drafter.propose(pending, k) if (drafter is not None and k) else Draft([])
             spent = time.perf_counter() - t0 - draft.setup_seconds  # a prompt's: not k's cost
-            offered = min(k, len(draft.tokens))
-            draft = cut_draft(draft, costs)
+        offered = min(k, len(draft.tokens))
+        draft = cut_draft(draft, costs)
         if draft.free:  # its cut rows were judged by its own confidence, not missed
             offered = len(draft.tokens)
         if draft.tokens and req.acceptance is not None:
@@ -212,7 +212,6 @@ class _Carried:
 
     k: int
     draft: Draft
-    cut: Draft  # the draft as the round verifies it (draft_costs.cut_draft)
     seconds: float  # what proposing it cost
 
 
@@ -237,8 +236,8 @@ def _plain_run(
     (`drafts_for_free`: prompt lookup; a pool whose members ranked this round all do)
     needs that step's token to propose, so the next step is queued all the same and the
     drafter asked once the token is read: with nothing to propose (or a free draft its cut
-    drops, the verify priced with the queued step it throws away) the queued step stands;
-    with a draft it is undone and the draft goes back to the loop, for its verify. A
+    drops) the queued step stands; with a draft it is undone and the draft goes back to the
+    loop, for its verify. A
     drafter whose pass runs on the device would wait behind the queued step, so there the
     run ends and the loop drafts. A drafter that reads the target's rows (`taps` not None)
     is handed each step's with its token.
@@ -300,13 +299,10 @@ def _plain_run(
             # ~0.2 ms, and Auto on a GPU stopped drafting with it)
             t_draft = time.perf_counter()
             draft = req.drafter.propose(token, k)
-            # the queued step on the token is thrown away where the round verifies a draft:
-            # that step's token is the price of the verify too (draft_costs.cut_draft)
-            cut = cut_draft(draft, costs, discarded=costs.cost(1))
-            if cut.tokens:  # the round verifies it: not the queued step
+            if cut_draft(draft, costs).tokens:  # the round verifies it: not the queued step
                 seconds = time.perf_counter() - t_draft - draft.setup_seconds
                 nxt.cancel()
-                return "", _Carried(k, draft, cut, seconds)
+                return "", _Carried(k, draft, seconds)
         if token != guess:  # the device drew another token: the queued step is not this one
             nxt.cancel()
             nxt = launch([token])

@@ -227,18 +227,12 @@ def best_draft_length(
     return best_k
 
 
-def cut_draft(draft: Draft, costs: CostModel, discarded: float = 0.0) -> Draft:
+def cut_draft(draft: Draft, costs: CostModel) -> Draft:
     """A draft with its drafter's confidence (P_j: tokens 1..j all accepted) cut at the k
-    with the most expected tokens per second, (1 + P_1 + ... + P_k) / (cost(k + 1) +
-    discarded). One token at least stays of a draft whose pass was paid (its verdict feeds
-    the acceptance model); a free draft (prompt lookup's) is dropped where that best k does
-    not beat plain decoding by the margin.
-
-    `discarded` prices a queued plain step the verify throws away (decoding's `_plain_run`:
-    the step on the same token, already on the device). Plain decoding keeps that step's
-    token; the verify recomputes its row. Over the verify's time the plain path then yields
-    1 + cost(k + 1) / cost(1) tokens against the verify's 1 + accepted, so the draft pays
-    only where accepted > cost(k + 1) / cost(1): the verify priced one step dearer."""
+    with the most expected tokens per second, (1 + P_1 + ... + P_k) / cost(k + 1). One
+    token at least stays of a draft whose pass was paid (its verdict feeds the acceptance
+    model); a free draft (prompt lookup's) is dropped where that best k does not beat plain
+    decoding by the margin."""
     tokens, confidence = draft.tokens, draft.confidence
     if len(confidence) != len(tokens) or not tokens or (len(tokens) == 1 and not draft.free):
         return draft
@@ -248,8 +242,7 @@ def cut_draft(draft: Draft, costs: CostModel, discarded: float = 0.0) -> Draft:
     total, best, keep = 0.0, 0.0, 0
     for k, p in enumerate(confidence, 1):
         total += p  # expected tokens: 1 + P_1 + ... + P_k
-        verify = table[k + 1] if table is not None else costs.cost(k + 1)
-        rate = (1.0 + total) / (verify + discarded)
+        rate = (1.0 + total) / (table[k + 1] if table is not None else costs.cost(k + 1))
         if rate > best:  # the first k of the highest rate
             best, keep = rate, k
     if draft.free and best <= MARGIN / costs.cost(1):
