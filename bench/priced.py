@@ -16,8 +16,13 @@ machine's float32 on a near tie) and that a forward's cost does not depend on th
 On session 36's H100 Llama-3.2-1B shape it read a fresh chat at 0.87x, regenerate 1.05x and
 a repeated question 1.61x, where the H100 measured 0.83x, 1.03x and 1.45x.
 
+`--queue` (the GPU's way, engine/runner/ahead.py) prices what this CPU's synchronous loop
+does not run: a plain step is queued on the device before its token is read, so a draft
+proposed on that token throws the queued step away, which the device computes all the
+same. A verify whose forward before was one row then costs one plain step more.
+
     python -m bench priced --costs docs/h100/speculative-llama-3.2-1b-20261206-s36.json \
-        --model llama-3.2-1b.gguf [--workloads chat,regenerate,repeat] [--json]
+        --model llama-3.2-1b.gguf [--workloads chat,regenerate,repeat] [--queue] [--json]
 """
 
 from __future__ import annotations
@@ -44,11 +49,12 @@ class PricedCosts(CostModel):
     forwards it ran (rows each; a step restarted after a verify, which the loop charges
     to the verify, as one row), never learned from."""
 
-    def __init__(self, table: dict[int, float], step: float) -> None:
+    def __init__(self, table: dict[int, float], step: float, queued: bool = False) -> None:
         super().__init__(decay=1.0)
         self.step_seconds = step
         self.ratios = {1: 1.0} | {m: s / step for m, s in table.items() if m > 1}
         self.one_row = table[1]  # a step that waits for its kernel (after a verify)
+        self.queued = queued  # plain steps queued: a verify after one throws one away
         self.forwards: list[int] = []
 
     def observe(self, rows: int, seconds: float) -> None:
@@ -66,13 +72,15 @@ class PricedCosts(CostModel):
 
     def price(self, forwards: list[int]) -> float:
         """Seconds the forwards take at the table's prices."""
-        seconds, after_verify = 0.0, False
+        seconds, last = 0.0, 0
         for rows in forwards:
             if rows == 1:
-                seconds += self.one_row if after_verify else self.step_seconds
+                seconds += self.one_row if last > 1 else self.step_seconds
             else:
                 seconds += self.cost(rows)
-            after_verify = rows > 1
+                if self.queued and last == 1:  # the step queued on its first row's token
+                    seconds += self.step_seconds
+            last = rows
         return seconds
 
 
@@ -119,7 +127,7 @@ def run(args: argparse.Namespace, config: EngineConfig) -> dict[str, Any]:
     table, step = load_prices(Path(args.costs))
     path = common.model_file(args.model)
     loaded = load_model(path, config)
-    costs = PricedCosts(table, step)
+    costs = PricedCosts(table, step, queued=args.queue)
     workloads: dict[str, Any] = {}
     for name in args.workloads:
         rows = {mode: priced_request(loaded, config, costs, WORKLOADS[name], FREE_MODES[mode],
@@ -135,9 +143,11 @@ def run(args: argparse.Namespace, config: EngineConfig) -> dict[str, Any]:
         "command": f"python -m bench priced --costs {args.costs} "
                    + (f"--model {args.model} " if args.model else "")
                    + f"--max-tokens {args.max_tokens} --modes {','.join(args.modes)} "
-                   f"--workloads {','.join(args.workloads)}",
+                   f"--workloads {','.join(args.workloads)}"
+                   + (" --queue" if args.queue else ""),
         "date": common.now_iso(),
-        "priced_by": {"file": str(args.costs), "table_s": table, "plain_step_s": step},
+        "priced_by": {"file": str(args.costs), "table_s": table, "plain_step_s": step,
+                      "queue": args.queue},
         "workloads": workloads,
         "machine": common.machine(),
         "versions": common.versions(),
@@ -167,6 +177,11 @@ def main(argv: list[str] | None = None, config: EngineConfig | None = None) -> i
         "--modes", type=_names(FREE_MODES), default=["plain", "auto"], help="drafts free to draw"
     )
     parser.add_argument("--workloads", type=_names(WORKLOADS), default=["regenerate", "chat"])
+    parser.add_argument(
+        "--queue",
+        action="store_true",
+        help="plain steps queued as on a GPU: each verify after one costs a discarded step",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
     if args.max_tokens < 2:

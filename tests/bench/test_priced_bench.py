@@ -36,9 +36,9 @@ def hybrid(tmp_path_factory) -> str:
     return str(write_gguf(SHAPES["tiny-qwen3.5"], tmp_path_factory.mktemp("m") / "h.gguf"))
 
 
-def _run(capsys, costs: str, model: str) -> dict:
+def _run(capsys, costs: str, model: str, *more: str) -> dict:
     argv = ["--costs", costs, "--model", model, "--max-tokens", "24", "--backend", "numpy"]
-    assert priced.main([*argv, "--workloads", "repeat", "--json"]) == 0
+    assert priced.main([*argv, "--workloads", "repeat", "--json", *more]) == 0
     return json.loads(capsys.readouterr().out)
 
 
@@ -51,6 +51,14 @@ def test_flat_costs_make_a_repeat_pay_and_plain_costs_its_steps(tmp_path, capsys
     assert auto["drafted"] > 0 and auto["accepted"] == auto["drafted"] and auto["speedup"] > 1.5
     assert result["priced_by"]["plain_step_s"] == pytest.approx(STEP)
     assert "--costs" in result["command"] and result["model"]["name"] == "h.gguf"
+    # on a queue the same drafts (the decisions do not know of it) cost a step more each
+    # verify that follows a plain step (none here: the answer is copied verify after
+    # verify from the first round; the arithmetic is the next test's)
+    queued = _run(capsys, _prices(tmp_path, 0.03), hybrid, "--queue")
+    assert queued["command"].endswith("--queue") and queued["priced_by"]["queue"] is True
+    again = queued["workloads"]["repeat"]["auto"]
+    assert (again["drafted"], again["verifies"]) == (auto["drafted"], auto["verifies"])
+    assert again["speedup"] == auto["speedup"]
 
 
 def test_linear_costs_draft_nothing(tmp_path, capsys, hybrid):
@@ -71,6 +79,17 @@ def test_a_verify_and_the_restart_after_it_are_priced_by_the_table():
     costs = priced.PricedCosts({1: 1.2 * STEP, 2: 1.5 * STEP, 4: 2.0 * STEP}, STEP)
     # a step, a 3-row verify (between 2 and 4 rows: 1.75), its restart, a step
     assert costs.price([1, 3, 1, 1]) == pytest.approx(STEP * (1 + 1.75 + 1.2 + 1))
+
+
+def test_on_a_queue_a_verify_after_a_plain_step_also_pays_the_step_it_throws_away():
+    """--queue: the GPU queued a step on the token a draft was proposed on, and computes
+    it all the same; a verify right after a verify threw nothing away."""
+    table = {1: 1.2 * STEP, 2: 1.5 * STEP, 4: 2.0 * STEP}
+    forwards = [1, 3, 1, 1, 3, 3]  # a step, a verify, its restart, a step, two verifies
+    synchronous = STEP * (1 + 1.75 + 1.2 + 1 + 1.75 + 1.75)
+    assert priced.PricedCosts(table, STEP).price(forwards) == pytest.approx(synchronous)
+    queued = priced.PricedCosts(table, STEP, queued=True).price(forwards)
+    assert queued == pytest.approx(synchronous + 2 * STEP)
 
 
 def test_drafts_that_cost_a_pass_are_not_priced(tmp_path, capsys, hybrid):
