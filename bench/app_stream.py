@@ -67,7 +67,7 @@ class ReplayEngine:
 
 
 def one_run(args: argparse.Namespace, directory: Path) -> dict[str, Any]:
-    from PySide6.QtCore import QCoreApplication, QSettings, QTimer
+    from PySide6.QtCore import QEventLoop, QSettings, QTimer
 
     from app.bridge import EngineBridge
     from app.conversation.store import ConversationStore
@@ -110,11 +110,17 @@ def one_run(args: argparse.Namespace, directory: Path) -> dict[str, Any]:
     sent, sent_cpu = time.perf_counter(), time.thread_time()
     last[:] = [sent_cpu, sent]
     window.composer.send_button.click()
-    while window.controller.is_busy:
-        QCoreApplication.processEvents()
-        time.sleep(0.0005)
-        if time.perf_counter() - sent > 120:
-            raise RuntimeError("the reply did not end within 120 s")
+    # the window's own event loop until the reply ends (a loop polling processEvents would
+    # spend the GUI thread's time itself, and be counted as the window's)
+    loop = QEventLoop()
+    watch = QTimer(interval=20)
+    watch.timeout.connect(lambda: loop.quit() if not window.controller.is_busy else None)
+    QTimer.singleShot(120_000, loop.quit)
+    watch.start()
+    loop.exec()
+    watch.stop()
+    if window.controller.is_busy:
+        raise RuntimeError("the reply did not end within 120 s")
     settle(0.05)  # the last repaint
     shown, busy = time.perf_counter() - sent, time.thread_time() - sent_cpu
     timer.stop()
