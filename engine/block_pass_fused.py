@@ -121,6 +121,8 @@ class FusedPass:
         self.block, self.mask_id = s.block, int(target.config.vocab_size)
         self.table, self.shapes, self.norms = drafter_step(weights, target)
         tuning = tuning_for(self.table.layer_bytes)
+        if tuning.get("FQ_WIDE"):
+            step_weights.check_wide(self.table)
         self.kernel = StepKernel.for_table(self.shapes, s.layers, self.table, tuning)
         self._top1 = mx.compile(lambda out: top1(out[1:]))  # traced per row count
 

@@ -43,6 +43,15 @@ TUNING = {
     # FQ_SMEM_X of the verify build (0: the step's): a verify of 8 rows a pass stages more of
     # its x, where a step asking for as much shared memory loses L1 (_EIGHT_ROWS below)
     "FQ_VERIFY_SMEM_X": 0,
+    # 1: the staged x's 16-byte pieces permuted within each 128-byte row, so a quarter warp's
+    # reads meet no bank twice (fused_step.cuh's fq_staged_at; the same bits)
+    "FQ_SWIZZLE": 0,
+    # a row length (0: off): 4-bit parts' rows of at least this many weights load 16 bytes
+    # (32 weights of one group) a lane where they load 4, FQ_WIDE_SLICES such slices at once.
+    # A lane sums other weights, so a row's bits differ from FQ_WIDE=0's build; every build
+    # with the same FQ_WIDE gives a row the same bits (fused_step.cuh's fq_dot_wide)
+    "FQ_WIDE": 0,
+    "FQ_WIDE_SLICES": 4,
 }
 # shared memory an SM lends the staged x of its blocks (an H100/H200 SM has 228 KB; the
 # attention's own arrays and the runtime's reserve take the rest)
@@ -167,6 +176,13 @@ def check_tuning(tuning: dict[str, int]) -> dict[str, int]:
             f"FQ_STREAM must be 0 or 1 and FQ_VERIFY_STREAM -1, 0 or 1, not "
             f"{knobs['FQ_STREAM']} and {knobs['FQ_VERIFY_STREAM']}"
         )
+    if knobs["FQ_SWIZZLE"] not in (0, 1) or knobs["FQ_WIDE"] < 0 or knobs["FQ_WIDE"] % 32:
+        raise ValueError(
+            f"FQ_SWIZZLE must be 0 or 1 and FQ_WIDE 0 or a multiple of 32, not "
+            f"{knobs['FQ_SWIZZLE']} and {knobs['FQ_WIDE']}"
+        )
+    if not 1 <= knobs["FQ_WIDE_SLICES"] <= 16:
+        raise ValueError(f"FQ_WIDE_SLICES must be 1..16, not {knobs['FQ_WIDE_SLICES']}")
     if knobs["FQ_HEAD_ROWS"] not in (0, 1, 2, 4, 8):
         raise ValueError(f"FQ_HEAD_ROWS must be 0, 1, 2, 4 or 8, not {knobs['FQ_HEAD_ROWS']}")
     for verify, name in ((False, "FQ_SMEM_X"), (True, "FQ_VERIFY_SMEM_X")):

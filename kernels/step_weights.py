@@ -235,3 +235,17 @@ def build_for(model: Any, knobs: dict[str, int]) -> WeightTable:
     K-quant parts as their factors)."""
     matrices = model_matrices(model)
     return build(matrices, 4 * len(model.layers), k_factors=bool(knobs.get("FQ_KFACTORS")))
+
+
+def check_wide(table: WeightTable) -> None:
+    """FQ_WIDE reads a 4-bit row 32 weights at a time with one group's scale and bias:
+    ValueError where a 4-bit part's groups are smaller (the kernel would read them wrong)."""
+    meta = np.array(table.meta)
+    used = meta[..., 0] != _NO_ROW
+    small = used & (meta[..., 4] == 4) & (meta[..., 5] < 5)
+    if small.any():
+        mat, part = (int(i) for i in np.argwhere(small)[0])
+        raise ValueError(
+            f"FQ_WIDE: matrix {mat} has 4-bit groups of {1 << int(meta[mat, part, 5])} weights; "
+            "it reads groups of 32 or more"
+        )

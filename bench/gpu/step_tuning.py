@@ -56,11 +56,15 @@ _FIELDS = [
     "FQ_HEAD_ROWS",
     "FQ_VERIFY_STREAM",
     "FQ_VERIFY_SMEM_X",
+    "FQ_SWIZZLE",
+    "FQ_WIDE",
+    "FQ_WIDE_SLICES",
 ]
 
 
 def parse_configs(text: str) -> list[dict[str, int]]:
-    """ "slices:stream:rows[:blocks:smem:vblocks:barrier:l1:kf:spread:head:vstream:vsmem],..."
+    """ "slices:stream:rows[:blocks:smem:vblocks:barrier:l1:kf:spread:head:vstream:vsmem:swizzle:
+    wide:wslices],..."
     (any prefix of the fields) as TUNING dicts; the fields left out take the engine's values."""
     out = []
     for item in text.split(","):
@@ -68,7 +72,8 @@ def parse_configs(text: str) -> list[dict[str, int]]:
         if not 3 <= len(values) <= len(_FIELDS):
             raise SystemExit(
                 "a configuration is slices:stream:rows"
-                f"[:blocks:smem:vblocks:barrier:l1:kf:spread:head:vstream:vsmem], not {item!r}"
+                "[:blocks:smem:vblocks:barrier:l1:kf:spread:head:vstream:vsmem:swizzle:wide:"
+                f"wslices], not {item!r}"
             )
         out.append(
             {name: TUNING[name] for name in _FIELDS}
@@ -139,12 +144,18 @@ def probe(
         if not reference:
             reference = logits
         same = all(np.array_equal(a, b) for a, b in zip(logits, reference, strict=True))
+        # a build of other bits (FQ_WIDE): how far, relative to the reference's largest logit
+        gap = max(
+            float(np.abs(a - b).max() / np.abs(b).max())
+            for a, b in zip(logits, reference, strict=True)
+        )
         rows.append(
             {
                 "tuning": tuning,
                 "decode_ms": _median_ms(lambda: step(one, 1), repeats),
                 "verify_8_ms": _median_ms(lambda: step(eight, 2), repeats),
                 "logits_equal_first": same,
+                "max_gap_first": gap,
             }
         )
         print(json.dumps({"context": context, **rows[-1]}), flush=True)

@@ -103,6 +103,8 @@ class FusedDecode(FiveKernelSteps):
             tuning = tuning_for(
                 self.weights.layer_bytes, shapes.qk_norm, hybrid=shapes.linear is not None
             ) | (step_tuning or {})
+            if tuning.get("FQ_WIDE"):
+                step_weights.check_wide(self.weights)
             self.step_kernel = StepKernel.for_table(shapes, len(layers), self.weights, tuning)
         else:
             self._dense_copy()

@@ -222,42 +222,56 @@ struct FqSlice {
 // memory (fq_stage), the rest read from L2. Every warp of a block reads the same x for each
 // of its rows, so from L2 a phase's x traffic is rows x K floats (several times its weight
 // bytes) at L2 latency; staged, it is read once a block. The values are the same either way.
+// FQ_SWIZZLE 1 stores 16-byte piece q of x at q ^ ((q >> 3) & 7) (a 128-byte row's eight
+// pieces permuted by the row's index): the eight lanes of a quarter warp then read eight
+// banks' groups where they read two (a lane's 8 floats a slice) or one (FQ_WIDE's 32).
 #ifndef FQ_SMEM_X
 #define FQ_SMEM_X 0
 #endif
+#ifndef FQ_SWIZZLE
+#define FQ_SWIZZLE 0
+#endif
+// where float i of x (i a multiple of 4) lies in the staged copy
+__device__ __forceinline__ int fq_staged_at(int i) {
+  if (!FQ_SWIZZLE) return i;
+  const int q = i >> 2;
+  return (q ^ ((q >> 3) & 7)) << 2;
+}
 struct FqX {
   const float* g;  // x in global memory (written by other blocks: read past L1)
-  const float* s;  // its first `staged` floats, in shared memory
-  int staged;
+  const float* s;  // its first `staged` floats, in shared memory (fq_staged_at's order)
+  int staged, base;  // base: float 0's index in the staged copy's x
 
   __device__ __forceinline__ void load8(int i, float* out) const {
     if (i < staged) {
-      const float4 a = *reinterpret_cast<const float4*>(s + i);
-      const float4 b = *reinterpret_cast<const float4*>(s + i + 4);
+      const float4 a = *reinterpret_cast<const float4*>(s + fq_staged_at(base + i));
+      const float4 b = *reinterpret_cast<const float4*>(s + fq_staged_at(base + i + 4));
       out[0] = a.x; out[1] = a.y; out[2] = a.z; out[3] = a.w;
       out[4] = b.x; out[5] = b.y; out[6] = b.z; out[7] = b.w;
     } else {
       fs_load8_cg(g + i, out);
     }
   }
-  __device__ __forceinline__ FqX at(int n) const { return {g + n, s + n, staged - n}; }
+  __device__ __forceinline__ FqX at(int n) const { return {g + n, s, staged - n, base + n}; }
 };
 
 // The first min(n, FQ_SMEM_X) floats of x into `sm` (every thread of the block calls it,
 // past the grid barrier that published x; the next barrier frees `sm` again). `sm` is the
 // launch's dynamic shared memory (StepKernel asks for FQ_SMEM_X floats); if the launch has
 // less, only what fits is staged and the rest is read from L2, so x is never read past it.
+// (Swizzled, room is whole 128-byte rows: a staged float's place stays below it.)
 __device__ __forceinline__ FqX fq_stage(const float* x, int n, float* sm) {
   unsigned int bytes;
   asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(bytes));
-  const int room = min(FQ_SMEM_X, static_cast<int>(bytes / 32) * 8);  // whole slices
+  const int room = FQ_SWIZZLE ? min(FQ_SMEM_X & ~31, static_cast<int>(bytes / 128) * 32)
+                              : min(FQ_SMEM_X, static_cast<int>(bytes / 32) * 8);  // whole slices
   const int staged = n < room ? n : room;
   if (FQ_SMEM_X > 0) {
     for (int i = threadIdx.x * 4; i < staged; i += blockDim.x * 4)
-      *reinterpret_cast<float4*>(sm + i) = __ldcg(reinterpret_cast<const float4*>(x + i));
+      *reinterpret_cast<float4*>(sm + fq_staged_at(i)) = __ldcg(reinterpret_cast<const float4*>(x + i));
     __syncthreads();
   }
-  return {x, sm, staged};
+  return {x, sm, staged, 0};
 }
 
 // Slices a dot product loads at once: FQ_SLICES of the R rows in all, at most the row's IT.
@@ -402,6 +416,123 @@ __device__ __forceinline__ void fq_dot_fmt(
   }
 }
 
+// FQ_WIDE (a row length, 0: off): a 4-bit affine part's rows of K >= FQ_WIDE weights (K a
+// multiple of 32, groups of 32 or more) load 16 bytes a lane, 32 weights of one group with
+// one scale and bias, 1,024 weights a warp; fq_dot_fmt loads 4 bytes (8 weights) with a
+// scale and a bias each. That is twice the weight bytes in flight for the same registers,
+// and a quarter of the load instructions. A lane then sums other weights than
+// fq_dot_fmt's, so a row's bits depend on FQ_WIDE (and on nothing else: any row count,
+// chunk or build gives a row the same operations in the same order). FQ_WIDE_SLICES: the
+// 16-byte slices of its R rows a warp loads at once.
+#ifndef FQ_WIDE
+#define FQ_WIDE 0
+#endif
+#ifndef FQ_WIDE_SLICES
+#define FQ_WIDE_SLICES 4
+#endif
+template <int FMT, int K>
+__host__ __device__ constexpr bool fq_wide() {
+  return FQ_WIDE > 0 && FMT == 4 && K >= FQ_WIDE && K % 32 == 0;
+}
+
+struct FqWideSlice {
+  uint4 v;
+  float s, b;
+
+  // weights k .. k + 31 of row r (k a multiple of 32, inside one group)
+  __device__ __forceinline__ void load(const FqPart& p, int r, int k) {
+    v = __ldg(reinterpret_cast<const uint4*>(p.w + (size_t)r * p.row_words + k / 8));
+    const size_t g = (size_t)r * p.gpr + (k >> p.shift);
+    s = __uint_as_float(__ldg(p.s + g));
+    b = __uint_as_float(__ldg(p.b + g));
+  }
+  // weights k + 8T .. k + 8T + 7 as float32 (FqSlice<4>::decode's operations)
+  template <int T>
+  __device__ __forceinline__ void decode(float* out) const {
+    const unsigned int word = T == 0 ? v.x : T == 1 ? v.y : T == 2 ? v.z : v.w;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) out[i] = __fmaf_rn(s, fq_small_float((word >> (4 * i)) & 15u), b);
+  }
+};
+
+// The wide dot product: fq_dot_fmt's contract (acc, ss, SCALED) over 16-byte slices, each
+// decoded as used, 8 weights at a time in order
+template <int K, int R, int G, bool SCALED, bool SS>
+__device__ __forceinline__ void fq_dot_wide(
+    const FqPart& p, const int (&rows)[R], const float* norm, const FqX& x, int M,
+    float (&acc)[G][R], float (&ss)[G]) {
+  constexpr int IT = (K + 1023) / 1024;
+  constexpr int CH0 = R >= FQ_WIDE_SLICES ? 1 : FQ_WIDE_SLICES / R;
+  constexpr int CH = CH0 < IT ? CH0 : IT;
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int m = 0; m < G; ++m) {
+    ss[m] = 0.f;
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[m][r] = 0.f;
+  }
+#pragma unroll 1
+  for (int c0 = 0; c0 < IT; c0 += CH) {
+    FqWideSlice cur[R][CH];
+#pragma unroll
+    for (int j = 0; j < CH; ++j) {
+      const int k = (c0 + j) * 1024 + lane * 32;
+      if (c0 + j < IT && k < K) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) cur[r][j].load(p, rows[r], k);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < CH; ++j) {
+      const int k0 = (c0 + j) * 1024 + lane * 32;
+      if (c0 + j < IT && k0 < K) {
+#pragma unroll
+        for (int t = 0; t < 4; ++t) {  // weights k .. k + 7 of each row, then each row of x
+          const int k = k0 + 8 * t;
+          float nv[8], w[R][8];
+          if (SCALED) fs_load8_ro(norm + k, nv);
+#pragma unroll
+          for (int r = 0; r < R; ++r) {
+            float d[8];
+            if (t == 0) cur[r][j].template decode<0>(d);
+            else if (t == 1) cur[r][j].template decode<1>(d);
+            else if (t == 2) cur[r][j].template decode<2>(d);
+            else cur[r][j].template decode<3>(d);
+#pragma unroll
+            for (int i = 0; i < 8; ++i) w[r][i] = SCALED ? __fmul_rn(d[i], nv[i]) : d[i];
+          }
+#pragma unroll
+          for (int m = 0; m < G; ++m) {
+            if (m < M) {
+              float xv[8];
+              x.load8(m * K + k, xv);
+              if (SS) {
+#pragma unroll
+                for (int i = 0; i < 8; ++i) ss[m] = __fmaf_rn(xv[i], xv[i], ss[m]);
+              }
+#pragma unroll
+              for (int r = 0; r < R; ++r) {
+                float sum = 0.f;
+#pragma unroll
+                for (int i = 0; i < 8; ++i) sum = __fmaf_rn(xv[i], w[r][i], sum);
+                acc[m][r] = __fadd_rn(acc[m][r], sum);
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int m = 0; m < G; ++m) {
+    if (m < M) {
+      if (SS) ss[m] = fd_warp_sum(ss[m]);
+#pragma unroll
+      for (int r = 0; r < R; ++r) acc[m][r] = fd_warp_sum(acc[m][r]);
+    }
+  }
+}
+
 // fq_dot_fmt for a part of format `fmt`: one branch per format the matrices of ROLE hold
 // (FQ_ROLE_QKV, _O, _GATE_UP, _DOWN: layer l's 4l .. 4l + 3 in every layer; FQ_ROLE_HEAD:
 // the LM head and the embedding table), the lists defined before this header by
@@ -418,7 +549,11 @@ __device__ __forceinline__ void fq_dot(
     float (&acc)[G][R], float (&ss)[G]) {
 #define FQ_CASE(F)                                                               \
   if (fmt == F) {                                                                \
-    fq_dot_fmt<F, K, R, G, SCALED, SS>(p, rows, norm, x, M, acc, ss);            \
+    if constexpr (fq_wide<F, K>()) {                                             \
+      fq_dot_wide<K, R, G, SCALED, SS>(p, rows, norm, x, M, acc, ss);            \
+    } else {                                                                     \
+      fq_dot_fmt<F, K, R, G, SCALED, SS>(p, rows, norm, x, M, acc, ss);          \
+    }                                                                            \
     return;                                                                      \
   }
   if constexpr (ROLE == FQ_ROLE_QKV) {

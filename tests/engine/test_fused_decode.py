@@ -153,24 +153,6 @@ def _float32(path):
     return lm
 
 
-@pytest.fixture(scope="module")
-def q4_k_m(tmp_path_factory):
-    """Tiny Llama 3 and Qwen3 shapes as llama-quantize writes Q4_K_M (Q4_K, Q6_K where
-    `use_more_bits` says, a Q6_K head: groups of 16, kept quantized in the table), Llama 3's
-    scaled rotation table and Qwen3's q/k norms; by name, written when first asked for."""
-    from bench.shapes import SHAPES
-    from bench.shapes_gguf import write_gguf
-
-    out, paths = tmp_path_factory.mktemp("q4km"), {}
-
-    def path(name):
-        if name not in paths:
-            paths[name] = write_gguf(SHAPES[name], out / f"{name}.gguf")
-        return paths[name]
-
-    return path
-
-
 @pytest.mark.skipif(not fused_decode_cuda.is_available(), reason="needs MLX on a CUDA GPU")
 @pytest.mark.gpu
 @pytest.mark.parametrize("source", ["q4_gguf", "f32_hf", "tiny-llama", "tiny-qwen3"])
@@ -212,6 +194,8 @@ def test_one_launch_step_reads_the_weights_as_stored(tiny_models, q4_k_m, source
             "FQ_KFACTORS=1",  # Q4_K / Q6_K parts as their super-blocks' factors
             "FQ_STREAM=1,FQ_SLICES=16,FQ_VERIFY_ROWS=4",
             "FQ_STREAM=1,FQ_VERIFY_STREAM=0",  # the step's words decoded as used, not the verify's
+            "FQ_SWIZZLE=1",  # the staged x's pieces permuted for the banks
+            "FQ_SWIZZLE=1,FQ_SMEM_X=64,FQ_VERIFY_ROWS=8",  # and staged in part
         )
         for source in ("tiny-llama", "tiny-qwen3")
     ]

@@ -327,3 +327,18 @@ def test_a_spill_of_any_size_is_seen():
     assert _spills(log) == [20]
     assert _spills(log.replace("20 bytes", "0 bytes")) == [0]
     assert not _keeps_registers(log) and _keeps_registers(log.replace("20 bytes", "8 bytes"))
+
+
+@needs_nvcc
+@pytest.mark.parametrize("maxm,head_mode", BUILDS)
+@pytest.mark.parametrize("shapes,wide", [(LLAMA_8B, 2048), (TINY, 32)], ids=["8B", "tiny"])
+def test_the_wide_loads_compile(tmp_path, shapes, wide, maxm, head_mode):
+    """FQ_WIDE's 16-byte slices (4-bit rows of the layers from `wide` weights up) beside the
+    narrow ones (Q6_K rows, the head), the staged x swizzled, with the large shape's knobs;
+    the shared memory fits a launch (the spills are timed on the GPU, not checked here)."""
+    knobs = {"FQ_WIDE": wide, "FQ_SWIZZLE": 1}
+    tuning = fs.tuning_for(_layer_bytes(shapes), shapes.qk_norm) | knobs
+    source = _step_source(shapes, 2, "__nv_bfloat16", head_mode, maxm=maxm, formats=(4, 6),
+                          tuning=tuning, roles=Q4_K_M)  # fmt: skip
+    assert f"#define FQ_WIDE {wide}" in source and "#define FQ_SWIZZLE 1" in source
+    assert _fits_a_launch(_nvcc(tmp_path, source), tuning, maxm > 1)

@@ -12,7 +12,7 @@ from kernels import fused_step_cuda as fs
 def test_build_knobs_are_named_and_checked():
     from bench.gpu.step_tuning import engine_with, parse_configs
 
-    values = (16, 1, 4, 1, 8192, 0, 0, 0, 0, 1, 0, -1, 0)  # the fields' order; the rest: engine's
+    values = (16, 1, 4, 1, 8192, 0, 0, 0, 0, 1, 0, -1, 0, 0, 0, 4)  # the fields' order
     assert parse_configs("16:1:4") == [dict(zip(fs.TUNING, values, strict=True))]
     assert parse_configs("16:0:2:1:8192:0:1:0:0:1:8")[0]["FQ_HEAD_ROWS"] == 8
     assert parse_configs("8:0:2:2:8192:0:0:0:1")[0]["FQ_KFACTORS"] == 1
@@ -48,6 +48,15 @@ def test_build_knobs_are_named_and_checked():
     with pytest.raises(ValueError, match="FQ_VERIFY_SMEM_X must be .* not 32768 x 2 blocks"):
         fs.formats_header((4,), own | {"FQ_VERIFY_BLOCKS": 2, "FQ_VERIFY_SMEM_X": 32768})
     assert parse_configs("8:0:8:2:16384:1")[0]["FQ_VERIFY_BLOCKS"] == 1
+    wide = parse_configs("8:1:2:2:8192:1:0:0:0:1:0:0:0:1:2048:8")[0]
+    assert (wide["FQ_SWIZZLE"], wide["FQ_WIDE"], wide["FQ_WIDE_SLICES"]) == (1, 2048, 8)
+    assert "#define FQ_WIDE 2048" in fs.formats_header((4,), {"FQ_WIDE": 2048})
+    for knob, value in (("FQ_WIDE", 48), ("FQ_WIDE", -32), ("FQ_SWIZZLE", 2)):
+        with pytest.raises(ValueError, match="FQ_SWIZZLE must be 0 or 1 and FQ_WIDE 0 or a mul"):
+            fs.formats_header((4,), {knob: value})
+    for value in (0, 17):
+        with pytest.raises(ValueError, match=f"FQ_WIDE_SLICES must be 1..16, not {value}"):
+            fs.formats_header((4,), {"FQ_WIDE_SLICES": value})
 
 
 def test_the_verify_build_may_take_its_own_blocks():
