@@ -416,14 +416,16 @@ __device__ __forceinline__ void fq_dot_fmt(
   }
 }
 
-// FQ_WIDE (a row length, 0: off): a 4-bit affine part's rows of K >= FQ_WIDE weights (K a
-// multiple of 32, groups of 32 or more) load 16 bytes a lane, 32 weights of one group with
-// one scale and bias, 1,024 weights a warp; fq_dot_fmt loads 4 bytes (8 weights) with a
-// scale and a bias each. That is twice the weight bytes in flight for the same registers,
-// and a quarter of the load instructions. A lane then sums other weights than
-// fq_dot_fmt's, so a row's bits depend on FQ_WIDE (and on nothing else: any row count,
-// chunk or build gives a row the same operations in the same order). FQ_WIDE_SLICES: the
-// 16-byte slices of its R rows a warp loads at once.
+// FQ_WIDE (a row length, 0: off): a 4-, 6- or 8-bit affine part's rows of K >= FQ_WIDE
+// weights (K a multiple of 32) load 32 weights a lane: BITS words (16-byte loads where BITS
+// is a multiple of 4, 8-byte ones for 6) with their group's scale and bias (two groups
+// for 6 bits, Q6_K's groups of 16; one of 32 or more for 4 and 8: kernels/step_weights.py's
+// check_wide), 1,024 weights a warp. fq_dot_fmt loads 8 weights a lane with a scale and a
+// bias each: the wide slice holds twice the weight bytes in the same registers, in a
+// quarter of the load instructions. A lane then sums other weights than fq_dot_fmt's, so a
+// row's bits depend on FQ_WIDE (and on nothing else: any row count, chunk or build gives a
+// row the same operations in the same order). FQ_WIDE_SLICES: the 32-weight slices of its
+// R rows a warp loads at once.
 #ifndef FQ_WIDE
 #define FQ_WIDE 0
 #endif
@@ -432,32 +434,56 @@ __device__ __forceinline__ void fq_dot_fmt(
 #endif
 template <int FMT, int K>
 __host__ __device__ constexpr bool fq_wide() {
-  return FQ_WIDE > 0 && FMT == 4 && K >= FQ_WIDE && K % 32 == 0;
+  return FQ_WIDE > 0 && (FMT == 4 || FMT == 6 || FMT == 8) && K >= FQ_WIDE && K % 32 == 0;
 }
 
+template <int BITS>
 struct FqWideSlice {
-  uint4 v;
-  float s, b;
+  static constexpr int GROUPS = BITS == 6 ? 2 : 1;  // groups of 16: weights 0..15, 16..31
+  uint32_t v[BITS];
+  float s[GROUPS], b[GROUPS];
 
-  // weights k .. k + 31 of row r (k a multiple of 32, inside one group)
+  // weights k .. k + 31 of row r (k a multiple of 32)
   __device__ __forceinline__ void load(const FqPart& p, int r, int k) {
-    v = __ldg(reinterpret_cast<const uint4*>(p.w + (size_t)r * p.row_words + k / 8));
-    const size_t g = (size_t)r * p.gpr + (k >> p.shift);
-    s = __uint_as_float(__ldg(p.s + g));
-    b = __uint_as_float(__ldg(p.b + g));
+    const uint32_t* w = p.w + (size_t)r * p.row_words + k / 32 * BITS;
+    if constexpr (BITS % 4 == 0) {
+#pragma unroll
+      for (int i = 0; i < BITS / 4; ++i) {
+        const uint4 a = __ldg(reinterpret_cast<const uint4*>(w) + i);
+        v[4 * i] = a.x; v[4 * i + 1] = a.y; v[4 * i + 2] = a.z; v[4 * i + 3] = a.w;
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < BITS / 2; ++i) {
+        const uint2 a = __ldg(reinterpret_cast<const uint2*>(w) + i);
+        v[2 * i] = a.x; v[2 * i + 1] = a.y;
+      }
+    }
+#pragma unroll
+    for (int g = 0; g < GROUPS; ++g) {
+      const size_t at = (size_t)r * p.gpr + ((k + 16 * g) >> p.shift);
+      s[g] = __uint_as_float(__ldg(p.s + at));
+      b[g] = __uint_as_float(__ldg(p.b + at));
+    }
   }
-  // weights k + 8T .. k + 8T + 7 as float32 (FqSlice<4>::decode's operations)
+  // weights k + 8T .. k + 8T + 7 as float32 (FqSlice<BITS>::decode's operations)
   template <int T>
   __device__ __forceinline__ void decode(float* out) const {
-    const unsigned int word = T == 0 ? v.x : T == 1 ? v.y : T == 2 ? v.z : v.w;
+    constexpr int G = GROUPS == 2 && T >= 2 ? 1 : 0;
+    constexpr unsigned int MASK = (1u << BITS) - 1u;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) out[i] = __fmaf_rn(s, fq_small_float((word >> (4 * i)) & 15u), b);
+    for (int i = 0; i < 8; ++i) {
+      const int at = (8 * T + i) * BITS, w = at / 32, sh = at % 32;
+      unsigned int q = v[w] >> sh;
+      if (sh + BITS > 32) q |= v[w + 1] << (32 - sh);
+      out[i] = __fmaf_rn(s[G], fq_small_float(q & MASK), b[G]);
+    }
   }
 };
 
 // The wide dot product: fq_dot_fmt's contract (acc, ss, SCALED) over 16-byte slices, each
 // decoded as used, 8 weights at a time in order
-template <int K, int R, int G, bool SCALED, bool SS>
+template <int BITS, int K, int R, int G, bool SCALED, bool SS>
 __device__ __forceinline__ void fq_dot_wide(
     const FqPart& p, const int (&rows)[R], const float* norm, const FqX& x, int M,
     float (&acc)[G][R], float (&ss)[G]) {
@@ -473,7 +499,7 @@ __device__ __forceinline__ void fq_dot_wide(
   }
 #pragma unroll 1
   for (int c0 = 0; c0 < IT; c0 += CH) {
-    FqWideSlice cur[R][CH];
+    FqWideSlice<BITS> cur[R][CH];
 #pragma unroll
     for (int j = 0; j < CH; ++j) {
       const int k = (c0 + j) * 1024 + lane * 32;
@@ -550,7 +576,7 @@ __device__ __forceinline__ void fq_dot(
 #define FQ_CASE(F)                                                               \
   if (fmt == F) {                                                                \
     if constexpr (fq_wide<F, K>()) {                                             \
-      fq_dot_wide<K, R, G, SCALED, SS>(p, rows, norm, x, M, acc, ss);            \
+      fq_dot_wide<F, K, R, G, SCALED, SS>(p, rows, norm, x, M, acc, ss);         \
     } else {                                                                     \
       fq_dot_fmt<F, K, R, G, SCALED, SS>(p, rows, norm, x, M, acc, ss);          \
     }                                                                            \

@@ -191,8 +191,8 @@ def test_the_kernels_float_of_a_code_is_the_code():
 
 
 def test_wide_loads_take_4_bit_groups_of_32_or_more():
-    """FQ_WIDE reads 32 weights of a 4-bit row with one scale and bias: a table with a
-    4-bit part of groups of 16 is refused by name; one whose 16s are 6-bit passes."""
+    """FQ_WIDE reads 32 weights of a 4- or 8-bit row with one scale and bias: a table with
+    a 4- or 8-bit part of groups of 16 is refused by name; one whose 16s are 6-bit passes."""
     q4_32, q6_16 = _quantized(8, 64, 4, 32, 1), _quantized(4, 64, 6, 16, 2)
     step_weights.check_wide(
         step_weights.build([RowParts((q4_32, q6_16), (8, 4), 64)], single_part_from=1)
@@ -201,3 +201,6 @@ def test_wide_loads_take_4_bit_groups_of_32_or_more():
     table = step_weights.build([q4_32, RowParts((q6_16, q4_16), (4, 4), 64)], single_part_from=2)
     with pytest.raises(ValueError, match="matrix 1 has 4-bit groups of 16"):
         step_weights.check_wide(table)
+    q8_16 = _quantized(4, 64, 8, 16, 4)
+    with pytest.raises(ValueError, match="matrix 0 has 8-bit groups of 16"):
+        step_weights.check_wide(step_weights.build([q8_16, q4_32], single_part_from=1))
