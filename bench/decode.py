@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from bench import common, decode_args, llama_bench, roofline
+from bench.busy import busy_core
 from bench.decode_args import command_line
 from bench.decode_report import VERIFY_ROWS, print_table, summarize
 from bench.peers import make_peers
@@ -254,7 +255,7 @@ def run(args: argparse.Namespace, config: EngineConfig, peer_factory: Any = None
     runners: list[Any] = [ours]
     missing: dict[str, str] = {}
     llama_build: dict[str, Any] | None = None
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, busy_core(args.busy):
         if args.peers:
             factory = peer_factory or _real_peers
             # with --llama-bench its binary is llama.cpp, not llama-cpp-python
@@ -289,7 +290,7 @@ def run(args: argparse.Namespace, config: EngineConfig, peer_factory: Any = None
         for setting, runs in by_setting.items():
             samples[("llama_cpp", setting)] = runs
         llama_build = {**build, "flash_attn": FLASH_BOTH}
-    result: dict[str, Any] = {"command": command_line(args), "date": date}
+    result: dict[str, Any] = {"command": command_line(args), "date": date, "busy": args.busy}
     result.update(summarize(samples, missing, gpu=ours.on_gpu))
     settings: dict[str, Any] = {
         "steps": args.steps,

@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from bench.busy import fraction
+
 CONTEXTS = (128, 512, 1024, 2048, 4096, 8192)
 PASTE_TOKENS = 5000
 FULL = {"runs": 3, "steps": 32, "contexts": CONTEXTS, "paste_tokens": PASTE_TOKENS}
@@ -30,6 +32,8 @@ def command_line(args: argparse.Namespace) -> str:
         parts.append(f"--backend {args.backend}")
     if args.warmup is not None:
         parts.append(f"--warmup {args.warmup}")
+    if args.busy:
+        parts.append(f"--busy {args.busy:g}")
     return " ".join(parts)
 
 
@@ -87,6 +91,13 @@ def parse_args(argv: list[str] | None, description: str) -> argparse.Namespace:
         "--llama-bench",
         type=Path,
         help="llama.cpp's llama-bench binary (its CUDA build on a GPU) as the llama.cpp peer",
+    )
+    parser.add_argument(
+        "--busy",
+        type=fraction,
+        default=0.0,
+        help="another process takes this fraction of a core while ours measures, in bursts "
+        "(bench/busy.py; default 0: none)",
     )
     args = parser.parse_args(argv)
     defaults = QUICK if args.quick else FULL

@@ -24,8 +24,9 @@ int pool_num_threads(void) { return num_threads; }
 /* Timings (ns), measured on the 2-core dev machine; see worker_main and parallel_for. */
 #define PREEMPTED_NS 50000      /* a gap this long in its poll loop: it was descheduled */
 #define NO_POLL_NS 5000000LL    /* then no worker polls for this long */
-#define STALL_NS 200000         /* a caller waiting this long (more than it worked) stalled */
-#define MIN_BACKOFF_NS 2000000LL /* then jobs run on the caller alone: 2 ms ... 2 s */
+#define WINDOW_JOBS 64          /* the pool's speed is judged over this many jobs */
+#define WINDOW_NS 20000000LL    /* or this long, whichever comes first */
+#define MIN_BACKOFF_NS 2000000LL /* a slow window: jobs run on the caller alone 2 ms ... 2 s */
 #define MAX_BACKOFF_NS 2000000000LL
 
 static struct {
@@ -43,6 +44,7 @@ static struct {
     const void *ctx;
     int num_workers;
     uint64_t serial_until_ns, backoff_ns; /* under job_lock: see parallel_for */
+    long long window_jobs, window_wall_ns, window_alone_ns; /* the current window's */
     long long num_jobs, num_stalls, wait_ns; /* statistics, for info() */
 } pool = {.job_lock = PTHREAD_MUTEX_INITIALIZER,
           .sleep_lock = PTHREAD_MUTEX_INITIALIZER,
@@ -62,12 +64,12 @@ static uint64_t now_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* Claim and run chunks of the current job until none is left. */
-static void run_chunks(void) {
-    for (;;) {
+/* Claim and run chunks of the current job until none is left; how many it ran. */
+static long long run_chunks(void) {
+    for (long long ran = 0;; ran++) {
         uint64_t c = atomic_load(&pool.claim);
         for (;;) {
-            if ((c & 0xffffffffu) >= (c >> 32)) return;
+            if ((c & 0xffffffffu) >= (c >> 32)) return ran;
             if (atomic_compare_exchange_weak(&pool.claim, &c, c + 1)) break;
         }
         /* the job cannot change before this chunk is counted done, so fn/ctx are its own */
@@ -176,10 +178,14 @@ static void after_fork_in_child(void) {
  * microseconds), zero before BLAS (whose own threads want the cores).
  *
  * When the cores are shared with other busy processes, a worker the OS preempts while it
- * holds a chunk keeps the caller waiting a whole time slice (measured: 2 threads decoded
- * at 64 tok/s where 1 thread did 100, next to one busy process). So a job whose caller
- * waited longer than it worked is taken as a stall, and jobs run on the calling thread
- * alone for a back-off (doubling while stalls recur), then the pool is tried again. */
+ * holds a chunk keeps the caller waiting for it (measured: 2 threads decoded at 64 tok/s
+ * where 1 thread did 100, next to one busy process). Whether the pool still pays is judged
+ * over a window of jobs: each job's time against what the caller alone would have taken
+ * (its own chunks' time per chunk, times the job's chunks). A window slower than the
+ * caller alone sends jobs to the caller alone for a back-off (doubling while windows stay
+ * slow), then the pool is tried again. Judging jobs one by one (a job that waited longer
+ * than it worked was a stall) went serial beside a process that takes a quarter of a core
+ * in bursts: 52 tok/s, the speed of one thread, where two decoded 81 alone. */
 void parallel_for(ChunkFn fn, const void *ctx, Py_ssize_t total, long long spin_ns) {
     if (total <= 1 || num_threads <= 1) {
         for (Py_ssize_t i = 0; i < total; i++) fn(ctx, i);
@@ -204,24 +210,32 @@ void parallel_for(ChunkFn fn, const void *ctx, Py_ssize_t total, long long spin_
         pthread_cond_broadcast(&pool.wake);
         pthread_mutex_unlock(&pool.sleep_lock);
     }
-    run_chunks();
+    const long long mine = run_chunks();
     const uint64_t worked = now_ns();
     for (int spins = 1; atomic_load(&pool.done) < total; spins++) {
         cpu_relax();
         if (spins % 1024 == 0) sched_yield(); /* let a preempted worker on this core run */
     }
-    const uint64_t end = now_ns(), waited = end - worked;
+    const uint64_t end = now_ns();
     pool.num_jobs++;
-    pool.wait_ns += (long long)waited;
-    if (waited > STALL_NS && waited > worked - start) {
-        const uint64_t doubled = 2 * pool.backoff_ns;
-        pool.backoff_ns = doubled < MIN_BACKOFF_NS   ? MIN_BACKOFF_NS
-                          : doubled > MAX_BACKOFF_NS ? MAX_BACKOFF_NS
-                                                     : doubled;
-        pool.serial_until_ns = end + pool.backoff_ns;
-        pool.num_stalls++;
-    } else if (pool.backoff_ns && end > pool.serial_until_ns + 4 * pool.backoff_ns) {
-        pool.backoff_ns = 0; /* clean for a while: the next stall starts the back-off anew */
+    pool.wait_ns += (long long)(end - worked);
+    if (mine > 0) { /* the caller's chunks priced the job on the caller alone */
+        pool.window_jobs++;
+        pool.window_wall_ns += (long long)(end - start);
+        pool.window_alone_ns += (long long)(worked - start) * total / mine;
+    }
+    if (pool.window_jobs >= WINDOW_JOBS || pool.window_wall_ns >= WINDOW_NS) {
+        if (pool.window_wall_ns > pool.window_alone_ns) {
+            const uint64_t doubled = 2 * pool.backoff_ns;
+            pool.backoff_ns = doubled < MIN_BACKOFF_NS   ? MIN_BACKOFF_NS
+                              : doubled > MAX_BACKOFF_NS ? MAX_BACKOFF_NS
+                                                         : doubled;
+            pool.serial_until_ns = end + pool.backoff_ns;
+            pool.num_stalls++;
+        } else if (pool.backoff_ns && end > pool.serial_until_ns + 4 * pool.backoff_ns) {
+            pool.backoff_ns = 0; /* fast for a while: the next slow window starts anew */
+        }
+        pool.window_jobs = pool.window_wall_ns = pool.window_alone_ns = 0;
     }
     pthread_mutex_unlock(&pool.job_lock);
 }

@@ -293,3 +293,54 @@ def test_ours_decodes_through_the_engines_loop_as_the_step_loop_does(tiny_llama_
     ours.truncate(len(ids))
     assert ours.decode_many(first, 9) == token
     assert ours.state.tokens == stepped
+
+
+def test_busy_burns_a_share_of_a_core_while_the_bench_runs(tiny_llama_q4_gguf, monkeypatch):
+    """--busy F: a burner process runs through every figure and is gone after it; the
+    JSON and the reproducing command carry F; a share outside 0..1 is refused."""
+    import os
+    import time
+
+    from bench.busy import busy_core
+
+    with busy_core(0.5) as proc:
+        assert proc is not None and proc.poll() is None
+        start = time.monotonic()
+        ticks = 0
+        while ticks == 0 and time.monotonic() - start < 10:  # its CPU time moves
+            time.sleep(0.1)
+            ticks = sum(int(v) for v in open(f"/proc/{proc.pid}/stat").read().split()[13:15])
+        assert ticks > 0
+    assert proc.poll() is not None
+    seen = []
+    real = decode.measure_all
+
+    def measured(*a: Any) -> Any:
+        seen.append(any(p.startswith("import time") for p in _children_cmdlines(os.getpid())))
+        return real(*a)
+
+    monkeypatch.setattr(decode, "measure_all", measured)
+    gguf, _ = tiny_llama_q4_gguf
+    args = decode.parse_args([*_args(gguf), "--busy", "0.5"])
+    result = decode.run(args, EngineConfig())
+    assert seen and all(seen) and not any(_children_cmdlines(os.getpid()))
+    assert result["busy"] == 0.5 and result["command"].endswith("--busy 0.5")
+    for bad in ("1.5", "-0.1", "most"):
+        with pytest.raises(SystemExit):
+            decode.parse_args(["--busy", bad])
+
+
+def _children_cmdlines(pid: int) -> list[str]:
+    """The `-c` code of each live child process of `pid` (Linux /proc)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if int(stat[1]) == pid and stat[0] != "Z" and len(cmdline) > 2 and cmdline[1] == b"-c":
+            out.append(cmdline[2].decode().strip())
+    return out
