@@ -304,6 +304,29 @@ __device__ __forceinline__ void fq_load_chunk(
   }
 }
 
+// A dot product's sums: zeroed before, then each row's lanes' partial sums added up
+template <int G, int R>
+__device__ __forceinline__ void fq_dot_zero(float (&acc)[G][R], float (&ss)[G]) {
+#pragma unroll
+  for (int m = 0; m < G; ++m) {
+    ss[m] = 0.f;
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[m][r] = 0.f;
+  }
+}
+
+template <bool SS, int G, int R>
+__device__ __forceinline__ void fq_dot_total(int M, float (&acc)[G][R], float (&ss)[G]) {
+#pragma unroll
+  for (int m = 0; m < G; ++m) {
+    if (m < M) {
+      if (SS) ss[m] = fd_warp_sum(ss[m]);
+#pragma unroll
+      for (int r = 0; r < R; ++r) acc[m][r] = fd_warp_sum(acc[m][r]);
+    }
+  }
+}
+
 // Rows m < M <= G of x [M, K] against R weight rows of one part: acc[m][r] and, with SS,
 // ss[m] = the row's sum of squares, warp-wide totals; with SCALED each weight is first
 // multiplied by norm[k] (an RMS norm's weight). Per lane and slice, s = fma(x_i, w_i, s) in
@@ -315,12 +338,7 @@ __device__ __forceinline__ void fq_dot_fmt(
   constexpr int IT = (K + 255) / 256;
   constexpr int CH = fq_chunk(R, IT);
   const int lane = threadIdx.x % 32;
-#pragma unroll
-  for (int m = 0; m < G; ++m) {
-    ss[m] = 0.f;
-#pragma unroll
-    for (int r = 0; r < R; ++r) acc[m][r] = 0.f;
-  }
+  fq_dot_zero(acc, ss);
 #pragma unroll 1
   for (int c0 = 0; c0 < IT; c0 += CH) {
     FqSlice<FMT> cur[R][CH];
@@ -406,14 +424,7 @@ __device__ __forceinline__ void fq_dot_fmt(
     }
 #endif
   }
-#pragma unroll
-  for (int m = 0; m < G; ++m) {
-    if (m < M) {
-      if (SS) ss[m] = fd_warp_sum(ss[m]);
-#pragma unroll
-      for (int r = 0; r < R; ++r) acc[m][r] = fd_warp_sum(acc[m][r]);
-    }
-  }
+  fq_dot_total<SS>(M, acc, ss);
 }
 
 // FQ_WIDE (a row length, 0: off): a 4-, 6- or 8-bit affine part's rows of K >= FQ_WIDE
@@ -491,12 +502,7 @@ __device__ __forceinline__ void fq_dot_wide(
   constexpr int CH0 = R >= FQ_WIDE_SLICES ? 1 : FQ_WIDE_SLICES / R;
   constexpr int CH = CH0 < IT ? CH0 : IT;
   const int lane = threadIdx.x % 32;
-#pragma unroll
-  for (int m = 0; m < G; ++m) {
-    ss[m] = 0.f;
-#pragma unroll
-    for (int r = 0; r < R; ++r) acc[m][r] = 0.f;
-  }
+  fq_dot_zero(acc, ss);
 #pragma unroll 1
   for (int c0 = 0; c0 < IT; c0 += CH) {
     FqWideSlice<BITS> cur[R][CH];
@@ -549,14 +555,7 @@ __device__ __forceinline__ void fq_dot_wide(
       }
     }
   }
-#pragma unroll
-  for (int m = 0; m < G; ++m) {
-    if (m < M) {
-      if (SS) ss[m] = fd_warp_sum(ss[m]);
-#pragma unroll
-      for (int r = 0; r < R; ++r) acc[m][r] = fd_warp_sum(acc[m][r]);
-    }
-  }
+  fq_dot_total<SS>(M, acc, ss);
 }
 
 // fq_dot_fmt for a part of format `fmt`: one branch per format the matrices of ROLE hold
