@@ -46,10 +46,11 @@ TUNING = {
     # 1: the staged x's 16-byte pieces permuted within each 128-byte row, so a quarter warp's
     # reads meet no bank twice (fused_step.cuh's fq_staged_at; the same bits)
     "FQ_SWIZZLE": 0,
-    # a row length (0: off): 4-bit parts' rows of at least this many weights load 16 bytes
-    # (32 weights of one group) a lane where they load 4, FQ_WIDE_SLICES such slices at once.
-    # A lane sums other weights, so a row's bits differ from FQ_WIDE=0's build; every build
-    # with the same FQ_WIDE gives a row the same bits (fused_step.cuh's fq_dot_wide)
+    # a row length (0: off): 4-, 6- and 8-bit parts' rows of at least this many weights load
+    # 32 weights a lane (16 bytes of Q4 with one scale and bias) where they load 8,
+    # FQ_WIDE_SLICES such slices at once. A lane sums other weights, so a row's bits differ
+    # from FQ_WIDE=0's build; every build with the same FQ_WIDE gives a row the same bits
+    # (fused_step.cuh's fq_dot_wide; step_weights.check_wide refuses groups it cannot read)
     "FQ_WIDE": 0,
     "FQ_WIDE_SLICES": 4,
 }
