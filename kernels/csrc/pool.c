@@ -45,7 +45,7 @@ static struct {
     int num_workers;
     uint64_t serial_until_ns, backoff_ns; /* under job_lock: see parallel_for */
     long long window_jobs, window_wall_ns, window_alone_ns; /* the current window's */
-    long long num_jobs, num_stalls, wait_ns; /* statistics, for info() */
+    long long num_jobs, num_stalls, wait_ns; /* for info(); stalls: slow windows, each a back-off */
 } pool = {.job_lock = PTHREAD_MUTEX_INITIALIZER,
           .sleep_lock = PTHREAD_MUTEX_INITIALIZER,
           .wake = PTHREAD_COND_INITIALIZER};
