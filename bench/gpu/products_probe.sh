@@ -19,12 +19,12 @@ variants=(
 for v in "${variants[@]}"; do
   name=${v%%:*}
   nvcc -O3 -std=c++17 -arch=sm_90 -I kernels/cuda ${v#*:} bench/gpu/products_probe.cu \
-    -o "/tmp/products-$name" > "$out/products-$name.build" 2>&1 &
+    -o "/tmp/products-$name" > "/tmp/products-$name.build" 2>&1 &
 done
 wait
 for v in "${variants[@]}"; do
   name=${v%%:*}
-  [ -x "/tmp/products-$name" ] || { echo "== $name: build failed"; tail -3 "$out/products-$name.build"; continue; }
+  [ -x "/tmp/products-$name" ] || { echo "== $name: build failed"; tail -3 "/tmp/products-$name.build"; continue; }
   timeout 120 "/tmp/products-$name" > "$out/products-$name.txt" 2>&1
   echo "== $name: exit $?"
   python3 - "$out/products-$name.txt" <<'PY'
