@@ -15,6 +15,7 @@ from PySide6.QtCore import Qt, QUrl
 from PySide6.QtGui import (
     QColor,
     QFont,
+    QImage,
     QTextBlockFormat,
     QTextCharFormat,
     QTextCursor,
@@ -79,43 +80,80 @@ def render(
     font: QFont,
     draft_spans: tuple[tuple[int, int], ...] = (),
 ) -> RenderedMarkdown:
-    doc = QTextDocument()
-    doc.setDefaultFont(font)
-    doc.setDocumentMargin(0)
-    formulas = find_formulas(text)
-    images: dict[str, object] = {}
+    source = markdown_source(text, theme, font, draft_spans, find_formulas(text))
+    return build(source, theme, font, has_inline_code="`" in source.text)[0]
+
+
+@dataclass
+class MarkdownSource:
+    """A message's text as Qt's Markdown reader gets it: formulas replaced by images (named
+    from `first_image` on), drafted spans marked."""
+
+    text: str  # formulas replaced, no markers
+    marked: str
+    images: dict[str, tuple[QImage, Formula]]
+    has_spans: bool
+
+
+def markdown_source(
+    text: str,
+    theme: Theme,
+    font: QFont,
+    draft_spans: tuple[tuple[int, int], ...],
+    formulas: list[Formula],
+    first_image: int = 0,
+) -> MarkdownSource:
+    images: dict[str, tuple[QImage, Formula]] = {}
     if formulas:
         size_px = font.pixelSize() if font.pixelSize() > 0 else font.pointSizeF() * 96 / 72
         size_px *= 1.15  # STIX Two Math's x-height is smaller than the UI font's
         text, draft_spans, images = _with_formula_images(
-            text, draft_spans, formulas, size_px, theme.text
+            text, draft_spans, formulas, size_px, theme.text, first_image
         )
-    doc.setMarkdown(with_draft_markers(text, draft_spans) if draft_spans else text)
-    sources = _place_formulas(doc, images) if images else {}
-    if draft_spans:
-        _tint_marked(doc, QColor(theme.drafted))
-    code_blocks = _style_blocks(doc, theme, has_inline_code="`" in text)
+    marked = with_draft_markers(text, draft_spans) if draft_spans else text
+    return MarkdownSource(text, marked, images, bool(draft_spans))
+
+
+def build(
+    source: MarkdownSource,
+    theme: Theme,
+    font: QFont,
+    *,
+    has_inline_code: bool,
+    before: str = "",
+) -> tuple[RenderedMarkdown, bool]:
+    """The document of `source` read after the Markdown `before`, and whether a drafted
+    span is left open at its end (its end marker lost in Markdown syntax, a link's URL)."""
+    doc = QTextDocument()
+    doc.setDefaultFont(font)
+    doc.setDocumentMargin(0)
+    doc.setMarkdown(before + source.marked)
+    sources = _place_formulas(doc, source.images) if source.images else {}
+    is_open = _tint_marked(doc, QColor(theme.drafted)) if source.has_spans else False
+    code_blocks = _style_blocks(doc, theme, has_inline_code)
     if code_blocks and code_blocks[0].first_block == 0:
         # Qt drops the first block's top margin, which is where a code block keeps its
         # header strip; the root frame's margin makes that room instead.
         frame = doc.rootFrame().frameFormat()
         frame.setTopMargin(CODE_HEADER + CODE_PAD)
         doc.rootFrame().setFrameFormat(frame)
-    return RenderedMarkdown(doc, code_blocks, sources, _mark_quotes(doc))
+    return RenderedMarkdown(doc, code_blocks, sources, _mark_quotes(doc)), is_open
 
 
-def _with_formula_images(text, spans, formulas: list[Formula], size_px: float, color: str):
+def _with_formula_images(
+    text: str, spans, formulas: list[Formula], size_px: float, color: str, first_image: int
+):
     """`text` with each formula replaced by a Markdown image of it (a formula that does
     not typeset becomes code showing its source), the drafted spans moved to match."""
     out: list[str] = []
-    images: dict[str, tuple[object, Formula]] = {}
+    images: dict[str, tuple[QImage, Formula]] = {}
     shift: list[tuple[int, int, int]] = []  # (source start, source end, offset) of kept text
     at = 0
     for formula in formulas:
         shift.append((at, formula.start, len("".join(out)) - at))
         out.append(text[at : formula.start])
         image = typeset(formula.latex, formula.is_display, size_px, color)
-        name = f"math:{len(images)}"
+        name = f"math:{first_image + len(images)}"
         if image is None:
             tick = "```" if formula.is_display else "`"
             piece = f"\n\n```latex\n{formula.latex}\n```\n\n" if formula.is_display else (
@@ -231,8 +269,9 @@ def with_draft_markers(text: str, spans: tuple[tuple[int, int], ...]) -> str:
     return "".join(out)
 
 
-def _tint_marked(doc: QTextDocument, color: QColor) -> None:
-    # Positions in the raw text are document positions, one character each.
+def _tint_marked(doc: QTextDocument, color: QColor) -> bool:
+    """Tint each marked span and remove the markers; True if a start marker is left open.
+    Positions in the raw text are document positions, one character each."""
     raw = doc.toRawText()
     positions = [(m.start(), m.group()) for m in re.finditer(f"[{DRAFT_START}{DRAFT_END}]", raw)]
     pairs, opened = [], None
@@ -254,6 +293,7 @@ def _tint_marked(doc: QTextDocument, color: QColor) -> None:
         cursor.setPosition(position)
         cursor.deleteChar()
     cursor.endEditBlock()
+    return opened is not None
 
 
 def _style_blocks(doc: QTextDocument, theme: Theme, has_inline_code: bool) -> list[CodeBlock]:

@@ -1,5 +1,7 @@
 """Rendered message documents, cached per message and laid out per width. Parsing the
-Markdown is the costly part, so it happens once per text; a new width only re-wraps."""
+Markdown is the costly part, so it happens once per text; a new width only re-wraps, and
+a text that extends the cached one (a reply streaming in) is parsed from its last settled
+cut on (markdown_stream.py), its document changed in place."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from app.messages.markdown import (
     render,
     render_plain,
 )
+from app.messages.markdown_stream import Settled, render_appended
 from app.messages.message_model import MessageItem
 from app.theme import Theme
 
@@ -32,6 +35,7 @@ class Rendered:
     ideal_width: int = 0
     code_rects: list[QRectF] = field(default_factory=list)  # the painted code frames
     quote_bars: list[QRectF] = field(default_factory=list)  # one bar per quote level
+    settled: Settled | None = None  # the head a longer text may keep (markdown_stream.py)
 
     @property
     def height(self) -> int:
@@ -45,7 +49,9 @@ class Rendered:
         if width == self.width:
             return
         doc = self.markdown.doc
-        doc.setTextWidth(width)
+        if shrink or doc.textWidth() != width:
+            doc.setTextWidth(width)  # lays the whole document out again
+        # else a document changed in place: Qt laid out the changed blocks again
         self.ideal_width = width
         if shrink:
             self.ideal_width = min(width, math.ceil(doc.idealWidth()))
@@ -81,14 +87,23 @@ class RenderCache:
         entry = self._entries.get(item.id)
         if entry is None or entry.key != key:
             text = item.content if item.content else "…"  # a reply still waiting
+            settled = None
             if item.role in ("user", "thinking"):  # as written, not as Markdown
                 markdown = render_plain(text, font)
+            elif entry is not None and _extends(key, entry.key):
+                previous = (entry.markdown, entry.settled)
+                markdown, settled = render_appended(text, theme, font, spans, previous)
             else:
                 markdown = render(text, theme, font, spans)
-            entry = Rendered(key, markdown)
+            entry = Rendered(key, markdown, settled=settled)
             self._entries[item.id] = entry
             while len(self._entries) > self._size:
                 self._entries.popitem(last=False)
         self._entries.move_to_end(item.id)
         entry.wrap(width, shrink=item.role == "user")  # a short question, a short bubble
         return entry
+
+
+def _extends(key: tuple, cached: tuple) -> bool:
+    """Whether a message's (content, spans, theme) grew from the cached one by appending."""
+    return bool(cached[0]) and key[0].startswith(cached[0]) and key[2] == cached[2]

@@ -47,7 +47,7 @@ def test_a_2000_token_stream_touches_only_the_streamed_reply(harness, qtbot, mon
     harness.engine.tokens_override = [PIECES[i % len(PIECES)] for i in range(NUM_TOKENS)]
     harness.engine.pause_after = PAUSE_AFTER
     parsed: list[str] = []
-    for name in ("render", "render_plain"):
+    for name in ("render", "render_plain", "render_appended"):  # whole, or by the tail
         parse = getattr(rendered_message, name)
         spy = lambda text, *args, _parse=parse: parsed.append(text) or _parse(text, *args)  # noqa: E731
         monkeypatch.setattr(rendered_message, name, spy)
