@@ -58,6 +58,9 @@ class MessageDelegate(MessagePainting, QStyledItemDelegate):
         # Row heights by message: a relayout of a long list asks every row for its size
         # hint, and all but the streamed one are unchanged.
         self._sizes: dict[str, tuple[tuple, QSize]] = {}
+        # px added to the last row's size hint while the view lays out every row: the
+        # room a streamed reply grows into without a relayout (growing_list says how)
+        self.tail_room = 0
         self._copied: dict[tuple[str, int], float] = {}  # (message, code block) -> until
         self.set_font(view.font())
 
@@ -160,16 +163,11 @@ class MessageDelegate(MessagePainting, QStyledItemDelegate):
         text_h = metrics.boundingRect(QRect(0, 0, width, 100000), flags, item.content).height()
         return max(120, min(440, text_h + 90))
 
-    def cached_size(self, index: QModelIndex) -> QSize | None:
-        """The size last reported for this row's message, if any."""
-        cached = self._sizes.get(index.data(MessageModel.IdRole))
-        return cached[1] if cached is not None else None
-
     def sizeHint(self, option: QStyleOptionViewItem, index: QModelIndex) -> QSize:
         width = self._layout_width()
         model = index.model()
-        # Asked of every row at each relayout (a streamed reply's every push: Qt lays out
-        # the whole list), so the row's item comes from the model's list, not data().
+        # Asked of every row at each whole layout (new rows, a new width or font), so the
+        # row's item comes from the model's list, not data().
         if isinstance(model, MessageModel):
             item = model.item(index.row())
             is_editing, is_open = model.editing_id == item.id, model.is_thinking_open(item.id)
@@ -180,10 +178,13 @@ class MessageDelegate(MessagePainting, QStyledItemDelegate):
         key = (item.content, item.role, width, is_editing, thinking)
         cached = self._sizes.get(item.id)
         if cached is not None and cached[0] == key:
-            return cached[1]
-        geometry, _ = self.geometry(QRect(0, 0, width, 0), index)
-        size = QSize(width, geometry.height)
-        self._sizes[item.id] = (key, size)
+            size = cached[1]
+        else:
+            geometry, _ = self.geometry(QRect(0, 0, width, 0), index)
+            size = QSize(width, geometry.height)
+            self._sizes[item.id] = (key, size)
+        if self.tail_room and index.row() == model.rowCount() - 1:
+            return QSize(width, size.height() + self.tail_room)
         return size
 
     # -- painting ---------------------------------------------------------------------

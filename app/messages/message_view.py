@@ -25,8 +25,9 @@ from PySide6.QtGui import (
     QPainter,
     QTextCursor,
 )
-from PySide6.QtWidgets import QAbstractItemView, QListView, QStyleOptionViewItem
+from PySide6.QtWidgets import QAbstractItemView, QListView
 
+from app.messages.growing_list import GrowingListView
 from app.messages.message_controls import (
     Control,
     TextSelection,
@@ -42,7 +43,7 @@ BOTTOM_SLACK = 24  # px: within this of the end counts as "at the bottom"
 FADE_H = 28
 
 
-class MessageListView(QListView):
+class MessageListView(GrowingListView):
     action_triggered = Signal(str, str, object)  # message id, action, argument
 
     def __init__(self, theme: Theme, parent=None) -> None:
@@ -62,7 +63,6 @@ class MessageListView(QListView):
         self.verticalScrollBar().setSingleStep(24)
         self._is_following = True
         self._extra_bottom = 0  # px of blank room past the last message (see the docstring)
-        self._layout_width = 1
         self._focus_row = -1  # the message the keyboard is on
         self._focus_control: Control | None = None  # None: the message itself
         self._is_selecting = False  # a drag that started in a message's text
@@ -70,20 +70,8 @@ class MessageListView(QListView):
         self.verticalScrollBar().valueChanged.connect(self._remember_position)
         self.verticalScrollBar().rangeChanged.connect(self._keep_following)
 
-    def layout_width(self) -> int:
-        """The width rows are laid out for: the viewport's with the scroll bar shown, so
-        the bar appearing or going does not lay out every message again."""
-        return self._layout_width
-
-    def resizeEvent(self, event) -> None:
-        bar_width = self.verticalScrollBar().sizeHint().width()
-        self._layout_width = max(1, self.width() - 2 * self.frameWidth() - bar_width)
-        super().resizeEvent(event)
-
     def setModel(self, model) -> None:  # noqa: N802 - Qt's name
         super().setModel(model)
-        # A row whose text or edit state changed may change height: lay out again.
-        model.dataChanged.connect(self._on_data_changed)
         model.rowsRemoved.connect(self._on_rows_removed)
 
     def _on_rows_removed(self, _parent, first: int, _last: int) -> None:
@@ -125,29 +113,6 @@ class MessageListView(QListView):
         self._extra_bottom = max(0, wanted - bar.maximum())
         self.updateGeometries()
         bar.setValue(max(0, wanted))
-
-    def _on_data_changed(self, top: QModelIndex, bottom: QModelIndex, roles=()) -> None:
-        # Lay the list out again only when a row's height changed (a streamed reply that
-        # grew a line); otherwise repainting the rows is enough.
-        model = self.model()
-        is_taller = False
-        option = QStyleOptionViewItem()  # sizeHint reads nothing from it
-        for row in range(top.row(), bottom.row() + 1):
-            index = model.index(row, 0)
-            before = self.delegate.cached_size(index)
-            if before is None or before != self.delegate.sizeHint(option, index):
-                is_taller = True
-            if self.isPersistentEditorOpen(index):
-                editor = self.indexWidget(index)
-                self.delegate.updateEditorGeometry(editor, self._option(index), index)
-        if is_taller:
-            self.delegate.sizeHintChanged.emit(top)
-        self.viewport().update()
-
-    def _option(self, index: QModelIndex) -> QStyleOptionViewItem:
-        option = QStyleOptionViewItem()
-        option.rect = self.visualRect(index)
-        return option
 
     def paintEvent(self, event) -> None:
         super().paintEvent(event)
