@@ -343,6 +343,9 @@ def _style_code(cursor: QTextCursor, group: list, theme: Theme) -> CodeBlock:
         fmt.setLineHeight(100, QTextBlockFormat.LineHeightTypes.ProportionalHeight.value)
         fmt.setLeftMargin(CODE_INDENT)
         fmt.setRightMargin(CODE_INDENT)
+        # Qt's reader keeps a code line whole, which then runs out of its frame and the
+        # bubble in a narrow window: wrapped, all of it stays in view (Copy keeps the lines)
+        fmt.setNonBreakableLines(False)
         fmt.setTopMargin(CODE_GAP + CODE_HEADER + CODE_PAD if block == first else 0)
         fmt.setBottomMargin(CODE_PAD + 4 + CODE_GAP if block == last else 0)
         cursor.setPosition(block.position())

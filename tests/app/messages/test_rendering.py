@@ -31,6 +31,23 @@ def test_code_blocks_are_found_and_highlighted(qapp):
     assert comment.foreground().color() == QColor(CODE_COLORS["comment"])
 
 
+def test_a_long_code_line_wraps_inside_its_frame(qapp):
+    line = "return sum(x + y for x, y in zip(numbers, numbers[1:])) " * 3
+    rendered = render(f"Text.\n\n```python\n{line.strip()}\n```\n", LIGHT, QFont("DejaVu Sans", 10))
+    doc = rendered.doc
+    doc.setTextWidth(300)
+    (block,) = rendered.code_blocks
+    code = doc.findBlockByNumber(block.first_block)
+    doc.documentLayout().blockBoundingRect(code)  # laid out now, not at the next paint
+    layout = code.layout()
+    assert layout.lineCount() > 1
+    right = 300 - code.blockFormat().rightMargin()
+    for number in range(layout.lineCount()):
+        text_line = layout.lineAt(number)
+        assert text_line.x() + text_line.naturalTextWidth() <= right + 0.5
+    assert block.text == line.strip()  # what Copy takes: the line as written
+
+
 def test_inline_code_is_shaded_and_nothing_else(qapp):
     """Every character of each inline code span, in prose, a list and a quote, and none
     around them, has the shade's background."""
