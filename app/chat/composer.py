@@ -57,6 +57,7 @@ class Composer(QFrame):
         self.status = QLabel(self)
         self.status.setObjectName("statusLine")
         self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.status.setWordWrap(True)  # a narrow window shows the figures on two lines
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(24, 6, 24, 10)

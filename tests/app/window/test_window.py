@@ -340,3 +340,17 @@ def test_rename_and_delete_report_a_refused_write(harness, qtbot, monkeypatch):
     assert "Could not delete" in window.banner.message.text()
     assert window.store.get_conversation(cid) is not None
     assert harness.texts() == ["keep me", "Echo: keep me"]
+
+
+def test_a_narrow_window_wraps_the_status_line_and_keeps_it_whole(harness, qtbot):
+    window = harness.open()
+    harness.send("Hello there, how are you today?")
+    status = window.composer.status
+    line = status.text()
+    assert "tok/s" in line
+    window.resize(520, 700)  # narrower than the line
+    qtbot.waitUntil(lambda: status.width() < status.fontMetrics().horizontalAdvance(line))
+    assert status.geometry().right() <= window.composer.width()
+    two_lines = 2 * status.fontMetrics().lineSpacing()
+    qtbot.waitUntil(lambda: status.height() >= two_lines)  # the layout gave it the room
+    assert status.text() == line  # all of it, on two lines
