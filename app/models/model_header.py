@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtGui import QKeySequence
 from PySide6.QtWidgets import (
     QFrame,
@@ -23,6 +23,42 @@ from app.models.model_info import DEFAULT_MODEL_KEY
 from app.models.model_picker import ModelPicker
 from engine.events import ModelLoaded, ModelLoading
 from engine.stats_format import compact, parameters
+
+
+class ElidedLabel(QLabel):
+    """A one-line label that ends in "…" where its room is short (a long model name in a
+    narrow window), the whole text in its tooltip; `text()` is the whole text."""
+
+    def __init__(self, text: str, parent=None) -> None:
+        super().__init__(parent)
+        self._whole = ""
+        self.setText(text)
+
+    def setText(self, text: str) -> None:  # noqa: N802 - Qt's name
+        self._whole = text
+        self.updateGeometry()
+        self._elide()
+
+    def text(self) -> str:
+        return self._whole
+
+    def sizeHint(self) -> QSize:  # noqa: N802 - Qt's name
+        hint = super().sizeHint()
+        return QSize(self.fontMetrics().horizontalAdvance(self._whole) + 2, hint.height())
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802 - Qt's name
+        return QSize(self.fontMetrics().horizontalAdvance("M…"), super().minimumSizeHint().height())
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 - Qt's name
+        super().resizeEvent(event)
+        self._elide()
+
+    def _elide(self) -> None:
+        shown = self.fontMetrics().elidedText(
+            self._whole, Qt.TextElideMode.ElideRight, self.width()
+        )
+        QLabel.setText(self, shown)
+        self.setToolTip(self._whole if shown != self._whole else "")
 
 
 def model_info_line(event: ModelLoaded) -> str:
@@ -54,9 +90,9 @@ class ModelHeader(QFrame):
         super().__init__(parent)
         self.setObjectName("modelHeader")
         self._recent_models = recent_models
-        self.name = QLabel("No model loaded", self)
+        self.name = ElidedLabel("No model loaded", self)
         self.name.setObjectName("modelName")
-        self.info = QLabel("Pick one with the Model button (Ctrl+L)", self)
+        self.info = ElidedLabel("Pick one with the Model button (Ctrl+L)", self)
         self.info.setObjectName("mutedLabel")
         self.progress = QProgressBar(self)
         self.progress.setObjectName("loadBar")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QStandardPaths, Qt
 from PySide6.QtGui import QGuiApplication
-from PySide6.QtWidgets import QFileDialog
+from PySide6.QtWidgets import QFileDialog, QLabel
 
 from engine.events import Failed, ModelLoaded
 from tests.app.window.test_window import click_action
@@ -173,3 +173,18 @@ def test_export_opens_in_documents_then_where_the_last_export_went(
     harness.send("again")
     menu_action(window, "File", "Export chat as Markdown").trigger()
     assert Path(asked[2]).parent == target.parent
+
+
+def test_a_long_model_name_ends_in_an_ellipsis_in_a_narrow_window(harness, qtbot):
+    window = harness.open()
+    name = "Meta-Llama-3.1-8B-Instruct-abliterated-imatrix-Q4_K_M"
+    header = window.header
+    header.show_loaded(ModelLoaded(f"/models/{name}.gguf", name, "llama", 8 * 10**9, "Q4_K_M",
+                                   131072, "cpu"))  # fmt: skip
+    window.resize(640, 700)
+    qtbot.waitUntil(lambda: QLabel.text(header.name).endswith("…"))  # what is painted
+    assert header.name.geometry().right() < header.picker.geometry().left()
+    assert header.name.text() == name and header.name.toolTip() == name
+    window.resize(1600, 700)  # room again: the whole name, no tooltip
+    qtbot.waitUntil(lambda: QLabel.text(header.name) == name)
+    assert header.name.toolTip() == ""
