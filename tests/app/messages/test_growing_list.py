@@ -16,6 +16,7 @@ from PySide6.QtGui import QFont
 from app.conversation.status import MessageStatus
 from app.messages.message_delegate import MessageDelegate
 from app.theme import DARK
+from tests.app.messages.ui import open_long_conversation
 
 NUM_TOKENS = 600
 TOKEN_DELAY_S = 0.003  # ~1.8 s of stream: pushed ~30 times a second, not in one batch
@@ -24,20 +25,6 @@ PAUSE_AFTER = 6  # tokens streamed before the rest: the reply's first line
 PIECES = ["The", " quick", " **brown**", " fox", " jumps", " over", " `lazy`", " dogs.", "\n\n"]
 MAX_SIZE_HINTS_PER_PUSH = 12  # the reply's own (push, fit, hit test) and its repaints
 LONG = "A sentence that runs long enough to wrap over a few lines of the column. " * 6
-
-
-def _open_conversation(harness, num_turns: int, answer: str = "Answer {turn} with *some*."):
-    window = harness.open()
-    store = window.store
-    conversation = store.create_conversation("long one")
-    parent = None
-    for turn in range(num_turns):
-        user = store.add_message(conversation.id, parent, "user", f"Question {turn}?")
-        reply = answer.format(turn=turn)
-        parent = store.add_message(conversation.id, user.id, "assistant", reply).id
-    window.controller.open_conversation(conversation.id)
-    harness.qtbot.wait(50)  # laid out and painted once
-    return window
 
 
 def _heights(view) -> list[int]:
@@ -79,7 +66,7 @@ def test_a_push_asks_about_the_streamed_row_not_every_row(harness, qtbot, monkey
     # Before the window exists: PySide binds a delegate's Python override once.
     monkeypatch.setattr(MessageDelegate, "sizeHint", counted_size_hint)
     monkeypatch.setattr(MessageDelegate, "geometry", counted_geometry)
-    window = _open_conversation(harness, NUM_EARLIER_TURNS)
+    window = open_long_conversation(harness, NUM_EARLIER_TURNS)
     assert counts["asked"] > 2 * NUM_EARLIER_TURNS, "the override was not counted"
     harness.engine.tokens_override = [PIECES[i % len(PIECES)] for i in range(NUM_TOKENS)]
     harness.engine.pause_after = PAUSE_AFTER
@@ -110,7 +97,7 @@ def test_a_push_asks_about_the_streamed_row_not_every_row(harness, qtbot, monkey
 
 
 def test_the_last_row_grows_in_place_and_its_new_part_is_reached(harness, qtbot):
-    window = _open_conversation(harness, 20)
+    window = open_long_conversation(harness, 20)
     view, model = window.chat.list_view, window.controller.model
     index = model.index(model.rowCount() - 1)
     reply_id, text, heights = model.item(index.row()).id, "", []
@@ -138,7 +125,7 @@ def test_the_last_row_grows_in_place_and_its_new_part_is_reached(harness, qtbot)
 
 
 def test_a_row_above_the_last_that_changes_height_moves_the_rows_below(harness, qtbot):
-    window = _open_conversation(harness, 10)
+    window = open_long_conversation(harness, 10)
     view, model = window.chat.list_view, window.controller.model
     before = _heights(view)
     model.update_text(model.item(3).id, LONG)
@@ -151,7 +138,7 @@ def test_a_row_above_the_last_that_changes_height_moves_the_rows_below(harness, 
 
 
 def test_a_new_width_wraps_every_row_anew(harness, qtbot):
-    window = _open_conversation(harness, 10, answer=f"Answer {{turn}}. {LONG}")
+    window = open_long_conversation(harness, 10, answer=f"Answer {{turn}}. {LONG}")
     view = window.chat.list_view
     before, width = _heights(view), view.layout_width()
     window.resize(700, 700)
@@ -163,7 +150,7 @@ def test_a_new_width_wraps_every_row_anew(harness, qtbot):
 
 
 def test_a_new_theme_or_font_lays_every_row_out_again(harness, qtbot):
-    window = _open_conversation(harness, 10, answer=f"Answer {{turn}}. {LONG}")
+    window = open_long_conversation(harness, 10, answer=f"Answer {{turn}}. {LONG}")
     view = window.chat.list_view
     window.set_theme(DARK)
     _assert_laid_out(view)

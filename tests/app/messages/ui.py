@@ -80,3 +80,18 @@ def open_thinking(harness):
         return harness.engine
 
     return harness.open(engine_factory=factory)
+
+
+def open_long_conversation(harness, num_turns: int, answer: str = "Answer {turn} with *some*."):
+    """The window over a chat of `num_turns` question and answer pairs, opened."""
+    window = harness.open()
+    store = window.store
+    conversation = store.create_conversation("long one")
+    parent = None
+    for turn in range(num_turns):
+        user = store.add_message(conversation.id, parent, "user", f"Question {turn}?")
+        reply = answer.format(turn=turn)
+        parent = store.add_message(conversation.id, user.id, "assistant", reply).id
+    window.controller.open_conversation(conversation.id)
+    harness.qtbot.wait(50)  # laid out and painted once
+    return window

@@ -19,6 +19,7 @@ them (checked by hand, session 38).
 from __future__ import annotations
 
 import app.messages.rendered_message as rendered_message
+from tests.app.messages.ui import open_long_conversation
 
 NUM_TOKENS = 2000
 NUM_EARLIER_TURNS = 150  # 300 messages above the streamed reply
@@ -31,17 +32,9 @@ PIECES = ["The", " quick", " **brown**", " fox", " jumps", " over", " `lazy`", "
 
 
 def test_a_2000_token_stream_touches_only_the_streamed_reply(harness, qtbot, monkeypatch):
-    window = harness.open()
-    store = window.store
-    conversation = store.create_conversation("long one")
-    parent = None
-    for turn in range(NUM_EARLIER_TURNS):
-        user = store.add_message(conversation.id, parent, "user", f"Question {turn}?")
-        parent = store.add_message(
-            conversation.id, user.id, "assistant", f"Answer {turn} with *some* `markdown`."
-        ).id
-    window.controller.open_conversation(conversation.id)
-    qtbot.wait(50)  # the long list is laid out and painted once, before counting
+    window = open_long_conversation(
+        harness, NUM_EARLIER_TURNS, answer="Answer {turn} with *some* `markdown`."
+    )
 
     reply_text = "".join(PIECES[i % len(PIECES)] for i in range(NUM_TOKENS))
     harness.engine.tokens_override = [PIECES[i % len(PIECES)] for i in range(NUM_TOKENS)]
