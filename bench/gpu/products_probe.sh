@@ -3,6 +3,8 @@
 # engine's large-layer step (8 slices of 4 bytes a lane, words decoded as used, two blocks an
 # SM), its staged x swizzled, and FQ_WIDE's 32 weights a lane at 2, 4 and 8 slices a load.
 # Needs nvcc and a GPU, nothing else (no MLX). One JSON line a matrix, a file a variant:
+# FQ_INT8's variants (x in int8, bench/gpu/products_int8.cuh) after them. ONLY="narrow i8w"
+# runs the variants named.
 #   bash bench/gpu/products_probe.sh [OUT_DIR]      (default $OUT, else /tmp)
 set -u
 out=${1:-${OUT:-/tmp}}
@@ -14,8 +16,23 @@ variants=(
   "wide4:-DFQ_STREAM=1 -DFQ_SWIZZLE=1 -DFQ_WIDE=2048 -DFQ_WIDE_SLICES=4"
   "wide8:-DFQ_STREAM=1 -DFQ_SWIZZLE=1 -DFQ_WIDE=2048 -DFQ_WIDE_SLICES=8"
   "wide4-noswizzle:-DFQ_STREAM=1 -DFQ_WIDE=2048 -DFQ_WIDE_SLICES=4"
+  "i8n:-DFQ_INT8=1"
+  "i8n-4blocks:-DFQ_INT8=1 -DBLOCKS=4"
+  "i8w:-DFQ_INT8=2"
+  "i8w-3blocks:-DFQ_INT8=2 -DBLOCKS=3"
+  "i8w-4slices:-DFQ_INT8=2 -DI8_WIDE_SLICES=4"
+  "narrow-8rows:-DFQ_STREAM=1 -DPROBE_ROWS=8"
+  "i8n-8rows:-DFQ_INT8=1 -DPROBE_ROWS=8"
+  "i8w-8rows:-DFQ_INT8=2 -DPROBE_ROWS=8"
   "narrow-again:-DFQ_STREAM=1"
 )
+if [ -n "${ONLY:-}" ]; then
+  kept=()
+  for v in "${variants[@]}"; do
+    case " $ONLY " in *" ${v%%:*} "*) kept+=("$v") ;; esac
+  done
+  variants=("${kept[@]}")
+fi
 for v in "${variants[@]}"; do
   name=${v%%:*}
   nvcc -O3 -std=c++17 -arch=sm_90 -I kernels/cuda ${v#*:} bench/gpu/products_probe.cu \
@@ -32,7 +49,8 @@ import json, sys
 for line in open(sys.argv[1]):
     if line.startswith('{"matrix"'):
         r = json.loads(line)
-        print(f'  {r["matrix"]:12s} {r["median_us"]:8.1f} us {r["tb_s"]:6.2f} TB/s  y0 {r["y0"]:.6g}')
+        print(f'  {r["matrix"]:12s} {r["median_us"]:8.1f} us {r["tb_s"]:6.2f} TB/s  '
+              f'y0 {r["y0"]:.6g} err {r["rel_err"]:.2g}')
     elif not line.startswith("{"):
         print(" ", line.rstrip())
 PY
