@@ -54,6 +54,7 @@ from kernels.step_knobs import (
     TUNING,
     TWO_BLOCKS_LAYER_BYTES,
     blocks_per_sm,
+    check_int8,
     check_tuning,
     formats_header,
     smem_x,
@@ -191,6 +192,7 @@ class StepKernel:
         self.formats, self.roles = formats, roles
         self.prefetch = prefetch
         self.tuning = TUNING | (tuning or {})
+        check_int8(_row_lengths(shapes), self.tuning)
         # named by everything the builds are made of: MLX keeps a compiled kernel by its name
         key = f"{shapes!r}/{num_layers}/{formats}/{roles}/{sorted(self.tuning.items())}"
         key += self.source() + self.header(False) + self.header(True)
@@ -320,6 +322,14 @@ class StepKernel:
             init_value=0,
         )
         return outs
+
+
+def _row_lengths(shapes: Shapes) -> tuple[int, ...]:
+    """The lengths of the rows of x the step's phases stage: hidden, attention and MLP
+    widths, and a hybrid's value width (its out_proj's input)."""
+    rows = (shapes.hidden, shapes.heads * shapes.head_dim, shapes.intermediate)
+    g = shapes.linear
+    return rows + ((g.value_heads * g.value_dim,) if g is not None else ())
 
 
 def step_unsupported(shapes: Shapes) -> str | None:

@@ -53,6 +53,14 @@ TUNING = {
     # (fused_step.cuh's fq_dot_wide; step_weights.check_wide refuses groups it cannot read)
     "FQ_WIDE": 0,
     "FQ_WIDE_SLICES": 4,
+    # a row length (0: off): dot products over rows of at least this many weights take x
+    # rounded to int8 in blocks of 32 (as the CPU's int8 kernels, kernels/int8_ref.py) and
+    # meet 4- and 6-bit rows four weights a dp4a, x staged in passes of the rows that fit the
+    # staged x's shared memory (fused_step.cuh's fq_dot_i8, fq_stage_i8). Its rows' bits are
+    # its own, the same in every build with the same FQ_INT8; the products of 8 rows of x
+    # cost 2.4 of one row's in the probe where float x's cost 5.1 (docs/BENCHMARKS.md,
+    # session 41). rows_that_fit checks a shape's builds against their shared memory.
+    "FQ_INT8": 0,
 }
 # shared memory an SM lends the staged x of its blocks (an H100/H200 SM has 228 KB; the
 # attention's own arrays and the runtime's reserve take the rest)
@@ -182,6 +190,8 @@ def check_tuning(tuning: dict[str, int]) -> dict[str, int]:
             f"FQ_SWIZZLE must be 0 or 1 and FQ_WIDE 0 or a multiple of 32, not "
             f"{knobs['FQ_SWIZZLE']} and {knobs['FQ_WIDE']}"
         )
+    if knobs["FQ_INT8"] < 0 or knobs["FQ_INT8"] % 32:
+        raise ValueError(f"FQ_INT8 must be 0 or a multiple of 32, not {knobs['FQ_INT8']}")
     if not 1 <= knobs["FQ_WIDE_SLICES"] <= 16:
         raise ValueError(f"FQ_WIDE_SLICES must be 1..16, not {knobs['FQ_WIDE_SLICES']}")
     if knobs["FQ_HEAD_ROWS"] not in (0, 1, 2, 4, 8):
@@ -194,3 +204,32 @@ def check_tuning(tuning: dict[str, int]) -> dict[str, int]:
                 f"{SMEM_X_BYTES_PER_SM} bytes an SM, not {staged} x {blocks} blocks"
             )
     return knobs
+
+
+def int8_rows_that_fit(row: int, tuning: dict[str, int], verify: bool) -> int:
+    """Rows of x [., row] a block of the build stages at once in int8 (fused_step.cuh's
+    fq_int8_row_bytes: the int8s, a scale a 32, the sum of squares and 8 warps' parts)."""
+    return 4 * smem_x(tuning, verify) // (row + row // 8 + 4 * (1 + THREADS // 32))
+
+
+def check_int8(rows: tuple[int, ...], tuning: dict[str, int]) -> None:
+    """ValueError where FQ_INT8 takes a phase's rows of x (lengths `rows`: the model's
+    hidden size, attention width, MLP width...) and a build's shared memory cannot stage a
+    pass of them: the decode build's one row, the verify build's FQ_VERIFY_ROWS (and its
+    LM head's FQ_HEAD_ROWS)."""
+    knobs = TUNING | tuning
+    if not knobs["FQ_INT8"]:
+        return
+    verify_rows = max(knobs["FQ_VERIFY_ROWS"], knobs["FQ_HEAD_ROWS"])
+    for row in rows:
+        if row < knobs["FQ_INT8"] or row % 32:
+            continue
+        for verify, need in ((False, 1), (True, verify_rows)):
+            fit = int8_rows_that_fit(row, knobs, verify)
+            if fit < need:
+                name = "FQ_VERIFY_SMEM_X" if verify else "FQ_SMEM_X"
+                raise ValueError(
+                    f"FQ_INT8: a pass of {need} rows of {row} int8s does not fit the "
+                    f"{'verify' if verify else 'decode'} build's {4 * smem_x(knobs, verify)} "
+                    f"bytes of staged x (raise {name})"
+                )

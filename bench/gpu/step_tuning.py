@@ -59,12 +59,13 @@ _FIELDS = [
     "FQ_SWIZZLE",
     "FQ_WIDE",
     "FQ_WIDE_SLICES",
+    "FQ_INT8",
 ]
 
 
 def parse_configs(text: str) -> list[dict[str, int]]:
     """ "slices:stream:rows[:blocks:smem:vblocks:barrier:l1:kf:spread:head:vstream:vsmem:swizzle:
-    wide:wslices],..."
+    wide:wslices:int8],..."
     (any prefix of the fields) as TUNING dicts; the fields left out take the engine's values."""
     out = []
     for item in text.split(","):
@@ -73,7 +74,7 @@ def parse_configs(text: str) -> list[dict[str, int]]:
             raise SystemExit(
                 "a configuration is slices:stream:rows"
                 "[:blocks:smem:vblocks:barrier:l1:kf:spread:head:vstream:vsmem:swizzle:wide:"
-                f"wslices], not {item!r}"
+                f"wslices:int8], not {item!r}"
             )
         out.append(
             {name: TUNING[name] for name in _FIELDS}

@@ -43,6 +43,9 @@
 #define FQ_VERIFY_ROWS 4
 #endif
   constexpr int G = MAXM == 1 ? 1 : FQ_VERIFY_ROWS;  // rows a dot product's pass takes
+  // rows of x a phase over rows of D stages at once (int8 x: what fits; float: every row)
+  constexpr int PD = fq_pass_rows<D, G, MAXM>();
+  static_assert(PD >= G, "a pass stages a dot product's rows of x");
   // attention: a warp takes CK keys of one (row, head); LPK lanes share a key (8 dims
   // each), KPI keys a load; a lane owns VD dims of the output (lanes past VOWN mirror)
   constexpr int LPK = DH / 8, KPI = 32 / LPK, KIT = CK / KPI;
@@ -86,29 +89,32 @@
 #if FS_HYBRID
     if (FS_LINEAR(l)) {
       // -- G1: norm + in_proj (q | k | v | z | b | a) -> mix; a warp takes rows n, n + 1
-      const FqX xg = fq_stage(x, M * D, s_x);
       const FqUnits units(GDN_NIN / 2, M, G);
-      for (int u = gw; u < units.count(); u += nw) {
-        const int n = 2 * units.item(u);
-        int lo, hi;
-        units.rows(u, M, G, lo, hi);
-        FqPart part;
-        int r0;
-        const int fmt = tab.part(4 * l, n, part, r0);  // parts start on even rows
-        const int rows[2] = {r0, r0 + 1};
-        for (int m0 = lo; m0 < hi; m0 += G) {
-          float acc[G][2], ss[G];
-          fq_dot<D, 2, G, true, true, FQ_ROLE_QKV>(fmt, part, rows, nw1 + l * D, xg.at(m0 * D), min(G, M - m0), acc, ss);
+      for (int pass0 = 0; pass0 < M; pass0 += PD) {
+        const FqX xg = fq_stage_pass<D, PD>(x, M, pass0, nw1 + l * D, s_x);
+        for (int u = gw; u < units.count(); u += nw) {
+          const int n = 2 * units.item(u);
+          int lo, hi;
+          units.rows(u, M, G, lo, hi);
+          FqPart part;
+          int r0;
+          const int fmt = tab.part(4 * l, n, part, r0);  // parts start on even rows
+          const int rows[2] = {r0, r0 + 1};
+          for (int m0 = max(lo, pass0); m0 < min(hi, pass0 + PD); m0 += G) {
+            float acc[G][2], ss[G];
+            fq_dot<D, 2, G, true, true, FQ_ROLE_QKV>(fmt, part, rows, nw1 + l * D, xg.at((m0 - pass0) * D), min(G, M - m0), acc, ss);
 #pragma unroll
-          for (int g = 0; g < G; ++g) {
-            const int m = m0 + g;
-            if (m < M && lane == 0) {
-              const float rinv = 1.0f / sqrtf(ss[g] / D + EPS);
-              mix[(size_t)m * GDN_NIN + n] = acc[g][0] * rinv;
-              mix[(size_t)m * GDN_NIN + n + 1] = acc[g][1] * rinv;
+            for (int g = 0; g < G; ++g) {
+              const int m = m0 + g;
+              if (m < M && lane == 0) {
+                const float rinv = 1.0f / sqrtf(ss[g] / D + EPS);
+                mix[(size_t)m * GDN_NIN + n] = acc[g][0] * rinv;
+                mix[(size_t)m * GDN_NIN + n + 1] = acc[g][1] * rinv;
+              }
             }
           }
         }
+        fq_pass_done(pass0, PD, M);
       }
       fs_grid_sync(sync, ++phase);
       // -- G2: conv, recurrence, gated norm, a block a value head -> gbuf; the new state
@@ -124,82 +130,85 @@
       if (gw < D) fq_prefetch_row(tab, 4 * l + 1, gw);
       fs_grid_sync(sync, ++phase);
       // -- G3: out_proj + residual -> hs
-      fq_residual_phase<GDN_NV * GDN_DV, D, G, FQ_ROLE_O>(tab, 4 * l + 1, gbuf, x, hs, M, gw, nw, s_x);
+      fq_residual_phase<GDN_NV * GDN_DV, D, G, FQ_ROLE_O, MAXM>(tab, 4 * l + 1, gbuf, x, hs, M, gw, nw, s_x);
     } else
 #endif
     {
     // -- A: norm + qkv + rope; q to qs, k / v rows into the cache at pos + m
-    const FqX xa = fq_stage(x, M * D, s_x);
     const FqUnits units(PAIRS, M, G);
-    for (int u = gw; u < units.count(); u += nw) {
-      const int p = units.item(u);
-      int lo, hi;
-      units.rows(u, M, G, lo, hi);
-      int n0, n1, fi;
-      auto pair_rows = [&](int p, int& a, int& b, int& f) {
-        if (GATED) {
-          a = 2 * p, b = a + 1, f = -1;
-        } else {
-          fd_qkv_pair<H, HKV, DH, TRADITIONAL>(p, a, b, f);
-        }
-      };
-      pair_rows(p, n0, n1, fi);
-      FqPart part;
-      int r0;
-      const int fmt = tab.part(4 * l, n0, part, r0);  // a pair lies in one part
-      const int rows[2] = {r0, r0 + (n1 - n0)};
-      const int head = n0 / DH;
-      const int d0 = n0 % DH, d1 = n1 % DH;
-      const float inv_freq = fi >= 0 ? __ldg(lfreqs + fi) : 0.f;
-      for (int m0 = lo; m0 < hi; m0 += G) {
-        float acc[G][2], ss[G];
-        fq_dot<D, 2, G, true, true, FQ_ROLE_QKV>(fmt, part, rows, nw1 + l * D, xa.at(m0 * D), min(G, M - m0), acc, ss);
+    for (int pass0 = 0; pass0 < M; pass0 += PD) {
+      const FqX xa = fq_stage_pass<D, PD>(x, M, pass0, nw1 + l * D, s_x);
+      for (int u = gw; u < units.count(); u += nw) {
+        const int p = units.item(u);
+        int lo, hi;
+        units.rows(u, M, G, lo, hi);
+        int n0, n1, fi;
+        auto pair_rows = [&](int p, int& a, int& b, int& f) {
+          if (GATED) {
+            a = 2 * p, b = a + 1, f = -1;
+          } else {
+            fd_qkv_pair<H, HKV, DH, TRADITIONAL>(p, a, b, f);
+          }
+        };
+        pair_rows(p, n0, n1, fi);
+        FqPart part;
+        int r0;
+        const int fmt = tab.part(4 * l, n0, part, r0);  // a pair lies in one part
+        const int rows[2] = {r0, r0 + (n1 - n0)};
+        const int head = n0 / DH;
+        const int d0 = n0 % DH, d1 = n1 % DH;
+        const float inv_freq = fi >= 0 ? __ldg(lfreqs + fi) : 0.f;
+        for (int m0 = max(lo, pass0); m0 < min(hi, pass0 + PD); m0 += G) {
+          float acc[G][2], ss[G];
+          fq_dot<D, 2, G, true, true, FQ_ROLE_QKV>(fmt, part, rows, nw1 + l * D, xa.at((m0 - pass0) * D), min(G, M - m0), acc, ss);
 #pragma unroll
-        for (int g = 0; g < G; ++g) {
-          const int m = m0 + g;
-          if (m < M && lane == 0) {
-            const float rinv = 1.0f / sqrtf(ss[g] / D + EPS);
-            float s0 = acc[g][0] * rinv, s1 = acc[g][1] * rinv;
-            if (GATED) {  // [query | gate] per head, k, v; q and k normed and rotated in A2
-              float* dst;
-              if (n0 < 2 * HD) {
-                const int hh = n0 / (2 * DH), w = n0 % (2 * DH);
-                dst = (w < DH ? qs : gbuf) + m * HD + hh * DH + w % DH;
-              } else if (n0 < 2 * HD + HKV * DH) {
-                dst = ao + m * HKV * DH + n0 - 2 * HD;
-              } else {
-                const int e = n0 - 2 * HD - HKV * DH;
-                const size_t base = ((size_t)(e / DH) * rows_l + FS_KV_ROW(p0 + m)) * DH + e % DH;
-                vc[base] = static_cast<T>(s0);
-                vc[base + 1] = static_cast<T>(s1);
+          for (int g = 0; g < G; ++g) {
+            const int m = m0 + g;
+            if (m < M && lane == 0) {
+              const float rinv = 1.0f / sqrtf(ss[g] / D + EPS);
+              float s0 = acc[g][0] * rinv, s1 = acc[g][1] * rinv;
+              if (GATED) {  // [query | gate] per head, k, v; q and k normed and rotated in A2
+                float* dst;
+                if (n0 < 2 * HD) {
+                  const int hh = n0 / (2 * DH), w = n0 % (2 * DH);
+                  dst = (w < DH ? qs : gbuf) + m * HD + hh * DH + w % DH;
+                } else if (n0 < 2 * HD + HKV * DH) {
+                  dst = ao + m * HKV * DH + n0 - 2 * HD;
+                } else {
+                  const int e = n0 - 2 * HD - HKV * DH;
+                  const size_t base = ((size_t)(e / DH) * rows_l + FS_KV_ROW(p0 + m)) * DH + e % DH;
+                  vc[base] = static_cast<T>(s0);
+                  vc[base + 1] = static_cast<T>(s1);
+                  continue;
+                }
+                dst[0] = s0;
+                dst[1] = s1;
                 continue;
               }
-              dst[0] = s0;
-              dst[1] = s1;
-              continue;
-            }
-            if (QK_NORM && head < H + HKV) {  // normed per head, then rotated: phase A2
-              float* raw = head < H ? qs + m * HD : ao + m * HKV * DH - H * DH;
-              raw[n0] = s0;
-              raw[n1] = s1;
-              continue;
-            }
-            if (fi >= 0) fs_rotate(s0, s1, p0 + m, inv_freq);
-            if (head < H) {
-              qs[m * HD + n0] = s0;
-              qs[m * HD + n1] = s1;
-            } else if (head < H + HKV) {
-              const size_t base = ((size_t)(head - H) * rows_l + FS_KV_ROW(p0 + m)) * DH;
-              kc[base + d0] = static_cast<T>(s0);
-              kc[base + d1] = static_cast<T>(s1);
-            } else {
-              const size_t base = ((size_t)(head - H - HKV) * rows_l + FS_KV_ROW(p0 + m)) * DH;
-              vc[base + d0] = static_cast<T>(s0);
-              vc[base + d1] = static_cast<T>(s1);
+              if (QK_NORM && head < H + HKV) {  // normed per head, then rotated: phase A2
+                float* raw = head < H ? qs + m * HD : ao + m * HKV * DH - H * DH;
+                raw[n0] = s0;
+                raw[n1] = s1;
+                continue;
+              }
+              if (fi >= 0) fs_rotate(s0, s1, p0 + m, inv_freq);
+              if (head < H) {
+                qs[m * HD + n0] = s0;
+                qs[m * HD + n1] = s1;
+              } else if (head < H + HKV) {
+                const size_t base = ((size_t)(head - H) * rows_l + FS_KV_ROW(p0 + m)) * DH;
+                kc[base + d0] = static_cast<T>(s0);
+                kc[base + d1] = static_cast<T>(s1);
+              } else {
+                const size_t base = ((size_t)(head - H - HKV) * rows_l + FS_KV_ROW(p0 + m)) * DH;
+                vc[base + d0] = static_cast<T>(s0);
+                vc[base + d1] = static_cast<T>(s1);
+              }
             }
           }
         }
       }
+      fq_pass_done(pass0, PD, M);
     }
     fs_grid_sync(sync, ++phase);
     if (QK_NORM) {
@@ -383,7 +392,7 @@
     if (gw < D) fq_prefetch_row(tab, 4 * l + 1, gw);
     fs_grid_sync(sync, ++phase);
     // -- C: o_proj + residual -> hs (with sandwich norms, o_proj alone: then C2)
-    fq_residual_phase<HD, D, G, FQ_ROLE_O, !SANDWICH>(tab, 4 * l + 1, ao, x, hs, M, gw, nw, s_x);
+    fq_residual_phase<HD, D, G, FQ_ROLE_O, MAXM, !SANDWICH>(tab, 4 * l + 1, ao, x, hs, M, gw, nw, s_x);
     }
     if (SANDWICH) {  // -- C2: hs = x + norm(o_proj) * the post-attention norm
       fs_grid_sync(sync, ++phase);
@@ -395,41 +404,44 @@
     }
     fs_grid_sync(sync, ++phase);
     // -- D: norm + gate/up + SiLU(gate) * up -> act; a warp takes outputs n, n + 1
-    const FqX xh = fq_stage(hs, M * D, s_x);
     const FqUnits units(F / 2, M, G);
-    for (int u = gw; u < units.count(); u += nw) {
-      const int n = 2 * units.item(u);
-      int lo, hi;
-      units.rows(u, M, G, lo, hi);
-      FqPart pg, pu;
-      int rg, ru;
-      const int fg = tab.part(4 * l + 2, n, pg, rg), fu = tab.part(4 * l + 2, F + n, pu, ru);
-      for (int m0 = lo; m0 < hi; m0 += G) {
-        const FqX xm = xh.at(m0 * D);
-        const int Mg = min(G, M - m0);
-        // gate n, n + 1 and up n, n + 1: two passes (their parts may differ in format)
-        const int gr[2] = {rg, rg + 1}, ur[2] = {ru, ru + 1};
-        float ga[G][2], ua[G][2], ss[G], uss[G];
-        fq_dot<D, 2, G, true, true, FQ_ROLE_GATE_UP>(fg, pg, gr, nw2 + l * D, xm, Mg, ga, ss);
-        fq_dot<D, 2, G, true, false, FQ_ROLE_GATE_UP>(fu, pu, ur, nw2 + l * D, xm, Mg, ua, uss);
+    for (int pass0 = 0; pass0 < M; pass0 += PD) {
+      const FqX xh = fq_stage_pass<D, PD>(hs, M, pass0, nw2 + l * D, s_x);
+      for (int u = gw; u < units.count(); u += nw) {
+        const int n = 2 * units.item(u);
+        int lo, hi;
+        units.rows(u, M, G, lo, hi);
+        FqPart pg, pu;
+        int rg, ru;
+        const int fg = tab.part(4 * l + 2, n, pg, rg), fu = tab.part(4 * l + 2, F + n, pu, ru);
+        for (int m0 = max(lo, pass0); m0 < min(hi, pass0 + PD); m0 += G) {
+          const FqX xm = xh.at((m0 - pass0) * D);
+          const int Mg = min(G, M - m0);
+          // gate n, n + 1 and up n, n + 1: two passes (their parts may differ in format)
+          const int gr[2] = {rg, rg + 1}, ur[2] = {ru, ru + 1};
+          float ga[G][2], ua[G][2], ss[G], uss[G];
+          fq_dot<D, 2, G, true, true, FQ_ROLE_GATE_UP>(fg, pg, gr, nw2 + l * D, xm, Mg, ga, ss);
+          fq_dot<D, 2, G, true, false, FQ_ROLE_GATE_UP>(fu, pu, ur, nw2 + l * D, xm, Mg, ua, uss);
 #pragma unroll
-        for (int g = 0; g < G; ++g) {
-          const int m = m0 + g;
-          if (m < M && lane == 0) {
-            const float rinv = 1.0f / sqrtf(ss[g] / D + EPS);
+          for (int g = 0; g < G; ++g) {
+            const int m = m0 + g;
+            if (m < M && lane == 0) {
+              const float rinv = 1.0f / sqrtf(ss[g] / D + EPS);
 #pragma unroll
-            for (int j = 0; j < 2; ++j) {
-              const float gs = ga[g][j] * rinv, us = ua[g][j] * rinv;
-              act[(size_t)m * F + n + j] = fs_act<ACT>(gs) * us;
+              for (int j = 0; j < 2; ++j) {
+                const float gs = ga[g][j] * rinv, us = ua[g][j] * rinv;
+                act[(size_t)m * F + n + j] = fs_act<ACT>(gs) * us;
+              }
             }
           }
         }
       }
+      fq_pass_done(pass0, PD, M);
     }
     if (gw < D) fq_prefetch_row(tab, 4 * l + 3, gw);
     fs_grid_sync(sync, ++phase);
     // -- E: down + residual -> xs (with sandwich norms, down alone: then E2)
-    fq_residual_phase<F, D, G, FQ_ROLE_DOWN, !SANDWICH>(tab, 4 * l + 3, act, hs, xs, M, gw, nw, s_x);
+    fq_residual_phase<F, D, G, FQ_ROLE_DOWN, MAXM, !SANDWICH>(tab, 4 * l + 3, act, hs, xs, M, gw, nw, s_x);
     if (SANDWICH) {  // -- E2: xs = hs + norm(down) * the post-MLP norm
       fs_grid_sync(sync, ++phase);
       fs_post_norm<D>(xs, hs, pn2 + (size_t)l * D, M, gw, nw, EPS);
@@ -453,30 +465,35 @@
     FqPart part;
     int first;
     const int fmt = tab.part(HEAD_MAT, 0, part, first);
-    const FqX xf = fq_stage(xs + (size_t)r0 * D, rows_n * D, s_x);
-    for (int item = gw; item < ITEMS; item += nw) {
-      int rows[RH];
+    constexpr int PH = fq_pass_rows<D, GH, MAXM>();
+    static_assert(PH >= GH, "a pass stages a dot product's rows of x");
+    for (int pass0 = 0; pass0 < rows_n; pass0 += PH) {
+      const FqX xf = fq_stage_pass<D, PH>(xs + (size_t)r0 * D, rows_n, pass0, nwf, s_x);
+      for (int item = gw; item < ITEMS; item += nw) {
+        int rows[RH];
 #pragma unroll
-      for (int j = 0; j < RH; ++j) rows[j] = min(RH * item + j, V - 1);
-      if (item + nw < ITEMS) {
-        const int next = RH * (item + nw), count = min(RH, V - next);
-        const char* w = reinterpret_cast<const char*>(part.w + (size_t)next * part.row_words);
-        for (int off = lane * 128; off < count * part.row_words * 4; off += 32 * 128)
-          asm volatile("prefetch.global.L2 [%0];" ::"l"(w + off));
-      }
-      for (int m0 = 0; m0 < rows_n; m0 += GH) {
-        float acc[GH][RH], ss[GH];
-        fq_dot<D, RH, GH, true, true, FQ_ROLE_HEAD>(fmt, part, rows, nwf, xf.at(m0 * D), min(GH, rows_n - m0), acc, ss);
+        for (int j = 0; j < RH; ++j) rows[j] = min(RH * item + j, V - 1);
+        if (item + nw < ITEMS) {
+          const int next = RH * (item + nw), count = min(RH, V - next);
+          const char* w = reinterpret_cast<const char*>(part.w + (size_t)next * part.row_words);
+          for (int off = lane * 128; off < count * part.row_words * 4; off += 32 * 128)
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(w + off));
+        }
+        for (int m0 = pass0; m0 < min(rows_n, pass0 + PH); m0 += GH) {
+          float acc[GH][RH], ss[GH];
+          fq_dot<D, RH, GH, true, true, FQ_ROLE_HEAD>(fmt, part, rows, nwf, xf.at((m0 - pass0) * D), min(GH, rows_n - m0), acc, ss);
 #pragma unroll
-        for (int g = 0; g < GH; ++g) {
-          if (m0 + g < rows_n && lane == 0) {
-            const float rinv = 1.0f / sqrtf(ss[g] / D + EPS);
+          for (int g = 0; g < GH; ++g) {
+            if (m0 + g < rows_n && lane == 0) {
+              const float rinv = 1.0f / sqrtf(ss[g] / D + EPS);
 #pragma unroll
-            for (int j = 0; j < RH; ++j)
-              if (RH * item + j < V) logits[(size_t)(m0 + g) * V + RH * item + j] = acc[g][j] * rinv;
+              for (int j = 0; j < RH; ++j)
+                if (RH * item + j < V) logits[(size_t)(m0 + g) * V + RH * item + j] = acc[g][j] * rinv;
+            }
           }
         }
       }
+      fq_pass_done(pass0, PH, rows_n);
     }
   }
   if (blockIdx.x == 0 && threadIdx.x == 0) status[0] = sync[1];

@@ -241,6 +241,12 @@ struct FqX {
   const float* g;  // x in global memory (written by other blocks: read past L1)
   const float* s;  // its first `staged` floats, in shared memory (fq_staged_at's order)
   int staged, base;  // base: float 0's index in the staged copy's x
+  // x in int8 (fq_stage_i8; q8 null: float x only): rows of k8 int8s, each 8 as x0 x2 x4 x6
+  // x1 x3 x5 x7, a scale a 32 (d8) and each row's sum of squares (ss8), in shared memory
+  const uint32_t* q8 = nullptr;
+  const float* d8 = nullptr;
+  const float* ss8 = nullptr;
+  int k8 = 0;
 
   __device__ __forceinline__ void load8(int i, float* out) const {
     if (i < staged) {
@@ -252,7 +258,11 @@ struct FqX {
       fs_load8_cg(g + i, out);
     }
   }
-  __device__ __forceinline__ FqX at(int n) const { return {g + n, s, staged - n, base + n}; }
+  // x from float n on (n: a row's start, in int8 a multiple of the row)
+  __device__ __forceinline__ FqX at(int n) const {
+    if (!q8) return {g + n, s, staged - n, base + n};
+    return {g + n, s, staged - n, base + n, q8 + n / 4, d8 + n / 32, ss8 + n / k8, k8};
+  }
 };
 
 // The first min(n, FQ_SMEM_X) floats of x into `sm` (every thread of the block calls it,
@@ -558,6 +568,194 @@ __device__ __forceinline__ void fq_dot_wide(
   fq_dot_total<SS>(M, acc, ss);
 }
 
+// FQ_INT8 (a row length, 0: off): dot products over rows of at least FQ_INT8 weights (K a
+// multiple of 32) take x rounded to int8 in blocks of 32, as the CPU path's int8 kernels
+// and llama.cpp do (kernels/int8_ref.py: d = max|x| / 127, xq = round-half-even(x / d)), and
+// meet 4- and 6-bit rows four weights a dp4a; a lane's 8 weights (one group) then cost one
+// float multiply-add for the scale and one for the bias (b * d * sum(xq)). Each block
+// stages its rows of x that way itself (fq_stage_i8), in passes of the rows that fit its
+// shared memory; other formats in such a phase read float x from L2. A row's bits depend on
+// FQ_INT8 and on nothing else: any row count, pass or chunk gives a row the same operations.
+#ifndef FQ_INT8
+#define FQ_INT8 0
+#endif
+template <int K>
+__host__ __device__ constexpr bool fq_int8() {
+  return FQ_INT8 > 0 && K >= FQ_INT8 && K % 32 == 0;
+}
+template <int FMT>
+__host__ __device__ constexpr bool fq_int8_fmt() {  // affine or K-quant, 4 or 6 bits
+  return FMT == 4 || FMT == 6 || FMT == (FQ_KMIN | 4) || FMT == (FQ_KSIGNED | 6);
+}
+// shared memory a staged row takes: K int8s, K / 32 scales, its sum of squares and the 8
+// warps' parts of it
+template <int K>
+__host__ __device__ constexpr int fq_int8_row_bytes() {
+  return K + K / 8 + 4 * (1 + FD_WARPS);
+}
+// rows of x a phase over rows of K stages at once: a multiple of G (a pass's rows), all of
+// the build's MAXM where float x is staged (one pass; fq_stage's own limit applies)
+template <int K, int G, int MAXM_>
+__host__ __device__ constexpr int fq_pass_rows() {
+  if (!fq_int8<K>()) return MAXM_;
+  constexpr int fit = 4 * FQ_SMEM_X / fq_int8_row_bytes<K>() / G * G;
+  return fit < MAXM_ ? fit : MAXM_;
+}
+
+// an integer below 2^22 in magnitude as a float by its exponent bits (no I2F)
+__device__ __forceinline__ float fq_int_float(int d) {
+  return __fsub_rn(__int_as_float(0x4B400000 + d), 12582912.0f);
+}
+
+// Rows p0 .. p0 + n of x [., K] into `sm` in int8 (every thread of the block calls it, past
+// the barrier that published x): with `norm`, x * norm[k] is rounded (a norm's weight, as
+// fq_dot's SCALED multiplies the weights by it); the sum of squares is of x as given. Each
+// row's threads, chunks and sums are the same whatever n: its bits do not depend on the pass.
+template <int K>
+__device__ __forceinline__ FqX fq_stage_i8(const float* x, int p0, int n, const float* norm,
+                                           float* sm) {
+  static_assert(K % 32 == 0, "int8 x: blocks of 32");
+  unsigned char* bytes = reinterpret_cast<unsigned char*>(sm);
+  uint32_t* q = reinterpret_cast<uint32_t*>(bytes);
+  float* d = reinterpret_cast<float*>(bytes + (size_t)n * K);
+  float* ss = d + n * (K / 32);
+  float* parts = ss + n;  // [n, FD_WARPS]
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int m = 0; m < n; ++m) {
+    const float* row = x + (size_t)(p0 + m) * K;
+    float sq = 0.f;
+    for (int c = threadIdx.x; c < K / 8; c += blockDim.x) {  // 4 lanes a block of 32
+      float v[8];
+      fs_load8_cg(row + 8 * c, v);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) sq = __fmaf_rn(v[i], v[i], sq);
+      if (norm) {
+        float nv[8];
+        fs_load8_ro(norm + 8 * c, nv);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) v[i] = __fmul_rn(v[i], nv[i]);
+      }
+      float a = 0.f;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) a = fmaxf(a, fabsf(v[i]));
+      const unsigned int four = __activemask();  // a block's 4 lanes are active together
+      a = fmaxf(a, __shfl_xor_sync(four, a, 1));
+      a = fmaxf(a, __shfl_xor_sync(four, a, 2));
+      const float dd = __fdiv_rn(a, 127.f);
+      const float inv = dd != 0.f ? __fdiv_rn(1.f, dd) : 0.f;
+      uint32_t even = 0, odd = 0;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const uint32_t e = __float2int_rn(__fmul_rn(v[2 * i], inv));
+        const uint32_t o = __float2int_rn(__fmul_rn(v[2 * i + 1], inv));
+        even |= (e & 255u) << (8 * i);
+        odd |= (o & 255u) << (8 * i);
+      }
+      q[m * (K / 4) + 2 * c] = even;
+      q[m * (K / 4) + 2 * c + 1] = odd;
+      if (c % 4 == 0) d[m * (K / 32) + c / 4] = dd;
+    }
+    sq = fd_warp_sum(sq);
+    if (lane == 0) parts[m * FD_WARPS + warp] = sq;
+  }
+  __syncthreads();
+  if (threadIdx.x < n) {
+    float t = 0.f;
+    for (int w = 0; w < FD_WARPS; ++w) t = __fadd_rn(t, parts[threadIdx.x * FD_WARPS + w]);
+    ss[threadIdx.x] = t;
+  }
+  __syncthreads();
+  FqX out{x + (size_t)p0 * K, sm, 0, 0};
+  out.q8 = q, out.d8 = d, out.ss8 = ss, out.k8 = K;
+  return out;
+}
+
+// A phase's x for rows p0 .. of a pass: int8 (fq_stage_i8, `norm` folded in) where rows of
+// K take it, else fq_stage's float copy of every row (then p0 is 0: one pass)
+template <int K, int P>
+__device__ __forceinline__ FqX fq_stage_pass(const float* x, int M, int p0, const float* norm,
+                                             float* sm) {
+  if constexpr (fq_int8<K>()) {
+    return fq_stage_i8<K>(x, p0, min(P, M - p0), norm, sm);
+  } else {
+    return fq_stage(x, M * K, sm);
+  }
+}
+
+// after a pass over rows [p0, p0 + P): shared memory is free to stage the next
+__device__ __forceinline__ void fq_pass_done(int p0, int P, int M) {
+  if (p0 + P < M) __syncthreads();
+}
+
+// Eight weights k .. k + 7 of a 4- or 6-bit slice against 8 int8s of x (xe: x_k, x_k+2,
+// x_k+4, x_k+6; xo: the odd ones): the integer sum of q * xq
+template <int FMT>
+__device__ __forceinline__ int fq_slice_i8(const FqSlice<FMT>& q, int k, uint32_t xe,
+                                           uint32_t xo) {
+  uint32_t e, o;
+  if constexpr (FqSlice<FMT>::BITS == 4) {
+    e = q.v[0] & 0x0F0F0F0Fu;
+    o = (q.v[0] >> 4) & 0x0F0F0F0Fu;
+  } else {
+    const int sh = (k * 6) % 32;
+    unsigned long long bits = (q.v[0] | (static_cast<unsigned long long>(q.v[1]) << 32)) >> sh;
+    if (sh) bits |= static_cast<unsigned long long>(q.v[2]) << (64 - sh);
+    const uint32_t lo = static_cast<uint32_t>(bits), hi = static_cast<uint32_t>(bits >> 32);
+    e = (lo & 0x3Fu) | ((lo >> 4) & 0x3F00u) | ((lo >> 8) & 0x3F0000u) | ((hi << 20) & 0x3F000000u);
+    o = ((lo >> 6) & 0x3Fu) | ((lo >> 10) & 0x3F00u) | (__funnelshift_r(lo, hi, 14) & 0x3F0000u) |
+        ((hi << 14) & 0x3F000000u);
+  }
+  return __dp4a(static_cast<int>(o), static_cast<int>(xo), __dp4a(static_cast<int>(e), static_cast<int>(xe), 0));
+}
+
+// fq_dot_fmt with x in int8 (x.q8): the same lane map and loads; per lane, slice and row of
+// x, acc = fma(s * d, sum(q xq), acc) then acc = fma(b, d * sum(xq), acc); the sum of
+// squares is the staged row's (fq_stage_i8). SCALED's norm is in the staged x already.
+template <int FMT, int K, int R, int G, bool SS>
+__device__ __forceinline__ void fq_dot_i8(
+    const FqPart& p, const int (&rows)[R], const FqX& x, int M, float (&acc)[G][R],
+    float (&ss)[G]) {
+  constexpr int IT = (K + 255) / 256;
+  constexpr int CH = fq_chunk(R, IT);
+  const int lane = threadIdx.x % 32;
+  fq_dot_zero(acc, ss);
+#pragma unroll 1
+  for (int c0 = 0; c0 < IT; c0 += CH) {
+    FqSlice<FMT> cur[R][CH];
+    fq_load_chunk<FMT, K, R, CH>(p, rows, c0, cur);
+#pragma unroll
+    for (int j = 0; j < CH; ++j) {
+      const int k = (c0 + j) * 256 + lane * 8;
+      if (c0 + j < IT && k < K) {
+#pragma unroll
+        for (int m = 0; m < G; ++m) {
+          if (m < M) {
+            const uint2 xq = *reinterpret_cast<const uint2*>(x.q8 + (m * K + k) / 4);
+            const float dx = x.d8[(m * K + k) / 32];
+            const int xsum = __dp4a(static_cast<int>(xq.y), 0x01010101,
+                                    __dp4a(static_cast<int>(xq.x), 0x01010101, 0));
+            const float xb = __fmul_rn(dx, fq_int_float(xsum));
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+              const int dot = fq_slice_i8(cur[r][j], k, xq.x, xq.y);
+              acc[m][r] = __fmaf_rn(__fmul_rn(cur[r][j].s, dx), fq_int_float(dot), acc[m][r]);
+              acc[m][r] = __fmaf_rn(cur[r][j].b, xb, acc[m][r]);
+            }
+          }
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int m = 0; m < G; ++m) {
+    if (m < M) {
+      if (SS) ss[m] = x.ss8[m];
+#pragma unroll
+      for (int r = 0; r < R; ++r) acc[m][r] = fd_warp_sum(acc[m][r]);
+    }
+  }
+}
+
 // fq_dot_fmt for a part of format `fmt`: one branch per format the matrices of ROLE hold
 // (FQ_ROLE_QKV, _O, _GATE_UP, _DOWN: layer l's 4l .. 4l + 3 in every layer; FQ_ROLE_HEAD:
 // the LM head and the embedding table), the lists defined before this header by
@@ -574,6 +772,12 @@ __device__ __forceinline__ void fq_dot(
     float (&acc)[G][R], float (&ss)[G]) {
 #define FQ_CASE(F)                                                               \
   if (fmt == F) {                                                                \
+    if constexpr (fq_int8<K>() && fq_int8_fmt<F>()) {                            \
+      if (x.q8) {                                                                \
+        fq_dot_i8<F, K, R, G, SS>(p, rows, x, M, acc, ss);                       \
+        return;                                                                  \
+      }                                                                          \
+    }                                                                            \
     if constexpr (fq_wide<F, K>()) {                                             \
       fq_dot_wide<F, K, R, G, SCALED, SS>(p, rows, norm, x, M, acc, ss);         \
     } else {                                                                     \
@@ -618,32 +822,38 @@ struct FqUnits {
 
 // y [M, N] = res + a [M, K] @ w.T for matrix `mat` (without RES, a @ w.T alone); output n
 // by warp n of nw (from gw), G rows a pass (FQ_SPREAD: a group of rows a unit), a staged
-// in `sm`
-template <int K, int N, int G, int ROLE, bool RES = true>
+// in `sm` (in int8, fq_pass_rows' rows at a time: MAXM_ is the build's most rows)
+template <int K, int N, int G, int ROLE, int MAXM_, bool RES = true>
 __device__ __forceinline__ void fq_residual_phase(
     const FqTable& t, int mat, const float* a, const float* res, float* y, int M, int gw,
     int nw, float* sm) {
+  constexpr int P = fq_pass_rows<K, G, MAXM_>();
+  static_assert(P >= G, "a pass stages a dot product's rows of x");
   const int lane = threadIdx.x % 32;
-  const FqX xa = fq_stage(a, M * K, sm);
   const FqUnits units(N, M, G);
-  for (int u = gw; u < units.count(); u += nw) {
-    const int n = units.item(u);
-    int lo, hi;
-    units.rows(u, M, G, lo, hi);
-    FqPart p;
-    int r;
-    const int fmt = t.part(mat, n, p, r);
-    const int rows[1] = {r};
-    for (int m0 = lo; m0 < hi; m0 += G) {
-      float acc[G][1], ss[G];
-      fq_dot<K, 1, G, false, false, ROLE>(fmt, p, rows, nullptr, xa.at(m0 * K), min(G, M - m0), acc, ss);
+  for (int p0 = 0; p0 < M; p0 += P) {
+    const FqX xa = fq_stage_pass<K, P>(a, M, p0, nullptr, sm);
+    for (int u = gw; u < units.count(); u += nw) {
+      const int n = units.item(u);
+      int lo, hi;
+      units.rows(u, M, G, lo, hi);
+      FqPart p;
+      int r;
+      const int fmt = t.part(mat, n, p, r);
+      const int rows[1] = {r};
+      for (int m0 = max(lo, p0); m0 < min(hi, p0 + P); m0 += G) {
+        float acc[G][1], ss[G];
+        fq_dot<K, 1, G, false, false, ROLE>(fmt, p, rows, nullptr, xa.at((m0 - p0) * K),
+                                            min(G, M - m0), acc, ss);
 #pragma unroll
-      for (int g = 0; g < G; ++g) {
-        const int m = m0 + g;
-        if (m < M && lane == 0)
-          y[(size_t)m * N + n] = RES ? __fadd_rn(__ldcg(res + (size_t)m * N + n), acc[g][0]) : acc[g][0];
+        for (int g = 0; g < G; ++g) {
+          const int m = m0 + g;
+          if (m < M && lane == 0)
+            y[(size_t)m * N + n] = RES ? __fadd_rn(__ldcg(res + (size_t)m * N + n), acc[g][0]) : acc[g][0];
+        }
       }
     }
+    fq_pass_done(p0, P, M);
   }
 }
 

@@ -342,3 +342,27 @@ def test_the_wide_loads_compile(tmp_path, shapes, wide, maxm, head_mode):
                           tuning=tuning, roles=Q4_K_M)  # fmt: skip
     assert f"#define FQ_WIDE {wide}" in source and "#define FQ_SWIZZLE 1" in source
     assert _fits_a_launch(_nvcc(tmp_path, source), tuning, maxm > 1)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("maxm,head_mode", BUILDS)
+@pytest.mark.parametrize(
+    "shapes,layers,int8,roles",
+    [(LLAMA_8B, 2, 2048, KFACTORS), (TINY_QWEN35, 4, 32, ((4, 6, 32), (4, 6), (4,), (4, 6), (6,)))],
+    ids=["8B", "tiny-hybrid"],
+)
+def test_int8_x_compiles(tmp_path, shapes, layers, int8, roles, maxm, head_mode):
+    """FQ_INT8's dot products (K-quant factors of 4 and 6 bits by dp4a, other formats on
+    float x beside them) and its staged passes: on the 8B's verify, 8 rows of its MLP's
+    14,336 a pass in 128 KB of staged x, all 16 rows of 4,096 at once; on the hybrid its
+    in_proj phase too. The builds keep their registers and fit a launch."""
+    tuning = fs.tuning_for(_layer_bytes(shapes), shapes.qk_norm, shapes.linear is not None)
+    tuning |= {"FQ_INT8": int8, "FQ_VERIFY_SMEM_X": 32768 if maxm > 1 else 0}
+    formats = tuple(sorted({f for role in roles for f in role}))
+    source = _step_source(shapes, layers, "__nv_bfloat16", head_mode, maxm=maxm,
+                          formats=formats, tuning=tuning, roles=roles)  # fmt: skip
+    assert f"#define FQ_INT8 {int8}" in source
+    log = _nvcc(tmp_path, source)
+    assert _fits_a_launch(log, tuning, maxm > 1), log[-3000:]
+    if shapes.linear is None:
+        assert _keeps_registers(log) or max(_spills(log)) <= 96, log[-3000:]

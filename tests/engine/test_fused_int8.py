@@ -1,0 +1,83 @@
+"""FQ_INT8 on a CUDA GPU (kernels/cuda/fused_step.cuh's fq_dot_i8, fq_stage_i8): x rounded to
+int8 in blocks of 32 meets 4- and 6-bit rows by dp4a. The knob changes a row's bits (x is
+rounded), so the builds that keep them (tests/engine/test_fused_decode.py) do not cover
+it: here its logits are checked against the plain forward in float32, as close as int8 x
+allows, and a verify's rows against single steps bit for bit, with x staged in one pass and
+in several. Without a GPU the knob's checks run (they refuse at load, on any machine)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine.config import EngineConfig, parse_step_tuning
+from engine.loader import load_model
+from kernels import fused_decode_cuda
+from kernels.step_knobs import check_int8, check_tuning, int8_rows_that_fit
+from tests.engine.test_fused_decode import LONG_PROMPT, STEPS, _float32, _relative_l2, _steps
+
+# x in int8 moves a tiny model's logits by about 1% of their norm (a sixteenth of a level a
+# product, summed over a few hundred); a wrong scale, row or pass misses by far more
+INT8_GAP = 0.05
+
+
+def test_the_knob_is_a_row_length():
+    assert check_tuning({"FQ_INT8": 2048})["FQ_INT8"] == 2048
+    for bad in (-32, 48):
+        with pytest.raises(ValueError, match="FQ_INT8 must be 0 or a multiple of 32"):
+            check_tuning({"FQ_INT8": bad})
+
+
+def test_a_pass_that_cannot_fit_is_refused():
+    """Llama-3.1-8B's MLP rows (14,336) take 16,164 bytes each staged: 8 rows a verify pass
+    need 128 KB, more than the 8-row verify's 96 KB of staged x."""
+    eight = {"FQ_INT8": 2048, "FQ_VERIFY_ROWS": 8, "FQ_VERIFY_SMEM_X": 24576}
+    assert int8_rows_that_fit(14336, eight, verify=True) == 6
+    with pytest.raises(ValueError, match="8 rows of 14336 int8s .* FQ_VERIFY_SMEM_X"):
+        check_int8((4096, 4096, 14336), eight)
+    check_int8((4096, 4096, 14336), eight | {"FQ_VERIFY_SMEM_X": 32768})
+    check_int8((576, 576, 1536), eight)  # rows below FQ_INT8 keep float x: nothing to stage
+    check_int8((4096, 14336), {"FQ_INT8": 0, "FQ_VERIFY_SMEM_X": 8})
+
+
+needs_gpu = pytest.mark.skipif(
+    not fused_decode_cuda.is_available(), reason="needs MLX on a CUDA GPU"
+)
+
+
+@needs_gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("source", ["q4_gguf", "tiny-llama", "tiny-qwen3", "tiny-qwen3.5"])
+@pytest.mark.parametrize(
+    "knobs",
+    ["", "FQ_VERIFY_ROWS=2,FQ_VERIFY_SMEM_X=320"],  # one pass; passes of 2 rows
+    ids=["one-pass", "passes"],
+)
+def test_int8_x_keeps_a_verify_exact(tiny_models, q4_k_m, source, knobs):
+    """Every row of 32 weights or more takes int8 x: the logits stay within INT8_GAP of the
+    float32 plain forward and move from the float build's (or the knob did nothing), and a
+    verify's rows equal single steps bit for bit, whether its x is staged whole or in
+    passes (1,280 bytes of shared memory hold 3 rows of 256 or 2 of 512: passes of 2 rows,
+    so the 10 rows take 5)."""
+    if source == "q4_gguf":
+        path, _ = tiny_models.gguf(qtype="Q4_1", embed_qtype="Q8_0")
+    else:
+        path = q4_k_m(source)
+    tuning = ",".join(k for k in ("FQ_INT8=32", knobs) if k)
+    lm = _float32(path)
+    plain, _ = _steps(lm, STEPS[:5], LONG_PROMPT)
+    int8 = load_model(path, EngineConfig(backend="mlx", dtype="float32", step_tuning=tuning))
+    assert parse_step_tuning(tuning).items() <= int8.runner.fused.step_kernel.tuning.items()
+    got, _ = _steps(int8, STEPS[:5], LONG_PROMPT)
+    gaps = [_relative_l2(b, a) for a, b in zip(plain, got, strict=True)]
+    assert 0 < max(gaps) <= INT8_GAP, gaps
+    floats = load_model(path, EngineConfig(backend="mlx", dtype="float32"))
+    before, _ = _steps(floats, STEPS[:5], LONG_PROMPT)
+    moved = [_relative_l2(b, a) for a, b in zip(before, got, strict=True)]
+    assert min(moved) > 0, moved
+    single, _ = _steps(int8, STEPS, LONG_PROMPT)
+    state = int8.runner.new_state()
+    int8.runner.forward(LONG_PROMPT, state)
+    rows = np.array(int8.ops.to_numpy(int8.runner.forward(STEPS, state, logits="all")))
+    for i in range(1, len(STEPS)):
+        np.testing.assert_array_equal(rows[i - 1], single[i - 1][-1])
