@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# x in int8 (FQ_INT8, kernels/cuda/fused_step.cuh's fq_dot_i8) on the GPU, after
+# tools/gpu/unpack.sh's last parcel. Parts (PARTS, default all three):
+#   tests   tests/engine/test_fused_int8.py (a verify's rows exact, one pass and several;
+#           the logits beside the CPU's int8 kernels')
+#   stamps  where the int8 step's time goes against the engine's, phase by phase
+#           (bench/gpu/step_probe.py under BRANCHCHAT_STEP_TUNING), a step and an 8-row verify
+#   ahead   each of $AHEAD_SHAPES (default the Llama-3.2-1B and 3.1-8B shapes): the step and
+#           an 8-row verify of the engine's build (first and last) beside $INT8_WITH's builds
+#   PARTS="stamps ahead" AHEAD_SHAPES=llama-3.1-8b bash tools/gpu/int8_round.sh
+set -u
+export PYTHONPATH=/root/site:$PWD PYTHONUNBUFFERED=1
+parts=" ${PARTS:-tests stamps ahead} "
+shape() {  # the random Q4_K_M weights of a true shape, written once
+  [ -f /root/shapes/$1.gguf ] || timeout 200 python3 -m bench shapes write --shape $1 \
+    --out /root/shapes > /dev/null
+}
+if [[ $parts == *" tests "* ]]; then
+  timeout "${TEST_BUDGET:-240}" python3 -m pytest -q -p no:cacheprovider -rfE --tb=short \
+    tests/engine/test_fused_int8.py > "$OUT/int8-tests.txt" 2>&1
+  echo "== tests: exit $?"; grep -E "^(FAILED|ERROR)|^E  " "$OUT/int8-tests.txt" | cut -c1-300 | head
+  tail -1 "$OUT/int8-tests.txt"
+fi
+if [[ $parts == *" stamps "* ]]; then
+  big=${STAMP_SHAPE:-llama-3.2-1b}
+  shape $big
+  for int8 in 0 2048; do
+    BRANCHCHAT_STEP_TUNING=FQ_INT8=$int8 timeout 150 python3 -m bench.gpu.step_probe \
+      --model /root/shapes/$big.gguf --contexts 128 --prefetch 1 --rows 1 8 \
+      > "$OUT/int8-stamps-$big-$int8.json" 2>&1
+    echo "== stamps $big FQ_INT8=$int8: exit $?"; tail -c 600 "$OUT/int8-stamps-$big-$int8.json"
+  done
+fi
+# the 8B's verify stages 8 rows of its MLP's 14,336 a pass: 128 KB (kernels/step_knobs.py)
+with=${INT8_WITH:-"FQ_INT8=2048,FQ_VERIFY_SMEM_X=32768"}
+if [[ $parts == *" ahead "* ]]; then
+  for big in ${AHEAD_SHAPES:-llama-3.2-1b llama-3.1-8b}; do
+    shape $big
+    timeout "${AHEAD_TIMEOUT:-280}" python3 -m bench.gpu.step_tuning \
+      --model /root/shapes/$big.gguf --contexts 128 2048 --repeats 30 \
+      --engine-with "$with" --out "$OUT/int8-$big.json" > "$OUT/int8-$big.txt" 2>&1
+    echo "== ahead $big: exit $?"; grep -v "^{" "$OUT/int8-$big.txt" | tail -3
+    python3 - "$OUT/int8-$big.txt" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    if line.startswith("{"):
+        r = json.loads(line)
+        knobs = [r["tuning"][k] for k in ("FQ_INT8", "FQ_VERIFY_SMEM_X")]
+        print(r["context"], knobs, {k: v for k, v in r.items() if k not in ("context", "tuning")})
+PY
+  done
+fi
