@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Nsight Compute on bench/gpu/products_probe.cu: what bounds the step's dot products when they
 # run alone. The engine's build, FQ_WIDE's two slices and x in int8 with 32 weights a lane
-# (FQ_INT8 2, bench/gpu/products_int8.cuh), each profiled on three matrices
+# (PROBE_INT8 2, bench/gpu/products_int8.cuh), each profiled on three matrices
 # (the 8B's gate_up and Q4 down, the 1B's Q6_K head: launch 8 of each matrix's 176).
 #   bash bench/gpu/products_ncu.sh [OUT_DIR]      (default $OUT, else /tmp)
 set -u
@@ -11,15 +11,9 @@ command -v ncu || { echo "no ncu on this machine"; exit 1; }
 variants=(
   "narrow:-DFQ_STREAM=1"
   "wide2:-DFQ_STREAM=1 -DFQ_SWIZZLE=1 -DFQ_WIDE=2048 -DFQ_WIDE_SLICES=2"
-  "i8w:-DFQ_INT8=2"
+  "i8w:-DPROBE_INT8=2"
 )
-if [ -n "${ONLY:-}" ]; then
-  kept=()
-  for v in "${variants[@]}"; do
-    case " $ONLY " in *" ${v%%:*} "*) kept+=("$v") ;; esac
-  done
-  variants=("${kept[@]}")
-fi
+source bench/gpu/only_variants.sh
 for v in "${variants[@]}"; do
   nvcc -O3 -std=c++17 -arch=sm_90 -lineinfo -I kernels/cuda ${v#*:} \
     bench/gpu/products_probe.cu -o "/tmp/ncu-${v%%:*}" > "/tmp/ncu-${v%%:*}.build" 2>&1 &

@@ -1,7 +1,7 @@
 // Debug probe: the one-launch step's dot products alone (kernels/cuda/fused_step.cuh's
 // fq_dot), timed on the GPU without MLX: one launch a phase-shaped matrix of random words,
 // the build's knobs given by -D (FQ_WIDE, FQ_WIDE_SLICES, FQ_SWIZZLE, FQ_SLICES, FQ_STREAM,
-// BLOCKS). Each matrix has COPIES copies laid out one after another, past the L2, and each
+// BLOCKS; PROBE_INT8 for x in int8, PROBE_ROWS for rows of x). Each matrix has COPIES copies laid out one after another, past the L2, and each
 // launch reads the next, as a step's phases read layer after layer. Prints a JSON line a
 // matrix: the median launch in microseconds and its table bytes over that time.
 //   nvcc -O3 -std=c++17 -arch=sm_90 -DFQ_WIDE=2048 -I kernels/cuda bench/gpu/products_probe.cu
@@ -25,11 +25,17 @@
 #ifndef BLOCKS
 #define BLOCKS 2
 #endif
+// PROBE_INT8: 0 float x (the engine's default); 1 the engine's x in int8 (FQ_INT8 set to 32:
+// fq_stage_i8, then fq_dot takes fq_dot_i8); 2 that x with 32 weights a lane
+// (products_int8.cuh)
+#ifndef PROBE_INT8
+#define PROBE_INT8 0
+#endif
+#if PROBE_INT8 == 1 && !defined(FQ_INT8)
+#define FQ_INT8 32
+#endif
 #include "fused_decode.cuh"
 #include "fused_step.cuh"
-#ifndef FQ_INT8
-#define FQ_INT8 0
-#endif
 #include "products_int8.cuh"
 
 #ifndef PROBE_ROWS
@@ -38,14 +44,15 @@
 constexpr int THREADS = 256, G = PROBE_ROWS;
 constexpr int COPIES = 8;
 
-// y[n] = w[n] . x for rows n of matrix `mat`, R rows a warp (gate/up and q/k/v take 2)
-template <int K, int R, int ROLE>
+// y[n] = w[n] . x for rows n of matrix `mat`, R rows a warp (gate/up and q/k/v take 2), x
+// staged as PROBE_INT8 says, inside the timed launch
+template <int K, int R, int ROLE, int BITS>
 __global__ void __launch_bounds__(THREADS, BLOCKS)
     products(FqTable t, int mat, const float* x, float* y, int N) {
   extern __shared__ __align__(16) float sm[];
   const int lane = threadIdx.x % 32;
   const int gw = blockIdx.x * (THREADS / 32) + threadIdx.x / 32, nw = gridDim.x * (THREADS / 32);
-  const FqX xa = fq_stage(x, G * K, sm);
+  const FqX xa = PROBE_INT8 ? fq_stage_i8<K>(x, 0, G, nullptr, sm) : fq_stage(x, G * K, sm);
   for (int n = gw * R; n < N; n += nw * R) {
     FqPart p;
     int r;
@@ -54,37 +61,10 @@ __global__ void __launch_bounds__(THREADS, BLOCKS)
 #pragma unroll
     for (int i = 0; i < R; ++i) rows[i] = r + i;
     float acc[G][R], ss[G];
-    fq_dot<K, R, G, false, false, ROLE>(fmt, p, rows, nullptr, xa, G, acc, ss);
-    if (lane == 0) {
-#pragma unroll
-      for (int m = 0; m < G; ++m) {
-#pragma unroll
-        for (int i = 0; i < R; ++i) y[m * N + n + i] = acc[m][i];
-      }
-    }
-  }
-}
-
-// the same with x in int8 (products_int8.cuh): FQ_INT8 1 narrow (6-bit rows wide), 2 wide
-template <int K, int R, int BITS>
-__global__ void __launch_bounds__(THREADS, BLOCKS)
-    products_i8(FqTable t, int mat, const float* x, float* y, int N) {
-  extern __shared__ __align__(16) unsigned char smi[];
-  const int lane = threadIdx.x % 32;
-  const int gw = blockIdx.x * (THREADS / 32) + threadIdx.x / 32, nw = gridDim.x * (THREADS / 32);
-  const I8X xa = i8_stage<K, G>(x, smi);
-  for (int n = gw * R; n < N; n += nw * R) {
-    FqPart p;
-    int r;
-    t.part(mat, n, p, r);
-    int rows[R];
-#pragma unroll
-    for (int i = 0; i < R; ++i) rows[i] = r + i;
-    float acc[G][R];
-    if constexpr (BITS == 4 && FQ_INT8 == 1) {
-      i8_dot_narrow<K, R, G>(p, rows, xa, acc);
-    } else {
+    if constexpr (PROBE_INT8 == 2) {
       i8_dot_wide<K, R, G, BITS>(p, rows, xa, acc);
+    } else {
+      fq_dot<K, R, G, false, false, ROLE>(fmt, p, rows, nullptr, xa, G, acc, ss);
     }
     if (lane == 0) {
 #pragma unroll
@@ -141,8 +121,8 @@ void probe(const char* name, int N, int group, int sms) {
   CHECK(cudaMemcpy(db, hb.data(), hb.size() * 4, cudaMemcpyHostToDevice));
   CHECK(cudaMemcpy(dx, hx.data(), G * K * 4, cudaMemcpyHostToDevice));
   const FqTable t{dmeta, dw, ds, db};
-  const int smem = FQ_INT8 ? G * (K + K / 8 + K / 2) : 4 * std::min(G * K, FQ_SMEM_X);
-  auto kernel = FQ_INT8 ? products_i8<K, R, BITS> : products<K, R, ROLE>;
+  const int smem = PROBE_INT8 ? G * fq_int8_row_bytes<K>() : 4 * std::min(G * K, FQ_SMEM_X);
+  auto kernel = products<K, R, ROLE, BITS>;
   CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const int grid = sms * BLOCKS;
   cudaEvent_t a, b;
@@ -190,9 +170,9 @@ void probe(const char* name, int N, int group, int sms) {
 int main() {
   int sms;
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  printf("{\"build\": {\"PROBE_ROWS\": %d, \"FQ_INT8\": %d, \"FQ_WIDE\": %d, \"FQ_WIDE_SLICES\": %d, \"FQ_SWIZZLE\": %d, "
+  printf("{\"build\": {\"PROBE_ROWS\": %d, \"PROBE_INT8\": %d, \"FQ_WIDE\": %d, \"FQ_WIDE_SLICES\": %d, \"FQ_SWIZZLE\": %d, "
          "\"FQ_SLICES\": %d, \"FQ_STREAM\": %d, \"BLOCKS\": %d, \"SMS\": %d}}\n",
-         PROBE_ROWS, FQ_INT8, FQ_WIDE, FQ_WIDE_SLICES, FQ_SWIZZLE, FQ_SLICES, FQ_STREAM, BLOCKS, sms);
+         PROBE_ROWS, PROBE_INT8, FQ_WIDE, FQ_WIDE_SLICES, FQ_SWIZZLE, FQ_SLICES, FQ_STREAM, BLOCKS, sms);
   // Llama-3.1-8B's layer (Q4_K: 4 bits, groups of 32; Q6_K: 6 bits, groups of 16), its head
   probe<4096, 2, FQ_ROLE_QKV, 4>("8b.qkv", 6144, 32, sms);
   probe<4096, 1, FQ_ROLE_O, 4>("8b.o", 4096, 32, sms);

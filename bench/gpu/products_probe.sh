@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # bench/gpu/products_probe.cu built and run for each variant of the step's dot products: the
 # engine's large-layer step (8 slices of 4 bytes a lane, words decoded as used, two blocks an
-# SM), its staged x swizzled, and FQ_WIDE's 32 weights a lane at 2, 4 and 8 slices a load.
-# Needs nvcc and a GPU, nothing else (no MLX). One JSON line a matrix, a file a variant:
-# FQ_INT8's variants (x in int8, bench/gpu/products_int8.cuh) after them. ONLY="narrow i8w"
-# runs the variants named.
+# SM), its staged x swizzled, FQ_WIDE's 32 weights a lane at 2, 4 and 8 slices a load, then
+# x in int8 (PROBE_INT8: 1 the engine's fq_stage_i8 and fq_dot_i8, 2 with 32 weights a lane).
+# Needs nvcc and a GPU, nothing else (no MLX). One JSON line a matrix, a file a variant;
+# ONLY="narrow i8w" runs the variants named.
 #   bash bench/gpu/products_probe.sh [OUT_DIR]      (default $OUT, else /tmp)
 set -u
 out=${1:-${OUT:-/tmp}}
@@ -16,23 +16,17 @@ variants=(
   "wide4:-DFQ_STREAM=1 -DFQ_SWIZZLE=1 -DFQ_WIDE=2048 -DFQ_WIDE_SLICES=4"
   "wide8:-DFQ_STREAM=1 -DFQ_SWIZZLE=1 -DFQ_WIDE=2048 -DFQ_WIDE_SLICES=8"
   "wide4-noswizzle:-DFQ_STREAM=1 -DFQ_WIDE=2048 -DFQ_WIDE_SLICES=4"
-  "i8n:-DFQ_INT8=1"
-  "i8n-4blocks:-DFQ_INT8=1 -DBLOCKS=4"
-  "i8w:-DFQ_INT8=2"
-  "i8w-3blocks:-DFQ_INT8=2 -DBLOCKS=3"
-  "i8w-4slices:-DFQ_INT8=2 -DI8_WIDE_SLICES=4"
+  "i8n:-DPROBE_INT8=1"
+  "i8n-4blocks:-DPROBE_INT8=1 -DBLOCKS=4"
+  "i8w:-DPROBE_INT8=2"
+  "i8w-3blocks:-DPROBE_INT8=2 -DBLOCKS=3"
+  "i8w-4slices:-DPROBE_INT8=2 -DI8_WIDE_SLICES=4"
   "narrow-8rows:-DFQ_STREAM=1 -DPROBE_ROWS=8"
-  "i8n-8rows:-DFQ_INT8=1 -DPROBE_ROWS=8"
-  "i8w-8rows:-DFQ_INT8=2 -DPROBE_ROWS=8"
+  "i8n-8rows:-DPROBE_INT8=1 -DPROBE_ROWS=8"
+  "i8w-8rows:-DPROBE_INT8=2 -DPROBE_ROWS=8"
   "narrow-again:-DFQ_STREAM=1"
 )
-if [ -n "${ONLY:-}" ]; then
-  kept=()
-  for v in "${variants[@]}"; do
-    case " $ONLY " in *" ${v%%:*} "*) kept+=("$v") ;; esac
-  done
-  variants=("${kept[@]}")
-fi
+source bench/gpu/only_variants.sh
 for v in "${variants[@]}"; do
   name=${v%%:*}
   nvcc -O3 -std=c++17 -arch=sm_90 -I kernels/cuda ${v#*:} bench/gpu/products_probe.cu \

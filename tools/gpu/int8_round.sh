@@ -11,10 +11,7 @@
 set -u
 export PYTHONPATH=/root/site:$PWD PYTHONUNBUFFERED=1
 parts=" ${PARTS:-tests stamps ahead} "
-shape() {  # the random Q4_K_M weights of a true shape, written once
-  [ -f /root/shapes/$1.gguf ] || timeout 200 python3 -m bench shapes write --shape $1 \
-    --out /root/shapes > /dev/null
-}
+source tools/gpu/ahead_with.sh
 if [[ $parts == *" tests "* ]]; then
   timeout "${TEST_BUDGET:-240}" python3 -m pytest -q -p no:cacheprovider -rfE --tb=short \
     tests/engine/test_fused_int8.py > "$OUT/int8-tests.txt" 2>&1
@@ -34,19 +31,5 @@ fi
 # the 8B's verify stages 8 rows of its MLP's 14,336 a pass: 128 KB (kernels/step_knobs.py)
 with=${INT8_WITH:-"FQ_INT8=2048,FQ_VERIFY_SMEM_X=32768"}
 if [[ $parts == *" ahead "* ]]; then
-  for big in ${AHEAD_SHAPES:-llama-3.2-1b llama-3.1-8b}; do
-    shape $big
-    timeout "${AHEAD_TIMEOUT:-280}" python3 -m bench.gpu.step_tuning \
-      --model /root/shapes/$big.gguf --contexts 128 2048 --repeats 30 \
-      --engine-with "$with" --out "$OUT/int8-$big.json" > "$OUT/int8-$big.txt" 2>&1
-    echo "== ahead $big: exit $?"; grep -v "^{" "$OUT/int8-$big.txt" | tail -3
-    python3 - "$OUT/int8-$big.txt" <<'PY'
-import json, sys
-for line in open(sys.argv[1]):
-    if line.startswith("{"):
-        r = json.loads(line)
-        knobs = [r["tuning"][k] for k in ("FQ_INT8", "FQ_VERIFY_SMEM_X")]
-        print(r["context"], knobs, {k: v for k, v in r.items() if k not in ("context", "tuning")})
-PY
-  done
+  ahead_with int8 "$with" FQ_INT8 FQ_VERIFY_SMEM_X
 fi

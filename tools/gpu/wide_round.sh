@@ -20,20 +20,6 @@ fi
 wide="FQ_SWIZZLE=1;FQ_SWIZZLE=1,FQ_WIDE=2048,FQ_WIDE_SLICES=2;FQ_SWIZZLE=1,FQ_WIDE=2048;\
 FQ_SWIZZLE=1,FQ_WIDE=2048,FQ_WIDE_SLICES=8,FQ_BLOCKS=1"
 if [[ $parts == *" ahead "* ]]; then
-  for big in ${AHEAD_SHAPES:-llama-3.2-1b llama-3.1-8b}; do
-    [ -f /root/shapes/$big.gguf ] || timeout 200 python3 -m bench shapes write --shape $big \
-      --out /root/shapes > /dev/null
-    timeout "${AHEAD_TIMEOUT:-280}" python3 -m bench.gpu.step_tuning \
-      --model /root/shapes/$big.gguf --contexts 128 2048 --repeats 30 \
-      --engine-with "${WIDE_WITH:-$wide}" --out "$OUT/wide-$big.json" > "$OUT/wide-$big.txt" 2>&1
-    echo "== ahead $big: exit $?"; grep -v "^{" "$OUT/wide-$big.txt" | tail -3
-    python3 - "$OUT/wide-$big.txt" <<'PY'
-import json, sys
-for line in open(sys.argv[1]):
-    if line.startswith("{"):
-        r = json.loads(line)
-        knobs = [r["tuning"][k] for k in ("FQ_SWIZZLE", "FQ_WIDE", "FQ_WIDE_SLICES", "FQ_BLOCKS")]
-        print(r["context"], knobs, {k: v for k, v in r.items() if k not in ("context", "tuning")})
-PY
-  done
+  source tools/gpu/ahead_with.sh
+  ahead_with wide "${WIDE_WITH:-$wide}" FQ_SWIZZLE FQ_WIDE FQ_WIDE_SLICES FQ_BLOCKS
 fi
