@@ -55,6 +55,16 @@ def _relative_l2(got, want):
     return float(np.linalg.norm(got - want) / np.linalg.norm(want))
 
 
+def assert_verify_equals_steps(lm, single, prompt, steps=STEPS):
+    """A verify of `steps` after `prompt` gives each row the bits of the single steps'
+    logits `single` (from _steps over the same prompt and steps)."""
+    state = lm.runner.new_state()
+    lm.runner.forward(prompt, state)
+    rows = np.array(lm.ops.to_numpy(lm.runner.forward(steps, state, logits="all")))
+    for i in range(1, len(steps)):
+        np.testing.assert_array_equal(rows[i - 1], single[i - 1][-1])
+
+
 def _assert_close_logits(lm, got, want):
     """float32: element-wise. bfloat16: the plain MLX path rounds its activations and
     attention its own way, a gap that grows with the context (on the H200, 3.2% relative

@@ -7,14 +7,20 @@ in several. Without a GPU the knob's checks run (they refuse at load, on any mac
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from engine.config import EngineConfig, parse_step_tuning
 from engine.loader import load_model
 from kernels import fused_decode_cuda
 from kernels.step_knobs import check_int8, check_tuning, int8_rows_that_fit
-from tests.engine.test_fused_decode import LONG_PROMPT, STEPS, _float32, _relative_l2, _steps
+from tests.engine.test_fused_decode import (
+    LONG_PROMPT,
+    STEPS,
+    _float32,
+    _relative_l2,
+    _steps,
+    assert_verify_equals_steps,
+)
 
 # x in int8 moves a tiny model's logits by 2-5% of their norm from float32's (on an H100:
 # 2.0-5.2% on the Q4_1 model over these steps), as on this engine's CPU path (its int8
@@ -78,11 +84,7 @@ def test_int8_x_keeps_a_verify_exact(tiny_models, q4_k_m, source, knobs):
     moved = [_relative_l2(b, a) for a, b in zip(before, got, strict=True)]
     assert min(moved) > 0, moved
     single, _ = _steps(int8, STEPS, LONG_PROMPT)
-    state = int8.runner.new_state()
-    int8.runner.forward(LONG_PROMPT, state)
-    rows = np.array(int8.ops.to_numpy(int8.runner.forward(STEPS, state, logits="all")))
-    for i in range(1, len(STEPS)):
-        np.testing.assert_array_equal(rows[i - 1], single[i - 1][-1])
+    assert_verify_equals_steps(int8, single, LONG_PROMPT)
 
 
 @needs_gpu

@@ -18,6 +18,7 @@ from tests.engine.test_fused_decode import (
     _float32,
     _relative_l2,
     _steps,
+    assert_verify_equals_steps,
 )
 
 
@@ -45,10 +46,6 @@ def test_wide_loads_keep_a_verify_exact(tiny_models, q4_k_m, source, knobs):
     lm = load_model(path, EngineConfig(backend="mlx", step_tuning=tuning))
     single, _ = _steps(lm, STEPS, LONG_PROMPT)
     before, _ = _steps(narrow, STEPS, LONG_PROMPT)
-    state = lm.runner.new_state()
-    lm.runner.forward(LONG_PROMPT, state)
-    rows = np.array(lm.ops.to_numpy(lm.runner.forward(STEPS, state, logits="all")))
-    for i in range(1, len(STEPS)):
-        np.testing.assert_array_equal(rows[i - 1], single[i - 1][-1])
+    assert_verify_equals_steps(lm, single, LONG_PROMPT)
     gaps = [_relative_l2(a, b) for a, b in zip(single, before, strict=True)]
     assert 0 < max(gaps) <= 0.01, gaps
