@@ -208,8 +208,8 @@ def check_tuning(tuning: dict[str, int]) -> dict[str, int]:
 
 def int8_rows_that_fit(row: int, tuning: dict[str, int], verify: bool) -> int:
     """Rows of x [., row] a block of the build stages at once in int8 (fused_step.cuh's
-    fq_int8_row_bytes: the int8s, a scale a 32, the sum of squares and 8 warps' parts)."""
-    return 4 * smem_x(tuning, verify) // (row + row // 8 + 4 * (1 + THREADS // 32))
+    fq_int8_row_bytes: the int8s, a scale a 32, 8 warps' parts of the sum of squares)."""
+    return 4 * smem_x(tuning, verify) // (row + row // 8 + 4 * (THREADS // 32))
 
 
 def check_int8(rows: tuple[int, ...], tuning: dict[str, int]) -> None:

@@ -10,15 +10,6 @@
 #define I8_WIDE_SLICES 2
 #endif
 
-// 8 weights of a 6-bit row from its 48 bits (lo: bits 0..31, hi: 32..47) as the two words
-// of bytes dp4a takes: the even weights and the odd ones
-__device__ __forceinline__ void i8_six(uint32_t lo, uint32_t hi, uint32_t& even, uint32_t& odd) {
-  even = (lo & 0x3Fu) | ((lo >> 4) & 0x3F00u) | ((lo >> 8) & 0x3F0000u) |
-         ((hi << 20) & 0x3F000000u);
-  odd = ((lo >> 6) & 0x3Fu) | ((lo >> 10) & 0x3F00u) | (__funnelshift_r(lo, hi, 14) & 0x3F0000u) |
-        ((hi << 14) & 0x3F000000u);
-}
-
 // slice j of a row, a lane's 32 weights k = 1024 j + 32 lane: 4-bit groups of 32 or 6-bit
 // groups of 16 (affine, float32 s and b), against G rows of x
 template <int K, int R, int G, int BITS>
@@ -99,7 +90,7 @@ __device__ __forceinline__ void i8_dot_wide(const FqPart& p, const int (&rows)[R
                                   : t == 2 ? v[3] : __funnelshift_r(v[4], v[5], 16);
                 const uint32_t hi =
                     t == 0 ? v[1] : t == 1 ? v[2] >> 16 : t == 2 ? v[4] : v[5] >> 16;
-                i8_six(lo, hi & 0xFFFFu, e, o);
+                fq_six_bytes(lo, hi, e, o);
               }
               const int h = t * HALVES / 4;
               d[h] = __dp4a(static_cast<int>(e), static_cast<int>(xe[t]), d[h]);

@@ -242,7 +242,8 @@ struct FqX {
   const float* s;  // its first `staged` floats, in shared memory (fq_staged_at's order)
   int staged, base;  // base: float 0's index in the staged copy's x
   // x in int8 (fq_stage_i8; q8 null: float x only): rows of k8 int8s, each 8 as x0 x2 x4 x6
-  // x1 x3 x5 x7, a scale a 32 (d8) and each row's sum of squares (ss8), in shared memory
+  // x1 x3 x5 x7, a scale a 32 (d8) and each row's sum of squares in FD_WARPS parts (ss8,
+  // staged with a norm only), in shared memory
   const uint32_t* q8 = nullptr;
   const float* d8 = nullptr;
   const float* ss8 = nullptr;
@@ -261,7 +262,7 @@ struct FqX {
   // x from float n on (n: a row's start, in int8 a multiple of the row)
   __device__ __forceinline__ FqX at(int n) const {
     if (!q8) return {g + n, s, staged - n, base + n};
-    return {g + n, s, staged - n, base + n, q8 + n / 4, d8 + n / 32, ss8 + n / k8, k8};
+    return {g + n, s, staged - n, base + n, q8 + n / 4, d8 + n / 32, ss8 + n / k8 * FD_WARPS, k8};
   }
 };
 
@@ -587,11 +588,11 @@ template <int FMT>
 __host__ __device__ constexpr bool fq_int8_fmt() {  // affine or K-quant, 4 or 6 bits
   return FMT == 4 || FMT == 6 || FMT == (FQ_KMIN | 4) || FMT == (FQ_KSIGNED | 6);
 }
-// shared memory a staged row takes: K int8s, K / 32 scales, its sum of squares and the 8
-// warps' parts of it
+// shared memory a staged row takes: K int8s, K / 32 scales, the 8 warps' parts of its sum of
+// squares
 template <int K>
 __host__ __device__ constexpr int fq_int8_row_bytes() {
-  return K + K / 8 + 4 * (1 + FD_WARPS);
+  return K + K / 8 + 4 * FD_WARPS;
 }
 // rows of x a phase over rows of K stages at once: a multiple of G (a pass's rows), all of
 // the build's MAXM where float x is staged (one pass; fq_stage's own limit applies)
@@ -609,7 +610,8 @@ __device__ __forceinline__ float fq_int_float(int d) {
 
 // Rows p0 .. p0 + n of x [., K] into `sm` in int8 (every thread of the block calls it, past
 // the barrier that published x): with `norm`, x * norm[k] is rounded (a norm's weight, as
-// fq_dot's SCALED multiplies the weights by it); the sum of squares is of x as given. Each
+// fq_dot's SCALED multiplies the weights by it) and the sum of squares of x as given is kept
+// in its warps' parts (fq_dot_i8 adds them up); without, neither (no norm follows). Each
 // row's threads, chunks and sums are the same whatever n: its bits do not depend on the pass.
 template <int K>
 __device__ __forceinline__ FqX fq_stage_i8(const float* x, int p0, int n, const float* norm,
@@ -618,8 +620,7 @@ __device__ __forceinline__ FqX fq_stage_i8(const float* x, int p0, int n, const 
   unsigned char* bytes = reinterpret_cast<unsigned char*>(sm);
   uint32_t* q = reinterpret_cast<uint32_t*>(bytes);
   float* d = reinterpret_cast<float*>(bytes + (size_t)n * K);
-  float* ss = d + n * (K / 32);
-  float* parts = ss + n;  // [n, FD_WARPS]
+  float* parts = d + n * (K / 32);  // [n, FD_WARPS]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   for (int m = 0; m < n; ++m) {
     const float* row = x + (size_t)(p0 + m) * K;
@@ -627,9 +628,9 @@ __device__ __forceinline__ FqX fq_stage_i8(const float* x, int p0, int n, const 
     for (int c = threadIdx.x; c < K / 8; c += blockDim.x) {  // 4 lanes a block of 32
       float v[8];
       fs_load8_cg(row + 8 * c, v);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) sq = __fmaf_rn(v[i], v[i], sq);
       if (norm) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) sq = __fmaf_rn(v[i], v[i], sq);
         float nv[8];
         fs_load8_ro(norm + 8 * c, nv);
 #pragma unroll
@@ -655,18 +656,14 @@ __device__ __forceinline__ FqX fq_stage_i8(const float* x, int p0, int n, const 
       q[m * (K / 4) + 2 * c + 1] = odd;
       if (c % 4 == 0) d[m * (K / 32) + c / 4] = dd;
     }
-    sq = fd_warp_sum(sq);
-    if (lane == 0) parts[m * FD_WARPS + warp] = sq;
-  }
-  __syncthreads();
-  if (threadIdx.x < n) {
-    float t = 0.f;
-    for (int w = 0; w < FD_WARPS; ++w) t = __fadd_rn(t, parts[threadIdx.x * FD_WARPS + w]);
-    ss[threadIdx.x] = t;
+    if (norm) {
+      sq = fd_warp_sum(sq);
+      if (lane == 0) parts[m * FD_WARPS + warp] = sq;
+    }
   }
   __syncthreads();
   FqX out{x + (size_t)p0 * K, sm, 0, 0};
-  out.q8 = q, out.d8 = d, out.ss8 = ss, out.k8 = K;
+  out.q8 = q, out.d8 = d, out.ss8 = parts, out.k8 = K;
   return out;
 }
 
@@ -687,6 +684,14 @@ __device__ __forceinline__ void fq_pass_done(int p0, int P, int M) {
   if (p0 + P < M) __syncthreads();
 }
 
+// 8 weights of 6 bits from their 48 bits (lo: bits 0..31, hi: 32..47; hi's upper bits are
+// ignored) as the two words of bytes dp4a takes: the even weights (e) and the odd ones (o)
+__device__ __forceinline__ void fq_six_bytes(uint32_t lo, uint32_t hi, uint32_t& e, uint32_t& o) {
+  e = (lo & 0x3Fu) | ((lo >> 4) & 0x3F00u) | ((lo >> 8) & 0x3F0000u) | ((hi << 20) & 0x3F000000u);
+  o = ((lo >> 6) & 0x3Fu) | ((lo >> 10) & 0x3F00u) | (__funnelshift_r(lo, hi, 14) & 0x3F0000u) |
+      ((hi << 14) & 0x3F000000u);
+}
+
 // Eight weights k .. k + 7 of a 4- or 6-bit slice against 8 int8s of x (xe: x_k, x_k+2,
 // x_k+4, x_k+6; xo: the odd ones): the integer sum of q * xq
 template <int FMT>
@@ -700,12 +705,10 @@ __device__ __forceinline__ int fq_slice_i8(const FqSlice<FMT>& q, int k, uint32_
     const int sh = (k * 6) % 32;
     unsigned long long bits = (q.v[0] | (static_cast<unsigned long long>(q.v[1]) << 32)) >> sh;
     if (sh) bits |= static_cast<unsigned long long>(q.v[2]) << (64 - sh);
-    const uint32_t lo = static_cast<uint32_t>(bits), hi = static_cast<uint32_t>(bits >> 32);
-    e = (lo & 0x3Fu) | ((lo >> 4) & 0x3F00u) | ((lo >> 8) & 0x3F0000u) | ((hi << 20) & 0x3F000000u);
-    o = ((lo >> 6) & 0x3Fu) | ((lo >> 10) & 0x3F00u) | (__funnelshift_r(lo, hi, 14) & 0x3F0000u) |
-        ((hi << 14) & 0x3F000000u);
+    fq_six_bytes(static_cast<uint32_t>(bits), static_cast<uint32_t>(bits >> 32), e, o);
   }
-  return __dp4a(static_cast<int>(o), static_cast<int>(xo), __dp4a(static_cast<int>(e), static_cast<int>(xe), 0));
+  const int even = __dp4a(static_cast<int>(e), static_cast<int>(xe), 0);
+  return __dp4a(static_cast<int>(o), static_cast<int>(xo), even);
 }
 
 // fq_dot_fmt with x in int8 (x.q8): the same lane map and loads; per lane, slice and row of
@@ -749,7 +752,10 @@ __device__ __forceinline__ void fq_dot_i8(
 #pragma unroll
   for (int m = 0; m < G; ++m) {
     if (m < M) {
-      if (SS) ss[m] = x.ss8[m];
+      if (SS) {
+#pragma unroll
+        for (int w = 0; w < FD_WARPS; ++w) ss[m] = __fadd_rn(ss[m], x.ss8[m * FD_WARPS + w]);
+      }
 #pragma unroll
       for (int r = 0; r < R; ++r) acc[m][r] = fd_warp_sum(acc[m][r]);
     }

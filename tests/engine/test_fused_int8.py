@@ -37,7 +37,7 @@ def test_the_knob_is_a_row_length():
 
 
 def test_a_pass_that_cannot_fit_is_refused():
-    """Llama-3.1-8B's MLP rows (14,336) take 16,164 bytes each staged: 8 rows a verify pass
+    """Llama-3.1-8B's MLP rows (14,336) take 16,160 bytes each staged: 8 rows a verify pass
     need 128 KB, more than the 8-row verify's 96 KB of staged x."""
     eight = {"FQ_INT8": 2048, "FQ_VERIFY_ROWS": 8, "FQ_VERIFY_SMEM_X": 24576}
     assert int8_rows_that_fit(14336, eight, verify=True) == 6
