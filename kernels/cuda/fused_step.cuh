@@ -575,8 +575,10 @@ __device__ __forceinline__ void fq_dot_wide(
 // meet 4- and 6-bit rows four weights a dp4a; a lane's 8 weights (one group) then cost one
 // float multiply-add for the scale and one for the bias (b * d * sum(xq)). Each block
 // stages its rows of x that way itself (fq_stage_i8), in passes of the rows that fit its
-// shared memory; other formats in such a phase read float x from L2. A row's bits depend on
-// FQ_INT8 and on nothing else: any row count, pass or chunk gives a row the same operations.
+// shared memory (fq_stage_pass: a phase over such rows always stages int8, so fq_dot
+// compiles no float code for these formats there); other formats in such a phase read float
+// x from L2. A row's bits depend on FQ_INT8 and on nothing else: any row count, pass or
+// chunk gives a row the same operations.
 #ifndef FQ_INT8
 #define FQ_INT8 0
 #endif
@@ -779,12 +781,8 @@ __device__ __forceinline__ void fq_dot(
 #define FQ_CASE(F)                                                               \
   if (fmt == F) {                                                                \
     if constexpr (fq_int8<K>() && fq_int8_fmt<F>()) {                            \
-      if (x.q8) {                                                                \
-        fq_dot_i8<F, K, R, G, SS>(p, rows, x, M, acc, ss);                       \
-        return;                                                                  \
-      }                                                                          \
-    }                                                                            \
-    if constexpr (fq_wide<F, K>()) {                                             \
+      fq_dot_i8<F, K, R, G, SS>(p, rows, x, M, acc, ss);                         \
+    } else if constexpr (fq_wide<F, K>()) {                                      \
       fq_dot_wide<F, K, R, G, SCALED, SS>(p, rows, norm, x, M, acc, ss);         \
     } else {                                                                     \
       fq_dot_fmt<F, K, R, G, SCALED, SS>(p, rows, norm, x, M, acc, ss);          \
