@@ -9,6 +9,12 @@ from __future__ import annotations
 
 THREADS = 256  # a block's threads (fused_step_cuda.StepKernel launches this many)
 
+
+class TuningRefused(ValueError):
+    """A build knob the model's shapes or weight table cannot take (FQ_INT8's passes,
+    FQ_WIDE's groups): the engine refuses to load rather than fall back to the plain path."""
+
+
 # The build knobs (kernels/cuda/fused_step.cuh, fused_step.cu) and the engine's values:
 # slices of words a warp loads at once, whether it decodes them as used, rows of x a
 # verify's pass takes, blocks an SM (more warps to keep loads in flight, in half the
@@ -213,7 +219,7 @@ def int8_rows_that_fit(row: int, tuning: dict[str, int], verify: bool) -> int:
 
 
 def check_int8(rows: tuple[int, ...], tuning: dict[str, int]) -> None:
-    """ValueError where FQ_INT8 takes a phase's rows of x (lengths `rows`: the model's
+    """TuningRefused where FQ_INT8 takes a phase's rows of x (lengths `rows`: the model's
     hidden size, attention width, MLP width...) and a build's shared memory cannot stage a
     pass of them: the decode build's one row, the verify build's FQ_VERIFY_ROWS (and its
     LM head's FQ_HEAD_ROWS)."""
@@ -228,7 +234,7 @@ def check_int8(rows: tuple[int, ...], tuning: dict[str, int]) -> None:
             fit = int8_rows_that_fit(row, knobs, verify)
             if fit < need:
                 name = "FQ_VERIFY_SMEM_X" if verify else "FQ_SMEM_X"
-                raise ValueError(
+                raise TuningRefused(
                     f"FQ_INT8: a pass of {need} rows of {row} int8s does not fit the "
                     f"{'verify' if verify else 'decode'} build's {4 * smem_x(knobs, verify)} "
                     f"bytes of staged x (raise {name})"

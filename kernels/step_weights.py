@@ -37,6 +37,7 @@ import numpy as np
 from kernels import step_factors
 from kernels.quantized import QuantizedWeight
 from kernels.row_parts import RowParts
+from kernels.step_knobs import TuningRefused
 
 PARTS = 4  # a linear layer's in_proj: q|k|v, z, b, a
 FIELDS = 8
@@ -239,14 +240,14 @@ def build_for(model: Any, knobs: dict[str, int]) -> WeightTable:
 
 def check_wide(table: WeightTable) -> None:
     """FQ_WIDE reads 32 weights of a 4- or 8-bit row with one group's scale and bias (a
-    6-bit row's two groups of 16 with two): ValueError where a 4- or 8-bit part's groups
+    6-bit row's two groups of 16 with two): TuningRefused where a 4- or 8-bit part's groups
     are smaller (the kernel would read them wrong)."""
     meta = np.array(table.meta)
     used = meta[..., 0] != _NO_ROW
     small = used & np.isin(meta[..., 4], (4, 8)) & (meta[..., 5] < 5)
     if small.any():
         mat, part = (int(i) for i in np.argwhere(small)[0])
-        raise ValueError(
+        raise TuningRefused(
             f"FQ_WIDE: matrix {mat} has {int(meta[mat, part, 4])}-bit groups of "
             f"{1 << int(meta[mat, part, 5])} weights; it reads groups of 32 or more"
         )

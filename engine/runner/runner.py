@@ -31,6 +31,7 @@ from engine.sequence import SequenceState
 from engine.state import SnapshotPolicy
 from kernels import few_query_attention, fused_decode_cuda
 from kernels.ops import Array, Ops
+from kernels.step_knobs import TuningRefused
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +83,8 @@ def fused_decode_for(model: DecoderModel, config: EngineConfig) -> FusedDecode |
             mode=config.fused_mode,
             step_tuning=step_tuning,
         )
+    except TuningRefused:  # a knob the user set that this model cannot take: say so
+        raise
     except Exception:  # an older toolkit or GPU: the plain MLX path still works
         log.exception("fused CUDA decode unavailable; using the plain MLX path")
         return None

@@ -12,7 +12,7 @@ import pytest
 from engine.config import EngineConfig, parse_step_tuning
 from engine.loader import load_model
 from kernels import fused_decode_cuda
-from kernels.step_knobs import check_int8, check_tuning, int8_rows_that_fit
+from kernels.step_knobs import TuningRefused, check_int8, check_tuning, int8_rows_that_fit
 from tests.engine.test_fused_decode import (
     LONG_PROMPT,
     STEPS,
@@ -46,6 +46,23 @@ def test_a_pass_that_cannot_fit_is_refused():
     check_int8((4096, 4096, 14336), eight | {"FQ_VERIFY_SMEM_X": 32768})
     check_int8((576, 576, 1536), eight)  # rows below FQ_INT8 keep float x: nothing to stage
     check_int8((4096, 14336), {"FQ_INT8": 0, "FQ_VERIFY_SMEM_X": 8})
+
+
+def test_a_knob_the_model_cannot_take_stops_the_load(tiny_models, monkeypatch):
+    """A build knob the user set and the model's shapes refuse (here FQ_INT8's passes) is an
+    error at load, not a quiet fall back to the plain path (as a toolkit's failure is)."""
+    from engine.runner import runner as runner_module
+
+    def refuse(*_args, **_kwargs):
+        check_int8((4096, 14336), {"FQ_INT8": 2048, "FQ_VERIFY_ROWS": 8})
+
+    path, _ = tiny_models.gguf(qtype="Q4_1", embed_qtype="Q8_0")
+    lm = load_model(path, EngineConfig(backend="mlx"))
+    monkeypatch.setattr(fused_decode_cuda, "is_available", lambda: True)
+    monkeypatch.setattr(runner_module, "FusedDecode", refuse)
+    config = EngineConfig(step_tuning="FQ_INT8=2048,FQ_VERIFY_ROWS=8")
+    with pytest.raises(TuningRefused, match="raise FQ_VERIFY_SMEM_X"):
+        runner_module.fused_decode_for(lm.model, config)
 
 
 needs_gpu = pytest.mark.skipif(
