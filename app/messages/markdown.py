@@ -36,6 +36,9 @@ CODE_GAP = 10  # px between a code block and the prose around it
 QUOTE_INDENT = 16  # px a block quote is indented per level; its bar sits in that room
 # Block syntax at a line start that a marker placed before it would break.
 BLOCK_PREFIX = re.compile(r"[ \t]*(?:(?:[-*+]|\d+[.)]|#{1,6}|>)[ \t]+)*")
+# runs of emphasis delimiters: whether one opens or closes depends on its neighbours, so a
+# draft marker beside it (neither space nor punctuation) could leave `**` on the screen
+DELIMITER_RUN = re.compile(r"\*+|_+|~+")
 FENCE = re.compile(r"[ \t]{0,3}(?:```|~~~)")
 
 
@@ -243,8 +246,13 @@ def render_plain(text: str, font: QFont) -> RenderedMarkdown:
 
 def with_draft_markers(text: str, spans: tuple[tuple[int, int], ...]) -> str:
     """`text` with DRAFT_START/DRAFT_END around each span, kept off Markdown syntax that
-    only works at a line start (fences, list bullets, headings, quotes). One pass over
-    lines and sorted spans together: a long reply has a span every few tokens."""
+    only works at a line start (fences, list bullets, headings, quotes) and from beside or
+    inside a run of emphasis delimiters (a span shrinks until its ends are clear: the tint
+    may miss a character, the emphasis stays). One pass over lines and sorted spans
+    together: a long reply has a span every few tokens."""
+    taken = set()  # places a marker may not go: a delimiter run's ends and insides
+    for run in DELIMITER_RUN.finditer(text):
+        taken.update(range(run.start(), run.end() + 1))
     ordered = sorted(spans)
     pieces: list[tuple[int, int]] = []
     line_start, first = 0, 0
@@ -257,6 +265,10 @@ def with_draft_markers(text: str, spans: tuple[tuple[int, int], ...]) -> str:
             at = first
             while at < len(ordered) and ordered[at][0] < line_end:
                 a, b = max(ordered[at][0], prefix_end), min(ordered[at][1], line_end)
+                while a < b and a in taken:
+                    a += 1
+                while a < b and b in taken:
+                    b -= 1
                 if a < b:
                     pieces.append((a, b))
                 at += 1

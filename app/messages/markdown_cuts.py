@@ -16,11 +16,12 @@ read on its own, would not have. So the search stops at the first of these, and 
 follows it: HTML (an unclosed tag's text is carried across blocks; an HTML block may span
 blank lines), a task item (its checkbox is kept for the blocks after it), a list item
 that may hold no text (the list is then never closed: every block after it is indented
-as in a list), and a fence it cannot place for sure. L is no table row or rule either:
-those read a flag that the block before sets (a code block or quote before a table gives
-its first cell a paragraph's margins). Formulas spanning blank lines and link reference
-definitions are markdown_stream.py's to check. Whatever is unsure ends the search: a
-missed cut renders more, never differently.
+as in a list), and a fence it cannot place for sure (one in a list item that may be
+closed, or one right under a line with a "|", which md4c may read as a table's row). L
+is no table row or rule either: those read a flag that the block before sets (a code
+block or quote before a table gives its first cell a paragraph's margins). Formulas
+spanning blank lines and link reference definitions are markdown_stream.py's to check.
+Whatever is unsure ends the search: a missed cut renders more, never differently.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ def settled_cuts(text: str, start: int = 0) -> list[int]:
     fence: tuple[str, int] | None = None  # char and length of the open top-level fence
     items: list[Item] = []
     after_blank, after_text = True, False  # the line before: blank, or possibly paragraph
+    after_row = False  # the line before holds a "|": it may be a table's row
     at = start
     while at < len(text):
         end = text.find("\n", at)
@@ -70,7 +72,7 @@ def settled_cuts(text: str, start: int = 0) -> list[int]:
             continue
         body = line.lstrip(" \t")
         if not body:
-            after_blank, after_text = True, False
+            after_blank, after_text, after_row = True, False, False
             continue
         indent = len(line[: len(line) - len(body)].expandtabs(4))
         if indent == 0 and after_blank and is_complete and line_start > 0 and _begins(body):
@@ -78,6 +80,9 @@ def settled_cuts(text: str, start: int = 0) -> list[int]:
         if HTML.search(line) or TASK_ITEM.match(line) or not _has_text_if_item(line):
             break
         opened = _opening_fence(body) if indent <= 3 else None
+        if opened is not None and after_row:
+            break  # md4c may read a fence right under a table's row as one more row
+        after_row = "|" in line
         if opened is not None:
             inside = [item for item in items if item.column <= indent]
             if any(item.is_sure for item in inside):

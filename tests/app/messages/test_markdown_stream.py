@@ -235,6 +235,8 @@ HAZARDS = {
     "table after code (a flag left from the code block)": "```\ncode\n```\n\n"
     "| a | b |\n|---|---|\n| 1 | 2 |" + AFTER,
     "table after a quote": "> quoted\n\n| a | b |\n|---|---|\n| 1 | 2 |" + AFTER,
+    "fence right under a table's row (md4c reads it as a row)": "| a | b |\n|---|---|\n"
+    "| 1 | **2** |\n```python\ndef f(n):\n    return n  # done\n```" + AFTER,
     "rule and table after code": "```\ncode\n```\n\n***\n\n| a | b |\n|---|---|\n| 1 | 2 |" + AFTER,
     "rule last in the head (an empty block)": "Text.\n\n***" + AFTER,
     "table last in the head (an empty block after it)": "| a | b |\n|---|---|\n| 1 | 2 |" + AFTER,

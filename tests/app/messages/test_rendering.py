@@ -106,3 +106,20 @@ def test_the_figures_tooltip_names_thinking_and_replay():
     assert "20 prompt tokens computed (prefilled), 6 of them replayed" in tip
     assert "2 of 4 drafted tokens accepted (50%)" in tip
     assert "2 of this reply's 9 tokens (22%) came from accepted drafts" in tip
+
+
+def test_a_drafted_span_beside_emphasis_leaves_it_bold(qapp):
+    """A marker beside `**` is neither space nor punctuation, so `Fact:**` followed by one
+    would not close the bold (the app showed "**Primary Colors and Fact:**" as typed). A
+    span stops short of a delimiter run instead, here losing its ":" as well."""
+    text = "**Primary Colors and Fact:**\n- Red"
+    colors, end = text.index("Colors"), text.index(":**")
+    spans = ((colors, colors + 6), (end, end + 3))  # "Colors" and ":**", as drafted
+    marked = with_draft_markers(text, spans)
+    assert marked == "**Primary \ue000Colors\ue001 and Fact:**\n- Red"  # ":" sits beside "**"
+    doc = render(text, LIGHT, QFont("DejaVu Sans", 10), spans).doc
+    plain = doc.toPlainText()
+    assert plain.startswith("Primary Colors and Fact:\n")
+    assert char_format_at(doc, plain.index("Fact")).fontWeight() == QFont.Weight.Bold
+    tint = QColor(LIGHT.drafted)
+    assert char_format_at(doc, plain.index("Colors")).background().color() == tint
