@@ -192,7 +192,7 @@ class StepKernel:
         self.formats, self.roles = formats, roles
         self.prefetch = prefetch
         self.tuning = TUNING | (tuning or {})
-        check_int8(_row_lengths(shapes), self.tuning)
+        check_int8(_row_lengths(shapes, bool(self.tuning["FQ_INT8_RESIDUAL"])), self.tuning)
         # named by everything the builds are made of: MLX keeps a compiled kernel by its name
         key = f"{shapes!r}/{num_layers}/{formats}/{roles}/{sorted(self.tuning.items())}"
         key += self.source() + self.header(False) + self.header(True)
@@ -324,9 +324,12 @@ class StepKernel:
         return outs
 
 
-def _row_lengths(shapes: Shapes) -> tuple[int, ...]:
-    """The lengths of the rows of x the step's phases stage: hidden, attention and MLP
-    widths, and a hybrid's value width (its out_proj's input)."""
+def _row_lengths(shapes: Shapes, residual: bool = True) -> tuple[int, ...]:
+    """The lengths of the rows of x the step's phases stage in int8: the hidden size (the
+    normed phases'), and where `residual` (FQ_INT8_RESIDUAL) the residual phases' too: the
+    attention and MLP widths, and a hybrid's value width (its out_proj's input)."""
+    if not residual:
+        return (shapes.hidden,)
     rows = (shapes.hidden, shapes.heads * shapes.head_dim, shapes.intermediate)
     g = shapes.linear
     return rows + ((g.value_heads * g.value_dim,) if g is not None else ())

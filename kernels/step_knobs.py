@@ -67,6 +67,16 @@ TUNING = {
     # cost 2.4 of one row's in the probe where float x's cost 5.1 (docs/BENCHMARKS.md,
     # session 41). rows_that_fit checks a shape's builds against their shared memory.
     "FQ_INT8": 0,
+    # 0: FQ_INT8 only where a norm precedes the product (qkv, gate_up, the head; fused_step.cuh's
+    # fq_int8), the residual phases (o, down, out_proj) keep float x: their float dot product
+    # has no norm to fold in, and each block's staging of their x in int8 cost the 1B shape's
+    # step 1.9 and 7.0 us a layer (docs/BENCHMARKS.md, session 42)
+    "FQ_INT8_RESIDUAL": 1,
+    # chunks of 8 floats a thread loads at once while it stages a row of x in int8 (a
+    # batch's loads all in flight before any is rounded; the same bits): a thread has
+    # K / 2,048 of a row, so only rows past 2,048 have a batch. Untimed: 2 and 4 spill in
+    # the large Llama shapes' decode builds (fused_step.cuh)
+    "FQ_STAGE_AT": 1,
 }
 # shared memory an SM lends the staged x of its blocks (an H100/H200 SM has 228 KB; the
 # attention's own arrays and the runtime's reserve take the rest)
@@ -198,6 +208,10 @@ def check_tuning(tuning: dict[str, int]) -> dict[str, int]:
         )
     if knobs["FQ_INT8"] < 0 or knobs["FQ_INT8"] % 32:
         raise ValueError(f"FQ_INT8 must be 0 or a multiple of 32, not {knobs['FQ_INT8']}")
+    if knobs["FQ_INT8_RESIDUAL"] not in (0, 1):
+        raise ValueError(f"FQ_INT8_RESIDUAL must be 0 or 1, not {knobs['FQ_INT8_RESIDUAL']}")
+    if not 1 <= knobs["FQ_STAGE_AT"] <= 8:
+        raise ValueError(f"FQ_STAGE_AT must be 1..8, not {knobs['FQ_STAGE_AT']}")
     if not 1 <= knobs["FQ_WIDE_SLICES"] <= 16:
         raise ValueError(f"FQ_WIDE_SLICES must be 1..16, not {knobs['FQ_WIDE_SLICES']}")
     if knobs["FQ_HEAD_ROWS"] not in (0, 1, 2, 4, 8):

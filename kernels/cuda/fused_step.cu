@@ -43,8 +43,9 @@
 #define FQ_VERIFY_ROWS 4
 #endif
   constexpr int G = MAXM == 1 ? 1 : FQ_VERIFY_ROWS;  // rows a dot product's pass takes
-  // rows of x a phase over rows of D stages at once (int8 x: what fits; float: every row)
-  constexpr int PD = fq_pass_rows<D, G, MAXM>();
+  // rows of x a phase over rows of D stages at once (int8 x: what fits; float: every row);
+  // the phases over D (in_proj, qkv, gate_up) are normed: int8 follows qkv's rule
+  constexpr int PD = fq_pass_rows<D, G, MAXM, FQ_ROLE_QKV>();
   static_assert(PD >= G, "a pass stages a dot product's rows of x");
   // attention: a warp takes CK keys of one (row, head); LPK lanes share a key (8 dims
   // each), KPI keys a load; a lane owns VD dims of the output (lanes past VOWN mirror)
@@ -91,7 +92,7 @@
       // -- G1: norm + in_proj (q | k | v | z | b | a) -> mix; a warp takes rows n, n + 1
       const FqUnits units(GDN_NIN / 2, M, G);
       for (int pass0 = 0; pass0 < M; pass0 += PD) {
-        const FqX xg = fq_stage_pass<D, PD>(x, M, pass0, nw1 + l * D, s_x);
+        const FqX xg = fq_stage_pass<D, PD, FQ_ROLE_QKV>(x, M, pass0, nw1 + l * D, s_x);
         for (int u = gw; u < units.count(); u += nw) {
           const int n = 2 * units.item(u);
           int lo, hi;
@@ -137,7 +138,7 @@
     // -- A: norm + qkv + rope; q to qs, k / v rows into the cache at pos + m
     const FqUnits units(PAIRS, M, G);
     for (int pass0 = 0; pass0 < M; pass0 += PD) {
-      const FqX xa = fq_stage_pass<D, PD>(x, M, pass0, nw1 + l * D, s_x);
+      const FqX xa = fq_stage_pass<D, PD, FQ_ROLE_QKV>(x, M, pass0, nw1 + l * D, s_x);
       for (int u = gw; u < units.count(); u += nw) {
         const int p = units.item(u);
         int lo, hi;
@@ -406,7 +407,7 @@
     // -- D: norm + gate/up + SiLU(gate) * up -> act; a warp takes outputs n, n + 1
     const FqUnits units(F / 2, M, G);
     for (int pass0 = 0; pass0 < M; pass0 += PD) {
-      const FqX xh = fq_stage_pass<D, PD>(hs, M, pass0, nw2 + l * D, s_x);
+      const FqX xh = fq_stage_pass<D, PD, FQ_ROLE_QKV>(hs, M, pass0, nw2 + l * D, s_x);
       for (int u = gw; u < units.count(); u += nw) {
         const int n = 2 * units.item(u);
         int lo, hi;
@@ -465,10 +466,10 @@
     FqPart part;
     int first;
     const int fmt = tab.part(HEAD_MAT, 0, part, first);
-    constexpr int PH = fq_pass_rows<D, GH, MAXM>();
+    constexpr int PH = fq_pass_rows<D, GH, MAXM, FQ_ROLE_HEAD>();
     static_assert(PH >= GH, "a pass stages a dot product's rows of x");
     for (int pass0 = 0; pass0 < rows_n; pass0 += PH) {
-      const FqX xf = fq_stage_pass<D, PH>(xs + (size_t)r0 * D, rows_n, pass0, nwf, s_x);
+      const FqX xf = fq_stage_pass<D, PH, FQ_ROLE_HEAD>(xs + (size_t)r0 * D, rows_n, pass0, nwf, s_x);
       for (int item = gw; item < ITEMS; item += nw) {
         int rows[RH];
 #pragma unroll

@@ -578,13 +578,25 @@ __device__ __forceinline__ void fq_dot_wide(
 // shared memory (fq_stage_pass: a phase over such rows always stages int8, so fq_dot
 // compiles no float code for these formats there); other formats in such a phase read float
 // x from L2. A row's bits depend on FQ_INT8 and on nothing else: any row count, pass or
-// chunk gives a row the same operations.
+// chunk gives a row the same operations. FQ_INT8_RESIDUAL 0 keeps float x in the residual
+// phases (o, down, a hybrid's out_proj: FQ_ROLE_O and _DOWN), whose float dot product has no
+// norm to fold in; the phases a norm precedes (qkv, gate_up, the head) take int8.
 #ifndef FQ_INT8
 #define FQ_INT8 0
 #endif
-template <int K>
+#ifndef FQ_INT8_RESIDUAL
+#define FQ_INT8_RESIDUAL 1
+#endif
+// the matrices' roles (fq_dot's dispatch below)
+#define FQ_ROLE_QKV 0
+#define FQ_ROLE_O 1
+#define FQ_ROLE_GATE_UP 2
+#define FQ_ROLE_DOWN 3
+#define FQ_ROLE_HEAD 4
+template <int K, int ROLE>
 __host__ __device__ constexpr bool fq_int8() {
-  return FQ_INT8 > 0 && K >= FQ_INT8 && K % 32 == 0;
+  const bool residual = ROLE == FQ_ROLE_O || ROLE == FQ_ROLE_DOWN;
+  return FQ_INT8 > 0 && K >= FQ_INT8 && K % 32 == 0 && (FQ_INT8_RESIDUAL || !residual);
 }
 template <int FMT>
 __host__ __device__ constexpr bool fq_int8_fmt() {  // affine or K-quant, 4 or 6 bits
@@ -598,13 +610,20 @@ __host__ __device__ constexpr int fq_int8_row_bytes() {
 }
 // rows of x a phase over rows of K stages at once: a multiple of G (a pass's rows), all of
 // the build's MAXM where float x is staged (one pass; fq_stage's own limit applies)
-template <int K, int G, int MAXM_>
+template <int K, int G, int MAXM_, int ROLE>
 __host__ __device__ constexpr int fq_pass_rows() {
-  if (!fq_int8<K>()) return MAXM_;
+  if (!fq_int8<K, ROLE>()) return MAXM_;
   constexpr int fit = 4 * FQ_SMEM_X / fq_int8_row_bytes<K>() / G * G;
   return fit < MAXM_ ? fit : MAXM_;
 }
 
+// FQ_STAGE_AT: the chunks of 8 floats a thread loads at once while staging int8 x (all of
+// a batch's loads in flight before any is rounded; a row's bits do not depend on it). A
+// thread has K / 2,048 chunks of a row; more than 1 at once costs the 2-block decode
+// builds of the Llama shapes 156-480 bytes of spills (nvcc 13.0).
+#ifndef FQ_STAGE_AT
+#define FQ_STAGE_AT 1
+#endif
 // an integer below 2^22 in magnitude as a float by its exponent bits (no I2F)
 __device__ __forceinline__ float fq_int_float(int d) {
   return __fsub_rn(__int_as_float(0x4B400000 + d), 12582912.0f);
@@ -624,39 +643,53 @@ __device__ __forceinline__ FqX fq_stage_i8(const float* x, int p0, int n, const 
   float* d = reinterpret_cast<float*>(bytes + (size_t)n * K);
   float* parts = d + n * (K / 32);  // [n, FD_WARPS]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  constexpr int T = FD_WARPS * 32;          // the block's threads (StepKernel's THREADS)
+  constexpr int PER = (K / 8 + T - 1) / T;  // a thread's chunks of 8 in a row
+  constexpr int AT = PER < FQ_STAGE_AT ? PER : FQ_STAGE_AT;  // chunks loaded at once
   for (int m = 0; m < n; ++m) {
     const float* row = x + (size_t)(p0 + m) * K;
     float sq = 0.f;
-    for (int c = threadIdx.x; c < K / 8; c += blockDim.x) {  // 4 lanes a block of 32
-      float v[8];
-      fs_load8_cg(row + 8 * c, v);
-      if (norm) {
+#pragma unroll 1
+    for (int i0 = 0; i0 < PER; i0 += AT) {
+      float v[AT][8];  // every load of the batch in flight before any is rounded
 #pragma unroll
-        for (int i = 0; i < 8; ++i) sq = __fmaf_rn(v[i], v[i], sq);
-        float nv[8];
-        fs_load8_ro(norm + 8 * c, nv);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) v[i] = __fmul_rn(v[i], nv[i]);
+      for (int i = 0; i < AT; ++i) {
+        const int c = threadIdx.x + (i0 + i) * T;
+        if (i0 + i < PER && c < K / 8) fs_load8_cg(row + 8 * c, v[i]);
       }
-      float a = 0.f;
 #pragma unroll
-      for (int i = 0; i < 8; ++i) a = fmaxf(a, fabsf(v[i]));
-      const unsigned int four = __activemask();  // a block's 4 lanes are active together
-      a = fmaxf(a, __shfl_xor_sync(four, a, 1));
-      a = fmaxf(a, __shfl_xor_sync(four, a, 2));
-      const float dd = __fdiv_rn(a, 127.f);
-      const float inv = dd != 0.f ? __fdiv_rn(1.f, dd) : 0.f;
-      uint32_t even = 0, odd = 0;
+      for (int i = 0; i < AT; ++i) {
+        const int c = threadIdx.x + (i0 + i) * T;  // 4 lanes a block of 32
+        if (i0 + i < PER && c < K / 8) {
+          if (norm) {
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const uint32_t e = __float2int_rn(__fmul_rn(v[2 * i], inv));
-        const uint32_t o = __float2int_rn(__fmul_rn(v[2 * i + 1], inv));
-        even |= (e & 255u) << (8 * i);
-        odd |= (o & 255u) << (8 * i);
+            for (int j = 0; j < 8; ++j) sq = __fmaf_rn(v[i][j], v[i][j], sq);
+            float nv[8];
+            fs_load8_ro(norm + 8 * c, nv);
+#pragma unroll
+            for (int j = 0; j < 8; ++j) v[i][j] = __fmul_rn(v[i][j], nv[j]);
+          }
+          float a = 0.f;
+#pragma unroll
+          for (int j = 0; j < 8; ++j) a = fmaxf(a, fabsf(v[i][j]));
+          const unsigned int four = __activemask();  // a block's 4 lanes are active together
+          a = fmaxf(a, __shfl_xor_sync(four, a, 1));
+          a = fmaxf(a, __shfl_xor_sync(four, a, 2));
+          const float dd = __fdiv_rn(a, 127.f);
+          const float inv = dd != 0.f ? __frcp_rn(dd) : 0.f;  // 1 / dd, correctly rounded
+          uint32_t even = 0, odd = 0;
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            const uint32_t e = __float2int_rn(__fmul_rn(v[i][2 * j], inv));
+            const uint32_t o = __float2int_rn(__fmul_rn(v[i][2 * j + 1], inv));
+            even |= (e & 255u) << (8 * j);
+            odd |= (o & 255u) << (8 * j);
+          }
+          q[m * (K / 4) + 2 * c] = even;
+          q[m * (K / 4) + 2 * c + 1] = odd;
+          if (c % 4 == 0) d[m * (K / 32) + c / 4] = dd;
+        }
       }
-      q[m * (K / 4) + 2 * c] = even;
-      q[m * (K / 4) + 2 * c + 1] = odd;
-      if (c % 4 == 0) d[m * (K / 32) + c / 4] = dd;
     }
     if (norm) {
       sq = fd_warp_sum(sq);
@@ -671,10 +704,10 @@ __device__ __forceinline__ FqX fq_stage_i8(const float* x, int p0, int n, const 
 
 // A phase's x for rows p0 .. of a pass: int8 (fq_stage_i8, `norm` folded in) where rows of
 // K take it, else fq_stage's float copy of every row (then p0 is 0: one pass)
-template <int K, int P>
+template <int K, int P, int ROLE>
 __device__ __forceinline__ FqX fq_stage_pass(const float* x, int M, int p0, const float* norm,
                                              float* sm) {
-  if constexpr (fq_int8<K>()) {
+  if constexpr (fq_int8<K, ROLE>()) {
     return fq_stage_i8<K>(x, p0, min(P, M - p0), norm, sm);
   } else {
     return fq_stage(x, M * K, sm);
@@ -769,18 +802,13 @@ __device__ __forceinline__ void fq_dot_i8(
 // the LM head and the embedding table), the lists defined before this header by
 // kernels/fused_step_cuda.py: a phase compiles only the dot products its matrices can
 // need (the Q8_0 table's and Q6_K's branches in every phase cost registers and spills).
-#define FQ_ROLE_QKV 0
-#define FQ_ROLE_O 1
-#define FQ_ROLE_GATE_UP 2
-#define FQ_ROLE_DOWN 3
-#define FQ_ROLE_HEAD 4
 template <int K, int R, int G, bool SCALED, bool SS, int ROLE>
 __device__ __forceinline__ void fq_dot(
     int fmt, const FqPart& p, const int (&rows)[R], const float* norm, const FqX& x, int M,
     float (&acc)[G][R], float (&ss)[G]) {
 #define FQ_CASE(F)                                                               \
   if (fmt == F) {                                                                \
-    if constexpr (fq_int8<K>() && fq_int8_fmt<F>()) {                            \
+    if constexpr (fq_int8<K, ROLE>() && fq_int8_fmt<F>()) {                      \
       fq_dot_i8<F, K, R, G, SS>(p, rows, x, M, acc, ss);                         \
     } else if constexpr (fq_wide<F, K>()) {                                      \
       fq_dot_wide<F, K, R, G, SCALED, SS>(p, rows, norm, x, M, acc, ss);         \
@@ -831,12 +859,12 @@ template <int K, int N, int G, int ROLE, int MAXM_, bool RES = true>
 __device__ __forceinline__ void fq_residual_phase(
     const FqTable& t, int mat, const float* a, const float* res, float* y, int M, int gw,
     int nw, float* sm) {
-  constexpr int P = fq_pass_rows<K, G, MAXM_>();
+  constexpr int P = fq_pass_rows<K, G, MAXM_, ROLE>();
   static_assert(P >= G, "a pass stages a dot product's rows of x");
   const int lane = threadIdx.x % 32;
   const FqUnits units(N, M, G);
   for (int p0 = 0; p0 < M; p0 += P) {
-    const FqX xa = fq_stage_pass<K, P>(a, M, p0, nullptr, sm);
+    const FqX xa = fq_stage_pass<K, P, ROLE>(a, M, p0, nullptr, sm);
     for (int u = gw; u < units.count(); u += nw) {
       const int n = units.item(u);
       int lo, hi;

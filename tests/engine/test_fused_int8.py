@@ -7,6 +7,7 @@ in several. Without a GPU the knob's checks run (they refuse at load, on any mac
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from engine.config import EngineConfig, parse_step_tuning
@@ -48,6 +49,24 @@ def test_a_pass_that_cannot_fit_is_refused():
     check_int8((4096, 14336), {"FQ_INT8": 0, "FQ_VERIFY_SMEM_X": 8})
 
 
+def test_residual_phases_may_keep_float_x():
+    """FQ_INT8_RESIDUAL=0: only the hidden size's rows (the normed phases') are staged in
+    int8, so the 8B's MLP rows no longer need the verify's 128 KB; the knob is 0 or 1."""
+    from kernels.fused_shapes import Shapes
+    from kernels.fused_step_cuda import _row_lengths
+
+    llama_8b = Shapes(4096, 32, 8, 128, 14336, 128256, 1e-5, 500000.0, False)
+    assert _row_lengths(llama_8b) == (4096, 4096, 14336)
+    assert _row_lengths(llama_8b, residual=False) == (4096,)
+    eight = {"FQ_INT8": 2048, "FQ_VERIFY_ROWS": 8, "FQ_VERIFY_SMEM_X": 24576}
+    check_int8(_row_lengths(llama_8b, residual=False), eight)
+    with pytest.raises(TuningRefused, match="8 rows of 14336"):
+        check_int8(_row_lengths(llama_8b), eight)
+    assert check_tuning({"FQ_INT8_RESIDUAL": 0})["FQ_INT8_RESIDUAL"] == 0
+    with pytest.raises(ValueError, match="FQ_INT8_RESIDUAL must be 0 or 1, not 2"):
+        check_tuning({"FQ_INT8_RESIDUAL": 2})
+
+
 def test_a_knob_the_model_cannot_take_stops_the_load(tiny_models, monkeypatch):
     """A build knob the user set and the model's shapes refuse (here FQ_INT8's passes) is an
     error at load, not a quiet fall back to the plain path (as a toolkit's failure is)."""
@@ -75,15 +94,17 @@ needs_gpu = pytest.mark.skipif(
 @pytest.mark.parametrize("source", ["q4_gguf", "tiny-llama", "tiny-qwen3", "tiny-qwen3.5"])
 @pytest.mark.parametrize(
     "knobs",
-    ["", "FQ_VERIFY_ROWS=2,FQ_VERIFY_SMEM_X=320"],  # one pass; passes of 2 rows
-    ids=["one-pass", "passes"],
+    # one pass; passes of 2 rows; float x in the residual phases
+    ["", "FQ_VERIFY_ROWS=2,FQ_VERIFY_SMEM_X=320", "FQ_INT8_RESIDUAL=0"],
+    ids=["one-pass", "passes", "normed-only"],
 )
 def test_int8_x_keeps_a_verify_exact(tiny_models, q4_k_m, source, knobs):
-    """Every row of 32 weights or more takes int8 x: the logits stay within INT8_GAP of the
-    float32 plain forward and move from the float build's (or the knob did nothing), and a
-    verify's rows equal single steps bit for bit, whether its x is staged whole or in
-    passes (1,280 bytes of shared memory hold 3 rows of 256 or 2 of 512: passes of 2 rows,
-    so the 10 rows take 5)."""
+    """Every row of 32 weights or more takes int8 x (with FQ_INT8_RESIDUAL=0 only the normed
+    phases' rows: the logits are then neither the float build's nor those of int8 in every
+    phase): the logits stay within INT8_GAP of the float32 plain forward and move from the
+    float build's (or the knob did nothing), and a verify's rows equal single steps bit for
+    bit, whether its x is staged whole or in passes (1,280 bytes of shared memory hold 3 rows
+    of 256 or 2 of 512: passes of 2 rows, so the 10 rows take 5)."""
     if source == "q4_gguf":
         path, _ = tiny_models.gguf(qtype="Q4_1", embed_qtype="Q8_0")
     else:
@@ -100,6 +121,15 @@ def test_int8_x_keeps_a_verify_exact(tiny_models, q4_k_m, source, knobs):
     before, _ = _steps(floats, STEPS[:5], LONG_PROMPT)
     moved = [_relative_l2(b, a) for a, b in zip(before, got, strict=True)]
     assert min(moved) > 0, moved
+    if "FQ_INT8_RESIDUAL=0" in knobs:
+        every = load_model(
+            path, EngineConfig(backend="mlx", dtype="float32", step_tuning="FQ_INT8=32")
+        )
+        apart = [
+            _relative_l2(b, a)
+            for a, b in zip(_steps(every, STEPS[:5], LONG_PROMPT)[0], got, strict=True)
+        ]
+        assert min(apart) > 0, apart
     single, _ = _steps(int8, STEPS, LONG_PROMPT)
     assert_verify_equals_steps(int8, single, LONG_PROMPT)
 
@@ -128,3 +158,20 @@ def test_int8_x_rounds_as_the_cpus_int8_kernels_do(tiny_models, q4_k_m, source):
     for a, b, c in zip(got, near, plain, strict=True):
         to_cpu, to_float = _relative_l2(a, b), _relative_l2(a, c)
         assert to_cpu < 0.1 * to_float, (to_cpu, to_float)
+
+
+@needs_gpu
+@pytest.mark.gpu
+def test_staging_int8_x_in_batches_changes_no_bit(tiny_models):
+    """A row of 6,144 floats is 3 chunks of 8 for each of a block's 256 threads: staged one
+    at a time, two at once (a batch of 2, then 1) and all at once (FQ_STAGE_AT 1, 2 and 4),
+    the int8 build's logits are the same bit for bit."""
+    path, _ = tiny_models.gguf(qtype="Q4_1", embed_qtype="Q8_0", intermediate_size=6144)
+    builds = []
+    for at in (1, 2, 4):
+        tuning = f"FQ_INT8=32,FQ_STAGE_AT={at}"
+        lm = load_model(path, EngineConfig(backend="mlx", dtype="float32", step_tuning=tuning))
+        assert lm.runner.fused.step_kernel.tuning["FQ_STAGE_AT"] == at
+        builds.append(_steps(lm, STEPS[:5], LONG_PROMPT)[0])
+    for other in builds[1:]:
+        assert all(np.array_equal(a, b) for a, b in zip(builds[0], other, strict=True))

@@ -366,3 +366,19 @@ def test_int8_x_compiles(tmp_path, shapes, layers, int8, roles, maxm, head_mode)
     assert _fits_a_launch(log, tuning, maxm > 1), log[-3000:]
     if shapes.linear is None:
         assert _keeps_registers(log) or max(_spills(log)) <= 96, log[-3000:]
+
+
+@needs_nvcc
+@pytest.mark.parametrize("maxm,head_mode", BUILDS)
+def test_int8_x_in_the_normed_phases_only_compiles(tmp_path, maxm, head_mode):
+    """FQ_INT8_RESIDUAL=0 on the 8B: qkv, gate_up and the head over int8 x, o and down over
+    float x, in one build; the step's and the 8-row verify's keep their registers (the verify
+    needs no more staged x than float's: its 14,336-long rows stay float)."""
+    tuning = fs.tuning_for(_layer_bytes(LLAMA_8B), LLAMA_8B.qk_norm)
+    tuning |= {"FQ_INT8": 2048, "FQ_INT8_RESIDUAL": 0}
+    source = _step_source(LLAMA_8B, 2, "__nv_bfloat16", head_mode, maxm=maxm,
+                          formats=(68, 134), tuning=tuning, roles=KFACTORS)  # fmt: skip
+    assert "#define FQ_INT8_RESIDUAL 0" in source
+    log = _nvcc(tmp_path, source)
+    assert _fits_a_launch(log, tuning, maxm > 1), log[-3000:]
+    assert _keeps_registers(log) or max(_spills(log)) <= 96, log[-3000:]
