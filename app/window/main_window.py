@@ -150,9 +150,11 @@ class MainWindow(QMainWindow):
         self.bridge.finished.connect(lambda _event: self.banner.resolve("request"))
 
     def _shortcuts(self) -> None:
-        QShortcut(QKeySequence.StandardKey.Find, self, activated=self.sidebar.focus_search)
+        find = QShortcut(QKeySequence.StandardKey.Find, self, activated=self.sidebar.focus_search)
+        find.setWhatsThis("Search all messages")  # its name in Help > Keyboard shortcuts
         # Esc stops a reply; while none streams it is left to the widgets (cancel a rename).
         self.stop_shortcut = QShortcut(QKeySequence(Qt.Key.Key_Escape), self)
+        self.stop_shortcut.setWhatsThis("Stop the reply")
         self.stop_shortcut.activated.connect(self.controller.stop)
         self.stop_shortcut.setEnabled(False)
         self.controller.busy_changed.connect(self.stop_shortcut.setEnabled)

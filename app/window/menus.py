@@ -1,7 +1,7 @@
-"""The window's menu bar: File (new chat, import, export, settings, Quit with Ctrl+Q)
-and Model (download from Hugging Face, connect to a server, open a file or folder, the
-default model). Each
-entry calls what the window already does; nothing here holds state."""
+"""The window's menu bar: File (new chat, import, export, settings, Quit with Ctrl+Q),
+Model (download from Hugging Face, connect to a server, open a file or folder, the default
+model) and Help (keyboard shortcuts, About). Each entry calls what the window already does;
+nothing here holds state."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QMenu
 
 from app.conversation.store_io import ExportFormat
+from app.window.help_dialogs import open_about, open_shortcuts
 
 if TYPE_CHECKING:
     from app.window.main_window import MainWindow
@@ -64,3 +65,8 @@ def build_menu_bar(window: MainWindow) -> None:
     _add(model_menu, "Open GGUF file…", loader.open_file, "Ctrl+O")
     _add(model_menu, "Open model folder…", loader.open_folder)
     _add(model_menu, "Default model (SmolLM2-135M-Instruct)", loader.load_default_model)
+
+    help_menu = bar.addMenu("&Help")
+    _add(help_menu, "Keyboard shortcuts", lambda: open_shortcuts(window), "Ctrl+/")
+    about = _add(help_menu, "About branchchat", lambda: open_about(window))
+    about.setMenuRole(QAction.MenuRole.AboutRole)
