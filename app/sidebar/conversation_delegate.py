@@ -1,5 +1,6 @@
 """Paints the sidebar's rows: date headings, conversations and search hits (title and a
-snippet of the matching message)."""
+snippet of the matching message, the match in bold and kept in view: where the line is
+short, the text before it gives way first)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,27 @@ from PySide6.QtWidgets import QStyle, QStyledItemDelegate
 
 from app.sidebar.conversation_list_model import ConversationListModel, Row
 from app.theme import LIGHT, Theme
+
+
+def hit_line(row: Row, plain: QFontMetrics, bold: QFontMetrics, width: int) -> tuple[str, ...]:
+    """The snippet as (before, match, after) to paint in `width` pixels, the match in `bold`:
+    whole where it fits; else the match whole (or elided itself where it alone is too
+    wide), the text before it elided at its left to at most a third of the room left
+    (less where the text after it is short), the text after it elided at its right."""
+    start, end = row.match
+    if start == end:
+        return ("", "", plain.elidedText(row.snippet, Qt.TextElideMode.ElideRight, width))
+    before, match, after = row.snippet[:start], row.snippet[start:end], row.snippet[end:]
+    need = plain.horizontalAdvance(before) + bold.horizontalAdvance(match)
+    if need + plain.horizontalAdvance(after) <= width:
+        return (before, match, after)
+    if bold.horizontalAdvance(match) >= width:
+        return ("", bold.elidedText(match, Qt.TextElideMode.ElideRight, width), "")
+    room = width - bold.horizontalAdvance(match)
+    keep = max(room // 3, room - plain.horizontalAdvance(after))
+    before = plain.elidedText(before, Qt.TextElideMode.ElideLeft, keep) if before else ""
+    left = room - plain.horizontalAdvance(before)
+    return (before, match, plain.elidedText(after, Qt.TextElideMode.ElideRight, left))
 
 
 class ConversationDelegate(QStyledItemDelegate):
@@ -57,14 +79,17 @@ class ConversationDelegate(QStyledItemDelegate):
             painter.drawText(top, Qt.AlignmentFlag.AlignLeft, title)
             small = QFont(option.font)
             small.setPointSizeF(small.pointSizeF() - 1)
-            painter.setFont(small)
-            painter.setPen(QColor(t.muted))
-            snippet = QFontMetrics(small).elidedText(
-                row.snippet, Qt.TextElideMode.ElideRight, inner.width()
-            )
-            painter.drawText(
-                top.translated(0, metrics.height() + 2), Qt.AlignmentFlag.AlignLeft, snippet
-            )
+            strong = QFont(small)
+            strong.setWeight(QFont.Weight.Bold)
+            fonts = (small, strong, small)
+            pens = (QColor(t.muted), QColor(t.text), QColor(t.muted))
+            line = top.translated(0, metrics.height() + 2)
+            parts = hit_line(row, QFontMetrics(small), QFontMetrics(strong), inner.width())
+            for text, font, pen in zip(parts, fonts, pens, strict=True):
+                painter.setFont(font)
+                painter.setPen(pen)
+                painter.drawText(line, Qt.AlignmentFlag.AlignLeft, text)
+                line.setLeft(line.left() + QFontMetrics(font).horizontalAdvance(text))
         else:
             painter.drawText(
                 inner, Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, title

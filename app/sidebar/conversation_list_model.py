@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +22,14 @@ class Row:
     conversation_id: str = ""
     message_id: str = ""
     snippet: str = ""
+    match: tuple[int, int] = (0, 0)  # where the query lies in the snippet ((0, 0): nowhere)
+
+
+def match_span(text: str, query: str) -> tuple[int, int]:
+    """The first case-insensitive occurrence of `query` in `text` as (start, end), in
+    `text`'s own characters; (0, 0) where there is none."""
+    found = re.search(re.escape(query.strip()), text, re.IGNORECASE) if query.strip() else None
+    return found.span() if found else (0, 0)
 
 
 def date_group(timestamp: float, now: float) -> str:
@@ -98,10 +107,17 @@ class ConversationListModel(QAbstractListModel):
             rows.append(Row("conversation", conversation.title, conversation.id))
         self._replace(rows)
 
-    def set_hits(self, hits: list[SearchHit]) -> None:
+    def set_hits(self, hits: list[SearchHit], query: str = "") -> None:
         heading = Row("header", f"{len(hits)} result{'s' if len(hits) != 1 else ''}")
         rows = [heading] + [
-            Row("hit", h.conversation_title, h.conversation_id, h.message_id, h.snippet)
+            Row(
+                "hit",
+                h.conversation_title,
+                h.conversation_id,
+                h.message_id,
+                h.snippet,
+                match_span(h.snippet, query),
+            )
             for h in hits
         ]
         self._replace(rows)

@@ -102,7 +102,7 @@ class Sidebar(QFrame):
         self.set_current(self._current)
 
     def show_hits(self, hits: list[SearchHit]) -> None:
-        self.model.set_hits(hits)
+        self.model.set_hits(hits, self.query)  # the delegate shows where each matched
 
     def set_current(self, conversation_id: str | None) -> None:
         self._current = conversation_id

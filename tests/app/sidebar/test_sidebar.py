@@ -1,6 +1,7 @@
 """The sidebar as a person uses it: chats appear with their titles under date headings,
-a rename made with F2 shows at once and is saved, and chats imported from ChatGPT or
-Open WebUI through the sidebar's menu are listed with their own titles and dates."""
+a rename made with F2 shows at once and is saved, chats imported from ChatGPT or
+Open WebUI through the sidebar's menu are listed with their own titles and dates, and a
+search hit shows its match in bold, kept in view in a narrow sidebar."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ import json
 import time
 
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QFont, QFontMetrics
 from PySide6.QtWidgets import QFileDialog
 
+from app.sidebar.conversation_delegate import hit_line
 from tests.app.conversation.test_import_formats import chatgpt_export, open_webui_export
 
 
@@ -87,3 +90,30 @@ def test_the_first_message_titles_a_new_chat_and_f2_renames_it(harness, qtbot):
     assert window.store.get_conversation(window.controller.conversation_id).title == "Tides"
     window = harness.open()
     assert rows(window) == [("header", "Today"), ("conversation", "Tides")]
+
+
+def test_a_search_hit_shows_its_match_kept_in_view(harness, qtbot):
+    """The match's place comes with each hit (any case); in a line too short for the
+    snippet the match stays whole, the text before it elided at its left."""
+    window = harness.open()
+    words = "an opening that runs on and on about nothing in particular before the word "
+    harness.send(words + "Lighthouse and after it some more")
+    qtbot.keyClicks(window.sidebar.search, "LIGHTHOUSE")
+    hits = lambda: [r for r in window.sidebar.model._rows if r.kind == "hit"]  # noqa: E731
+    qtbot.waitUntil(lambda: len(hits()) == 2)  # the message and its echo
+    for hit in hits():
+        start, end = hit.match
+        assert hit.snippet[start:end] == "Lighthouse", (hit.snippet, hit.match)
+    hit = hits()[0]
+    font = QFont(window.sidebar.list.font())
+    bold = QFont(font)
+    bold.setWeight(QFont.Weight.Bold)
+    plain, strong = QFontMetrics(font), QFontMetrics(bold)
+    whole = hit_line(hit, plain, strong, 10_000)
+    assert "".join(whole) == hit.snippet and whole[1] == "Lighthouse"
+    width = strong.horizontalAdvance("Lighthouse") + plain.horizontalAdvance("word and after")
+    before, match, after = hit_line(hit, plain, strong, width)
+    assert match == "Lighthouse" and before.startswith("…") and after
+    used = plain.horizontalAdvance(before) + strong.horizontalAdvance(match)
+    assert used + plain.horizontalAdvance(after) <= width
+    assert hit_line(hit, plain, strong, 30)[1].endswith("…")  # the match alone too wide
