@@ -577,10 +577,11 @@ __device__ __forceinline__ void fq_dot_wide(
 // stages its rows of x that way itself (fq_stage_i8), in passes of the rows that fit its
 // shared memory (fq_stage_pass: a phase over such rows always stages int8, so fq_dot
 // compiles no float code for these formats there); other formats in such a phase read float
-// x from L2. A row's bits depend on FQ_INT8 and on nothing else: any row count, pass or
-// chunk gives a row the same operations. FQ_INT8_RESIDUAL 0 keeps float x in the residual
-// phases (o, down, a hybrid's out_proj: FQ_ROLE_O and _DOWN), whose float dot product has no
-// norm to fold in; the phases a norm precedes (qkv, gate_up, the head) take int8.
+// x from L2. A row's bits depend on FQ_INT8 (and FQ_INT8_RESIDUAL) and on nothing else: any
+// row count, pass or chunk gives a row the same operations. FQ_INT8_RESIDUAL 0 keeps float
+// x in the residual phases (o, down, a hybrid's out_proj: FQ_ROLE_O and _DOWN), whose float
+// dot product has no norm to fold in; the phases a norm precedes (qkv, gate_up, the head)
+// take int8.
 #ifndef FQ_INT8
 #define FQ_INT8 0
 #endif

@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib.metadata
 
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QKeySequence
+from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import QApplication
 
 from app.window.help_dialogs import AboutDialog, ShortcutsDialog
@@ -46,7 +46,9 @@ def test_keyboard_shortcuts_lists_every_bound_key(harness, qtbot):
         ("Edit your last message (empty box)", "Up"),
     ]:
         assert row in rows, rows
-    assert len(rows) == len(set(rows)), rows
+    assert len(rows) == len(set(rows)) and all(label for label, _ in rows), rows
+    # a shortcut the list could not name would be left out of it
+    assert all(shortcut.whatsThis() for shortcut in window.findChildren(QShortcut))
 
 
 def test_the_list_follows_the_keys_as_they_are_bound(harness, qtbot):
