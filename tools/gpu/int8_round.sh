@@ -4,7 +4,10 @@
 #   tests   tests/engine/test_fused_int8.py (a verify's rows exact, one pass and several;
 #           the logits beside the CPU's int8 kernels')
 #   stamps  where the int8 step's time goes against the engine's, phase by phase
-#           (bench/gpu/step_probe.py under BRANCHCHAT_STEP_TUNING), a step and an 8-row verify
+#           (bench/gpu/step_probe.py under BRANCHCHAT_STEP_TUNING), a step and an 8-row verify,
+#           for each of $STAMP_BUILDS (default: float x, int8 everywhere, int8 in the normed
+#           phases only); each probe gets $STAMP_TIMEOUT s (default 240: the float build's
+#           8-row stamps ran past 150 in session 42)
 #   ahead   each of $AHEAD_SHAPES (default the Llama-3.2-1B and 3.1-8B shapes): the step and
 #           an 8-row verify of the engine's build (first and last) beside $INT8_WITH's builds
 #   PARTS="stamps ahead" AHEAD_SHAPES=llama-3.1-8b bash tools/gpu/int8_round.sh
@@ -13,7 +16,7 @@ export PYTHONPATH=/root/site:$PWD PYTHONUNBUFFERED=1
 parts=" ${PARTS:-tests stamps ahead} "
 source tools/gpu/ahead_with.sh
 if [[ $parts == *" tests "* ]]; then
-  timeout "${TEST_BUDGET:-240}" python3 -m pytest -q -p no:cacheprovider -rfE --tb=short \
+  timeout "${TEST_BUDGET:-420}" python3 -m pytest -q -p no:cacheprovider -rfE --tb=short \
     tests/engine/test_fused_int8.py > "$OUT/int8-tests.txt" 2>&1
   echo "== tests: exit $?"; grep -E "^(FAILED|ERROR)|^E  " "$OUT/int8-tests.txt" | cut -c1-300 | head
   tail -1 "$OUT/int8-tests.txt"
@@ -21,15 +24,18 @@ fi
 if [[ $parts == *" stamps "* ]]; then
   big=${STAMP_SHAPE:-llama-3.2-1b}
   shape $big
-  for int8 in 0 2048; do
-    BRANCHCHAT_STEP_TUNING=FQ_INT8=$int8 timeout 150 python3 -m bench.gpu.step_probe \
+  for build in ${STAMP_BUILDS:-"FQ_INT8=0" "FQ_INT8=2048" "FQ_INT8=2048,FQ_INT8_RESIDUAL=0"}; do
+    name=$(echo "$build" | tr ',=' '-_')
+    BRANCHCHAT_STEP_TUNING=$build timeout "${STAMP_TIMEOUT:-240}" python3 -m bench.gpu.step_probe \
       --model /root/shapes/$big.gguf --contexts 128 --prefetch 1 --rows 1 8 \
-      > "$OUT/int8-stamps-$big-$int8.json" 2>&1
-    echo "== stamps $big FQ_INT8=$int8: exit $?"; tail -c 600 "$OUT/int8-stamps-$big-$int8.json"
+      > "$OUT/int8-stamps-$big-$name.json" 2>&1
+    echo "== stamps $big $build: exit $?"; tail -c 600 "$OUT/int8-stamps-$big-$name.json"
   done
 fi
-# the 8B's verify stages 8 rows of its MLP's 14,336 a pass: 128 KB (kernels/step_knobs.py)
-with=${INT8_WITH:-"FQ_INT8=2048,FQ_VERIFY_SMEM_X=32768"}
+# the 8B's verify stages 8 rows of its MLP's 14,336 a pass: 128 KB (kernels/step_knobs.py);
+# in the normed phases only (FQ_INT8_RESIDUAL=0) its rows are 4,096 long and need no more
+big_x=FQ_VERIFY_SMEM_X=32768
+with=${INT8_WITH:-"FQ_INT8=2048,$big_x;FQ_INT8=2048,FQ_INT8_RESIDUAL=0;FQ_INT8=2048,FQ_STAGE_AT=4,$big_x"}
 if [[ $parts == *" ahead "* ]]; then
-  ahead_with int8 "$with" FQ_INT8 FQ_VERIFY_SMEM_X
+  ahead_with int8 "$with" FQ_INT8 FQ_INT8_RESIDUAL FQ_STAGE_AT FQ_VERIFY_SMEM_X
 fi
