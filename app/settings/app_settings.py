@@ -16,6 +16,9 @@ MAX_RECENT_MODELS = 8
 OLD_CACHE_BUDGET_KEY, OLD_CACHE_BUDGET_DEFAULT_MB = "cache_budget_mb", 2048
 
 
+TEXT_SIZES = range(-4, 13)  # the chat text's steps from the system's size, a point each
+
+
 @dataclass(frozen=True)
 class AppSettings:
     system_prompt: str = ""
@@ -30,6 +33,8 @@ class AppSettings:
     memory_budget_mb: int = 0
     tint_drafted: bool = True  # with a legend in the footer; Settings turns it off
     send_key: str = SendKey.ENTER.value  # a SendKey
+    # the chat's text, in points above (below) the system's size: View ▸ Larger text
+    text_size: int = 0
     recent_models: tuple[str, ...] = field(default=())
 
     def __post_init__(self) -> None:
@@ -37,6 +42,8 @@ class AppSettings:
             raise ValueError(f"unknown drafter {self.drafter!r}")
         if self.send_key not in SEND_KEYS:
             raise ValueError(f"unknown send key {self.send_key!r}")
+        if self.text_size not in TEXT_SIZES:
+            raise ValueError(f"text_size must be in {TEXT_SIZES[0]}..{TEXT_SIZES[-1]}")
         if self.max_tokens < 1:
             raise ValueError("max_tokens must be >= 1")
         if self.memory_budget_mb < 0:

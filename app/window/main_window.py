@@ -37,6 +37,7 @@ from app.window.app_icon import app_icon
 from app.window.banner import Banner
 from app.window.conversation_files import ConversationFiles
 from app.window.menus import build_menu_bar
+from app.window.text_size import apply_text_size
 from app.window.window_session import WindowSession
 from engine.events import Failed, ModelLoaded
 from engine.remote.connection import REMOTE_FAMILY
@@ -69,6 +70,7 @@ class MainWindow(QMainWindow):
         self.chat.delegate.set_tint_drafted(self.settings.tint_drafted)
         self.composer = Composer(self)
         self.composer.set_send_key(self.settings.send_key)
+        apply_text_size(self, self.settings.text_size)
         right = QWidget(self)
         right.setObjectName("chatPane")
         column = QVBoxLayout(right)
@@ -144,7 +146,7 @@ class MainWindow(QMainWindow):
         self.model_loader.fetch_failed.connect(
             lambda message, details: self.banner.show_error(message, details, topic="model")
         )
-        self.model_loader.settings_changed.connect(self._save_settings)
+        self.model_loader.settings_changed.connect(self.save_settings)
         self.model_loader.memory_report.connect(self.composer.status.setToolTip)
         self.bridge.failed.connect(self._on_failed)
         self.bridge.finished.connect(lambda _event: self.banner.resolve("request"))
@@ -299,7 +301,7 @@ class MainWindow(QMainWindow):
         self.banner.resolve("model")
         self.banner.resolve("send")
         if event.family != REMOTE_FAMILY:  # a server's URL is the connection's, not a file
-            self._save_settings(self.settings.with_recent_model(event.path))
+            self.save_settings(self.settings.with_recent_model(event.path))
 
     def _on_failed(self, event: Failed) -> None:
         # a request's failure clears with the next reply, a load's with the next load
@@ -315,13 +317,14 @@ class MainWindow(QMainWindow):
 
     def apply_settings(self, settings: AppSettings) -> None:
         old, self.settings = self.settings, settings
-        self._save_settings(settings)
+        self.save_settings(settings)
         self.chat.delegate.set_tint_drafted(settings.tint_drafted)
         self.composer.set_send_key(settings.send_key)
         self.chat.list_view.doItemsLayout()
         self.model_loader.apply_settings(old, settings)
 
-    def _save_settings(self, settings: AppSettings) -> None:
+    def save_settings(self, settings: AppSettings) -> None:
+        """Keep `settings` (those the window applies itself, as the text size)."""
         self.settings = settings
         save_settings(self.qsettings, settings)
 

@@ -1,7 +1,7 @@
 """The window's menu bar: File (new chat, import, export, settings, Quit with Ctrl+Q),
 Model (download from Hugging Face, connect to a server, open a file or folder, the default
-model) and Help (keyboard shortcuts, About). Each entry calls what the window already does;
-nothing here holds state."""
+model), View (the chat's text size) and Help (keyboard shortcuts, About). Each entry calls
+what the window already does; nothing here holds state."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QMenu
 
 from app.conversation.store_io import ExportFormat
+from app.settings.app_settings import TEXT_SIZES
 from app.window.help_dialogs import open_about, open_shortcuts
+from app.window.text_size import change_text_size
 
 if TYPE_CHECKING:
     from app.window.main_window import MainWindow
@@ -65,6 +67,19 @@ def build_menu_bar(window: MainWindow) -> None:
     _add(model_menu, "Open GGUF file…", loader.open_file, "Ctrl+O")
     _add(model_menu, "Open model folder…", loader.open_folder)
     _add(model_menu, "Default model (SmolLM2-135M-Instruct)", loader.load_default_model)
+
+    view_menu = bar.addMenu("&View")  # the chat's text size (app/window/text_size.py)
+    larger = _add(view_menu, "Larger text", lambda: change_text_size(window, 1), "Ctrl+=")
+    larger.setShortcuts([QKeySequence("Ctrl+="), QKeySequence(QKeySequence.StandardKey.ZoomIn)])
+    smaller = _add(view_menu, "Smaller text", lambda: change_text_size(window, -1))
+    smaller.setShortcut(QKeySequence(QKeySequence.StandardKey.ZoomOut))
+    _add(view_menu, "Actual size", lambda: change_text_size(window, None), "Ctrl+0")
+
+    def enable_sizes() -> None:
+        larger.setEnabled(window.settings.text_size < TEXT_SIZES[-1])
+        smaller.setEnabled(window.settings.text_size > TEXT_SIZES[0])
+
+    view_menu.aboutToShow.connect(enable_sizes)
 
     help_menu = bar.addMenu("&Help")
     _add(help_menu, "Keyboard shortcuts", lambda: open_shortcuts(window), "Ctrl+/")
