@@ -9,7 +9,7 @@ import sqlite3
 from collections.abc import Callable
 
 from PySide6.QtCore import QSettings, Qt
-from PySide6.QtGui import QCloseEvent, QGuiApplication, QKeySequence, QShortcut
+from PySide6.QtGui import QAction, QCloseEvent, QGuiApplication, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QApplication,
     QMainWindow,
@@ -46,6 +46,8 @@ APP_TITLE = "branchchat"
 
 
 class MainWindow(QMainWindow):
+    sidebar_action: QAction  # View ▸ Show sidebar (menus.build_menu_bar makes it)
+
     def __init__(
         self,
         store: ConversationStore,
@@ -152,7 +154,7 @@ class MainWindow(QMainWindow):
         self.bridge.finished.connect(lambda _event: self.banner.resolve("request"))
 
     def _shortcuts(self) -> None:
-        find = QShortcut(QKeySequence.StandardKey.Find, self, activated=self.sidebar.focus_search)
+        find = QShortcut(QKeySequence.StandardKey.Find, self, activated=self.search_messages)
         find.setWhatsThis("Search all messages")  # its name in Help > Keyboard shortcuts
         # Esc stops a reply; while none streams it is left to the widgets (cancel a rename).
         self.stop_shortcut = QShortcut(QKeySequence(Qt.Key.Key_Escape), self)
@@ -233,9 +235,22 @@ class MainWindow(QMainWindow):
 
     # -- the session as it was left ---------------------------------------------------
 
+    def search_messages(self) -> None:
+        """Ctrl+F: the sidebar's search box, the sidebar shown first where it was hidden."""
+        self.show_sidebar(True)
+        self.sidebar.focus_search()
+
+    def show_sidebar(self, shown: bool) -> None:
+        """View ▸ Show sidebar (its check mark follows), kept for the next start."""
+        self.sidebar.setVisible(shown)
+        self.sidebar_action.setChecked(shown)
+        self.window_session.save_sidebar_shown(shown)
+
     def restore_session(self) -> None:
-        """The window's size, the sidebar's width, the chat left open and the drafts."""
+        """The window's size, the sidebar's width and whether it is shown, the chat left
+        open and the drafts."""
         self.window_session.restore_layout()
+        self.show_sidebar(self.window_session.sidebar_shown())
         self.drafts.restore(self.window_session.drafts())
         conversation_id = self.window_session.open_chat()
         if conversation_id is not None and self.store.get_conversation(conversation_id):

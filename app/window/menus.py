@@ -1,7 +1,7 @@
 """The window's menu bar: File (new chat, import, export, settings, Quit with Ctrl+Q),
 Model (download from Hugging Face, connect to a server, open a file or folder, the default
-model), View (the chat's text size) and Help (keyboard shortcuts, About). Each entry calls
-what the window already does; nothing here holds state."""
+model), View (the sidebar, the chat's text size) and Help (keyboard shortcuts, About). Each
+entry calls what the window already does; nothing here holds state."""
 
 from __future__ import annotations
 
@@ -68,7 +68,13 @@ def build_menu_bar(window: MainWindow) -> None:
     _add(model_menu, "Open model folder…", loader.open_folder)
     _add(model_menu, "Default model (SmolLM2-135M-Instruct)", loader.load_default_model)
 
-    view_menu = bar.addMenu("&View")  # the chat's text size (app/window/text_size.py)
+    view_menu = bar.addMenu("&View")  # the sidebar; the chat's text size (text_size.py)
+    sidebar = window.sidebar_action = view_menu.addAction("Show sidebar")
+    sidebar.setCheckable(True)
+    sidebar.setChecked(True)
+    sidebar.setShortcut(QKeySequence("Ctrl+Shift+S"))
+    sidebar.toggled.connect(window.show_sidebar)
+    view_menu.addSeparator()
     larger = _add(view_menu, "Larger text", lambda: change_text_size(window, 1), "Ctrl+=")
     larger.setShortcuts([QKeySequence("Ctrl+="), QKeySequence(QKeySequence.StandardKey.ZoomIn)])
     smaller = _add(view_menu, "Smaller text", lambda: change_text_size(window, -1))

@@ -1,7 +1,8 @@
-"""The window as the person left it: its geometry, the sidebar's width, the open chat and
-every chat's unsent draft, kept in QSettings beside the settings; the last model is
-AppSettings.recent_models[0]. A chat deleted since, or a model file gone, falls back to
-a new chat / the default model without a word: nothing the person did is lost by it."""
+"""The window as the person left it: its geometry, the sidebar's width (and whether it is
+shown), the open chat and every chat's unsent draft, kept in QSettings beside the
+settings; the last model is AppSettings.recent_models[0]. A chat deleted since, or a model
+file gone, falls back to a new chat / the default model without a word: nothing the person
+did is lost by it."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ GEOMETRY_KEY = "window/geometry"
 SPLITTER_KEY = "window/splitter"
 OPEN_CHAT_KEY = "window/open_conversation"
 DRAFTS_KEY = "window/drafts"  # JSON: conversation id ("" for a new chat) -> text
+SIDEBAR_KEY = "window/sidebar_shown"  # View ▸ Show sidebar
 
 
 class WindowSession:
@@ -38,6 +40,12 @@ class WindowSession:
         if not isinstance(saved, dict):
             return {}
         return {str(k): v for k, v in saved.items() if isinstance(v, str)}
+
+    def save_sidebar_shown(self, shown: bool) -> None:
+        self.qsettings.setValue(SIDEBAR_KEY, shown)
+
+    def sidebar_shown(self) -> bool:
+        return str(self.qsettings.value(SIDEBAR_KEY, True)).lower() not in ("false", "0")
 
     def save_layout(self) -> None:
         self.qsettings.setValue(GEOMETRY_KEY, self.window.saveGeometry())

@@ -13,6 +13,7 @@ from app.window.app_icon import ICON_SVG
 from engine.events import LoadModel
 
 ROOT = Path(__file__).resolve().parents[3]
+SHIFT_CTRL = Qt.KeyboardModifier.ShiftModifier | Qt.KeyboardModifier.ControlModifier
 
 
 def open_restored(harness):
@@ -166,3 +167,29 @@ def test_unsent_drafts_survive_a_restart(harness, qtbot):
     assert window.composer.edit.toPlainText() == "to finish tomorrow"
     qtbot.mouseClick(window.sidebar.new_button, Qt.MouseButton.LeftButton)
     assert window.composer.edit.toPlainText() == "a new chat's start"
+
+
+def test_the_sidebar_hides_from_the_view_menu_and_stays_so(harness, qtbot):
+    """View ▸ Show sidebar (Ctrl+Shift+S) hides it and gives the chat the room; a restart
+    keeps it hidden; Ctrl+F shows it again, its search box focused."""
+    window = harness.open()
+    qtbot.waitExposed(window)
+    wide = window.chat.width()
+    show = menu_action(window, "View", "Show sidebar")
+    assert show.isCheckable() and show.isChecked()
+    assert show.shortcut().toString() == "Ctrl+Shift+S"
+    show.trigger()
+    assert not window.sidebar.isVisible() and not show.isChecked()
+    qtbot.waitUntil(lambda: window.chat.width() > wide)
+
+    window = open_restored(harness)
+    qtbot.waitExposed(window)
+    assert not window.sidebar.isVisible()
+    assert not menu_action(window, "View", "Show sidebar").isChecked()
+    window.activateWindow()
+    qtbot.waitUntil(lambda: QApplication.focusWidget() is not None)
+    qtbot.keyClick(QApplication.focusWidget(), Qt.Key.Key_F, Qt.KeyboardModifier.ControlModifier)
+    assert window.sidebar.isVisible() and menu_action(window, "View", "Show sidebar").isChecked()
+    qtbot.waitUntil(lambda: QApplication.focusWidget() is window.sidebar.search)
+    qtbot.keyClick(window.sidebar.search, Qt.Key.Key_S, SHIFT_CTRL)
+    assert not window.sidebar.isVisible()
