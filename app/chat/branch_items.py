@@ -38,6 +38,7 @@ def branch_items(tree: MessageTree, active: StreamingReply | None) -> list[Messa
                 count,
                 thinking=thinking,
                 thinking_tokens=thinking_tokens,
+                created_at=node.created_at,
             )  # fmt: skip
         )
     return items

@@ -32,7 +32,7 @@ from app.messages.message_layout import (
     layout_row,
     max_text_width,
 )
-from app.messages.message_model import MessageItem, MessageModel
+from app.messages.message_model import MessageItem, MessageModel, when_written
 from app.messages.message_paint import LEGEND_TEXT, LEGEND_TIP, MessagePainting
 from app.messages.rendered_message import RenderCache, Rendered
 from app.theme import LIGHT, Theme
@@ -255,6 +255,8 @@ class MessageDelegate(MessagePainting, QStyledItemDelegate):
             text = LEGEND_TIP
         elif g.stats.contains(pos) and self.footer_line(item):
             text = message_tooltip(item.stats)
+        elif g.role_label.contains(pos) and item.created_at:
+            text = when_written(item)
         if text:
             # Rich text, so Qt wraps it to a readable width; one paragraph per figure.
             paragraphs = "".join(

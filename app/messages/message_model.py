@@ -11,7 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from PySide6.QtCore import QAbstractListModel, QModelIndex, QPersistentModelIndex, Qt
+from PySide6.QtCore import (
+    QAbstractListModel,
+    QDateTime,
+    QLocale,
+    QModelIndex,
+    QPersistentModelIndex,
+    Qt,
+)
 
 from app.conversation.status import CONTINUABLE, MessageStatus
 
@@ -30,10 +37,21 @@ class MessageItem:
     sibling_count: int = 1
     thinking: str = ""  # a reasoning model's <think> part, shown collapsed above the answer
     thinking_tokens: int = 0
+    created_at: float = field(default=0.0, compare=False)  # seconds since the epoch; 0: unknown
 
     @property
     def is_continuable(self) -> bool:
         return self.role == "assistant" and self.status in CONTINUABLE
+
+
+def when_written(item: MessageItem) -> str:
+    """The role label's tooltip: when the message was sent (yours) or the reply written, the
+    date in the locale's long form and the time in its short one."""
+    moment = QDateTime.fromMSecsSinceEpoch(round(item.created_at * 1000))
+    locale = QLocale()
+    day = locale.toString(moment.date(), QLocale.FormatType.LongFormat)
+    clock = locale.toString(moment.time(), QLocale.FormatType.ShortFormat)
+    return f"{'Sent' if item.role == 'user' else 'Written'} {day}, {clock}"
 
 
 class MessageModel(QAbstractListModel):

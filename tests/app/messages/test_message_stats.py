@@ -1,10 +1,13 @@
 """Each reply's own figures in its footer, with a tooltip saying what each means, kept
 with the message: after a reload, over both parts of a continued reply, and for a reply
-saved when the window closed mid-stream. The status line follows the open chat."""
+saved when the window closed mid-stream. The status line follows the open chat. The role
+label's tooltip says when a message was written."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QEvent, QPoint, Qt
+import time
+
+from PySide6.QtCore import QDate, QEvent, QLocale, QPoint, Qt
 from PySide6.QtGui import QHelpEvent
 from PySide6.QtWidgets import QApplication, QToolTip
 
@@ -125,3 +128,23 @@ def test_drafted_tokens_are_tinted_by_default_with_a_legend(harness, qtbot):
     assert geometry.legend is not None
     tip = tooltip_at(window, qtbot, geometry.legend.center())
     assert "accepted drafts" in tip and "Settings" in tip
+
+
+def test_a_messages_role_label_tells_when_it_was_written(harness, qtbot):
+    """Hovering "You" or "Assistant" shows when the message was sent or the reply written,
+    the time the store keeps (so after a restart too)."""
+    from app.messages.message_model import when_written
+
+    window = harness.open()
+    harness.send("What time is it?")
+    for row, word in ((0, "Sent"), (1, "Written")):
+        item = window.controller.model.item(row)
+        assert abs(item.created_at - time.time()) < 60, item.created_at
+        tip = tooltip_at(window, qtbot, footer_geometry(window, row).role_label.center())
+        assert tip == f"<qt><p>{when_written(item)}</p></qt>" and word in tip, tip
+        day = QLocale().toString(QDate.currentDate(), QLocale.FormatType.LongFormat)
+        assert day in tip, (day, tip)
+    sent = window.controller.model.item(0).created_at
+    window = harness.open()  # a restart
+    window.controller.open_conversation(harness.store.list_conversations()[0].id)
+    assert window.controller.model.item(0).created_at == sent
