@@ -1,9 +1,11 @@
 """The sidebar: [+ New chat], search across all messages, and the conversation list with
-rename (double-click or F2), export and delete in its context menu."""
+rename (double-click or F2), export and delete in its context menu. From the keyboard, a
+chat or hit is opened with Enter and a chat deleted with Delete (the window offers Undo)."""
 
 from __future__ import annotations
 
 from PySide6.QtCore import QPoint, Qt, QTimer, Signal
+from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QFrame,
@@ -85,6 +87,11 @@ class Sidebar(QFrame):
         self.search.textChanged.connect(lambda _text: self._search_timer.start())
         self.new_button.clicked.connect(self.new_chat_requested)
         self.list.clicked.connect(self._on_clicked)
+        self.list.activated.connect(self._on_clicked)  # Enter on the current row
+        delete = QShortcut(QKeySequence(QKeySequence.StandardKey.Delete), self.list)
+        delete.setContext(Qt.ShortcutContext.WidgetShortcut)
+        delete.setWhatsThis("Delete the chat (in the chat list)")
+        delete.activated.connect(self._delete_current)
         self.list.customContextMenuRequested.connect(self._context_menu)
         self.model.rename_requested.connect(self.rename_requested)
         self._current: str | None = None
@@ -128,6 +135,11 @@ class Sidebar(QFrame):
             self.search_hit_selected.emit(row.conversation_id, row.message_id)
         else:
             self.conversation_selected.emit(row.conversation_id)
+
+    def _delete_current(self) -> None:
+        row = self._row_at(self.list.currentIndex())
+        if row is not None and row.kind == "conversation":
+            self.delete_requested.emit(row.conversation_id)
 
     def _context_menu(self, pos: QPoint) -> None:
         index = self.list.indexAt(pos)

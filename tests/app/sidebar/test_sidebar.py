@@ -117,3 +117,48 @@ def test_a_search_hit_shows_its_match_kept_in_view(harness, qtbot):
     used = plain.horizontalAdvance(before) + strong.horizontalAdvance(match)
     assert used + plain.horizontalAdvance(after) <= width
     assert hit_line(hit, plain, strong, 30)[1].endswith("…")  # the match alone too wide
+
+
+def test_the_chat_list_from_the_keyboard_enter_opens_and_delete_deletes(harness, qtbot):
+    """Arrow to a chat and press Enter: it opens. Delete: it goes, with Undo in the banner.
+    Delete in a title being renamed edits the title instead; on a search hit it does
+    nothing."""
+    window = harness.open()
+    harness.send("first chat")
+    first = window.controller.conversation_id
+    window.new_chat()
+    harness.send("second chat")
+    assert rows(window) == [("header", "Today"), ("conversation", "second chat"),
+                            ("conversation", "first chat")]  # fmt: skip
+    view = window.sidebar.list
+    view.setFocus()
+    view.setCurrentIndex(window.sidebar.model.index(1))
+    qtbot.keyClick(view, Qt.Key.Key_Down)
+    qtbot.keyClick(view, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: window.controller.conversation_id == first)
+    assert harness.texts() == ["first chat", "Echo: first chat"]
+
+    qtbot.keyClick(view, Qt.Key.Key_F2)
+    editor = view.focusWidget()
+    qtbot.keyClick(editor, Qt.Key.Key_End)
+    qtbot.keyClick(editor, Qt.Key.Key_Backspace)
+    qtbot.keyClick(editor, Qt.Key.Key_Home)
+    qtbot.keyClick(editor, Qt.Key.Key_Delete)
+    qtbot.keyClick(editor, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: rows(window)[2] == ("conversation", "irst cha"))
+
+    view.setFocus()
+    view.setCurrentIndex(window.sidebar.model.index(2))
+    qtbot.keyClick(view, Qt.Key.Key_Delete)
+    qtbot.waitUntil(lambda: rows(window) == [("header", "Today"), ("conversation", "second chat")])
+    assert [c.id for c in window.store.list_conversations()] != [first]
+    assert window.banner.message.text() == "Deleted “irst cha”."
+    window.banner.action_button.click()
+    assert first in [c.id for c in window.store.list_conversations()]
+    assert window.controller.conversation_id == first  # Undo opened it again
+    qtbot.keyClicks(window.sidebar.search, "chat")
+    qtbot.waitUntil(lambda: rows(window)[0] == ("header", "4 results"))
+    view.setFocus()
+    view.setCurrentIndex(window.sidebar.model.index(1))
+    qtbot.keyClick(view, Qt.Key.Key_Delete)  # on a search hit (a message): nothing
+    assert len(window.store.list_conversations()) == 2
