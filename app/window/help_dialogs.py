@@ -79,7 +79,9 @@ class ShortcutsDialog(QDialog):
         layout = QVBoxLayout(self)
         layout.addWidget(self.table)
         layout.addWidget(buttons)
-        self.resize(460, 420)
+        whole = self.table.verticalHeader().length() + self.table.horizontalHeader().height()
+        self.table.setMinimumHeight(min(whole + 2 * self.table.frameWidth(), 640))  # no scroll
+        self.resize(460, self.sizeHint().height())
 
     def rows(self) -> list[tuple[str, str]]:
         return [
