@@ -47,6 +47,9 @@ class ComposerEdit(QPlainTextEdit):
         if self.is_plain_completion:
             text = f"{PLAIN_COMPLETION} for it to continue…{text.removeprefix('Message…')}"
         self.setPlaceholderText(text)
+        # Qt repaints the placeholder only when it appears or goes, not when its text
+        # changes: a model switch or a new send key left the old text on screen
+        self.viewport().update()
 
     def is_send(self, event: QKeyEvent) -> bool:
         if event.key() not in (Qt.Key.Key_Return, Qt.Key.Key_Enter):

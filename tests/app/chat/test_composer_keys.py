@@ -3,7 +3,7 @@ switch to Ctrl+Enter (issue 17, item 4)."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, QTimer
+from PySide6.QtCore import QEvent, QObject, Qt, QTimer
 from PySide6.QtWidgets import QApplication, QDialogButtonBox
 
 from app.settings.settings_dialog import SettingsDialog
@@ -82,3 +82,37 @@ def test_ctrl_enter_mode_from_settings_survives_a_restart(harness, qtbot):
     qtbot.keyClick(edit, Qt.Key.Key_Return)
     harness.wait_idle()
     assert harness.texts()[-2:] == ["three", "Echo: three"]
+
+
+class _Paints(QObject):
+    """Counts the paint events a widget gets."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def eventFilter(self, _obj, event) -> bool:  # noqa: N802 - Qt's name
+        if event.type() == QEvent.Type.Paint:
+            self.count += 1
+        return False
+
+
+def test_a_new_placeholder_is_painted_at_once(harness, qtbot):
+    """The empty box's hint changes with the model (plain completion) and the send key:
+    the box is painted again then, not left showing the old hint until it is next touched
+    (Qt repaints a placeholder only when it appears or goes)."""
+    window = harness.open()
+    edit = window.composer.edit
+    qtbot.waitExposed(window)
+    paints = _Paints()
+    window.sidebar.search.setFocus()  # no blinking cursor in the box to paint it anyway
+    edit.viewport().installEventFilter(paints)
+    qtbot.wait(300)  # the window's first paints are done
+    for change in (
+        lambda: edit.set_plain_completion(True),
+        lambda: edit.set_send_key("ctrl_enter"),
+    ):
+        before, text = paints.count, edit.placeholderText()
+        change()
+        assert edit.placeholderText() != text
+        qtbot.waitUntil(lambda before=before: paints.count > before, timeout=2000)
