@@ -8,7 +8,9 @@ into a background tint and removed, so the tint lands on the rendered text.
 
 from __future__ import annotations
 
+import bisect
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from PySide6.QtCore import Qt, QUrl
@@ -281,11 +283,27 @@ def with_draft_markers(text: str, spans: tuple[tuple[int, int], ...]) -> str:
     return "".join(out)
 
 
+ASTRAL = re.compile("[\U00010000-\U0010ffff]")  # two UTF-16 units each (most emoji)
+
+
+def doc_positions(text: str) -> Callable[[int], int]:
+    """Index i of `text` (a str: code points) as a QTextDocument position (UTF-16 units),
+    for a document whose text starts with `text`: each character past U+FFFF before i
+    takes two units there, so "🌟 a"[2] is the document's position 3."""
+    astral = [m.start() for m in ASTRAL.finditer(text)]
+    if not astral:
+        return lambda i: i
+    return lambda i: i + bisect.bisect_left(astral, i)
+
+
 def _tint_marked(doc: QTextDocument, color: QColor) -> bool:
     """Tint each marked span and remove the markers; True if a start marker is left open.
-    Positions in the raw text are document positions, one character each."""
+    The raw text's indices become document positions by doc_positions."""
     raw = doc.toRawText()
-    positions = [(m.start(), m.group()) for m in re.finditer(f"[{DRAFT_START}{DRAFT_END}]", raw)]
+    at = doc_positions(raw)
+    positions = [
+        (at(m.start()), m.group()) for m in re.finditer(f"[{DRAFT_START}{DRAFT_END}]", raw)
+    ]
     pairs, opened = [], None
     for position, marker in positions:
         if marker == DRAFT_START:
@@ -363,11 +381,11 @@ def _style_code(cursor: QTextCursor, group: list, theme: Theme) -> CodeBlock:
         cursor.setPosition(block.position())
         cursor.setBlockFormat(fmt)
     code = "\n".join(block.text() for block in group)
-    base = first.position()
+    base, at = first.position(), doc_positions(code)
     plain = QTextCharFormat()
     plain.setForeground(QColor(theme.code_text))
     cursor.setPosition(base)
-    cursor.setPosition(base + len(code), QTextCursor.MoveMode.KeepAnchor)
+    cursor.setPosition(base + at(len(code)), QTextCursor.MoveMode.KeepAnchor)
     cursor.mergeCharFormat(plain)
     formats: dict[str, QTextCharFormat] = {}
     for start, length, kind in code_spans(code, language):
@@ -375,7 +393,7 @@ def _style_code(cursor: QTextCursor, group: list, theme: Theme) -> CodeBlock:
             formats[kind] = QTextCharFormat()
             formats[kind].setForeground(QColor(CODE_COLORS[kind]))
             formats[kind].setFontItalic(kind == "comment")
-        cursor.setPosition(base + start)
-        cursor.setPosition(base + start + length, QTextCursor.MoveMode.KeepAnchor)
+        cursor.setPosition(base + at(start))
+        cursor.setPosition(base + at(start + length), QTextCursor.MoveMode.KeepAnchor)
         cursor.mergeCharFormat(formats[kind])
     return CodeBlock(code, language, first.blockNumber(), last.blockNumber())

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from PySide6.QtGui import QColor, QFont, QTextCursor
 
-from app.messages.markdown import render, with_draft_markers
+from app.messages.markdown import doc_positions, render, with_draft_markers
 from app.theme import CODE_COLORS, LIGHT
 from engine.stats_format import compact, live_line, message_line
 
@@ -123,3 +123,34 @@ def test_a_drafted_span_beside_emphasis_leaves_it_bold(qapp):
     assert char_format_at(doc, plain.index("Fact")).fontWeight() == QFont.Weight.Bold
     tint = QColor(LIGHT.drafted)
     assert char_format_at(doc, plain.index("Colors")).background().color() == tint
+
+
+def test_a_drafted_span_after_an_emoji_keeps_every_character(qapp):
+    """An emoji (past U+FFFF: two UTF-16 units in the document, one character in Python)
+    before a drafted span: the span's tint lies on its own characters, every marker goes
+    and no character is lost (the markers' places were off by one per emoji, so a letter
+    beside each went and the marker stayed, a box on screen)."""
+    text = "Hello! 🌟 I'm here. Is there 😊 anything you'd like to improve?"
+    span = text.index(" to")
+    doc = render(text, LIGHT, QFont("DejaVu Sans", 10), ((span, span + 3),)).doc
+    plain = doc.toPlainText()
+    assert plain == text
+    tint = QColor(LIGHT.drafted)
+    at = doc_positions(plain)
+    tinted = [
+        i for i in range(len(plain)) if char_format_at(doc, at(i)).background().color() == tint
+    ]
+    assert tinted == [span, span + 1, span + 2], [plain[i] for i in tinted]
+
+
+def test_code_after_an_emoji_is_highlighted_where_it_is(qapp):
+    text = 'Code:\n\n```python\nstar = "🌟🌟"\nreturn star  # done\n```\n'
+    doc = render(text, LIGHT, QFont("DejaVu Sans", 10)).doc
+    plain = doc.toPlainText()
+    at = doc_positions(plain)
+    keyword = char_format_at(doc, at(plain.index("return")))
+    assert keyword.foreground().color() == QColor(CODE_COLORS["keyword"])
+    comment = char_format_at(doc, at(plain.index("# done")))
+    assert comment.foreground().color() == QColor(CODE_COLORS["comment"])
+    before = char_format_at(doc, at(plain.index(" star  #")))
+    assert before.foreground().color() != QColor(CODE_COLORS["keyword"])
