@@ -91,7 +91,10 @@ class ShortcutsDialog(QDialog):
 
 
 def about_text(window: MainWindow) -> str:
-    version = importlib.metadata.version("branchchat")
+    try:
+        version = importlib.metadata.version("branchchat")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree, not installed
+        version = "(from source)"
     model = window.header.name.text() if window.header.loaded_path else "none loaded"
     detail = window.header.info.text() if window.header.loaded_path else ""
     return (

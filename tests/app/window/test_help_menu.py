@@ -86,3 +86,13 @@ def test_about_names_the_version_the_model_and_the_chats_file(harness, qtbot):
     menu_action(window, "Help", "About").trigger()
     text = open_dialog(qtbot, window, AboutDialog).label.text()
     assert "Model: Fake-1M (" in text and window.header.info.text() in text
+
+
+def test_about_from_a_source_tree_names_no_version(harness, qtbot, monkeypatch):
+    def not_installed(_name):
+        raise importlib.metadata.PackageNotFoundError("branchchat")
+
+    monkeypatch.setattr(importlib.metadata, "version", not_installed)
+    window = harness.open()
+    menu_action(window, "Help", "About").trigger()
+    assert "branchchat (from source)" in open_dialog(qtbot, window, AboutDialog).label.text()
