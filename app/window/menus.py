@@ -75,17 +75,21 @@ def build_menu_bar(window: MainWindow) -> None:
     sidebar.setShortcut(QKeySequence("Ctrl+Shift+S"))
     sidebar.toggled.connect(window.show_sidebar)
     view_menu.addSeparator()
-    larger = _add(view_menu, "Larger text", lambda: change_text_size(window, 1), "Ctrl+=")
-    larger.setShortcuts([QKeySequence("Ctrl+="), QKeySequence(QKeySequence.StandardKey.ZoomIn)])
-    smaller = _add(view_menu, "Smaller text", lambda: change_text_size(window, -1))
-    smaller.setShortcut(QKeySequence(QKeySequence.StandardKey.ZoomOut))
-    _add(view_menu, "Actual size", lambda: change_text_size(window, None), "Ctrl+0")
 
-    def enable_sizes() -> None:
+    def resize_text(by: int | None) -> None:
+        change_text_size(window, by)
+        enable_sizes()
+
+    def enable_sizes() -> None:  # after each change: a disabled action's keys do nothing
         larger.setEnabled(window.settings.text_size < TEXT_SIZES[-1])
         smaller.setEnabled(window.settings.text_size > TEXT_SIZES[0])
 
-    view_menu.aboutToShow.connect(enable_sizes)
+    larger = _add(view_menu, "Larger text", lambda: resize_text(1))
+    larger.setShortcuts([QKeySequence("Ctrl+="), QKeySequence(QKeySequence.StandardKey.ZoomIn)])
+    smaller = _add(view_menu, "Smaller text", lambda: resize_text(-1))
+    smaller.setShortcut(QKeySequence(QKeySequence.StandardKey.ZoomOut))
+    _add(view_menu, "Actual size", lambda: resize_text(None), "Ctrl+0")
+    enable_sizes()  # a size kept at a bound
 
     help_menu = bar.addMenu("&Help")
     _add(help_menu, "Keyboard shortcuts", lambda: open_shortcuts(window), "Ctrl+/")
