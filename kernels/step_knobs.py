@@ -72,11 +72,12 @@ TUNING = {
     # has no norm to fold in, and each block's staging of their x in int8 cost the 1B shape's
     # step 1.9 and 7.0 us a layer (docs/BENCHMARKS.md, session 42)
     "FQ_INT8_RESIDUAL": 1,
-    # chunks of 8 floats a thread loads at once while it stages a row of x in int8 (a
-    # batch's loads all in flight before any is rounded; the same bits): a thread has
-    # K / 2,048 of a row, so only rows past 2,048 have a batch. Untimed: 2 and 4 spill in
-    # the large Llama shapes' decode builds (fused_step.cuh)
-    "FQ_STAGE_AT": 1,
+    # 1: a row of x staged in int8 is first copied whole into shared memory (cp.async: its
+    # loads all in flight at once) and rounded from there; 0 loads and rounds a thread's
+    # chunks of 8 floats one after another, four round trips to L2 on a row of 8,192 (the
+    # same bits either way; fused_step.cuh's fq_stage_i8). Loading them at once in
+    # registers instead spilled and was slower (docs/BENCHMARKS.md, session 43). Untimed.
+    "FQ_STAGE_COPY": 0,
 }
 # shared memory an SM lends the staged x of its blocks (an H100/H200 SM has 228 KB; the
 # attention's own arrays and the runtime's reserve take the rest)
@@ -210,8 +211,8 @@ def check_tuning(tuning: dict[str, int]) -> dict[str, int]:
         raise ValueError(f"FQ_INT8 must be 0 or a multiple of 32, not {knobs['FQ_INT8']}")
     if knobs["FQ_INT8_RESIDUAL"] not in (0, 1):
         raise ValueError(f"FQ_INT8_RESIDUAL must be 0 or 1, not {knobs['FQ_INT8_RESIDUAL']}")
-    if not 1 <= knobs["FQ_STAGE_AT"] <= 8:
-        raise ValueError(f"FQ_STAGE_AT must be 1..8, not {knobs['FQ_STAGE_AT']}")
+    if knobs["FQ_STAGE_COPY"] not in (0, 1):
+        raise ValueError(f"FQ_STAGE_COPY must be 0 or 1, not {knobs['FQ_STAGE_COPY']}")
     if not 1 <= knobs["FQ_WIDE_SLICES"] <= 16:
         raise ValueError(f"FQ_WIDE_SLICES must be 1..16, not {knobs['FQ_WIDE_SLICES']}")
     if knobs["FQ_HEAD_ROWS"] not in (0, 1, 2, 4, 8):

@@ -618,23 +618,80 @@ __host__ __device__ constexpr int fq_pass_rows() {
   return fit < MAXM_ ? fit : MAXM_;
 }
 
-// FQ_STAGE_AT: the chunks of 8 floats a thread loads at once while staging int8 x (all of
-// a batch's loads in flight before any is rounded; a row's bits do not depend on it). A
-// thread has K / 2,048 chunks of a row; more than 1 at once costs the 2-block decode
-// builds of the Llama shapes 156-480 bytes of spills (nvcc 13.0).
-#ifndef FQ_STAGE_AT
-#define FQ_STAGE_AT 1
+// FQ_STAGE_COPY 1: fq_stage_i8 first copies a row of x into the shared memory past the
+// pass's int8 rows (cp.async: all of a row's loads in flight at once, no registers held),
+// then rounds it from there; 0 loads a thread's chunks of 8 floats from L2 and rounds each
+// before loading the next (a row of 8,192 is four such round trips a thread: the 1B
+// shape's down phase took 7.0 us a layer more than on float x, docs/BENCHMARKS.md, session
+// 42; loading them at once in registers spilled and took 28.3 against 23.6, session 43).
+// Where the room left cannot take a round of the block's chunks (2,048 floats), the row is
+// staged as with 0. Both give a row the same bits: each thread rounds the same chunks in
+// the same order.
+#ifndef FQ_STAGE_COPY
+#define FQ_STAGE_COPY 0
 #endif
 // an integer below 2^22 in magnitude as a float by its exponent bits (no I2F)
 __device__ __forceinline__ float fq_int_float(int d) {
   return __fsub_rn(__int_as_float(0x4B400000 + d), 12582912.0f);
 }
 
+// 16 bytes from global memory to shared memory, through L2 only; fs_copy_wait: every copy
+// this thread issued has landed (the block's barrier then publishes them)
+__device__ __forceinline__ void fs_copy16(float* sm, const float* g) {
+#if __CUDA_ARCH__ >= 800
+  const unsigned int at = static_cast<unsigned int>(__cvta_generic_to_shared(sm));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(at), "l"(g) : "memory");
+#else
+  *reinterpret_cast<float4*>(sm) = __ldcg(reinterpret_cast<const float4*>(g));
+#endif
+}
+__device__ __forceinline__ void fs_copy_wait() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
+}
+
+// Chunk c (x_8c .. x_8c+7 of row m, in v) rounded to int8 into q and its block's scale into
+// d: with `norm`, v * norm is rounded and the sum of squares of v as given is added to sq.
+// The 4 lanes of a block of 32 call it together.
+template <int K>
+__device__ __forceinline__ void fq_round8(float (&v)[8], const float* norm, int m, int c,
+                                          float& sq, uint32_t* q, float* d) {
+  if (norm) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) sq = __fmaf_rn(v[j], v[j], sq);
+    float nv[8];
+    fs_load8_ro(norm + 8 * c, nv);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = __fmul_rn(v[j], nv[j]);
+  }
+  float a = 0.f;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) a = fmaxf(a, fabsf(v[j]));
+  const unsigned int four = __activemask();  // a block's 4 lanes are active together
+  a = fmaxf(a, __shfl_xor_sync(four, a, 1));
+  a = fmaxf(a, __shfl_xor_sync(four, a, 2));
+  const float dd = __fdiv_rn(a, 127.f);
+  const float inv = dd != 0.f ? __frcp_rn(dd) : 0.f;  // 1 / dd, correctly rounded
+  uint32_t even = 0, odd = 0;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const uint32_t e = __float2int_rn(__fmul_rn(v[2 * j], inv));
+    const uint32_t o = __float2int_rn(__fmul_rn(v[2 * j + 1], inv));
+    even |= (e & 255u) << (8 * j);
+    odd |= (o & 255u) << (8 * j);
+  }
+  q[m * (K / 4) + 2 * c] = even;
+  q[m * (K / 4) + 2 * c + 1] = odd;
+  if (c % 4 == 0) d[m * (K / 32) + c / 4] = dd;
+}
+
 // Rows p0 .. p0 + n of x [., K] into `sm` in int8 (every thread of the block calls it, past
 // the barrier that published x): with `norm`, x * norm[k] is rounded (a norm's weight, as
 // fq_dot's SCALED multiplies the weights by it) and the sum of squares of x as given is kept
 // in its warps' parts (fq_dot_i8 adds them up); without, neither (no norm follows). Each
-// row's threads, chunks and sums are the same whatever n: its bits do not depend on the pass.
+// row's threads, chunks and sums are the same whatever n or FQ_STAGE_COPY: its bits do not
+// depend on the pass. Thread t rounds chunks t, t + T, ... of a row, in that order.
 template <int K>
 __device__ __forceinline__ FqX fq_stage_i8(const float* x, int p0, int n, const float* norm,
                                            float* sm) {
@@ -646,49 +703,48 @@ __device__ __forceinline__ FqX fq_stage_i8(const float* x, int p0, int n, const 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   constexpr int T = FD_WARPS * 32;          // the block's threads (StepKernel's THREADS)
   constexpr int PER = (K / 8 + T - 1) / T;  // a thread's chunks of 8 in a row
-  constexpr int AT = PER < FQ_STAGE_AT ? PER : FQ_STAGE_AT;  // chunks loaded at once
+  // FQ_STAGE_COPY's room past the int8 rows, in floats: a row at once, else a piece of
+  // whole rounds of the block's chunks (8 T floats), else none
+  int piece = 0;
+  if (FQ_STAGE_COPY) {
+    unsigned int size;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(size));
+    const int used = (n * fq_int8_row_bytes<K>() + 15) & ~15;
+    const int room = (static_cast<int>(size) - used) / 4;
+    piece = room >= K ? K : room / (8 * T) * (8 * T);
+  }
+  float* scratch = reinterpret_cast<float*>(bytes + ((n * fq_int8_row_bytes<K>() + 15) & ~15));
   for (int m = 0; m < n; ++m) {
     const float* row = x + (size_t)(p0 + m) * K;
     float sq = 0.f;
+    if (piece > 0) {
 #pragma unroll 1
-    for (int i0 = 0; i0 < PER; i0 += AT) {
-      float v[AT][8];  // every load of the batch in flight before any is rounded
-#pragma unroll
-      for (int i = 0; i < AT; ++i) {
-        const int c = threadIdx.x + (i0 + i) * T;
-        if (i0 + i < PER && c < K / 8) fs_load8_cg(row + 8 * c, v[i]);
+      for (int f0 = 0; f0 < K; f0 += piece) {  // a piece: rounds f0 / 8T .. of every thread
+        const int len = min(piece, K - f0);
+        for (int u = threadIdx.x; u < len / 4; u += T) fs_copy16(scratch + 4 * u, row + f0 + 4 * u);
+        fs_copy_wait();
+        __syncthreads();
+#pragma unroll 1
+        for (int i = f0 / (8 * T); i < PER; ++i) {
+          const int c = threadIdx.x + i * T;
+          if (8 * c >= f0 + len) break;  // a block's 4 lanes leave together
+          if (c < K / 8) {
+            const float4 a = *reinterpret_cast<const float4*>(scratch + 8 * c - f0);
+            const float4 b = *reinterpret_cast<const float4*>(scratch + 8 * c - f0 + 4);
+            float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+            fq_round8<K>(v, norm, m, c, sq, q, d);
+          }
+        }
+        __syncthreads();  // the scratch is free for the next piece or row
       }
-#pragma unroll
-      for (int i = 0; i < AT; ++i) {
-        const int c = threadIdx.x + (i0 + i) * T;  // 4 lanes a block of 32
-        if (i0 + i < PER && c < K / 8) {
-          if (norm) {
-#pragma unroll
-            for (int j = 0; j < 8; ++j) sq = __fmaf_rn(v[i][j], v[i][j], sq);
-            float nv[8];
-            fs_load8_ro(norm + 8 * c, nv);
-#pragma unroll
-            for (int j = 0; j < 8; ++j) v[i][j] = __fmul_rn(v[i][j], nv[j]);
-          }
-          float a = 0.f;
-#pragma unroll
-          for (int j = 0; j < 8; ++j) a = fmaxf(a, fabsf(v[i][j]));
-          const unsigned int four = __activemask();  // a block's 4 lanes are active together
-          a = fmaxf(a, __shfl_xor_sync(four, a, 1));
-          a = fmaxf(a, __shfl_xor_sync(four, a, 2));
-          const float dd = __fdiv_rn(a, 127.f);
-          const float inv = dd != 0.f ? __frcp_rn(dd) : 0.f;  // 1 / dd, correctly rounded
-          uint32_t even = 0, odd = 0;
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            const uint32_t e = __float2int_rn(__fmul_rn(v[i][2 * j], inv));
-            const uint32_t o = __float2int_rn(__fmul_rn(v[i][2 * j + 1], inv));
-            even |= (e & 255u) << (8 * j);
-            odd |= (o & 255u) << (8 * j);
-          }
-          q[m * (K / 4) + 2 * c] = even;
-          q[m * (K / 4) + 2 * c + 1] = odd;
-          if (c % 4 == 0) d[m * (K / 32) + c / 4] = dd;
+    } else {
+#pragma unroll 1
+      for (int i = 0; i < PER; ++i) {
+        const int c = threadIdx.x + i * T;  // 4 lanes a block of 32
+        if (c < K / 8) {
+          float v[8];
+          fs_load8_cg(row + 8 * c, v);
+          fq_round8<K>(v, norm, m, c, sq, q, d);
         }
       }
     }

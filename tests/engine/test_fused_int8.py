@@ -162,16 +162,21 @@ def test_int8_x_rounds_as_the_cpus_int8_kernels_do(tiny_models, q4_k_m, source):
 
 @needs_gpu
 @pytest.mark.gpu
-def test_staging_int8_x_in_batches_changes_no_bit(tiny_models):
-    """A row of 6,144 floats is 3 chunks of 8 for each of a block's 256 threads: staged one
-    at a time, two at once (a batch of 2, then 1) and all at once (FQ_STAGE_AT 1, 2 and 4),
-    the int8 build's logits are the same bit for bit."""
+def test_staging_int8_x_by_copy_changes_no_bit(tiny_models):
+    """FQ_STAGE_COPY copies a row of x into shared memory before rounding it: a row of 6,144
+    floats (3 chunks of 8 for each of a block's 256 threads) whole with the step's 16,384
+    floats of room, in pieces of 4,096 and 2,048 with 6,144 (the step), in pieces of 2,048
+    in a verify's 2-row passes, and as without the knob in no room. Every build's logits are
+    the same bit for bit, and its verify's rows equal its single steps."""
     path, _ = tiny_models.gguf(qtype="Q4_1", embed_qtype="Q8_0", intermediate_size=6144)
     builds = []
-    for at in (1, 2, 4):
-        tuning = f"FQ_INT8=32,FQ_STAGE_AT={at}"
+    for knobs in ("", ",FQ_STAGE_COPY=1", ",FQ_STAGE_COPY=1,FQ_SMEM_X=6144,FQ_VERIFY_ROWS=2"):
+        tuning = f"FQ_INT8=32{knobs}"
         lm = load_model(path, EngineConfig(backend="mlx", dtype="float32", step_tuning=tuning))
-        assert lm.runner.fused.step_kernel.tuning["FQ_STAGE_AT"] == at
-        builds.append(_steps(lm, STEPS[:5], LONG_PROMPT)[0])
+        assert parse_step_tuning(tuning).items() <= lm.runner.fused.step_kernel.tuning.items()
+        single, _ = _steps(lm, STEPS, LONG_PROMPT)
+        builds.append(single)
+        if knobs:
+            assert_verify_equals_steps(lm, single, LONG_PROMPT)
     for other in builds[1:]:
         assert all(np.array_equal(a, b) for a, b in zip(builds[0], other, strict=True))

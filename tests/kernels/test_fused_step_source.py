@@ -347,17 +347,23 @@ def test_the_wide_loads_compile(tmp_path, shapes, wide, maxm, head_mode):
 @needs_nvcc
 @pytest.mark.parametrize("maxm,head_mode", BUILDS)
 @pytest.mark.parametrize(
-    "shapes,layers,int8,roles",
-    [(LLAMA_8B, 2, 2048, KFACTORS), (TINY_QWEN35, 4, 32, ((4, 6, 32), (4, 6), (4,), (4, 6), (6,)))],
-    ids=["8B", "tiny-hybrid"],
+    "shapes,layers,int8,roles,copy",
+    [
+        (LLAMA_8B, 2, 2048, KFACTORS, 0),
+        (LLAMA_8B, 2, 2048, KFACTORS, 1),
+        (TINY_QWEN35, 4, 32, ((4, 6, 32), (4, 6), (4,), (4, 6), (6,)), 1),
+    ],
+    ids=["8B", "8B-copy", "tiny-hybrid-copy"],
 )
-def test_int8_x_compiles(tmp_path, shapes, layers, int8, roles, maxm, head_mode):
+def test_int8_x_compiles(tmp_path, shapes, layers, int8, roles, copy, maxm, head_mode):
     """FQ_INT8's dot products (K-quant factors of 4 and 6 bits by dp4a, other formats on
     float x beside them) and its staged passes: on the 8B's verify, 8 rows of its MLP's
     14,336 a pass in 128 KB of staged x, all 16 rows of 4,096 at once; on the hybrid its
-    in_proj phase too. The builds keep their registers and fit a launch."""
+    in_proj phase too; with FQ_STAGE_COPY, x copied into shared memory (cp.async) before
+    it is rounded. The builds keep their registers and fit a launch."""
     tuning = fs.tuning_for(_layer_bytes(shapes), shapes.qk_norm, shapes.linear is not None)
     tuning |= {"FQ_INT8": int8, "FQ_VERIFY_SMEM_X": 32768 if maxm > 1 else 0}
+    tuning |= {"FQ_STAGE_COPY": copy}
     formats = tuple(sorted({f for role in roles for f in role}))
     source = _step_source(shapes, layers, "__nv_bfloat16", head_mode, maxm=maxm,
                           formats=formats, tuning=tuning, roles=roles)  # fmt: skip
