@@ -146,9 +146,17 @@ def scratch_size(shapes: Shapes, capacity: int, itemsize: int) -> int:
     HD = s.heads * s.head_dim
     chunks = -(-capacity // (8 * chunk_keys(s.head_dim, itemsize)))  # a block's 8 warps
     activations = MAX_ROWS * (2 * HD + 2 * s.hidden + s.intermediate)
-    activations += fused_step_layers.scratch_floats(s, MAX_ROWS)
+    activations += fused_step_layers.scratch_floats(s, MAX_ROWS) + int8_once_floats(s)
     partials = MAX_ROWS * s.heads * chunks * (s.head_dim + 2)
     return max(activations + partials, _PRIVATE_PAGE_FLOATS)
+
+
+def int8_once_floats(shapes: Shapes) -> int:
+    """float32 elements of FQ_INT8_ONCE's int8 x before the attention partials (fused_step.cu's
+    oq8, od8, aq8, ad8): the attention output's and the activation's rows, a byte an
+    element and a float32 scale a block of 32."""
+    HD, F = shapes.heads * shapes.head_dim, shapes.intermediate
+    return MAX_ROWS * ((HD + F) // 4 + HD // 32 + F // 32)
 
 
 @cache

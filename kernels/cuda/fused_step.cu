@@ -63,7 +63,17 @@
   // the normed output of a linear one [row, GDN_GO]
   float* mix = xs + FD_MAXM * D;
   float* gbuf = mix + FD_MAXM * GDN_NIN;
-  float* part = gbuf + FD_MAXM * GDN_GO;  // attention partials [row, head, chunk] x (max, sum, DH)
+  // FQ_INT8_ONCE: the attention output and the MLP's activation in int8 as their phases
+  // round them, [row] x (K bytes), and a scale a block of 32 (fused_step_cuda.int8_once_floats)
+  unsigned char* oq8 = reinterpret_cast<unsigned char*>(gbuf + FD_MAXM * GDN_GO);
+  float* od8 = reinterpret_cast<float*>(oq8 + FD_MAXM * HD);
+  unsigned char* aq8 = reinterpret_cast<unsigned char*>(od8 + FD_MAXM * (HD / 32));
+  float* ad8 = reinterpret_cast<float*>(aq8 + FD_MAXM * F);
+  float* part = ad8 + FD_MAXM * (F / 32);  // attention partials [row, head, chunk] x (max, sum, DH)
+  // which of o's and down's x their producers round (a head's dims a warp's blocks of 32;
+  // gate_up's blocks of 8 warps take 32 outputs)
+  constexpr bool ONCE_O = FQ_INT8_ONCE && fq_int8<HD, FQ_ROLE_O>() && DH % 32 == 0;
+  constexpr bool ONCE_A = FQ_INT8_ONCE && fq_int8<F, FQ_ROLE_DOWN>() && FD_WARPS == 8;
   static_assert(FQ_SMEM_X % 8 == 0 && FQ_SMEM_X <= 49152, "staged x: a multiple of 8 floats");
   extern __shared__ __align__(16) float s_x[];  // fq_stage's x: the launch's dynamic memory
   fq_gather_rows<D>(tab, TABLE_MAT, s_ids, M, xs, EMBED_SCALE);  // embedding rows, float32
@@ -359,7 +369,9 @@
             go += s_acc[w][d] * e;
           }
           if (nc == 1) {
-            out[d] = fs_gated<GATED>(go / gl, gbuf, m * HD + h * DH + d);
+            const float o = fs_gated<GATED>(go / gl, gbuf, m * HD + h * DH + d);
+            out[d] = o;
+            if (ONCE_O) fq_round_warp(o, h * DH + d - lane, oq8 + (size_t)m * HD, od8 + (size_t)m * (HD / 32));
           } else {
             float* mine = slots + (size_t)c * (DH + 2);
             if (d == 0) { mine[0] = gm; mine[1] = gl; }
@@ -383,7 +395,9 @@
               gl += __ldcg(sl + 1) * e;
               go += __ldcg(sl + 2 + d) * e;
             }
-            out[d] = fs_gated<GATED>(go / gl, gbuf, m * HD + h * DH + d);
+            const float o = fs_gated<GATED>(go / gl, gbuf, m * HD + h * DH + d);
+            out[d] = o;
+            if (ONCE_O) fq_round_warp(o, h * DH + d - lane, oq8 + (size_t)m * HD, od8 + (size_t)m * (HD / 32));
             if (d == 0) counters[mh] = 0;  // for the next layer, past a grid barrier
           }
         }
@@ -393,48 +407,82 @@
     if (gw < D) fq_prefetch_row(tab, 4 * l + 1, gw);
     fs_grid_sync(sync, ++phase);
     // -- C: o_proj + residual -> hs (with sandwich norms, o_proj alone: then C2)
-    fq_residual_phase<HD, D, G, FQ_ROLE_O, MAXM, !SANDWICH>(tab, 4 * l + 1, ao, x, hs, M, gw, nw, s_x);
+    fq_residual_phase<HD, D, G, FQ_ROLE_O, MAXM, !SANDWICH>(tab, 4 * l + 1, ao, x, hs, M, gw, nw, s_x,
+                                                           ONCE_O ? oq8 : nullptr, od8);
     }
     if (SANDWICH) {  // -- C2: hs = x + norm(o_proj) * the post-attention norm
       fs_grid_sync(sync, ++phase);
       fs_post_norm<D>(hs, x, pn1 + (size_t)l * D, M, gw, nw, EPS);
     }
-    if (gw < F / 2) {
-      fq_prefetch_row(tab, 4 * l + 2, 2 * gw);
-      fq_prefetch_row(tab, 4 * l + 2, F + 2 * gw);
+    const int first_n = ONCE_A ? 32 * blockIdx.x + 4 * warp : 2 * gw;  // this warp's first pair
+    if (first_n < F) {
+      fq_prefetch_row(tab, 4 * l + 2, first_n);
+      fq_prefetch_row(tab, 4 * l + 2, F + first_n);
     }
     fs_grid_sync(sync, ++phase);
-    // -- D: norm + gate/up + SiLU(gate) * up -> act; a warp takes outputs n, n + 1
-    const FqUnits units(F / 2, M, G);
+    // -- D: norm + gate/up + SiLU(gate) * up -> act; a warp takes outputs n, n + 1 (with
+    // ONCE_A a block takes 32, warp w 4w .. 4w + 3, and rounds them into aq8 / ad8)
+    __shared__ float s_act[ONCE_A ? G : 1][32];
+    // rows m0 .. m0 + Mg of outputs n, n + 1 (gate rows rg, rg + 1 of part pg, format fg;
+    // up's ru, pu, fu) into act (and s_act's columns c, c + 1)
+    auto gate_up = [&](const FqX& xh, int pass0, int n, int m0, int c, int fg, const FqPart& pg,
+                       int rg, int fu, const FqPart& pu, int ru) {
+      const FqX xm = xh.at((m0 - pass0) * D);
+      const int Mg = min(G, M - m0);
+      // gate n, n + 1 and up n, n + 1: two passes (their parts may differ in format)
+      const int gr[2] = {rg, rg + 1}, ur[2] = {ru, ru + 1};
+      float ga[G][2], ua[G][2], ss[G], uss[G];
+      fq_dot<D, 2, G, true, true, FQ_ROLE_GATE_UP>(fg, pg, gr, nw2 + l * D, xm, Mg, ga, ss);
+      fq_dot<D, 2, G, true, false, FQ_ROLE_GATE_UP>(fu, pu, ur, nw2 + l * D, xm, Mg, ua, uss);
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+        const int m = m0 + g;
+        if (m < M && lane == 0) {
+          const float rinv = 1.0f / sqrtf(ss[g] / D + EPS);
+#pragma unroll
+          for (int j = 0; j < 2; ++j) {
+            const float gs = ga[g][j] * rinv, us = ua[g][j] * rinv;
+            const float a = fs_act<ACT>(gs) * us;
+            act[(size_t)m * F + n + j] = a;
+            if (ONCE_A) s_act[g][c + j] = a;
+          }
+        }
+      }
+    };
     for (int pass0 = 0; pass0 < M; pass0 += PD) {
       const FqX xh = fq_stage_pass<D, PD, FQ_ROLE_QKV>(hs, M, pass0, nw2 + l * D, s_x);
-      for (int u = gw; u < units.count(); u += nw) {
-        const int n = 2 * units.item(u);
-        int lo, hi;
-        units.rows(u, M, G, lo, hi);
-        FqPart pg, pu;
-        int rg, ru;
-        const int fg = tab.part(4 * l + 2, n, pg, rg), fu = tab.part(4 * l + 2, F + n, pu, ru);
-        for (int m0 = max(lo, pass0); m0 < min(hi, pass0 + PD); m0 += G) {
-          const FqX xm = xh.at((m0 - pass0) * D);
-          const int Mg = min(G, M - m0);
-          // gate n, n + 1 and up n, n + 1: two passes (their parts may differ in format)
-          const int gr[2] = {rg, rg + 1}, ur[2] = {ru, ru + 1};
-          float ga[G][2], ua[G][2], ss[G], uss[G];
-          fq_dot<D, 2, G, true, true, FQ_ROLE_GATE_UP>(fg, pg, gr, nw2 + l * D, xm, Mg, ga, ss);
-          fq_dot<D, 2, G, true, false, FQ_ROLE_GATE_UP>(fu, pu, ur, nw2 + l * D, xm, Mg, ua, uss);
-#pragma unroll
-          for (int g = 0; g < G; ++g) {
-            const int m = m0 + g;
-            if (m < M && lane == 0) {
-              const float rinv = 1.0f / sqrtf(ss[g] / D + EPS);
-#pragma unroll
-              for (int j = 0; j < 2; ++j) {
-                const float gs = ga[g][j] * rinv, us = ua[g][j] * rinv;
-                act[(size_t)m * F + n + j] = fs_act<ACT>(gs) * us;
-              }
+      if constexpr (ONCE_A) {
+        const FqUnits blocks(F / 32, M, G);  // a unit: 32 outputs of a group of rows
+        for (int u = blockIdx.x; u < blocks.count(); u += gridDim.x) {
+          const int n0 = 32 * blocks.item(u);
+          int lo, hi;
+          blocks.rows(u, M, G, lo, hi);
+          for (int m0 = max(lo, pass0); m0 < min(hi, pass0 + PD); m0 += G) {
+#pragma unroll 1
+            for (int c = 4 * warp; c < 4 * warp + 4; c += 2) {
+              FqPart pg, pu;
+              int rg, ru;
+              const int fg = tab.part(4 * l + 2, n0 + c, pg, rg);
+              const int fu = tab.part(4 * l + 2, F + n0 + c, pu, ru);
+              gate_up(xh, pass0, n0 + c, m0, c, fg, pg, rg, fu, pu, ru);
             }
+            __syncthreads();
+            for (int g = warp; g < min(G, M - m0); g += FD_WARPS)
+              fq_round_warp(s_act[g][lane], n0, aq8 + (size_t)(m0 + g) * F, ad8 + (size_t)(m0 + g) * (F / 32));
+            __syncthreads();  // s_act is free for the next rows
           }
+        }
+      } else {
+        const FqUnits units(F / 2, M, G);
+        for (int u = gw; u < units.count(); u += nw) {
+          const int n = 2 * units.item(u);
+          int lo, hi;
+          units.rows(u, M, G, lo, hi);
+          FqPart pg, pu;
+          int rg, ru;
+          const int fg = tab.part(4 * l + 2, n, pg, rg), fu = tab.part(4 * l + 2, F + n, pu, ru);
+          for (int m0 = max(lo, pass0); m0 < min(hi, pass0 + PD); m0 += G)
+            gate_up(xh, pass0, n, m0, 0, fg, pg, rg, fu, pu, ru);
         }
       }
       fq_pass_done(pass0, PD, M);
@@ -442,7 +490,8 @@
     if (gw < D) fq_prefetch_row(tab, 4 * l + 3, gw);
     fs_grid_sync(sync, ++phase);
     // -- E: down + residual -> xs (with sandwich norms, down alone: then E2)
-    fq_residual_phase<F, D, G, FQ_ROLE_DOWN, MAXM, !SANDWICH>(tab, 4 * l + 3, act, hs, xs, M, gw, nw, s_x);
+    fq_residual_phase<F, D, G, FQ_ROLE_DOWN, MAXM, !SANDWICH>(tab, 4 * l + 3, act, hs, xs, M, gw, nw, s_x,
+                                                              ONCE_A ? aq8 : nullptr, ad8);
     if (SANDWICH) {  // -- E2: xs = hs + norm(down) * the post-MLP norm
       fs_grid_sync(sync, ++phase);
       fs_post_norm<D>(xs, hs, pn2 + (size_t)l * D, M, gw, nw, EPS);

@@ -759,6 +759,54 @@ __device__ __forceinline__ FqX fq_stage_i8(const float* x, int p0, int n, const 
   return out;
 }
 
+// FQ_INT8_ONCE 1: the residual phases' x in int8 is rounded once, by the phase that writes
+// it, into global memory (fused_step.cu's oq8 / od8, aq8 / ad8), and each block of o and
+// down copies those bytes instead of rounding its own copy (fq_stage_i8 rounds the same x
+// in every block: the 1B shape's down phase took 7.0 us a layer more than on float x,
+// docs/BENCHMARKS.md, session 42). The attention output's rounding is a warp's (a head's
+// 32 dims); the MLP's activation's a block's, which then takes whole blocks of 32 outputs
+// in gate_up. The bytes, scales and so a row's bits are fq_stage_i8's.
+#ifndef FQ_INT8_ONCE
+#define FQ_INT8_ONCE 0
+#endif
+// where x_k of a row of int8 x lies among the row's bytes: fq_round8's words hold a chunk of
+// 8's even elements, then its odd ones
+__device__ __forceinline__ int fq_i8_byte(int k) {
+  return (k & ~7) + 4 * (k & 1) + ((k & 7) >> 1);
+}
+
+// Every lane of a warp holds x_k of one block of 32 (k = k0 + lane, k0 a multiple of 32, of
+// a row whose int8 bytes start at q and scales at d): rounded as fq_round8 rounds it
+__device__ __forceinline__ void fq_round_warp(float v, int k0, unsigned char* q, float* d) {
+  float a = fabsf(v);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
+  const float dd = __fdiv_rn(a, 127.f);
+  const float inv = dd != 0.f ? __frcp_rn(dd) : 0.f;
+  const int lane = threadIdx.x % 32;
+  q[fq_i8_byte(k0 + lane)] = static_cast<unsigned char>(__float2int_rn(__fmul_rn(v, inv)) & 255);
+  if (lane == 0) d[k0 / 32] = dd;
+}
+
+// Rows p0 .. p0 + n of x in int8 as FQ_INT8_ONCE's producers left them (q8: K bytes a row,
+// d8: K / 32 scales) into `sm` in fq_stage_i8's layout (no sum of squares: no norm follows)
+template <int K>
+__device__ __forceinline__ FqX fq_stage_once(const float* x, const unsigned char* q8,
+                                             const float* d8, int p0, int n, float* sm) {
+  static_assert(K % 32 == 0, "int8 x: blocks of 32");
+  unsigned char* bytes = reinterpret_cast<unsigned char*>(sm);
+  float* d = reinterpret_cast<float*>(bytes + (size_t)n * K);
+  const unsigned char* from = q8 + (size_t)p0 * K;
+  for (int u = threadIdx.x; u < n * K / 16; u += blockDim.x)
+    fs_copy16(reinterpret_cast<float*>(bytes + 16 * u), reinterpret_cast<const float*>(from + 16 * u));
+  for (int i = threadIdx.x; i < n * (K / 32); i += blockDim.x) d[i] = __ldcg(d8 + (size_t)p0 * (K / 32) + i);
+  fs_copy_wait();
+  __syncthreads();
+  FqX out{x + (size_t)p0 * K, sm, 0, 0};
+  out.q8 = reinterpret_cast<const uint32_t*>(bytes), out.d8 = d, out.ss8 = nullptr, out.k8 = K;
+  return out;
+}
+
 // A phase's x for rows p0 .. of a pass: int8 (fq_stage_i8, `norm` folded in) where rows of
 // K take it, else fq_stage's float copy of every row (then p0 is 0: one pass)
 template <int K, int P, int ROLE>
@@ -911,17 +959,24 @@ struct FqUnits {
 
 // y [M, N] = res + a [M, K] @ w.T for matrix `mat` (without RES, a @ w.T alone); output n
 // by warp n of nw (from gw), G rows a pass (FQ_SPREAD: a group of rows a unit), a staged
-// in `sm` (in int8, fq_pass_rows' rows at a time: MAXM_ is the build's most rows)
+// in `sm` (in int8, fq_pass_rows' rows at a time: MAXM_ is the build's most rows; with a8
+// (FQ_INT8_ONCE), a's int8 rows are copied as their producer rounded them, ad8 their scales)
 template <int K, int N, int G, int ROLE, int MAXM_, bool RES = true>
 __device__ __forceinline__ void fq_residual_phase(
     const FqTable& t, int mat, const float* a, const float* res, float* y, int M, int gw,
-    int nw, float* sm) {
+    int nw, float* sm, const unsigned char* a8 = nullptr, const float* ad8 = nullptr) {
   constexpr int P = fq_pass_rows<K, G, MAXM_, ROLE>();
   static_assert(P >= G, "a pass stages a dot product's rows of x");
   const int lane = threadIdx.x % 32;
   const FqUnits units(N, M, G);
   for (int p0 = 0; p0 < M; p0 += P) {
-    const FqX xa = fq_stage_pass<K, P, ROLE>(a, M, p0, nullptr, sm);
+    FqX xa;  // a's rows in int8 as their producer rounded them (a8), or staged here
+    if constexpr (fq_int8<K, ROLE>()) {
+      xa = a8 ? fq_stage_once<K>(a, a8, ad8, p0, min(P, M - p0), sm)
+              : fq_stage_pass<K, P, ROLE>(a, M, p0, nullptr, sm);
+    } else {
+      xa = fq_stage_pass<K, P, ROLE>(a, M, p0, nullptr, sm);
+    }
     for (int u = gw; u < units.count(); u += nw) {
       const int n = units.item(u);
       int lo, hi;

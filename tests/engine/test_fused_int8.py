@@ -180,3 +180,29 @@ def test_staging_int8_x_by_copy_changes_no_bit(tiny_models):
             assert_verify_equals_steps(lm, single, LONG_PROMPT)
     for other in builds[1:]:
         assert all(np.array_equal(a, b) for a, b in zip(builds[0], other, strict=True))
+
+
+@needs_gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("source", ["q4_gguf", "tiny-llama", "tiny-qwen3.5"])
+def test_int8_x_rounded_once_changes_no_bit(tiny_models, q4_k_m, source):
+    """FQ_INT8_ONCE: the attention rounds its output and gate_up's blocks their 32
+    activations into global memory, and o's and down's blocks copy those bytes instead of
+    rounding x themselves (a hybrid's out_proj still rounds its own). The logits are those
+    of FQ_INT8 alone bit for bit, step by step, and a verify's rows equal its single steps
+    (its 2-row passes: outputs of a block of 32 for two rows at once)."""
+    if source == "q4_gguf":
+        path, _ = tiny_models.gguf(qtype="Q4_1", embed_qtype="Q8_0")
+    else:
+        path = q4_k_m(source)
+    builds = []
+    for knobs in ("", ",FQ_INT8_ONCE=1", ",FQ_INT8_ONCE=1,FQ_VERIFY_ROWS=2,FQ_STAGE_COPY=1"):
+        tuning = f"FQ_INT8=32{knobs}"
+        lm = load_model(path, EngineConfig(backend="mlx", dtype="float32", step_tuning=tuning))
+        assert parse_step_tuning(tuning).items() <= lm.runner.fused.step_kernel.tuning.items()
+        single, _ = _steps(lm, STEPS, LONG_PROMPT)
+        builds.append(single)
+        if knobs:
+            assert_verify_equals_steps(lm, single, LONG_PROMPT)
+    for other in builds[1:]:
+        assert all(np.array_equal(a, b) for a, b in zip(builds[0], other, strict=True))
