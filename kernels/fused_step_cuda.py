@@ -141,7 +141,7 @@ def hidden_offset(shapes: Shapes) -> int:
 
 def scratch_size(shapes: Shapes, capacity: int, itemsize: int) -> int:
     """float32 elements of the step's scratch: activations (a hybrid's in_proj rows and
-    gate among them), then attention partials."""
+    gate among them, and FQ_INT8_ONCE's int8 rows), then attention partials."""
     s = shapes
     HD = s.heads * s.head_dim
     chunks = -(-capacity // (8 * chunk_keys(s.head_dim, itemsize)))  # a block's 8 warps
