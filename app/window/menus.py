@@ -1,7 +1,8 @@
 """The window's menu bar: File (new chat, import, export, settings, Quit with Ctrl+Q),
-Model (download from Hugging Face, connect to a server, open a file or folder, the default
-model), View (the sidebar, the chat's text size) and Help (keyboard shortcuts, About). Each
-entry calls what the window already does; nothing here holds state."""
+Chat (the last reply: chat_menu.py), Model (download from Hugging Face, connect to a
+server, open a file or folder, the default model), View (the sidebar, the chat's text size)
+and Help (keyboard shortcuts, About). Each entry calls what the window already does;
+nothing here holds state."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from PySide6.QtWidgets import QMenu
 
 from app.conversation.store_io import ExportFormat
 from app.settings.app_settings import TEXT_SIZES
+from app.window.chat_menu import build_chat_menu
 from app.window.help_dialogs import open_about, open_shortcuts
 from app.window.text_size import change_text_size
 
@@ -58,6 +60,7 @@ def build_menu_bar(window: MainWindow) -> None:
     quit_action = _add(file_menu, "Quit", window.close, "Ctrl+Q")
     quit_action.setMenuRole(QAction.MenuRole.QuitRole)
 
+    build_chat_menu(window, bar)
     loader = window.model_loader
     model_menu = bar.addMenu("&Model")
     _add(model_menu, "Choose a model…", window.header.open_picker)  # Ctrl+L: the header's
