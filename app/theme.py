@@ -153,5 +153,9 @@ def apply_theme(app: QApplication, theme: Theme) -> None:
     }
     for role, color in roles.items():
         palette.setColor(role, QColor(color))
+    # setColor(role, ...) sets every group: greyed widgets would look live without this
+    greyed = (QPalette.ColorRole.Text, QPalette.ColorRole.WindowText, QPalette.ColorRole.ButtonText)
+    for role in greyed:
+        palette.setColor(QPalette.ColorGroup.Disabled, role, QColor(theme.muted))
     app.setPalette(palette)
     app.setStyleSheet(style_sheet(theme))

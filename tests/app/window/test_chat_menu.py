@@ -10,6 +10,7 @@ import itertools
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication
 
+from app.theme import DARK, LIGHT
 from tests.app.fake_engine import FakeEngine
 from tests.app.window.test_window_habits import menu_action
 
@@ -121,3 +122,44 @@ def test_the_keys_are_listed_in_help(harness):
     for row in (("Regenerate reply", "Ctrl+R"), ("Previous version", "Ctrl+["),
                 ("Next version", "Ctrl+]"), ("Copy reply", "Ctrl+Shift+C")):  # fmt: skip
         assert row in rows, rows
+
+
+def _text_lightness(image, rect) -> int:
+    """The lightness of an item's text in `image`: its pixel furthest from the menu's
+    background (the darkest on a light theme, the lightest on a dark one)."""
+    background = image.pixelColor(rect.right() - 2, rect.top() + 2).lightness()
+    values = [
+        image.pixelColor(x, y).lightness()
+        for x in range(rect.left(), rect.right())
+        for y in range(rect.top(), rect.bottom())
+    ]
+    return max(values, key=lambda value: abs(value - background))
+
+
+def test_a_greyed_entry_looks_greyed(harness, qtbot):
+    """The theme's style sheet colours every menu item: without its disabled rule (and the
+    palette's disabled group) a greyed entry was drawn as dark as a live one."""
+    window = _numbered(harness)
+    app, palette = QApplication.instance(), QApplication.palette()
+    for theme in (LIGHT, DARK):
+        window.set_theme(theme)
+        try:
+            _greyed_against_live(window, harness, qtbot)
+        finally:
+            app.setStyleSheet("")  # the style sheet and palette are application-wide
+            app.setPalette(palette)
+
+
+def _greyed_against_live(window, harness, qtbot) -> None:
+    harness.send("question")
+    regenerate = menu_action(window, "Chat", "Regenerate reply")
+    previous = menu_action(window, "Chat", "Previous version")  # one version: greyed
+    menu = regenerate.parent()
+    menu.popup(window.mapToGlobal(window.rect().center()))
+    qtbot.waitUntil(menu.isVisible)
+    assert regenerate.isEnabled() and not previous.isEnabled()
+    image = menu.grab().toImage()
+    live = _text_lightness(image, menu.actionGeometry(regenerate))
+    greyed = _text_lightness(image, menu.actionGeometry(previous))
+    menu.close()
+    assert abs(greyed - live) > 40, (live, greyed)
