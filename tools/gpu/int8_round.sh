@@ -2,7 +2,8 @@
 # x in int8 (FQ_INT8, kernels/cuda/fused_step.cuh's fq_dot_i8) on the GPU, after
 # tools/gpu/unpack.sh's last parcel. Parts (PARTS, default all three):
 #   tests   tests/engine/test_fused_int8.py (a verify's rows exact, one pass and several;
-#           the logits beside the CPU's int8 kernels')
+#           the logits beside the CPU's int8 kernels; staged by copy and rounded once, the
+#           same bits), or those $TESTS_K selects (pytest -k: TESTS_K="copy or once")
 #   stamps  where the int8 step's time goes against the engine's, phase by phase
 #           (bench/gpu/step_probe.py under BRANCHCHAT_STEP_TUNING), a step and an 8-row verify,
 #           for each of $STAMP_BUILDS (default: float x, int8 everywhere, staged by copy,
@@ -17,7 +18,7 @@ parts=" ${PARTS:-tests stamps ahead} "
 source tools/gpu/ahead_with.sh
 if [[ $parts == *" tests "* ]]; then
   timeout "${TEST_BUDGET:-420}" python3 -m pytest -q -p no:cacheprovider -rfE --tb=short \
-    tests/engine/test_fused_int8.py > "$OUT/int8-tests.txt" 2>&1
+    tests/engine/test_fused_int8.py ${TESTS_K:+-k "$TESTS_K"} > "$OUT/int8-tests.txt" 2>&1
   echo "== tests: exit $?"; grep -E "^(FAILED|ERROR)|^E  " "$OUT/int8-tests.txt" | cut -c1-300 | head
   tail -1 "$OUT/int8-tests.txt"
 fi
