@@ -4,7 +4,8 @@ the person was at the bottom.
 
 Text is selected by dragging (double-click: a word) and copied with Ctrl+C; every
 control can be reached and activated from the keyboard (message_controls says which
-keys), with a focus ring and accessible names.
+keys), with a focus ring and accessible names, and a right-click on a message lists its
+controls by those names (and Copy for a selection in it).
 
 A branch switch keeps the switched message where it was on screen, so the navigator
 stays under the pointer and a second click walks on; when the new branch is too short
@@ -17,6 +18,7 @@ from PySide6.QtCore import QEvent, QModelIndex, QPoint, QRect, Qt, Signal
 from PySide6.QtGui import (
     QClipboard,
     QColor,
+    QContextMenuEvent,
     QGuiApplication,
     QKeyEvent,
     QKeySequence,
@@ -25,7 +27,7 @@ from PySide6.QtGui import (
     QPainter,
     QTextCursor,
 )
-from PySide6.QtWidgets import QAbstractItemView, QListView
+from PySide6.QtWidgets import QAbstractItemView, QListView, QMenu
 
 from app.messages.growing_list import GrowingListView
 from app.messages.message_controls import (
@@ -64,6 +66,7 @@ class MessageListView(GrowingListView):
         self._is_following = True
         self._extra_bottom = 0  # px of blank room past the last message (see the docstring)
         self._focus_row = -1  # the message the keyboard is on
+        self.context_menu: QMenu | None = None  # the last right-click's menu
         self._focus_control: Control | None = None  # None: the message itself
         self._is_selecting = False  # a drag that started in a message's text
         self._shows_ring = False  # the focus ring shows for keyboard use, not after a click
@@ -266,6 +269,23 @@ class MessageListView(GrowingListView):
             text = self.model().item(self._focus_row).content  # the whole message
         if text:
             QGuiApplication.clipboard().setText(text)
+
+    def contextMenuEvent(self, event: QContextMenuEvent) -> None:  # noqa: N802 - Qt's name
+        index = self.indexAt(event.pos())
+        if not index.isValid():
+            return
+        item = self.model().item(index.row())
+        menu = self.context_menu = QMenu(self)
+        selection = self.delegate.selection
+        if selection is not None and selection.message_id == item.id and self.selected_text():
+            menu.addAction("Copy selection", self._copy)
+            menu.addSeparator()
+        for control, _rect in self._controls(index.row()):
+            name = control_name(item, control)
+            entry = menu.addAction(name, lambda c=control: self.activate(item.id, *c))
+            first, last = item.sibling_index == 1, item.sibling_index == item.sibling_count
+            entry.setEnabled(not (control[0] == "prev" and first or control[0] == "next" and last))
+        menu.popup(event.globalPos())
 
     # -- keyboard ---------------------------------------------------------------------
 

@@ -93,6 +93,7 @@ class Sidebar(QFrame):
         delete.setWhatsThis("Delete the chat (in the chat list)")
         delete.activated.connect(self._delete_current)
         self.list.customContextMenuRequested.connect(self._context_menu)
+        self.context_menu: QMenu | None = None  # the last right-click's menu
         self.model.rename_requested.connect(self.rename_requested)
         self._current: str | None = None
 
@@ -147,7 +148,7 @@ class Sidebar(QFrame):
         if row is None or row.kind == "header":
             return
         cid = row.conversation_id
-        menu = QMenu(self)
+        menu = self.context_menu = QMenu(self)
         if row.kind == "conversation":
             menu.addAction("Rename", lambda: self.list.edit(index))
         export = self.export_requested
