@@ -1,7 +1,8 @@
 """The conversation store: SQLite in the user data directory, no Qt.
 
-WAL mode, one transaction per write, foreign keys on. Deleting a conversation is soft
-(it can be undone) until `purge_deleted`. A reply being streamed is written as it grows
+WAL mode, one transaction per write, foreign keys on. Deleting a conversation, or a
+message with the replies below it, is soft (it can be undone) until `purge_deleted`. A
+reply being streamed is written as it grows
 (status "streaming"); a store opened after a crash turns those into "stopped" replies,
 which the window offers to continue.
 
@@ -25,10 +26,13 @@ from typing import Any
 import platformdirs
 
 from app.conversation.status import STATUSES, MessageStatus
+from app.conversation.store_rows import json_text as _json
+from app.conversation.store_rows import node_of_row as _node
+from app.conversation.store_rows import snippet
 from app.conversation.tree import MessageTree, Node
 
 APP_NAME = "branchchat"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS conversations (
@@ -52,7 +56,8 @@ CREATE TABLE IF NOT EXISTS messages (
     selected_child TEXT,
     stats TEXT,
     draft_spans TEXT,
-    thinking TEXT NOT NULL DEFAULT ''
+    thinking TEXT NOT NULL DEFAULT '',
+    deleted_at REAL
 );
 CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id);
 CREATE INDEX IF NOT EXISTS messages_by_parent ON messages(parent_id);
@@ -65,6 +70,8 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE conversations ADD COLUMN settings TEXT",
         "ALTER TABLE messages ADD COLUMN thinking TEXT NOT NULL DEFAULT ''",
     ),
+    # 3: a message deleted with the replies below it, until restored or purged.
+    2: ("ALTER TABLE messages ADD COLUMN deleted_at REAL",),
 }
 
 
@@ -193,8 +200,10 @@ class ConversationStore:
             db.execute("UPDATE conversations SET deleted_at=NULL WHERE id=?", (conversation_id,))
 
     def purge_deleted(self) -> int:
+        """Remove what was deleted for good; the number of conversations removed."""
         with self.transaction() as db:
             cursor = db.execute("DELETE FROM conversations WHERE deleted_at IS NOT NULL")
+            db.execute("DELETE FROM messages WHERE deleted_at IS NOT NULL")
         return cursor.rowcount
 
     def get_conversation_settings(self, conversation_id: str) -> dict[str, Any]:
@@ -287,6 +296,46 @@ class ConversationStore:
             )
         return cursor.rowcount == 1
 
+    def delete_message(self, message_id: str) -> tuple[float, int]:
+        """Soft delete a message and every message below it: hidden from the tree, search
+        and exports until `restore_messages`, removed by `purge_deleted`. Its branch moves
+        to the sibling before it (else after it). Returns the stamp `restore_messages`
+        takes and how many messages were hidden."""
+        with self.transaction() as db:
+            row = self._require(db, "messages", message_id)
+            if row["deleted_at"] is not None:
+                raise KeyError(f"message {message_id} is deleted")
+            cid = row["conversation_id"]
+            last = "SELECT MAX(deleted_at) FROM messages WHERE conversation_id=?"
+            last = db.execute(last, (cid,)).fetchone()[0]  # a stamp is one deletion's own
+            stamp = time.time() if last is None else max(time.time(), last + 1e-3)
+            db.execute(
+                "WITH RECURSIVE below(id) AS (SELECT ? UNION ALL "
+                "SELECT m.id FROM messages m JOIN below b ON m.parent_id = b.id) "
+                "UPDATE messages SET deleted_at=? WHERE id IN below AND deleted_at IS NULL",
+                (message_id, stamp),
+            )
+            hidden = db.execute("SELECT changes()").fetchone()[0]  # (a WITH has no rowcount)
+            parent, seq = row["parent_id"], row["seq"]
+            live = "SELECT id FROM messages WHERE conversation_id=? AND parent_id IS ? AND "
+            live += "deleted_at IS NULL AND seq {} ? ORDER BY seq {} LIMIT 1"
+            for before in (True, False):
+                order = ("<", "DESC") if before else (">", "ASC")
+                neighbour = db.execute(live.format(*order), (cid, parent, seq)).fetchone()
+                if neighbour is not None:
+                    self._select(db, cid, parent, neighbour["id"])
+                    break
+            db.execute("UPDATE conversations SET updated_at=? WHERE id=?", (stamp, cid))
+        return stamp, hidden
+
+    def restore_messages(self, conversation_id: str, stamp: float) -> None:
+        """Bring back what one `delete_message` hid (its stamp), not earlier deletions."""
+        with self.transaction() as db:
+            db.execute(
+                "UPDATE messages SET deleted_at=NULL WHERE conversation_id=? AND deleted_at=?",
+                (conversation_id, stamp),
+            )
+
     def select(self, message_id: str) -> None:
         """Put `message_id` on its conversation's selected branch (every ancestor points at it)."""
         with self.transaction() as db:
@@ -305,7 +354,8 @@ class ConversationStore:
         if row is None:
             raise KeyError(f"no conversation {conversation_id}")
         rows = self._db.execute(
-            "SELECT * FROM messages WHERE conversation_id=? ORDER BY seq", (conversation_id,)
+            "SELECT * FROM messages WHERE conversation_id=? AND deleted_at IS NULL ORDER BY seq",
+            (conversation_id,),
         )
         return MessageTree((_node(r) for r in rows), selected_root=row["selected_root"])
 
@@ -318,7 +368,7 @@ class ConversationStore:
         rows = self._db.execute(
             "SELECT m.id, m.role, m.content, c.id AS cid, c.title FROM messages m "
             "JOIN conversations c ON c.id = m.conversation_id "
-            "WHERE c.deleted_at IS NULL AND m.content LIKE ? ESCAPE '\\' "
+            "WHERE c.deleted_at IS NULL AND m.deleted_at IS NULL AND m.content LIKE ? ESCAPE '\\' "
             "ORDER BY m.created_at DESC LIMIT ?",
             (pattern, limit),
         )
@@ -342,33 +392,3 @@ class ConversationStore:
             )
         else:
             db.execute("UPDATE messages SET selected_child=? WHERE id=?", (child, parent_id))
-
-
-def snippet(text: str, query: str, width: int = 80) -> str:
-    """One line of `text` around the first match of `query` (case-insensitive)."""
-    flat = " ".join(text.split())
-    at = flat.casefold().find(query.casefold())
-    start = max(0, at - width // 3) if at >= 0 else 0
-    piece = flat[start : start + width]
-    return ("…" if start > 0 else "") + piece + ("…" if start + width < len(flat) else "")
-
-
-def _json(value: Any) -> str | None:
-    return None if value is None else json.dumps(value)
-
-
-def _node(row: sqlite3.Row) -> Node:
-    spans = json.loads(row["draft_spans"]) if row["draft_spans"] else []
-    return Node(
-        id=row["id"],
-        parent_id=row["parent_id"],
-        role=row["role"],
-        content=row["content"],
-        status=row["status"],
-        created_at=row["created_at"],
-        seq=row["seq"],
-        selected_child=row["selected_child"],
-        stats=json.loads(row["stats"]) if row["stats"] else None,
-        draft_spans=tuple((int(a), int(b)) for a, b in spans),
-        thinking=row["thinking"],
-    )

@@ -285,6 +285,9 @@ class MessageListView(GrowingListView):
             entry = menu.addAction(name, lambda c=control: self.activate(item.id, *c))
             first, last = item.sibling_index == 1, item.sibling_index == item.sibling_count
             entry.setEnabled(not (control[0] == "prev" and first or control[0] == "next" and last))
+        menu.addSeparator()
+        whose = "message" if item.role == "user" else "reply"
+        menu.addAction(f"Delete {whose}", lambda: self.activate(item.id, "delete"))
         menu.popup(event.globalPos())
 
     # -- keyboard ---------------------------------------------------------------------

@@ -37,6 +37,7 @@ from app.window.app_icon import app_icon
 from app.window.banner import Banner
 from app.window.conversation_files import ConversationFiles
 from app.window.menus import build_menu_bar
+from app.window.message_delete import delete_message
 from app.window.text_size import apply_text_size
 from app.window.window_session import WindowSession
 from engine.events import Failed, ModelLoaded
@@ -304,6 +305,8 @@ class MainWindow(QMainWindow):
             c.retry(message_id)
         elif action == "branch":
             c.branch_into_new_chat(message_id)
+        elif action == "delete":
+            delete_message(self, message_id)
 
     def _on_imported(self, conversation_id: str) -> None:
         self.refresh_sidebar()

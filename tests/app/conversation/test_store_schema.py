@@ -65,7 +65,7 @@ def test_a_version_1_database_migrates_to_version_2_losing_nothing(tmp_path):
     _write_v1_database(path)
 
     store = ConversationStore(path)
-    assert store._db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    assert store._db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
     assert [c.title for c in store.list_conversations()] == ["Old chat"]
     tree = store.load_tree("c1")
     assert [n.content for n in tree.selected_path()] == ["first *question*", "second answer"]

@@ -1,5 +1,6 @@
 """Right-click menus: on a message, its controls by the names a screen reader says (and
-Copy for a selection inside it); on a chat in the sidebar, Rename, Export and Delete.
+Copy for a selection inside it) and Delete, which the banner's Undo takes back; on a chat
+in the sidebar, Rename, Export and Delete.
 Each is opened with a right-click and its entries triggered as a person picks them."""
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ def test_a_replys_menu_names_its_controls_and_each_acts(harness, qtbot):
         "Regenerate reply",
         "Copy reply",
         "Branch into a new chat up to here",
+        "Delete reply",
     ]
     entries["Regenerate reply"].trigger()
     menu.close()
@@ -140,3 +142,46 @@ def test_a_chats_menu_renames_exports_and_deletes(harness, qtbot):
     menu.close()
     assert [c.id for c in harness.store.list_conversations()] == []
     assert window.banner.message.text() == "Deleted “Renamed chat”."
+
+
+def test_deleting_a_version_shows_the_one_before_and_undo_brings_it_back(harness, qtbot):
+    window = _numbered(harness)
+    harness.send("question")
+    harness.send("more")
+    menu = _right_click_message(window, qtbot, 1)
+    _entries(menu)["Regenerate reply"].trigger()
+    menu.close()
+    harness.wait_idle()
+    assert harness.texts() == ["question", "Answer 3"]
+    menu = _right_click_message(window, qtbot, 1)
+    _entries(menu)["Delete reply"].trigger()
+    menu.close()
+    assert harness.texts() == ["question", "Answer 1", "more", "Answer 2"]
+    assert (harness.items()[1].sibling_index, harness.items()[1].sibling_count) == (1, 1)
+    assert window.banner.message.text() == "Deleted the reply."
+    window.banner.action_button.click()  # Undo
+    assert harness.texts() == ["question", "Answer 3"]
+    assert harness.items()[1].sibling_count == 2
+    menu = _right_click_message(window, qtbot, 0)  # the question takes all below it
+    _entries(menu)["Delete message"].trigger()
+    menu.close()
+    assert harness.texts() == []
+    assert window.banner.message.text() == ("Deleted your message and the 4 messages below it.")
+    window.banner.action_button.click()
+    assert harness.texts() == ["question", "Answer 3"]
+
+
+def test_a_message_is_not_deleted_while_a_reply_streams(harness, qtbot):
+    window = _numbered(harness)
+    harness.send("question")
+    harness.engine.pause_after = 1
+    harness.send("another", wait=False)
+    qtbot.waitUntil(lambda: harness.texts()[-1] == "Answer")
+    menu = _right_click_message(window, qtbot, 0)
+    _entries(menu)["Delete message"].trigger()
+    menu.close()
+    assert harness.texts()[:2] == ["question", "Answer 1"]
+    assert window.banner.message.text() == "Stop the reply before deleting a message."
+    window.controller.stop()
+    harness.engine.resume()
+    harness.wait_idle()
