@@ -1,5 +1,6 @@
 """Schema version 2: a per-conversation settings column and a per-message thinking column,
-reached from a version 1 database without losing a message, a branch choice or a stat."""
+reached from a version 1 database (and on through version 3's deleted_at,
+test_message_delete.py) without losing a message, a branch choice or a stat."""
 
 from __future__ import annotations
 
