@@ -160,6 +160,22 @@ def test_int8_x_rounds_as_the_cpus_int8_kernels_do(tiny_models, q4_k_m, source):
         assert to_cpu < 0.1 * to_float, (to_cpu, to_float)
 
 
+def _same_bits_as_int8(path, *builds: str) -> None:
+    """Each of `builds` (knobs added to FQ_INT8=32) gives the logits of FQ_INT8=32 alone bit
+    for bit, step by step, and its verify's rows equal its single steps."""
+    first = None
+    for knobs in ("", *builds):
+        tuning = f"FQ_INT8=32{knobs}"
+        lm = load_model(path, EngineConfig(backend="mlx", dtype="float32", step_tuning=tuning))
+        assert parse_step_tuning(tuning).items() <= lm.runner.fused.step_kernel.tuning.items()
+        single, _ = _steps(lm, STEPS, LONG_PROMPT)
+        if first is None:
+            first = single
+            continue
+        assert all(np.array_equal(a, b) for a, b in zip(first, single, strict=True)), knobs
+        assert_verify_equals_steps(lm, single, LONG_PROMPT)
+
+
 @needs_gpu
 @pytest.mark.gpu
 def test_staging_int8_x_by_copy_changes_no_bit(tiny_models):
@@ -169,17 +185,7 @@ def test_staging_int8_x_by_copy_changes_no_bit(tiny_models):
     in a verify's 2-row passes, and as without the knob in no room. Every build's logits are
     the same bit for bit, and its verify's rows equal its single steps."""
     path, _ = tiny_models.gguf(qtype="Q4_1", embed_qtype="Q8_0", intermediate_size=6144)
-    builds = []
-    for knobs in ("", ",FQ_STAGE_COPY=1", ",FQ_STAGE_COPY=1,FQ_SMEM_X=6144,FQ_VERIFY_ROWS=2"):
-        tuning = f"FQ_INT8=32{knobs}"
-        lm = load_model(path, EngineConfig(backend="mlx", dtype="float32", step_tuning=tuning))
-        assert parse_step_tuning(tuning).items() <= lm.runner.fused.step_kernel.tuning.items()
-        single, _ = _steps(lm, STEPS, LONG_PROMPT)
-        builds.append(single)
-        if knobs:
-            assert_verify_equals_steps(lm, single, LONG_PROMPT)
-    for other in builds[1:]:
-        assert all(np.array_equal(a, b) for a, b in zip(builds[0], other, strict=True))
+    _same_bits_as_int8(path, ",FQ_STAGE_COPY=1", ",FQ_STAGE_COPY=1,FQ_SMEM_X=6144,FQ_VERIFY_ROWS=2")
 
 
 @needs_gpu
@@ -195,14 +201,4 @@ def test_int8_x_rounded_once_changes_no_bit(tiny_models, q4_k_m, source):
         path, _ = tiny_models.gguf(qtype="Q4_1", embed_qtype="Q8_0")
     else:
         path = q4_k_m(source)
-    builds = []
-    for knobs in ("", ",FQ_INT8_ONCE=1", ",FQ_INT8_ONCE=1,FQ_VERIFY_ROWS=2,FQ_STAGE_COPY=1"):
-        tuning = f"FQ_INT8=32{knobs}"
-        lm = load_model(path, EngineConfig(backend="mlx", dtype="float32", step_tuning=tuning))
-        assert parse_step_tuning(tuning).items() <= lm.runner.fused.step_kernel.tuning.items()
-        single, _ = _steps(lm, STEPS, LONG_PROMPT)
-        builds.append(single)
-        if knobs:
-            assert_verify_equals_steps(lm, single, LONG_PROMPT)
-    for other in builds[1:]:
-        assert all(np.array_equal(a, b) for a, b in zip(builds[0], other, strict=True))
+    _same_bits_as_int8(path, ",FQ_INT8_ONCE=1", ",FQ_INT8_ONCE=1,FQ_VERIFY_ROWS=2,FQ_STAGE_COPY=1")

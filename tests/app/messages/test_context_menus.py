@@ -5,14 +5,12 @@ Each is opened with a right-click and its entries triggered as a person picks th
 
 from __future__ import annotations
 
-import itertools
-
 from PySide6.QtCore import QPoint, Qt
 from PySide6.QtGui import QContextMenuEvent
 from PySide6.QtWidgets import QApplication, QLineEdit
 
 from app.conversation.store_io import ExportFormat
-from tests.app.fake_engine import FakeEngine
+from tests.app.window.test_chat_menu import numbered as _numbered
 
 
 def right_click(widget, pos: QPoint) -> None:
@@ -20,16 +18,6 @@ def right_click(widget, pos: QPoint) -> None:
     clicks do not make one."""
     reason = QContextMenuEvent.Reason.Mouse
     QApplication.sendEvent(widget, QContextMenuEvent(reason, pos, widget.mapToGlobal(pos)))
-
-
-def _numbered(harness):
-    counter = itertools.count(1)
-
-    def factory(listener):
-        harness.engine = FakeEngine(listener, lambda _command: f"Answer {next(counter)}")
-        return harness.engine
-
-    return harness.open(engine_factory=factory)
 
 
 def _right_click_message(window, qtbot, row: int):

@@ -17,7 +17,8 @@ from tests.app.window.test_window_habits import menu_action
 CTRL = Qt.KeyboardModifier.ControlModifier
 
 
-def _numbered(harness):
+def numbered(harness):
+    """The window over a fake engine whose replies are Answer 1, Answer 2, ..."""
     counter = itertools.count(1)
 
     def factory(listener):
@@ -35,7 +36,7 @@ def _focused_box(window, qtbot):
 
 
 def test_ctrl_r_regenerates_and_the_brackets_walk_its_versions(harness, qtbot):
-    window = _numbered(harness)
+    window = numbered(harness)
     harness.send("question")
     edit = _focused_box(window, qtbot)
     qtbot.keyClick(edit, Qt.Key.Key_R, CTRL)
@@ -63,7 +64,7 @@ def test_ctrl_r_regenerates_and_the_brackets_walk_its_versions(harness, qtbot):
 
 
 def test_ctrl_shift_c_copies_the_last_reply(harness, qtbot):
-    window = _numbered(harness)
+    window = numbered(harness)
     harness.send("first")
     harness.send("second")
     QApplication.clipboard().setText("before")
@@ -77,7 +78,7 @@ def test_ctrl_shift_c_copies_the_last_reply(harness, qtbot):
 
 
 def test_edit_last_message_opens_the_editor_on_it(harness, qtbot):
-    window = _numbered(harness)
+    window = numbered(harness)
     harness.send("first")
     harness.send("second")
     menu_action(window, "Chat", "Edit last message").trigger()
@@ -87,7 +88,7 @@ def test_edit_last_message_opens_the_editor_on_it(harness, qtbot):
 
 
 def test_the_menu_greys_what_would_do_nothing_and_the_keys_stay_live(harness, qtbot):
-    window = _numbered(harness)
+    window = numbered(harness)
     names = ("Regenerate reply", "Previous version", "Next version", "Copy reply", "Edit last")
     actions = [menu_action(window, "Chat", name) for name in names]
     menu = actions[0].parent()
@@ -139,7 +140,7 @@ def _text_lightness(image, rect) -> int:
 def test_a_greyed_entry_looks_greyed(harness, qtbot):
     """The theme's style sheet colours every menu item: without its disabled rule (and the
     palette's disabled group) a greyed entry was drawn as dark as a live one."""
-    window = _numbered(harness)
+    window = numbered(harness)
     app, palette = QApplication.instance(), QApplication.palette()
     for theme in (LIGHT, DARK):
         window.set_theme(theme)
