@@ -5,7 +5,7 @@ the person was at the bottom.
 Text is selected by dragging (double-click: a word) and copied with Ctrl+C; every
 control can be reached and activated from the keyboard (message_controls says which
 keys), with a focus ring and accessible names, and a right-click on a message lists its
-controls by those names (and Copy for a selection in it).
+controls by those names (with Copy for a selection in it, and Delete).
 
 A branch switch keeps the switched message where it was on screen, so the navigator
 stays under the pointer and a second click walks on; when the new branch is too short
@@ -280,11 +280,11 @@ class MessageListView(GrowingListView):
         if selection is not None and selection.message_id == item.id and self.selected_text():
             menu.addAction("Copy selection", self._copy)
             menu.addSeparator()
+        ends = {"prev": item.sibling_index == 1, "next": item.sibling_index == item.sibling_count}
         for control, _rect in self._controls(index.row()):
             name = control_name(item, control)
             entry = menu.addAction(name, lambda c=control: self.activate(item.id, *c))
-            first, last = item.sibling_index == 1, item.sibling_index == item.sibling_count
-            entry.setEnabled(not (control[0] == "prev" and first or control[0] == "next" and last))
+            entry.setEnabled(not ends.get(control[0], False))  # no version past either end
         menu.addSeparator()
         whose = "message" if item.role == "user" else "reply"
         menu.addAction(f"Delete {whose}", lambda: self.activate(item.id, "delete"))

@@ -6,15 +6,18 @@ every key stays live and a key that has nothing to act on does nothing."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from PySide6.QtGui import QAction, QGuiApplication, QKeySequence
-from PySide6.QtWidgets import QMenuBar
+from PySide6.QtGui import QAction, QGuiApplication
+from PySide6.QtWidgets import QMenu
 
 from app.messages.message_model import MessageItem
 
 if TYPE_CHECKING:
     from app.window.main_window import MainWindow
+
+AddAction = Callable[[QMenu, str, Callable[[], object], str | None], QAction]
 
 
 def last_reply(window: MainWindow) -> MessageItem | None:
@@ -43,22 +46,14 @@ def copy_last_reply(window: MainWindow) -> None:
         window.banner.show_notice("Copied the reply to the clipboard.", timeout_ms=2000)
 
 
-def build_chat_menu(window: MainWindow, bar: QMenuBar) -> None:
-    menu = bar.addMenu("&Chat")
-
-    def add(text: str, slot, keys: str | None) -> QAction:
-        action = menu.addAction(text)
-        action.triggered.connect(lambda _checked=False: slot())
-        if keys is not None:
-            action.setShortcut(QKeySequence(keys))
-        return action
-
-    regenerate = add("Regenerate reply", lambda: regenerate_last_reply(window), "Ctrl+R")
-    previous = add("Previous version", lambda: show_reply_version(window, -1), "Ctrl+[")
-    following = add("Next version", lambda: show_reply_version(window, 1), "Ctrl+]")
-    copy = add("Copy reply", lambda: copy_last_reply(window), "Ctrl+Shift+C")
+def build_chat_menu(window: MainWindow, menu: QMenu, add: AddAction) -> None:
+    """The entries into `menu`, each made by `add` (menus.py's: menu, text, slot, keys)."""
+    regenerate = add(menu, "Regenerate reply", lambda: regenerate_last_reply(window), "Ctrl+R")
+    previous = add(menu, "Previous version", lambda: show_reply_version(window, -1), "Ctrl+[")
+    following = add(menu, "Next version", lambda: show_reply_version(window, 1), "Ctrl+]")
+    copy = add(menu, "Copy reply", lambda: copy_last_reply(window), "Ctrl+Shift+C")
     menu.addSeparator()
-    edit = add("Edit last message", window.edit_last_user_message, None)
+    edit = add(menu, "Edit last message", window.edit_last_user_message, None)
 
     def grey_what_does_nothing() -> None:
         reply, busy = last_reply(window), window.controller.is_busy

@@ -60,7 +60,8 @@ def build_menu_bar(window: MainWindow) -> None:
     quit_action = _add(file_menu, "Quit", window.close, "Ctrl+Q")
     quit_action.setMenuRole(QAction.MenuRole.QuitRole)
 
-    build_chat_menu(window, bar)
+    build_chat_menu(window, bar.addMenu("&Chat"), _add)
+
     loader = window.model_loader
     model_menu = bar.addMenu("&Model")
     _add(model_menu, "Choose a model…", window.header.open_picker)  # Ctrl+L: the header's
