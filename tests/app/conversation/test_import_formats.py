@@ -8,15 +8,7 @@ import json
 
 import pytest
 
-from app.conversation.store import ConversationStore
 from app.conversation.store_io import read_import, read_imports
-
-
-@pytest.fixture
-def store(tmp_path):
-    s = ConversationStore(tmp_path / "db.sqlite3")
-    yield s
-    s.close()
 
 
 def gpt_node(key, parent, children, role=None, text=None, t=None, content=None, hidden=False):

@@ -13,13 +13,6 @@ from app.conversation.store import SCHEMA_VERSION, ConversationStore
 from app.conversation.store_io import export_json
 
 
-@pytest.fixture
-def store(tmp_path):
-    s = ConversationStore(tmp_path / "db.sqlite3")
-    yield s
-    s.close()
-
-
 def _chat(store):
     """q -> a1, a2 (selected), a3; a2 -> q2 -> r2."""
     c = store.create_conversation("t")

@@ -12,13 +12,6 @@ import pytest
 from app.conversation.store import ConversationStore
 
 
-@pytest.fixture
-def store(tmp_path):
-    s = ConversationStore(tmp_path / "db.sqlite3")
-    yield s
-    s.close()
-
-
 def test_wal_mode_and_foreign_keys_are_on(store):
     assert store.journal_mode == "wal"
     assert store._db.execute("PRAGMA foreign_keys").fetchone()[0] == 1

@@ -4,15 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.conversation.store import ConversationStore
 from app.conversation.store_io import export_json, export_markdown, import_json
-
-
-@pytest.fixture
-def store(tmp_path):
-    s = ConversationStore(tmp_path / "db.sqlite3")
-    yield s
-    s.close()
 
 
 def make_branchy(store):
