@@ -72,16 +72,11 @@ TUNING = {
     # has no norm to fold in, and each block's staging of their x in int8 cost the 1B shape's
     # step 1.9 and 7.0 us a layer (docs/BENCHMARKS.md, session 42)
     "FQ_INT8_RESIDUAL": 1,
-    # 1: a row of x staged in int8 is first copied whole into shared memory (cp.async: its
-    # loads all in flight at once) and rounded from there; 0 loads and rounds a thread's
-    # chunks of 8 floats one after another, four round trips to L2 on a row of 8,192 (the
-    # same bits either way; fused_step.cuh's fq_stage_i8). Loading them at once in
-    # registers instead spilled and was slower (docs/BENCHMARKS.md, session 43). Untimed.
-    "FQ_STAGE_COPY": 0,
     # 1: FQ_INT8's x of the o and down phases is rounded once, by the phases that write it
     # (the attention a head at a time, gate_up a block's 32 outputs at a time), and the
     # blocks of o and down copy its bytes; 0: each block rounds its own copy (the same bits;
-    # fused_step.cuh's fq_stage_once). Untimed.
+    # fused_step.cuh's fq_stage_once). On the 1B shape its 8-row verify was 18-22% faster
+    # than float x's and its step 6-11% slower (docs/BENCHMARKS.md, session 44).
     "FQ_INT8_ONCE": 0,
 }
 # shared memory an SM lends the staged x of its blocks (an H100/H200 SM has 228 KB; the
@@ -216,9 +211,8 @@ def check_tuning(tuning: dict[str, int]) -> dict[str, int]:
         raise ValueError(f"FQ_INT8 must be 0 or a multiple of 32, not {knobs['FQ_INT8']}")
     if knobs["FQ_INT8_RESIDUAL"] not in (0, 1):
         raise ValueError(f"FQ_INT8_RESIDUAL must be 0 or 1, not {knobs['FQ_INT8_RESIDUAL']}")
-    for name in ("FQ_STAGE_COPY", "FQ_INT8_ONCE"):
-        if knobs[name] not in (0, 1):
-            raise ValueError(f"{name} must be 0 or 1, not {knobs[name]}")
+    if knobs["FQ_INT8_ONCE"] not in (0, 1):
+        raise ValueError(f"FQ_INT8_ONCE must be 0 or 1, not {knobs['FQ_INT8_ONCE']}")
     if not 1 <= knobs["FQ_WIDE_SLICES"] <= 16:
         raise ValueError(f"FQ_WIDE_SLICES must be 1..16, not {knobs['FQ_WIDE_SLICES']}")
     if knobs["FQ_HEAD_ROWS"] not in (0, 1, 2, 4, 8):

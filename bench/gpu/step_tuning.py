@@ -61,14 +61,13 @@ _FIELDS = [
     "FQ_WIDE_SLICES",
     "FQ_INT8",
     "FQ_INT8_RESIDUAL",
-    "FQ_STAGE_COPY",
     "FQ_INT8_ONCE",
 ]
 
 
 def parse_configs(text: str) -> list[dict[str, int]]:
     """ "slices:stream:rows[:blocks:smem:vblocks:barrier:l1:kf:spread:head:vstream:vsmem:swizzle:
-    wide:wslices:int8:int8_residual:stage_copy:int8_once],..."
+    wide:wslices:int8:int8_residual:int8_once],..."
     (any prefix of the fields) as TUNING dicts; the fields left out take the engine's values."""
     out = []
     for item in text.split(","):
@@ -77,7 +76,7 @@ def parse_configs(text: str) -> list[dict[str, int]]:
             raise SystemExit(
                 "a configuration is slices:stream:rows"
                 "[:blocks:smem:vblocks:barrier:l1:kf:spread:head:vstream:vsmem:swizzle:wide:"
-                f"wslices:int8:int8_residual:stage_copy:int8_once], not {item!r}"
+                f"wslices:int8:int8_residual:int8_once], not {item!r}"
             )
         out.append(
             {name: TUNING[name] for name in _FIELDS}

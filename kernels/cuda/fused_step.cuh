@@ -618,18 +618,6 @@ __host__ __device__ constexpr int fq_pass_rows() {
   return fit < MAXM_ ? fit : MAXM_;
 }
 
-// FQ_STAGE_COPY 1: fq_stage_i8 first copies a row of x into the shared memory past the
-// pass's int8 rows (cp.async: all of a row's loads in flight at once, no registers held),
-// then rounds it from there; 0 loads a thread's chunks of 8 floats from L2 and rounds each
-// before loading the next (a row of 8,192 is four such round trips a thread: the 1B
-// shape's down phase took 7.0 us a layer more than on float x, docs/BENCHMARKS.md, session
-// 42; loading them at once in registers spilled and took 28.3 against 23.6, session 43).
-// Where the room left cannot take a round of the block's chunks (2,048 floats), the row is
-// staged as with 0. Both give a row the same bits: each thread rounds the same chunks in
-// the same order.
-#ifndef FQ_STAGE_COPY
-#define FQ_STAGE_COPY 0
-#endif
 // an integer below 2^22 in magnitude as a float by its exponent bits (no I2F)
 __device__ __forceinline__ float fq_int_float(int d) {
   return __fsub_rn(__int_as_float(0x4B400000 + d), 12582912.0f);
@@ -690,8 +678,10 @@ __device__ __forceinline__ void fq_round8(float (&v)[8], const float* norm, int 
 // the barrier that published x): with `norm`, x * norm[k] is rounded (a norm's weight, as
 // fq_dot's SCALED multiplies the weights by it) and the sum of squares of x as given is kept
 // in its warps' parts (fq_dot_i8 adds them up); without, neither (no norm follows). Each
-// row's threads, chunks and sums are the same whatever n or FQ_STAGE_COPY: its bits do not
-// depend on the pass. Thread t rounds chunks t, t + T, ... of a row, in that order.
+// row's threads, chunks and sums are the same whatever n: its bits do not depend on the pass.
+// Thread t rounds chunks t, t + T, ... of a row, in that order. (Copying a row into shared
+// memory by cp.async before rounding it was slower than rounding once in the producing
+// phase, FQ_INT8_ONCE, and no faster a step: docs/BENCHMARKS.md, session 44.)
 template <int K>
 __device__ __forceinline__ FqX fq_stage_i8(const float* x, int p0, int n, const float* norm,
                                            float* sm) {
@@ -703,49 +693,16 @@ __device__ __forceinline__ FqX fq_stage_i8(const float* x, int p0, int n, const 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   constexpr int T = FD_WARPS * 32;          // the block's threads (StepKernel's THREADS)
   constexpr int PER = (K / 8 + T - 1) / T;  // a thread's chunks of 8 in a row
-  // FQ_STAGE_COPY's room past the int8 rows, in floats: a row at once, else a piece of
-  // whole rounds of the block's chunks (8 T floats), else none
-  int piece = 0;
-  if (FQ_STAGE_COPY) {
-    unsigned int size;
-    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(size));
-    const int used = (n * fq_int8_row_bytes<K>() + 15) & ~15;
-    const int room = (static_cast<int>(size) - used) / 4;
-    piece = room >= K ? K : room / (8 * T) * (8 * T);
-  }
-  float* scratch = reinterpret_cast<float*>(bytes + ((n * fq_int8_row_bytes<K>() + 15) & ~15));
   for (int m = 0; m < n; ++m) {
     const float* row = x + (size_t)(p0 + m) * K;
     float sq = 0.f;
-    if (piece > 0) {
 #pragma unroll 1
-      for (int f0 = 0; f0 < K; f0 += piece) {  // a piece: rounds f0 / 8T .. of every thread
-        const int len = min(piece, K - f0);
-        for (int u = threadIdx.x; u < len / 4; u += T) fs_copy16(scratch + 4 * u, row + f0 + 4 * u);
-        fs_copy_wait();
-        __syncthreads();
-#pragma unroll 1
-        for (int i = f0 / (8 * T); i < PER; ++i) {
-          const int c = threadIdx.x + i * T;
-          if (8 * c >= f0 + len) break;  // a block's 4 lanes leave together
-          if (c < K / 8) {
-            const float4 a = *reinterpret_cast<const float4*>(scratch + 8 * c - f0);
-            const float4 b = *reinterpret_cast<const float4*>(scratch + 8 * c - f0 + 4);
-            float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-            fq_round8<K>(v, norm, m, c, sq, q, d);
-          }
-        }
-        __syncthreads();  // the scratch is free for the next piece or row
-      }
-    } else {
-#pragma unroll 1
-      for (int i = 0; i < PER; ++i) {
-        const int c = threadIdx.x + i * T;  // 4 lanes a block of 32
-        if (c < K / 8) {
-          float v[8];
-          fs_load8_cg(row + 8 * c, v);
-          fq_round8<K>(v, norm, m, c, sq, q, d);
-        }
+    for (int i = 0; i < PER; ++i) {
+      const int c = threadIdx.x + i * T;  // 4 lanes a block of 32
+      if (c < K / 8) {
+        float v[8];
+        fs_load8_cg(row + 8 * c, v);
+        fq_round8<K>(v, norm, m, c, sq, q, d);
       }
     }
     if (norm) {

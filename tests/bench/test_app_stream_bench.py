@@ -8,6 +8,9 @@ import os
 
 import pytest
 
+# the window's bench needs the app's extras (PySide6 and pytest-qt's qapp); a machine that
+# has only the engine's, such as the GPU rounds', skips it as it skips tests/app
+pytest.importorskip("pytestqt", reason="pytest-qt (the app's test extra) is not installed")
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from bench import app_stream  # noqa: E402

@@ -353,18 +353,16 @@ _TINY_HYBRID_ROLES = ((4, 6, 32), (4, 6), (4,), (4, 6), (6,))
     "shapes,layers,int8,roles,knobs",
     [
         (LLAMA_8B, 2, 2048, KFACTORS, {}),
-        (LLAMA_8B, 2, 2048, KFACTORS, {"FQ_STAGE_COPY": 1}),
         (LLAMA_8B, 2, 2048, KFACTORS, {"FQ_INT8_ONCE": 1}),
-        (TINY_QWEN35, 4, 32, _TINY_HYBRID_ROLES, {"FQ_STAGE_COPY": 1, "FQ_INT8_ONCE": 1}),
+        (TINY_QWEN35, 4, 32, _TINY_HYBRID_ROLES, {"FQ_INT8_ONCE": 1}),
     ],
-    ids=["8B", "8B-copy", "8B-once", "tiny-hybrid-copy-once"],
+    ids=["8B", "8B-once", "tiny-hybrid-once"],
 )
 def test_int8_x_compiles(tmp_path, shapes, layers, int8, roles, knobs, maxm, head_mode):
     """FQ_INT8's dot products (K-quant factors of 4 and 6 bits by dp4a, other formats on
     float x beside them) and its staged passes: on the 8B's verify, 8 rows of its MLP's
     14,336 a pass in 128 KB of staged x, all 16 rows of 4,096 at once; on the hybrid its
-    in_proj phase too; with FQ_STAGE_COPY, x copied into shared memory (cp.async) before
-    it is rounded; with FQ_INT8_ONCE, o's and down's x rounded by the attention and by
+    in_proj phase too; with FQ_INT8_ONCE, o's and down's x rounded by the attention and by
     gate_up's blocks. The builds keep their registers and fit a launch."""
     tuning = fs.tuning_for(_layer_bytes(shapes), shapes.qk_norm, shapes.linear is not None)
     tuning |= {"FQ_INT8": int8, "FQ_VERIFY_SMEM_X": 32768 if maxm > 1 else 0} | knobs

@@ -2,12 +2,12 @@
 # x in int8 (FQ_INT8, kernels/cuda/fused_step.cuh's fq_dot_i8) on the GPU, after
 # tools/gpu/unpack.sh's last parcel. Parts (PARTS, default all three):
 #   tests   tests/engine/test_fused_int8.py (a verify's rows exact, one pass and several;
-#           the logits beside the CPU's int8 kernels; staged by copy and rounded once, the
-#           same bits), or those $TESTS_K selects (pytest -k: TESTS_K="copy or once")
+#           the logits beside the CPU's int8 kernels; rounded once, the same bits), or
+#           those $TESTS_K selects (pytest -k: TESTS_K=once)
 #   stamps  where the int8 step's time goes against the engine's, phase by phase
 #           (bench/gpu/step_probe.py under BRANCHCHAT_STEP_TUNING), a step and an 8-row verify,
-#           for each of $STAMP_BUILDS (default: float x, int8 everywhere, staged by copy,
-#           rounded once by the producing phases); each probe gets $STAMP_TIMEOUT s
+#           for each of $STAMP_BUILDS (default: float x and int8 rounded once by the
+#           producing phases, whose step was still 6-11% slower in session 44); each probe gets $STAMP_TIMEOUT s
 #           (default 240: the float build's 8-row stamps ran past 150 in session 42)
 #   ahead   each of $AHEAD_SHAPES (default the Llama-3.2-1B and 3.1-8B shapes): the step and
 #           an 8-row verify of the engine's build (first and last) beside $INT8_WITH's builds
@@ -25,7 +25,7 @@ fi
 if [[ $parts == *" stamps "* ]]; then
   big=${STAMP_SHAPE:-llama-3.2-1b}
   shape $big
-  for build in ${STAMP_BUILDS:-"FQ_INT8=0" "FQ_INT8=2048" "FQ_INT8=2048,FQ_STAGE_COPY=1" "FQ_INT8=2048,FQ_INT8_ONCE=1"}; do
+  for build in ${STAMP_BUILDS:-"FQ_INT8=0" "FQ_INT8=2048,FQ_INT8_ONCE=1"}; do
     name=$(echo "$build" | tr ',=' '-_')
     BRANCHCHAT_STEP_TUNING=$build timeout "${STAMP_TIMEOUT:-240}" python3 -m bench.gpu.step_probe \
       --model /root/shapes/$big.gguf --contexts 128 --prefetch 1 --rows 1 8 \
@@ -36,7 +36,7 @@ fi
 # the 8B's verify stages 8 rows of its MLP's 14,336 a pass: 128 KB (kernels/step_knobs.py);
 # in the normed phases only (FQ_INT8_RESIDUAL=0) its rows are 4,096 long and need no more
 big_x=FQ_VERIFY_SMEM_X=32768
-with=${INT8_WITH:-"FQ_INT8=2048,$big_x;FQ_INT8=2048,FQ_STAGE_COPY=1,$big_x;FQ_INT8=2048,FQ_INT8_ONCE=1,$big_x;FQ_INT8=2048,FQ_INT8_ONCE=1,FQ_STAGE_COPY=1,$big_x"}
+with=${INT8_WITH:-"FQ_INT8=2048,$big_x;FQ_INT8=2048,FQ_INT8_ONCE=1,$big_x"}
 if [[ $parts == *" ahead "* ]]; then
-  ahead_with int8 "$with" FQ_INT8 FQ_STAGE_COPY FQ_INT8_ONCE FQ_VERIFY_SMEM_X
+  ahead_with int8 "$with" FQ_INT8 FQ_INT8_ONCE FQ_VERIFY_SMEM_X
 fi
