@@ -10,9 +10,11 @@ import time
 from app.conversation.status import MessageStatus
 from app.conversation.store import Conversation, ConversationStore, new_id
 
+BRANCH_MARK = " (branch)"  # a branch copy's title ends with it; the sidebar keeps it in view
+
 
 def branch_title(title: str) -> str:
-    return title if title.endswith("(branch)") else f"{title} (branch)"
+    return title if title.endswith(BRANCH_MARK.strip()) else title + BRANCH_MARK
 
 
 def copy_branch(store: ConversationStore, conversation_id: str, message_id: str) -> Conversation:

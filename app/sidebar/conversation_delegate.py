@@ -1,6 +1,7 @@
 """Paints the sidebar's rows: date headings, conversations and search hits (title and a
 snippet of the matching message, the match in bold and kept in view: where the line is
-short, the text before it gives way first)."""
+short, the text before it gives way first). A branch copy's title keeps its "(branch)" in
+view, so two chats of one start tell apart."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from PySide6.QtCore import QRect, QSize, Qt
 from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter
 from PySide6.QtWidgets import QStyle, QStyledItemDelegate
 
+from app.conversation.branch_copy import BRANCH_MARK
 from app.sidebar.conversation_list_model import ConversationListModel, Row
 from app.theme import LIGHT, Theme
 
@@ -31,6 +33,18 @@ def hit_line(row: Row, plain: QFontMetrics, bold: QFontMetrics, width: int) -> t
     before = plain.elidedText(before, Qt.TextElideMode.ElideLeft, keep) if before else ""
     left = room - plain.horizontalAdvance(before)
     return (before, match, plain.elidedText(after, Qt.TextElideMode.ElideRight, left))
+
+
+def title_line(title: str, metrics: QFontMetrics, width: int) -> str:
+    """The title elided at its right to `width` pixels; a branch copy's " (branch)" stays
+    whole, the text before it elided instead (unless the mark alone is too wide)."""
+    if metrics.horizontalAdvance(title) <= width or not title.endswith(BRANCH_MARK):
+        return metrics.elidedText(title, Qt.TextElideMode.ElideRight, width)
+    room = width - metrics.horizontalAdvance(BRANCH_MARK)
+    stem = metrics.elidedText(title[: -len(BRANCH_MARK)], Qt.TextElideMode.ElideRight, room)
+    if room <= 0 or not stem:
+        return metrics.elidedText(title, Qt.TextElideMode.ElideRight, width)
+    return stem + BRANCH_MARK
 
 
 class ConversationDelegate(QStyledItemDelegate):
@@ -73,7 +87,7 @@ class ConversationDelegate(QStyledItemDelegate):
         painter.setPen(QColor(t.text))
         metrics = QFontMetrics(option.font)
         inner = rect.adjusted(10, 0, -10, 0)
-        title = metrics.elidedText(row.title, Qt.TextElideMode.ElideRight, inner.width())
+        title = title_line(row.title, metrics, inner.width())
         if row.kind == "hit":
             top = QRect(inner.x(), inner.y() + 6, inner.width(), metrics.height())
             painter.drawText(top, Qt.AlignmentFlag.AlignLeft, title)

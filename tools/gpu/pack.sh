@@ -2,8 +2,9 @@
 # Cut everything the lent H200 needs into the fewest parcels: MLX and its CUDA wheel, the
 # pure-Python wheels the engine and tests need, and both real models (the default SmolLM2
 # and Gemma 3 270M, ~350 MB) as one tar stream split into .device/p00.. (git-ignored).
-# Each `run` may carry 64 MiB with the working tree (~20 MB, tests/oracles' fixtures), so a
-# parcel is 46 MB: ten calls instead of restage.sh's six plus Gemma's six.
+# Each `run` may carry 64 MiB with the working tree, so a parcel is what the tree leaves less
+# 4 MB (the tree was 20 MB when this was written and 41.5 MB on 2026-12-07, when ~470 MB went
+# in 22 parcels of 21 MB).
 # Needs restage.sh's .device/g1-g3 (the wheels) and the models where the engine keeps them.
 # PACK_MODELS=smollm2 packs the default model alone (the drafter's session: 6 parcels),
 # PACK_MODELS=none no model (tests of the tiny models only: 4 parcels of 26 MB);
@@ -13,6 +14,8 @@
 #   the last:         bash tools/gpu/unpack.sh .device/pNN && bash tools/gpu/device_all.sh
 set -euo pipefail
 root=$(git rev-parse --show-toplevel)
+tree_bytes=$(cd "$root" && git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1)
+parcel_bytes=${PARCEL_BYTES:-$(( (64 << 20) - tree_bytes - (4 << 20) ))}
 cd "$root/.device"
 models=$(cd "$root" && .venv/bin/python -c 'from engine.model_catalog import models_dir; print(models_dir())')
 rm -rf payload p[0-9][0-9] && mkdir -p payload/wheels payload/models
@@ -31,7 +34,7 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
 [ "${PACK_MODELS:-all}" = none ] || cp "$models"/SmolLM2-135M-Instruct.Q4_1.gguf payload/models/
 [ "${PACK_MODELS:-all}" != all ] || cp "$models"/gemma-3-270m-q4_k_m.* payload/models/
 (cd payload && find wheels models -type f -print0 | sort -z | xargs -0 sha256sum > SHA256SUMS)
-tar -cf - payload | split -b "${PARCEL_BYTES:-46000000}" -d - part.
+tar -cf - payload | split -b "$parcel_bytes" -d - part.
 for part in part.*; do mkdir "p${part#part.}" && mv "$part" "p${part#part.}/"; done
 touch "$(ls -d p[0-9][0-9] | tail -1)/LAST"  # unpack.sh joins the stream when this comes
 rm -rf payload

@@ -1,7 +1,8 @@
 """The sidebar as a person uses it: chats appear with their titles under date headings,
 a rename made with F2 shows at once and is saved, chats imported from ChatGPT or
 Open WebUI through the sidebar's menu are listed with their own titles and dates, and a
-search hit shows its match in bold, kept in view in a narrow sidebar."""
+search hit shows its match in bold, kept in view in a narrow sidebar, and a branch copy's
+"(branch)" stays in view where its title is cut."""
 
 from __future__ import annotations
 
@@ -9,10 +10,10 @@ import json
 import time
 
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QFont, QFontMetrics
-from PySide6.QtWidgets import QFileDialog
+from PySide6.QtGui import QFont, QFontMetrics, QImage, QPainter
+from PySide6.QtWidgets import QFileDialog, QStyle, QStyleOptionViewItem
 
-from app.sidebar.conversation_delegate import hit_line
+from app.sidebar.conversation_delegate import hit_line, title_line
 from tests.app.conversation.test_import_formats import chatgpt_export, open_webui_export
 
 
@@ -162,3 +163,57 @@ def test_the_chat_list_from_the_keyboard_enter_opens_and_delete_deletes(harness,
     view.setCurrentIndex(window.sidebar.model.index(1))
     qtbot.keyClick(view, Qt.Key.Key_Delete)  # on a search hit (a message): nothing
     assert len(window.store.list_conversations()) == 2
+
+
+class _TextsPainter(QPainter):
+    """A painter that keeps every text the delegate draws (the delegate calls it from Python)."""
+
+    def __init__(self, device) -> None:
+        super().__init__(device)
+        self.texts: list[str] = []
+
+    def drawText(self, *args) -> None:  # noqa: N802 (Qt's name)
+        self.texts.append(args[-1])
+        super().drawText(*args)
+
+
+def painted_titles(window) -> dict[str, str]:
+    """Each chat row's title as the sidebar's delegate paints it at the list's own width."""
+    view, model = window.sidebar.list, window.sidebar.model
+    out = {}
+    for i in range(model.rowCount()):
+        if model.row(i).kind != "conversation":
+            continue
+        index = model.index(i)
+        option = QStyleOptionViewItem()
+        option.rect, option.font = view.visualRect(index), view.font()
+        option.state = QStyle.StateFlag.State_Enabled
+        image = QImage(view.viewport().size(), QImage.Format.Format_ARGB32)
+        painter = _TextsPainter(image)
+        view.itemDelegate().paint(painter, option, index)
+        painter.end()
+        [out[model.row(i).title]] = painter.texts
+    return out
+
+
+def test_a_branch_copy_keeps_its_mark_in_view_where_the_title_is_cut(harness, qtbot):
+    """Branch a chat whose title is wider than the sidebar: the copy's row shows the start
+    of the title, then "…", then "(branch)", so the two rows tell apart; the original's is
+    cut at its right as before."""
+    from tests.app.messages.ui import click_control
+
+    window = harness.open()
+    harness.send("a question long enough that no sidebar shows all of it on one line at once")
+    original = window.controller.conversation_id
+    click_control(window, qtbot, 1, "Branch")
+    qtbot.waitUntil(lambda: window.controller.conversation_id != original)
+    painted = painted_titles(window)
+    [copy] = [shown for whole, shown in painted.items() if whole.endswith(" (branch)")]
+    [kept] = [shown for whole, shown in painted.items() if not whole.endswith(" (branch)")]
+    assert copy.endswith("… (branch)") and copy.startswith("a question"), copy
+    assert kept.endswith("…") and kept.startswith("a question"), kept
+    metrics = QFontMetrics(window.sidebar.list.font())
+    width = window.sidebar.list.visualRect(window.sidebar.model.index(1)).width() - 36
+    assert metrics.horizontalAdvance(copy) <= width
+    assert title_line("x (branch)", metrics, 10_000) == "x (branch)"  # whole where it fits
+    assert title_line("a long title (branch)", metrics, 20).endswith("…")  # the mark too wide
