@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
 
 from app.conversation.status import MessageStatus
 from app.messages.message_controls import Control, TextSelection, controls_of
-from app.messages.message_editor import MessageEditor
+from app.messages.message_editor import MessageEditor, ctrl_enter
 from app.messages.message_layout import (
     RowGeometry,
     actions_for,
@@ -50,6 +50,8 @@ class MessageDelegate(MessagePainting, QStyledItemDelegate):
         self._view = view
         self.theme = theme
         self.tint_drafted = False
+        # which key saves an edit: the window hands in its message box's send-key test
+        self.is_save = ctrl_enter
         self.hover_pos: QPoint | None = None  # viewport coordinates, set by the view
         self.selection: TextSelection | None = None  # set by the view
         self.focus: tuple[int, Control | None] | None = None  # (row, control): the view's
@@ -297,7 +299,7 @@ class MessageDelegate(MessagePainting, QStyledItemDelegate):
 
     def createEditor(self, parent: QWidget, option, index: QModelIndex) -> QWidget:
         item: MessageItem = index.data(MessageModel.ItemRole)
-        editor = MessageEditor(item.role, item.content, parent)
+        editor = MessageEditor(item.role, item.content, parent, self.is_save)
         editor.saved.connect(lambda text, i=item.id: self.edit_saved.emit(i, text))
         editor.cancelled.connect(lambda i=item.id: self.edit_cancelled.emit(i))
         return editor

@@ -29,11 +29,20 @@ from app.settings.send_key import SendKey
 if TYPE_CHECKING:
     from app.window.main_window import MainWindow
 
-COMPOSER_KEYS = {
-    SendKey.ENTER: (("Send the message", "Enter"), ("New line", "Shift+Enter")),
-    SendKey.CTRL_ENTER: (("Send the message", "Ctrl+Enter"), ("New line", "Enter")),
+COMPOSER_KEYS = {  # a message being edited saves with the key that sends
+    SendKey.ENTER: (
+        ("Send the message", "Enter"),
+        ("New line", "Shift+Enter"),
+        ("Save an edited message", "Enter"),
+    ),
+    SendKey.CTRL_ENTER: (
+        ("Send the message", "Ctrl+Enter"),
+        ("New line", "Enter"),
+        ("Save an edited message", "Ctrl+Enter"),
+    ),
 }
 EDIT_LAST = ("Edit your last message (empty box)", "Up")
+CANCEL_EDIT = ("Cancel an edit", "Esc")
 
 
 def _keys(sequence: QKeySequence) -> str:
@@ -55,7 +64,7 @@ def window_shortcuts(window: MainWindow) -> list[tuple[str, str]]:
         if not button.shortcut().isEmpty():
             rows.append((button.toolTip().split(" (")[0], _keys(button.shortcut())))
     rows += COMPOSER_KEYS[window.composer.edit.send_key]
-    rows.append(EDIT_LAST)
+    rows += [EDIT_LAST, CANCEL_EDIT]
     return rows
 
 

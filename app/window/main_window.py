@@ -73,6 +73,7 @@ class MainWindow(QMainWindow):
         self.chat.delegate.set_tint_drafted(self.settings.tint_drafted)
         self.composer = Composer(self)
         self.composer.set_send_key(self.settings.send_key)
+        self.chat.delegate.is_save = self.composer.edit.is_send  # an edit saves as it sends
         apply_text_size(self, self.settings.text_size)
         right = QWidget(self)
         right.setObjectName("chatPane")

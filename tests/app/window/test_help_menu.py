@@ -44,6 +44,8 @@ def test_keyboard_shortcuts_lists_every_bound_key(harness, qtbot):
         ("Send the message", "Enter"),
         ("New line", "Shift+Enter"),
         ("Edit your last message (empty box)", "Up"),
+        ("Save an edited message", "Enter"),
+        ("Cancel an edit", "Esc"),
     ]:
         assert row in rows, rows
     assert len(rows) == len(set(rows)) and all(label for label, _ in rows), rows
@@ -61,6 +63,7 @@ def test_the_list_follows_the_keys_as_they_are_bound(harness, qtbot):
     rows = open_dialog(qtbot, window, ShortcutsDialog).rows()
     assert ("New chat", "Ctrl+Shift+N") in rows and ("New chat", "Ctrl+N") not in rows
     assert ("Send the message", "Ctrl+Enter") in rows and ("New line", "Enter") in rows
+    assert ("Save an edited message", "Ctrl+Enter") in rows
 
 
 def test_ctrl_slash_opens_the_shortcuts(harness, qtbot):

@@ -354,3 +354,36 @@ def test_a_narrow_window_wraps_the_status_line_and_keeps_it_whole(harness, qtbot
     two_lines = 2 * status.fontMetrics().lineSpacing()
     qtbot.waitUntil(lambda: status.height() >= two_lines)  # the layout gave it the room
     assert status.text() == line  # all of it, on two lines
+
+
+def test_an_edit_saves_with_the_key_that_sends(harness, qtbot):
+    """Enter saves an edited message, as it sends one, and Shift+Enter makes a new line in
+    it; with Settings' Ctrl+Enter, Enter makes the new line and Ctrl+Enter saves."""
+    window = harness.open()
+    harness.send("first")
+    click_action(harness, qtbot, 0, "Edit")
+    editor = window.chat.editor()
+    editor.text_edit.setPlainText("one")
+    editor.focus_end()
+    qtbot.keyClick(editor.text_edit, Qt.Key.Key_Return, Qt.KeyboardModifier.ShiftModifier)
+    qtbot.keyClicks(editor.text_edit, "two")
+    assert editor.text == "one\ntwo" and window.chat.editor() is editor
+    qtbot.keyClick(editor.text_edit, Qt.Key.Key_Return)
+    harness.wait_idle()
+    assert harness.texts() == ["one\ntwo", "Echo: one\ntwo"] and window.chat.editor() is None
+    from dataclasses import replace
+
+    window.apply_settings(replace(window.settings, send_key="ctrl_enter"))
+    click_action(harness, qtbot, 0, "Edit")
+    editor = window.chat.editor()
+    editor.text_edit.setPlainText("three")
+    editor.focus_end()
+    qtbot.keyClick(editor.text_edit, Qt.Key.Key_Return)
+    qtbot.keyClicks(editor.text_edit, "four")
+    assert editor.text == "three\nfour" and window.chat.editor() is editor
+    qtbot.keyClick(editor.text_edit, Qt.Key.Key_Return, Qt.KeyboardModifier.ControlModifier)
+    harness.wait_idle()
+    assert harness.texts() == ["three\nfour", "Echo: three\nfour"]
+    assert [g.messages[-1].content for g in harness.engine.generates()] == [
+        "first", "one\ntwo", "three\nfour"
+    ]  # fmt: skip
