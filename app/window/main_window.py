@@ -36,6 +36,7 @@ from app.theme import Theme, apply_theme, system_theme
 from app.window.app_icon import app_icon
 from app.window.banner import Banner
 from app.window.conversation_files import ConversationFiles
+from app.window.file_drop import FileDrop
 from app.window.menus import build_menu_bar
 from app.window.message_delete import delete_message
 from app.window.text_size import apply_text_size
@@ -98,6 +99,9 @@ class MainWindow(QMainWindow):
         self.remote.notice.connect(lambda text: self.banner.show_notice(text, timeout_ms=15000))
         self.conversation_files = ConversationFiles(store, self.banner, self, qsettings)
         self.drafts = ComposerDrafts(self.composer)
+        fields = (self.composer.edit.viewport(), self.sidebar.search)
+        load, import_chat = self.model_loader.load, self.conversation_files.import_conversation
+        self.file_drop = FileDrop(self, fields, load, import_chat)
         self._is_sending = False  # a send may create the chat its draft was typed in
         self.chat_settings = ChatSettingsEditor(store, self.controller, lambda: self.settings, self)
         self.header.chat_settings_requested.connect(self.chat_settings.open_dialog)
