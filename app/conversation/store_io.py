@@ -1,5 +1,6 @@
-"""Export a conversation as Markdown (the selected branch) or JSON (the whole tree), and
-import the JSON back, or ChatGPT's and Open WebUI's exports (app.conversation.import_formats
+"""Export a conversation as Markdown (the selected branch) or JSON (the whole tree), or
+every chat as one JSON file (a backup), and import the JSON back, or ChatGPT's and Open
+WebUI's exports (app.conversation.import_formats
 reads those). Importing gives every message a fresh id, so a file can be imported twice,
 or into the database it came from, without collisions; a file is imported whole or not
 at all (one transaction)."""
@@ -7,6 +8,8 @@ at all (one transaction)."""
 from __future__ import annotations
 
 import json
+import sqlite3
+import time
 from collections.abc import Iterator
 from enum import StrEnum
 from pathlib import Path
@@ -24,6 +27,7 @@ from app.conversation.store import Conversation, ConversationStore, new_id
 from app.conversation.tree import MessageTree, Node
 
 FORMAT = "branchchat.conversation"
+ALL_FORMAT = "branchchat.conversations"  # every chat: {"conversations": [FORMAT's, ...]}
 VERSION = 1
 ROLE_TITLES = {"user": "You", "assistant": "Assistant", "system": "System"}
 
@@ -45,6 +49,14 @@ def write_export(
     Path(path).write_text(text, encoding="utf-8")
 
 
+def write_export_all(store: ConversationStore, path: str | Path) -> int:
+    """Write every chat to `path` as one JSON file, newest first; how many."""
+    conversations = [export_json(store, c.id) for c in store.list_conversations()]
+    data = {"format": ALL_FORMAT, "version": VERSION, "conversations": conversations}
+    Path(path).write_text(json.dumps(data, indent=2, ensure_ascii=False), encoding="utf-8")
+    return len(conversations)
+
+
 def read_import(store: ConversationStore, path: str | Path) -> Conversation:
     """Import the file at `path`; of several chats in it, the most recent one."""
     return read_imports(store, path)[0]
@@ -61,6 +73,8 @@ def read_imports(store: ConversationStore, path: str | Path) -> list[Conversatio
         raise ValueError(f"not JSON (line {error.lineno}): {error.msg}") from None
     if isinstance(data, dict) and data.get("format") == FORMAT:
         return [import_json(store, data)]
+    if isinstance(data, dict) and data.get("format") == ALL_FORMAT:
+        return import_json_all(store, data)
     if is_chatgpt_export(data):
         return import_chats(store, chatgpt_chats(data))
     if is_open_webui_export(data):
@@ -155,6 +169,7 @@ def export_json(store: ConversationStore, conversation_id: str) -> dict[str, Any
         "version": VERSION,
         "title": conversation.title,
         "created_at": conversation.created_at,
+        "updated_at": conversation.updated_at,
         "selected_root": tree.selected_root,
         "settings": store.get_conversation_settings(conversation_id),
         "messages": messages,
@@ -163,6 +178,26 @@ def export_json(store: ConversationStore, conversation_id: str) -> dict[str, Any
 
 def import_json(store: ConversationStore, data: dict[str, Any]) -> Conversation:
     """Add the conversation in `data` as a new one; all or nothing (one transaction)."""
+    with store.transaction() as db:
+        conversation = _insert_json(db, data)
+    return store.get_conversation(conversation.id) or conversation
+
+
+def import_json_all(store: ConversationStore, data: dict[str, Any]) -> list[Conversation]:
+    """Add every chat of an export of all (write_export_all), most recently updated first;
+    all or nothing (one transaction)."""
+    if data.get("version") != VERSION:
+        raise ValueError(f"unsupported export version {data.get('version')!r}")
+    chats = data.get("conversations")
+    if not isinstance(chats, list) or not chats:
+        raise ValueError("'conversations' must be a list of chats, and not empty")
+    with store.transaction() as db:
+        added = [_insert_json(db, chat) for chat in chats]
+    fresh = [store.get_conversation(c.id) or c for c in added]
+    return sorted(fresh, key=lambda c: c.updated_at, reverse=True)
+
+
+def _insert_json(db: sqlite3.Connection, data: dict[str, Any]) -> Conversation:
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ValueError("not a branchchat conversation export (missing 'format')")
     if data.get("version") != VERSION:
@@ -171,43 +206,45 @@ def import_json(store: ConversationStore, data: dict[str, Any]) -> Conversation:
     if not isinstance(messages, list):
         raise ValueError("'messages' must be a list")
     ids = {m["id"]: new_id() for m in messages}  # old id -> new id
-    conversation = Conversation(
-        new_id(), str(data.get("title") or "Imported chat"), data.get("created_at") or 0.0, 0.0
+    conversation = Conversation(  # an export made before updated_at was kept: now
+        new_id(),
+        str(data.get("title") or "Imported chat"),
+        float(data.get("created_at") or 0.0),
+        float(data.get("updated_at") or time.time()),
     )
-    with store.transaction() as db:
-        settings = data.get("settings") or None
-        if settings is not None and not isinstance(settings, dict):
-            raise ValueError("'settings' must be an object")
+    settings = data.get("settings") or None
+    if settings is not None and not isinstance(settings, dict):
+        raise ValueError("'settings' must be an object")
+    db.execute(
+        "INSERT INTO conversations (id, title, created_at, updated_at, selected_root, "
+        "settings) VALUES (?,?,?,?,?,?)",
+        (conversation.id, conversation.title, conversation.created_at, conversation.updated_at,
+         ids.get(data.get("selected_root")), _dumps(settings)),
+    )  # fmt: skip
+    for m in messages:  # parents come before children in an export
+        if m["role"] not in ROLE_TITLES or m.get("status", MessageStatus.DONE) not in STATUSES:
+            raise ValueError(f"message {m['id']}: bad role or status")
+        if m["parent_id"] is not None and m["parent_id"] not in ids:
+            raise ValueError(f"message {m['id']}: unknown parent {m['parent_id']}")
         db.execute(
-            "INSERT INTO conversations (id, title, created_at, updated_at, selected_root, "
-            "settings) VALUES (?,?,?,strftime('%s','now'),?,?)",
-            (conversation.id, conversation.title, conversation.created_at,
-             ids.get(data.get("selected_root")), _dumps(settings)),
-        )  # fmt: skip
-        for m in messages:  # parents come before children in an export
-            if m["role"] not in ROLE_TITLES or m.get("status", MessageStatus.DONE) not in STATUSES:
-                raise ValueError(f"message {m['id']}: bad role or status")
-            if m["parent_id"] is not None and m["parent_id"] not in ids:
-                raise ValueError(f"message {m['id']}: unknown parent {m['parent_id']}")
-            db.execute(
-                "INSERT INTO messages (id, conversation_id, parent_id, role, content, status, "
-                "created_at, selected_child, stats, draft_spans, thinking) "
-                "VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                (
-                    ids[m["id"]],
-                    conversation.id,
-                    ids.get(m["parent_id"]),
-                    m["role"],
-                    str(m["content"]),
-                    m.get("status", MessageStatus.DONE),
-                    float(m.get("created_at") or 0.0),
-                    ids.get(m.get("selected_child")),
-                    _dumps(m.get("stats")),
-                    _dumps(m.get("draft_spans") or None),
-                    str(m.get("thinking") or ""),
-                ),
-            )
-    return store.get_conversation(conversation.id) or conversation
+            "INSERT INTO messages (id, conversation_id, parent_id, role, content, status, "
+            "created_at, selected_child, stats, draft_spans, thinking) "
+            "VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                ids[m["id"]],
+                conversation.id,
+                ids.get(m["parent_id"]),
+                m["role"],
+                str(m["content"]),
+                m.get("status", MessageStatus.DONE),
+                float(m.get("created_at") or 0.0),
+                ids.get(m.get("selected_child")),
+                _dumps(m.get("stats")),
+                _dumps(m.get("draft_spans") or None),
+                str(m.get("thinking") or ""),
+            ),
+        )
+    return conversation
 
 
 def _walk(tree: MessageTree) -> Iterator[Node]:

@@ -1,18 +1,20 @@
-"""A conversation to and from a file the person picks: export as Markdown or JSON, import
-JSON. What a file holds is app.conversation.store_io's business; this adds the file
-dialogs and turns a file that cannot be read into a banner. The dialogs open where the
+"""A conversation to and from a file the person picks: export as Markdown or JSON, every
+chat as one JSON file, import JSON. What a file holds is app.conversation.store_io's
+business; this adds the file dialogs and turns a file that cannot be read or written (a
+full disk, a folder without write access) into a banner. The dialogs open where the
 last export or import went, else in Documents (else the home folder), never in the
 working directory the app happened to start in."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from PySide6.QtCore import QObject, QSettings, QStandardPaths, Signal
 from PySide6.QtWidgets import QFileDialog, QWidget
 
 from app.conversation.store import ConversationStore
-from app.conversation.store_io import ExportFormat, read_import, write_export
+from app.conversation.store_io import ExportFormat, read_import, write_export, write_export_all
 from app.window.banner import Banner
 
 FOLDER_KEY = "files/last_folder"  # where the last export or import went
@@ -46,7 +48,21 @@ class ConversationFiles(QObject):
             self._qsettings.setValue(FOLDER_KEY, str(Path(path).parent))
 
     def export_conversation(self, conversation_id: str, fmt: str, path: str | Path) -> None:
-        write_export(self.store, conversation_id, fmt, path)
+        try:
+            write_export(self.store, conversation_id, fmt, path)
+        except OSError as error:
+            self.banner.show_error(f"Could not export to {Path(path).name}.", str(error))
+
+    def export_all(self, path: str | Path) -> int | None:
+        """Every chat into one JSON file; how many, or None (the banner says why)."""
+        try:
+            count = write_export_all(self.store, path)
+        except OSError as error:
+            self.banner.show_error(f"Could not export to {Path(path).name}.", str(error))
+            return None
+        chats = "1 chat" if count == 1 else f"{count} chats"
+        self.banner.show_notice(f"Exported {chats} to {Path(path).name}.", timeout_ms=5000)
+        return count
 
     def import_conversation(self, path: str | Path) -> str | None:
         """The imported conversation's id, or None (the banner says why)."""
@@ -71,6 +87,15 @@ class ConversationFiles(QObject):
         if path:
             self._remember_folder(path)
             self.export_conversation(conversation_id, fmt, path)
+
+    def export_all_dialog(self) -> None:
+        suggested = self.start_folder() / f"branchchat-chats-{time.strftime('%Y-%m-%d')}.json"
+        path, _ = QFileDialog.getSaveFileName(
+            self._dialog_parent, "Export all chats", str(suggested), "JSON (*.json)"
+        )
+        if path:
+            self._remember_folder(path)
+            self.export_all(path)
 
     def import_dialog(self) -> None:
         path, _ = QFileDialog.getOpenFileName(

@@ -48,10 +48,15 @@ def build_menu_bar(window: MainWindow) -> None:
         file_menu, "Export chat as JSON…", lambda: window.export_open_chat(ExportFormat.JSON)
     )
 
+    export_all = _add(
+        file_menu, "Export all chats as JSON…", window.conversation_files.export_all_dialog
+    )
+
     def enable_exports() -> None:
         has_chat = window.controller.conversation_id is not None
         export_md.setEnabled(has_chat)
         export_json.setEnabled(has_chat)
+        export_all.setEnabled(bool(window.store.list_conversations()))
 
     file_menu.aboutToShow.connect(enable_exports)
     file_menu.addSeparator()

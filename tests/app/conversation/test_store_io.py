@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from app.conversation.store_io import export_json, export_markdown, import_json
@@ -88,3 +90,26 @@ def test_an_export_from_before_settings_and_thinking_still_imports(store):
     copy = import_json(store, data)
     assert shape(store, copy.id) == shape(store, c.id)
     assert store.get_conversation_settings(copy.id) == {}
+
+
+def test_an_export_of_all_chats_imports_all_or_nothing_with_their_dates(store, tmp_path):
+    from app.conversation.store_io import read_imports, write_export_all
+
+    first = make_branchy(store)
+    second = store.create_conversation("Second")
+    store.add_message(second.id, None, "user", "hello")
+    path = tmp_path / "all.json"
+    assert write_export_all(store, path) == 2
+    dates = {c.title: c.updated_at for c in store.list_conversations()}
+    added = read_imports(store, path)
+    assert sorted(c.title for c in added) == ["Branchy", "Second"]
+    assert {c.title: c.updated_at for c in added} == dates  # kept, not the import's time
+    copy = next(c for c in added if c.title == "Branchy")
+    assert shape(store, copy.id) == shape(store, first.id)
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data["conversations"][-1]["messages"][-1]["parent_id"] = "nowhere"  # the last chat broken
+    path.write_text(json.dumps(data), encoding="utf-8")
+    count = len(store.list_conversations())
+    with pytest.raises(ValueError, match="unknown parent"):
+        read_imports(store, path)
+    assert len(store.list_conversations()) == count  # the first chat was not kept either
