@@ -11,6 +11,13 @@
 #           (default 240: the float build's 8-row stamps ran past 150 in session 42)
 #   ahead   each of $AHEAD_SHAPES (default the Llama-3.2-1B and 3.1-8B shapes): the step and
 #           an 8-row verify of the engine's build (first and last) beside $INT8_WITH's builds
+#   default the default model (SmolLM2-135M Q4_1, from pack.sh's parcels with models), whose
+#           rows of 576 and 1,536 take int8 from FQ_INT8=512: its step and 8-row verify
+#           beside the engine's build, then its decode agreement with a float64 reference
+#           (bench agreement, the one-launch step) for the float build and the int8 one
+#   spec    bench speculative (greedy, identical output checked) on the default model, with
+#           the engine's build and with $SPEC_INT8 (default FQ_INT8=512,FQ_INT8_ONCE=1): a
+#           cheaper verify is what speculation's ratio to plain decoding is bound by
 #   PARTS="stamps ahead" AHEAD_SHAPES=llama-3.1-8b bash tools/gpu/int8_round.sh
 set -u
 export PYTHONPATH=/root/site:$PWD PYTHONUNBUFFERED=1
@@ -39,4 +46,24 @@ big_x=FQ_VERIFY_SMEM_X=32768
 with=${INT8_WITH:-"FQ_INT8=2048,$big_x;FQ_INT8=2048,FQ_INT8_ONCE=1,$big_x"}
 if [[ $parts == *" ahead "* ]]; then
   ahead_with int8 "$with" FQ_INT8 FQ_INT8_ONCE FQ_VERIFY_SMEM_X
+fi
+default=$HOME/.cache/branchchat/models/SmolLM2-135M-Instruct.Q4_1.gguf
+if [[ $parts == *" default "* ]]; then
+  timeout 280 python3 -m bench.gpu.step_tuning --model "$default" --contexts 128 2048 \
+    --repeats 50 --engine-with "FQ_INT8=512;FQ_INT8=512,FQ_INT8_ONCE=1" \
+    --out "$OUT/int8-default.json" > "$OUT/int8-default.txt" 2>&1
+  echo "== default step and verify: exit $?"; grep "^{" "$OUT/int8-default.txt" | cut -c1-400
+  for build in "" FQ_INT8=512; do
+    BRANCHCHAT_STEP_TUNING=$build timeout 150 python3 -m bench agreement --paths mlx-default \
+      --modes decode --names smollm2 --json > "$OUT/agree-default-${build:-float}.json" 2>&1
+    echo "== agreement ${build:-float}: exit $?"; tail -c 400 "$OUT/agree-default-${build:-float}.json"
+  done
+fi
+if [[ $parts == *" spec "* ]]; then
+  for build in "" "${SPEC_INT8:-FQ_INT8=512,FQ_INT8_ONCE=1}"; do
+    BRANCHCHAT_STEP_TUNING=$build timeout "${SPEC_TIMEOUT:-270}" python3 -m bench speculative \
+      --json --runs 1 --modes plain,auto,block --workloads chat,open_chat,regenerate \
+      > "$OUT/spec-default-${build:-float}.json" 2> "$OUT/spec-default-${build:-float}.err"
+    echo "== speculative ${build:-float}: exit $?"; tail -3 "$OUT/spec-default-${build:-float}.err"
+  done
 fi
