@@ -34,6 +34,7 @@ from app.settings.settings_dialog import SettingsDialog
 from app.sidebar.sidebar import Sidebar
 from app.theme import Theme, apply_theme, system_theme
 from app.window.app_icon import app_icon
+from app.window.appearance import chosen, theme_for
 from app.window.banner import Banner
 from app.window.conversation_files import ConversationFiles
 from app.window.file_drop import FileDrop
@@ -63,7 +64,8 @@ class MainWindow(QMainWindow):
         self.resize(1200, 800)
         self.store, self.bridge, self.qsettings = store, bridge, qsettings
         self.settings: AppSettings = load_settings(qsettings)
-        self.theme = theme or system_theme()
+        # View ▸ Appearance's choice; where it is the system's, `theme` stands in for it
+        self.theme = theme_for(chosen(qsettings), theme)
         self._follows_system = theme is None
         self.controller = ChatController(store, bridge, lambda: self.settings, self)
 
@@ -113,6 +115,8 @@ class MainWindow(QMainWindow):
         build_menu_bar(self)
         self.refresh_sidebar()
         self.composer.edit.setFocus()  # typing goes to the message box from the start
+        if chosen(qsettings) != "system":
+            self.set_theme(self.theme)  # the application's palette too
         if self._follows_system:
             QGuiApplication.styleHints().colorSchemeChanged.connect(self._on_scheme_changed)
 
@@ -352,7 +356,8 @@ class MainWindow(QMainWindow):
         save_settings(self.qsettings, settings)
 
     def _on_scheme_changed(self, _scheme) -> None:
-        self.set_theme(system_theme())
+        if chosen(self.qsettings) == "system":
+            self.set_theme(system_theme())
 
     def set_theme(self, theme: Theme) -> None:
         self.theme = theme

@@ -14,6 +14,7 @@ from PySide6.QtWidgets import QMenu
 
 from app.conversation.store_io import ExportFormat
 from app.settings.app_settings import TEXT_SIZES
+from app.window.appearance import build_appearance_menu
 from app.window.chat_menu import build_chat_menu
 from app.window.help_dialogs import open_about, open_shortcuts
 from app.window.text_size import change_text_size
@@ -83,6 +84,7 @@ def build_menu_bar(window: MainWindow) -> None:
     sidebar.setChecked(True)
     sidebar.setShortcut(QKeySequence("Ctrl+Shift+S"))
     sidebar.toggled.connect(window.show_sidebar)
+    build_appearance_menu(window, view_menu.addMenu("Appearance"))
     view_menu.addSeparator()
 
     def resize_text(by: int | None) -> None:
