@@ -1,9 +1,8 @@
 """Export a conversation as Markdown (the selected branch) or JSON (the whole tree), or
 every chat as one JSON file (a backup), and import the JSON back, or ChatGPT's and Open
-WebUI's exports (app.conversation.import_formats
-reads those). Importing gives every message a fresh id, so a file can be imported twice,
-or into the database it came from, without collisions; a file is imported whole or not
-at all (one transaction)."""
+WebUI's exports (app.conversation.import_formats reads those). Importing gives every
+message a fresh id, so a file can be imported twice, or into the database it came from,
+without collisions; a file is imported whole or not at all (one transaction)."""
 
 from __future__ import annotations
 

@@ -7,8 +7,9 @@
 #   stamps  where the int8 step's time goes against the engine's, phase by phase
 #           (bench/gpu/step_probe.py under BRANCHCHAT_STEP_TUNING), a step and an 8-row verify,
 #           for each of $STAMP_BUILDS (default: float x and int8 rounded once by the
-#           producing phases, whose step was still 6-11% slower in session 44); each probe gets $STAMP_TIMEOUT s
-#           (default 240: the float build's 8-row stamps ran past 150 in session 42)
+#           producing phases, whose step was still 6-11% slower in session 44); each probe
+#           gets $STAMP_TIMEOUT s (default 240: the float build's 8-row stamps ran past 150
+#           in session 42)
 #   ahead   each of $AHEAD_SHAPES (default the Llama-3.2-1B and 3.1-8B shapes): the step and
 #           an 8-row verify of the engine's build (first and last) beside $INT8_WITH's builds
 #   default the default model (SmolLM2-135M Q4_1, from pack.sh's parcels with models), whose

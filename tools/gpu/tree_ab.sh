@@ -16,8 +16,8 @@ shift 2
 if [ "$what" = pack ]; then
   root=$(git rev-parse --show-toplevel)
   mkdir -p "$root/.device/ab"
-  git -C "$root" archive --format=tar "$rev" engine kernels bench setup.py pyproject.toml README.md \
-    | tar --delete --wildcards 'engine/drafters/*.safetensors' 2>/dev/null \
+  git -C "$root" archive --format=tar "$rev" engine kernels bench setup.py pyproject.toml \
+    README.md | tar --delete --wildcards 'engine/drafters/*.safetensors' 2>/dev/null \
     | gzip > "$root/.device/ab/$rev.tar.gz"
   ls -la "$root/.device/ab/$rev.tar.gz"
   exit 0
