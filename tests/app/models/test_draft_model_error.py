@@ -55,6 +55,8 @@ def test_a_corrupt_draft_model_keeps_the_main_model_and_is_cleared(
     assert saved.draft_model_path == "" and saved.drafter == "auto"
 
     window.banner.dismiss_button.click()
+    # greedy: a sampled first token of this random tiny model is now and then its EOS
+    window.apply_settings(replace(window.settings, temperature=0.0, max_tokens=8))
     harness.send("hello there", wait=False)
     harness.wait_idle(timeout=60000)
     assert not window.banner.isVisible(), window.banner.message.text()
