@@ -8,6 +8,7 @@ working directory the app happened to start in."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import QObject, QSettings, QStandardPaths, Signal
@@ -47,18 +48,22 @@ class ConversationFiles(QObject):
         if self._qsettings is not None:
             self._qsettings.setValue(FOLDER_KEY, str(Path(path).parent))
 
-    def export_conversation(self, conversation_id: str, fmt: str, path: str | Path) -> None:
+    def _written(self, path: str | Path, write: Callable[[], int | None]) -> int | None:
+        """What `write` returns, or None where the file could not be written (the banner
+        says why: a full disk, a folder without write access)."""
         try:
-            write_export(self.store, conversation_id, fmt, path)
+            return write()
         except OSError as error:
             self.banner.show_error(f"Could not export to {Path(path).name}.", str(error))
+            return None
+
+    def export_conversation(self, conversation_id: str, fmt: str, path: str | Path) -> None:
+        self._written(path, lambda: write_export(self.store, conversation_id, fmt, path))
 
     def export_all(self, path: str | Path) -> int | None:
         """Every chat into one JSON file; how many, or None (the banner says why)."""
-        try:
-            count = write_export_all(self.store, path)
-        except OSError as error:
-            self.banner.show_error(f"Could not export to {Path(path).name}.", str(error))
+        count = self._written(path, lambda: write_export_all(self.store, path))
+        if count is None:
             return None
         chats = "1 chat" if count == 1 else f"{count} chats"
         self.banner.show_notice(f"Exported {chats} to {Path(path).name}.", timeout_ms=5000)

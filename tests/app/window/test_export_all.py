@@ -73,3 +73,8 @@ def test_export_all_is_greyed_without_chats_and_a_failed_write_says_so(
     action.trigger()
     assert window.banner.message.text() == "Could not export to backup.json."
     assert not nowhere.exists() and len(harness.store.list_conversations()) == 1
+    window.banner.dismiss_button.click()
+    assert not window.banner.isVisible()
+    menu_action(window, "File", "Export chat as JSON").trigger()  # one chat: the same banner
+    assert window.banner.isVisible()
+    assert window.banner.message.text() == "Could not export to backup.json."
