@@ -15,7 +15,9 @@
 #   default the default model (SmolLM2-135M Q4_1, from pack.sh's parcels with models), whose
 #           rows of 576 and 1,536 take int8 from FQ_INT8=512: its step and 8-row verify
 #           beside the engine's build, then its decode agreement with a float64 reference
-#           (bench agreement, the one-launch step) for the float build and the int8 one
+#           (bench agreement, the one-launch step) for each of $AGREE_BUILDS (default
+#           "float FQ_INT8=512"); AGREE_ONLY=1 skips the step and verify, so the two halves
+#           can go in two calls
 #   spec    bench speculative (greedy, identical output checked) on the default model, with
 #           the engine's build and with $SPEC_INT8 (default FQ_INT8=512,FQ_INT8_ONCE=1): a
 #           cheaper verify is what speculation's ratio to plain decoding is bound by
@@ -49,12 +51,13 @@ if [[ $parts == *" ahead "* ]]; then
   ahead_with int8 "$with" FQ_INT8 FQ_INT8_ONCE FQ_VERIFY_SMEM_X
 fi
 default=$HOME/.cache/branchchat/models/SmolLM2-135M-Instruct.Q4_1.gguf
-if [[ $parts == *" default "* ]]; then
+if [[ $parts == *" default "* ]] && [ -z "${AGREE_ONLY:-}" ]; then
   timeout 280 python3 -m bench.gpu.step_tuning --model "$default" --contexts 128 2048 \
     --repeats 50 --engine-with "FQ_INT8=512;FQ_INT8=512,FQ_INT8_ONCE=1" \
     --out "$OUT/int8-default.json" > "$OUT/int8-default.txt" 2>&1
   echo "== default step and verify: exit $?"; grep "^{" "$OUT/int8-default.txt" | cut -c1-400
-  for build in "" FQ_INT8=512; do
+  for build in ${AGREE_BUILDS:-float FQ_INT8=512}; do
+    [ "$build" = float ] && build=""
     BRANCHCHAT_STEP_TUNING=$build timeout 150 python3 -m bench agreement --paths mlx-default \
       --modes decode --names smollm2 --json > "$OUT/agree-default-${build:-float}.json" 2>&1
     echo "== agreement ${build:-float}: exit $?"; tail -c 400 "$OUT/agree-default-${build:-float}.json"
