@@ -56,6 +56,8 @@ if [[ $parts == *" default "* ]] && [ -z "${AGREE_ONLY:-}" ]; then
     --repeats 50 --engine-with "FQ_INT8=512;FQ_INT8=512,FQ_INT8_ONCE=1" \
     --out "$OUT/int8-default.json" > "$OUT/int8-default.txt" 2>&1
   echo "== default step and verify: exit $?"; grep "^{" "$OUT/int8-default.txt" | cut -c1-400
+fi
+if [[ $parts == *" default "* ]]; then
   for build in ${AGREE_BUILDS:-float FQ_INT8=512}; do
     [ "$build" = float ] && build=""
     BRANCHCHAT_STEP_TUNING=$build timeout 150 python3 -m bench agreement --paths mlx-default \

@@ -8,7 +8,9 @@
 # Needs restage.sh's .device/g1-g3 (the wheels) and the models where the engine keeps them.
 # PACK_MODELS=smollm2 packs the default model alone (the drafter's session: 6 parcels),
 # PACK_MODELS=none no model (tests of the tiny models only: 4 parcels of 26 MB);
-# PARCEL_BYTES sets the parcel size (the tree plus one parcel must stay under 64 MiB).
+# PARCEL_BYTES sets the parcel size (the tree plus one parcel must stay under 64 MiB): with
+# `PARCEL_BYTES=$(bash tools/gpu/slim_tree.sh size)`, 58 MB, for staging calls made with
+# `slim_tree.sh on` (and `off` before the first call that tests or times).
 # On the H200, one `run` each, back to back, carry [".device/pNN"]:
 #   all but the last: bash tools/gpu/unpack.sh .device/pNN      (keeps the parcel in /root/stash)
 #   the last:         bash tools/gpu/unpack.sh .device/pNN && bash tools/gpu/device_all.sh
