@@ -27,7 +27,14 @@ on)
   echo "moved aside: ${moved[*]}"
   ;;
 off)
-  for path in "${moved[@]}"; do [ ! -e "$hold/$path" ] || mv "$hold/$path" "$path"; done
+  for path in "${moved[@]}"; do
+    [ -e "$hold/$path" ] || continue
+    if [ -e "$path" ]; then  # mv would nest the held folder inside it; rm -rf would lose it
+      echo "slim_tree: $path is back already (git checkout?): $hold/$path kept" >&2
+      exit 1
+    fi
+    mv "$hold/$path" "$path"
+  done
   rm -rf "$hold"
   git status --short | head
   ;;
