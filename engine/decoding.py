@@ -4,7 +4,9 @@ Invariant: `pending` is the last sampled token; it is emitted but not yet in the
 A step forwards [pending] + k drafted tokens in ONE batched pass (k = 0 is plain
 decoding), accepts the longest prefix the target agrees with plus one token of its
 own, and keeps the state exact with `rollback_retaining` (attention trims rows,
-recurrent layers replay the kept rows from the verify tape; no second pass).
+recurrent layers replay the kept rows from the verify tape; no second pass). Where a plain
+step on [pending] is queued on the device already (`_plain_run`), that step is the verify's
+first row and the pass forwards the k drafted tokens behind it.
 
 Acceptance is coupled sampling: the target's token at each verified row is drawn
 exactly as plain decoding draws it there (engine/sampling.py: one uniform per position,
@@ -119,24 +121,26 @@ def decode(
     verified = 0  # rows of the verify just done (0: the last forward was a plain step)
     while True:
         reason = _take(produced, out, req)
-        if not reason and req.should_stop():
-            reason = FinishReason.STOPPED
-        if not reason and state.offset + 1 >= req.context_limit:
-            reason = FinishReason.CONTEXT_FULL
+        if carried is None or carried.head is None:  # else _plain_run checked its token
+            if not reason and req.should_stop():
+                reason = FinishReason.STOPPED
+            if not reason and state.offset + 1 >= req.context_limit:
+                reason = FinishReason.CONTEXT_FULL
         if reason:
             out.reason = reason
             break
         pending = out.token_ids[-1]
-        if carried is not None:
-            k, draft, spent = carried.k, carried.draft, carried.seconds
-            carried = None
+        head: Launch | None = None  # the queued step on [pending]: the verify's first row
+        if carried is not None:  # cut already, priced as it is verified
+            k, draft, spent, head = carried.k, carried.draft, carried.seconds, carried.head
+            offered, started, carried = min(k, len(draft.tokens)), carried.started, None
         else:
             k = _choose_k(req, costs, len(out.token_ids), state, row_limit)
             t0 = time.perf_counter()
             draft = drafter.propose(pending, k) if (drafter is not None and k) else Draft([])
             spent = time.perf_counter() - t0 - draft.setup_seconds  # a prompt's: not k's cost
-        offered = min(k, len(draft.tokens))
-        draft = cut_draft(draft, costs)
+            offered = min(k, len(draft.tokens))
+            draft = cut_draft(draft, costs)
         if draft.free:  # its cut rows were judged by its own confidence, not missed
             offered = len(draft.tokens)
         if draft.tokens and req.acceptance is not None:
@@ -151,7 +155,8 @@ def decode(
                 break
             produced, verified = [], 0
             continue
-        t0, verified = time.perf_counter(), len(rows) if len(rows) > 1 else 0
+        fed = rows[1:] if head is not None else rows  # what this round's forward takes
+        t0, verified = time.perf_counter(), len(fed) if len(rows) > 1 else 0
         if len(rows) == 1:
             result, hidden_rows = forward(rows, "last")
             logits = verify_rows.to_host(runner.ops, result, s)
@@ -166,13 +171,27 @@ def decode(
             produced = [(token, False)]
             continue
         cp = state.checkpoint(record=True)
-        result, hidden_rows = forward(rows, "all")
+        result, hidden_rows = forward(fed, "all")
         logits = verify_rows.to_host(runner.ops, result, s)
+        if head is not None:
+            logits = verify_rows.Headed(head, logits)
         num_drafted = len(rows) - 1
-        accepted, nxt = verify_rows.verify(logits, draft, num_drafted, state.tokens, s, uniforms)
+        try:
+            accepted, nxt = verify_rows.verify(
+                logits, draft, num_drafted, state.tokens, s, uniforms
+            )
+        except StepTimedOut:  # the queued first row is not the model's: _plain_run's remedy
+            state.rollback_retaining(cp, 0)
+            truncate(runner, state, state.offset - 1)
+            runner.fall_back()
+            produced = []
+            continue
         # the host's draws from the rows (a sampled verify's rejection sampling) are the
-        # verify's cost, as a plain step's draw is the step's
+        # verify's cost, as a plain step's draw is the step's; behind a queued step, what
+        # passed since that step began beyond a step's cost (plain decoding waits that too)
         forward_s = time.perf_counter() - t0
+        if head is not None:
+            forward_s = max(0.0, time.perf_counter() - started - costs.cost(1))
         if req.acceptance is not None:  # per row asked for (a cut's rows count as missed)
             req.acceptance.observe(offered, accepted)
         judge = getattr(drafter, "judge", None)  # a drafter's own confidence model
@@ -185,19 +204,25 @@ def decode(
             num_drafted = accepted = eos_at
             nxt = draft.tokens[eos_at]
         t0 = time.perf_counter()
-        if 1 + accepted == len(rows):
+        kept = accepted if head is not None else 1 + accepted  # of the rows forwarded
+        if kept == len(fed):
             state.commit(cp)
         else:
-            state.rollback_retaining(cp, 1 + accepted)
+            state.rollback_retaining(cp, kept)
         # a verify costs its forward plus putting the state right after it (a hybrid's tape
-        # replay of the kept rows): that sum is what plain decoding is weighed against
-        costs.observe(len(rows), forward_s + time.perf_counter() - t0)
+        # replay of the kept rows): that sum is what plain decoding is weighed against (a
+        # one-row pass behind a queued step is no plain step's cost)
+        if len(fed) > 1:
+            costs.observe(len(fed), forward_s + time.perf_counter() - t0)
         out.drafted += num_drafted
         out.accepted += accepted
         out.verifies += 1
         if drafter is not None:
             if hidden:  # the kept rows are the state's: the rest were rolled back
-                drafter.observe_hidden(hidden_rows[: 1 + accepted])  # type: ignore[attr-defined]
+                if head is not None:
+                    drafter.observe_hidden(head.hidden)  # type: ignore[attr-defined]
+                if kept:
+                    drafter.observe_hidden(hidden_rows[:kept])  # type: ignore[attr-defined]
             drafter.commit(rows[: 1 + accepted])
         produced = [(t, True) for t in draft.tokens[:accepted]] + [(nxt, False)]
     if drafter is not None:
@@ -211,8 +236,10 @@ class _Carried:
     """A draft proposed inside `_plain_run` once a step's token was read: the next round's."""
 
     k: int
-    draft: Draft
+    draft: Draft  # cut as its verify is priced
     seconds: float  # what proposing it cost
+    head: Launch | None  # the step queued on the draft's pending token, kept: its first row
+    started: float  # when that step's wait began (perf_counter)
 
 
 def _plain_run(
@@ -236,8 +263,8 @@ def _plain_run(
     (`drafts_for_free`: prompt lookup; a pool whose members ranked this round all do)
     needs that step's token to propose, so the next step is queued all the same and the
     drafter asked once the token is read: with nothing to propose (or a free draft its cut
-    drops) the queued step stands; with a draft it is undone and the draft goes back to the
-    loop, for its verify. A
+    drops) the queued step stands; with a draft too, as the verify's first row (undone where
+    the host drew another token), and the draft goes back to the loop, for its verify. A
     drafter whose pass runs on the device would wait behind the queued step, so there the
     run ends and the loop drafts. A drafter that reads the target's rows (`taps` not None)
     is handed each step's with its token.
@@ -299,10 +326,17 @@ def _plain_run(
             # ~0.2 ms, and Auto on a GPU stopped drafting with it)
             t_draft = time.perf_counter()
             draft = req.drafter.propose(token, k)
-            if cut_draft(draft, costs).tokens:  # the round verifies it: not the queued step
+            # the step queued on the token the host took is the verify's first row: the
+            # draft costs that step (plain decoding's too) and a pass of its own tokens
+            kept = token == guess
+            draft = cut_draft(draft, costs, queued=kept)
+            if draft.tokens:
                 seconds = time.perf_counter() - t_draft - draft.setup_seconds
-                nxt.cancel()
-                return "", _Carried(k, draft, seconds)
+                if kept:
+                    nxt.end(token)
+                else:
+                    nxt.cancel()
+                return "", _Carried(k, draft, seconds, nxt if kept else None, t0)
         if token != guess:  # the device drew another token: the queued step is not this one
             nxt.cancel()
             nxt = launch([token])

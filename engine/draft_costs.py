@@ -227,12 +227,13 @@ def best_draft_length(
     return best_k
 
 
-def cut_draft(draft: Draft, costs: CostModel) -> Draft:
+def cut_draft(draft: Draft, costs: CostModel, queued: bool = False) -> Draft:
     """A draft with its drafter's confidence (P_j: tokens 1..j all accepted) cut at the k
-    with the most expected tokens per second, (1 + P_1 + ... + P_k) / cost(k + 1). One
-    token at least stays of a draft whose pass was paid (its verdict feeds the acceptance
-    model); a free draft (prompt lookup's) is dropped where that best k does not beat plain
-    decoding by the margin."""
+    with the most expected tokens per second, (1 + P_1 + ... + P_k) / cost(k + 1); where a
+    plain step queued on the pending token gives the first row (`queued`), over that step
+    and a pass of the k drafts, cost(1) + cost(k). One token at least stays of a draft whose
+    pass was paid (its verdict feeds the acceptance model); a free draft (prompt lookup's)
+    is dropped where that best k does not beat plain decoding by the margin."""
     tokens, confidence = draft.tokens, draft.confidence
     if len(confidence) != len(tokens) or not tokens or (len(tokens) == 1 and not draft.free):
         return draft
@@ -240,9 +241,11 @@ def cut_draft(draft: Draft, costs: CostModel) -> Draft:
     # every round lookup matches (NumPy's fixed cost was most of a short draft's cut)
     table = costs.table() if len(tokens) <= MAX_DRAFT else None
     total, best, keep = 0.0, 0.0, 0
+    first = costs.cost(1) if queued else 0.0  # the queued step, plain decoding's too
     for k, p in enumerate(confidence, 1):
         total += p  # expected tokens: 1 + P_1 + ... + P_k
-        rate = (1.0 + total) / (table[k + 1] if table is not None else costs.cost(k + 1))
+        rows = k if queued else k + 1
+        rate = (1.0 + total) / (first + (table[rows] if table is not None else costs.cost(rows)))
         if rate > best:  # the first k of the highest rate
             best, keep = rate, k
     if draft.free and best <= MARGIN / costs.cost(1):

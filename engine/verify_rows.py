@@ -30,6 +30,14 @@ class OneHot:
         self.top = top
 
 
+class Headed:
+    """A verify's rows behind the queued step that computed its first row (the draft's
+    pending token, engine/decoding.py): row 0 is read from that step, the rest from `rows`."""
+
+    def __init__(self, head: Launch, rows: Any) -> None:
+        self.head, self.rows = head, rows
+
+
 def to_host(ops: Ops, logits: Array, s: SamplingSettings) -> Any:
     """Logits rows [n, V] in the form `token` reads for settings `s`."""
     if s.is_greedy and s.repetition_penalty == 1.0:
@@ -49,6 +57,11 @@ def token(
 ) -> int:
     """Row i's token, sampled as plain decoding samples it after history[:end]; of greedy
     one-hot rows, the argmax as read (no row built, no history copied)."""
+    if isinstance(rows, Headed):
+        if i == 0:  # the queued step's token, read as `_plain_run` reads it
+            guess = rows.head.read()
+            return guess if s.is_greedy else host_draw(rows.head, history[:end], s, uniforms)
+        rows, i = rows.rows, i - 1
     if isinstance(rows, OneHot):
         return int(rows.top[i])
     if isinstance(rows, PackedRows):

@@ -209,51 +209,6 @@ class SometimesDrafter(ScriptedDrafter):
         return super().propose(pending, k) if self.position % 2 else Draft([])
 
 
-def test_a_step_queued_where_the_next_may_draft_is_undone_for_a_draft(runner, monkeypatch):
-    """A step is queued ahead even where the cost model would draft after it: the drafter
-    is asked once the token is read; with nothing to propose the queued step stands, with
-    a draft it is undone and the round verifies the draft. The reply is plain greedy, and
-    the reply and state those of the same drafting without queued steps."""
-    plain = _synchronous(runner, monkeypatch, max_tokens=40)[0].token_ids
-    script = PROMPT + plain
-    log: list[Any] = []
-    real_launch, real_cancel = ModelRunner.launch, Launch.cancel
-
-    def launch(
-        self: ModelRunner, ids: Any, state: SequenceState, draw: Any = None, taps: Any = None
-    ) -> Launch:
-        log.append("queued" if isinstance(ids, mx.array) else "host")
-        return real_launch(self, ids, state, draw, taps)
-
-    def cancel(self: Launch) -> None:
-        log.append("cancel")
-        real_cancel(self)
-
-    def choose_k(req: Any, costs: Any, produced: int, *_: Any) -> int:
-        log.append(k := 3 if produced % 9 in (4, 5, 6, 7) else 0)  # drafts now and then
-        return k
-
-    monkeypatch.setattr(decoding, "_choose_k", choose_k)
-    want = _synchronous(
-        runner, monkeypatch, max_tokens=40, drafter=SometimesDrafter(script, 0.5, 1)
-    )
-    del log[:]
-    monkeypatch.setattr(ModelRunner, "launch", launch)
-    monkeypatch.setattr(Launch, "cancel", cancel)
-    got = _decode(runner, max_tokens=40, drafter=SometimesDrafter(script, 0.5, 1))
-    monkeypatch.undo()
-    assert got[0].token_ids == plain
-    _assert_same(runner, got, want)
-    assert got[0].drafted == want[0].drafted >= 9
-    queued_where_k = [i for i, e in enumerate(log) if e == "queued" and log[i - 1] == 3]
-    assert len(queued_where_k) >= 6  # queued though the next step could draft
-    # each draft proposed on a queued step's token undid the step queued last, and the
-    # verify came before any other launch; the other such steps stood (nothing proposed)
-    cancels = [i for i, e in enumerate(log) if e == "cancel"]
-    assert 3 <= len(cancels) <= len(queued_where_k) - 2
-    assert all(log[i - 1] == "queued" and log[i - 2] == 3 for i in cancels)
-
-
 class SeeingDrafter(SometimesDrafter):
     """A drafter that reads the target's rows (a block drafter's contract): it records
     every row it is handed. Its pass runs on the device, as a block drafter's does."""

@@ -20,7 +20,7 @@ from engine.drafter_pool import DrafterPool, Member
 from engine.drafters import Draft
 from engine.runner import ModelRunner
 from engine.sampling import SamplingSettings
-from engine.sequence import SequenceState, prefill
+from engine.sequence import prefill
 from tests.engine.test_launch_ahead import (
     PROMPT,
     SeeingDrafter,
@@ -28,12 +28,11 @@ from tests.engine.test_launch_ahead import (
     _assert_same,
     _count_launches,
     _decode,
-    _next_logits,
     _synchronous,
 )
 from tests.engine.test_launch_ahead import runner as runner  # the fixture, every path
+from tests.engine.test_queued_first_row import assert_equals_a_fresh_prefill
 from tests.engine.test_speculative import ScriptedDrafter
-from tests.tolerances import assert_logits_close, compute_dtype
 
 # a verify's rows as a GPU prices them against a step (the H100's, session 27)
 RATIOS = {1: 1.0, 2: 1.30, 4: 1.70, 8: 2.28, 16: 3.29}
@@ -66,15 +65,6 @@ def fixed_costs(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(CostModel, "charge", lambda self, rows, seconds: None)
 
 
-def _assert_equals_a_fresh_prefill(runner: ModelRunner, state: SequenceState) -> None:
-    """The state's next logits are a fresh prefill's of its tokens (rows computed in
-    verifies of other row counts: within the dtype's rounding, not bit for bit)."""
-    fresh = runner.new_state()
-    prefill(runner, fresh, state.tokens)
-    got, want = _next_logits(runner, state, 3), _next_logits(runner, fresh, 3)
-    assert_logits_close(got, want, compute_dtype(runner.ops), runner.config.hidden_size)
-
-
 @pytest.mark.parametrize("device_pass_ms", [1000.0, 0.0], ids=["unpaid-pass", "free-pass"])
 def test_a_round_lookup_alone_drafts_keeps_the_queue(
     runner: ModelRunner, monkeypatch: pytest.MonkeyPatch, fixed_costs: None, device_pass_ms: float
@@ -96,12 +86,18 @@ def test_a_round_lookup_alone_drafts_keeps_the_queue(
     got = _decode(runner, max_tokens=40, drafter=pool)
     monkeypatch.undo()
     assert got[0].token_ids == plain
-    if got[0].drafted == want[0].drafted:  # the same rounds: the same state, bit for bit
+    if got[0].drafted == want[0].drafted and runner.fused is not None:  # bit for bit
         _assert_same(runner, got, want)
-    else:  # a round more or less near the end (the room left counts from another token)
-        _assert_equals_a_fresh_prefill(runner, got[1])
+    else:  # a round more or less near the end (the room left counts from another token), or
+        # a lookup draft's rows forwarded behind the step queued on its pending token
+        assert_equals_a_fresh_prefill(runner, got[1])
     rounds = [e for e in log if isinstance(e, tuple) and e[1]]
     after = [log[i + 1] for i, e in enumerate(log[:-1]) if isinstance(e, tuple) and e[1]]
+    # the drafter that reads the target's rows got one a kept position, as synchronously
+    # (a lookup draft's first row from the step queued on its pending token)
+    seen = [np.concatenate(p.members[1].drafter.rows) for p in (pool, sync_pool)]
+    assert seen[0].shape == seen[1].shape == (len(plain) - 1, seen[0].shape[1])
+    np.testing.assert_allclose(seen[0], seen[1], rtol=1e-3, atol=1e-3)
     if device_pass_ms:  # the device's drafter never pays: every drafting round is lookup's
         assert len(rounds) >= 10 and all(free for _, _, free in rounds)
         assert pool.proposals["block"] == 0 and pool.proposals["lookup"] >= 3

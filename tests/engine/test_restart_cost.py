@@ -114,5 +114,6 @@ def test_the_hosts_draws_are_part_of_a_steps_and_a_verifys_cost(
     sampled = SamplingSettings(temperature=0.8, top_p=0.9, seed=3)
     _decode(runner, max_tokens=24, drafter=EchoDrafter(), settings=sampled)
     monkeypatch.undo()
-    assert {rows for rows, _ in log} >= {1, 3}  # plain steps and verifies of 2 drafts
+    # plain steps and verifies of 2 drafts (behind the step queued on their pending token)
+    assert {rows for rows, _ in log} >= {1, 2}
     assert all(seconds >= 0.01 for _, seconds in log), log

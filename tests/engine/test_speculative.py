@@ -122,7 +122,7 @@ def random_k(monkeypatch: pytest.MonkeyPatch) -> RandomK:
     cut them: decoding.cut_draft)."""
     pick = RandomK()
     monkeypatch.setattr(decoding, "best_draft_length", pick)
-    monkeypatch.setattr(decoding, "cut_draft", lambda draft, _costs: draft)
+    monkeypatch.setattr(decoding, "cut_draft", lambda draft, _costs, queued=False: draft)
     return pick
 
 

@@ -44,7 +44,7 @@ def test_default_model_greedy_lookup_equals_plain(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(
         decoding, "best_draft_length", lambda _a, _c, available, *_: min(available, 8)
     )
-    monkeypatch.setattr(decoding, "cut_draft", lambda draft, _costs: draft)
+    monkeypatch.setattr(decoding, "cut_draft", lambda draft, _costs, queued=False: draft)
     loaded = default_model()
 
     def replies(drafter: str) -> list[ev.Finished]:
