@@ -16,10 +16,13 @@ machine's float32 on a near tie) and that a forward's cost does not depend on th
 On session 36's H100 Llama-3.2-1B shape it read a fresh chat at 0.87x, regenerate 1.05x and
 a repeated question 1.61x, where the H100 measured 0.83x, 1.03x and 1.45x.
 
-`--queue` (the GPU's way, engine/runner/ahead.py) prices what this CPU's synchronous loop
-does not run: a plain step is queued on the device before its token is read, so a draft
-proposed on that token throws the queued step away, which the device computes all the
-same. A verify whose forward before was one row then costs one plain step more.
+`--queue` (the GPU's way until session 46, engine/runner/ahead.py) prices what this CPU's
+synchronous loop does not run: a plain step is queued on the device before its token is
+read, so a draft proposed on that token threw the queued step away, which the device
+computes all the same. A verify whose forward before was one row then costs one plain step
+more. Since session 46 that step is the verify's first row (engine/decoding.py) and the cut
+prices it there (`cut_draft(queued=True)`), which this synchronous loop does not replay:
+`--queue` reads the engine before that change, an upper bound on what a draft costs now.
 
     python -m bench priced --costs docs/h100/speculative-llama-3.2-1b-20261206-s36.json \
         --model llama-3.2-1b.gguf [--workloads chat,regenerate,repeat] [--queue] [--json]
@@ -180,7 +183,7 @@ def main(argv: list[str] | None = None, config: EngineConfig | None = None) -> i
     parser.add_argument(
         "--queue",
         action="store_true",
-        help="plain steps queued as on a GPU: each verify after one costs a discarded step",
+        help="plain steps queued as before session 46: a verify after one costs a discarded step",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
