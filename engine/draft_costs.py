@@ -45,12 +45,16 @@ class CostModel:
 
     def table(self) -> list[float]:
         """cost(rows) for rows 0..MAX_DRAFT + 1 (0 unused)."""
+        step = 1.0 if self.step_seconds is None else self.step_seconds
+        return [step * ratio for ratio in self.ratio_table()]
+
+    def ratio_table(self) -> list[float]:
+        """cost(rows) / cost(1) for rows 0..MAX_DRAFT + 1 (0 unused): not to be changed."""
         made_of = tuple(self.ratios.items())
         if made_of != self._made_of:
             self._ratio_table = [0.0] + [self._ratio(rows) for rows in range(1, MAX_DRAFT + 2)]
             self._made_of = made_of
-        step = 1.0 if self.step_seconds is None else self.step_seconds
-        return [step * ratio for ratio in self._ratio_table]
+        return self._ratio_table
 
     def observe(self, rows: int, seconds: float) -> None:
         if rows == 1:
@@ -201,8 +205,8 @@ def _ema(old: float, new: float) -> float:
 
 def expected_tokens(alpha: float, k: int) -> float:
     """Tokens a verify of k drafts yields when each is accepted with probability alpha (the
-    accepted run plus the target's own token after it)."""
-    return sum(alpha**i for i in range(k + 1))
+    accepted run plus the target's own token after it): 1 + alpha + ... + alpha^k."""
+    return float(k + 1) if alpha >= 1.0 else (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
 
 
 def best_draft_length(
@@ -237,18 +241,20 @@ def cut_draft(draft: Draft, costs: CostModel, queued: bool = False) -> Draft:
     tokens, confidence = draft.tokens, draft.confidence
     if len(confidence) != len(tokens) or not tokens or (len(tokens) == 1 and not draft.free):
         return draft
-    # plain floats over at most MAX_DRAFT tokens, the costs from the model's table: asked
-    # every round lookup matches (NumPy's fixed cost was most of a short draft's cut)
-    table = costs.table() if len(tokens) <= MAX_DRAFT else None
+    # plain floats over at most MAX_DRAFT tokens, in plain steps from the model's table of
+    # ratios: asked every round on a GPU (lookup proposes each step), where the host's part
+    # of a queued step is most of it (NumPy's fixed cost was most of a short draft's cut)
+    ratios = costs.ratio_table() if len(tokens) <= MAX_DRAFT else None
     total, best, keep = 0.0, 0.0, 0
-    first = costs.cost(1) if queued else 0.0  # the queued step, plain decoding's too
+    first = 1.0 if queued else 0.0  # the queued step, plain decoding's too
     for k, p in enumerate(confidence, 1):
         total += p  # expected tokens: 1 + P_1 + ... + P_k
         rows = k if queued else k + 1
-        rate = (1.0 + total) / (first + (table[rows] if table is not None else costs.cost(rows)))
+        steps = ratios[rows] if ratios is not None else costs.cost(rows) / costs.cost(1)
+        rate = (1.0 + total) / (first + steps)  # tokens a plain step's time
         if rate > best:  # the first k of the highest rate
             best, keep = rate, k
-    if draft.free and best <= MARGIN / costs.cost(1):
+    if draft.free and best <= MARGIN:
         keep = 0
     if keep == len(tokens):
         return draft

@@ -100,16 +100,17 @@ class DrafterPool:
     def choose_k(self, costs: CostModel, room: int) -> int:
         """Rank the members by expected tokens per second at their best k; the largest of
         those k, within which each drafts its own (0: plain decoding beats every member)."""
-        ranked, table = [], costs.table()
+        ranked, ratios, step = [], costs.ratio_table(), costs.cost(1)
         for member in self.members:
             acc = member.acceptance
             cap = min(room, getattr(member.drafter, "max_draft", room))
             token_s = acc.draft_seconds(costs)
-            k = best_draft_length(acc.rate, costs, max(0, cap), token_s, acc.pass_seconds)
             if getattr(member.drafter, "cuts_own_drafts", False):  # its cut decides
                 k = max(0, min(cap, MAX_DRAFT))
+            else:
+                k = best_draft_length(acc.rate, costs, max(0, cap), token_s, acc.pass_seconds)
             if k:
-                seconds = table[k + 1] + k * token_s + acc.pass_seconds
+                seconds = step * ratios[k + 1] + k * token_s + acc.pass_seconds
                 ranked.append(Choice(member, k, expected_tokens(acc.rate, k) / seconds))
         self._ranked = sorted(ranked, key=lambda c: -c.tokens_per_second)
         self._costs = costs

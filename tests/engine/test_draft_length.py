@@ -16,6 +16,7 @@ from engine.draft_costs import (
     CostModel,
     best_draft_length,
     cut_draft,
+    expected_tokens,
 )
 from engine.drafters import Draft
 
@@ -253,3 +254,12 @@ def test_the_cut_is_its_definition_on_random_drafts_and_costs() -> None:
         if free and rate <= 1.02 / costs.cost(1):
             keep = 0
         assert kept.tokens == list(range(keep)) and kept.confidence == confidence[:keep]
+
+
+def test_expected_tokens_is_the_sum_of_the_accept_chances() -> None:
+    """The closed form the pool ranks with each step is 1 + a + ... + a^k (a = 1: k + 1)."""
+    rng = np.random.default_rng(11)
+    for _ in range(200):
+        alpha, k = float(rng.uniform(0, 1)), int(rng.integers(0, 17))
+        assert expected_tokens(alpha, k) == pytest.approx(sum(alpha**i for i in range(k + 1)))
+    assert expected_tokens(1.0, 5) == 6.0 and expected_tokens(0.0, 5) == 1.0
