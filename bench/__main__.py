@@ -17,6 +17,7 @@ COMMANDS = {
     "agreement": "bench.agreement",
     "app_stream": "bench.app_stream",
     "attention": "bench.attention",
+    "auto_host": "bench.auto_host",
     "decode": "bench.decode",
     "edit": "bench.edit",
     "matmul": "bench.matmul",
