@@ -303,10 +303,8 @@ def test_sampled_steps_queued_on_the_devices_draw_give_the_hosts_tokens(runner, 
     assert kinds == ["host"] + ["queued"] * 22
 
 
-def test_a_device_draw_the_host_does_not_make_is_undone(runner, monkeypatch):
-    """A queued step on a token the host did not draw is taken back and launched again on
-    the host's token: the reply and the state are the synchronous ones."""
-    want = _synchronous(runner, monkeypatch, max_tokens=24, settings=SAMPLED)
+def every_third_draw_wrong(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The device's draw made wrong (one token off) every third call; the calls, counted."""
     real_draw, calls = device_sampling.draw, [0]
 
     def sometimes_wrong(s: SamplingSettings, u: float) -> Any:
@@ -320,6 +318,14 @@ def test_a_device_draw_the_host_does_not_make_is_undone(runner, monkeypatch):
         return DeviceDraw(run)
 
     monkeypatch.setattr(device_sampling, "draw", sometimes_wrong)
+    return calls
+
+
+def test_a_device_draw_the_host_does_not_make_is_undone(runner, monkeypatch):
+    """A queued step on a token the host did not draw is taken back and launched again on
+    the host's token: the reply and the state are the synchronous ones."""
+    want = _synchronous(runner, monkeypatch, max_tokens=24, settings=SAMPLED)
+    calls = every_third_draw_wrong(monkeypatch)
     kinds = _count_launches(monkeypatch)
     got = _decode(runner, max_tokens=24, settings=SAMPLED)
     monkeypatch.undo()

@@ -12,10 +12,9 @@ from typing import Any
 import mlx.core as mx
 import pytest
 
-from engine import decoding, device_sampling, verify_rows
+from engine import decoding, verify_rows
 from engine.runner import ModelRunner
-from engine.runner.ahead import DeviceDraw, Launch, StepTimedOut
-from engine.sampling import SamplingSettings
+from engine.runner.ahead import Launch, StepTimedOut
 from engine.sequence import SequenceState, prefill
 from tests.engine.test_launch_ahead import (
     PROMPT,
@@ -26,6 +25,7 @@ from tests.engine.test_launch_ahead import (
     _next_logits,
     _runner,
     _synchronous,
+    every_third_draw_wrong,
 )
 from tests.engine.test_launch_ahead import runner as runner  # the fixture, every path
 from tests.tolerances import assert_logits_close, compute_dtype
@@ -131,19 +131,7 @@ def test_a_sampled_draft_is_verified_behind_the_step_queued_on_its_token(
         drafter=SometimesDrafter(script, 0.3, 2),
     )
     if wrong:
-        real_draw, calls = device_sampling.draw, [0]
-
-        def sometimes_wrong(s: SamplingSettings, u: float) -> Any:
-            calls[0] += 1
-            right, off = real_draw(s, u), calls[0] % 3 == 0
-
-            def run(row: mx.array) -> tuple[mx.array, mx.array | None]:
-                token, packed = right(row)
-                return (mx.where(token > 0, token - 1, token + 1) if off else token), packed
-
-            return DeviceDraw(run)
-
-        monkeypatch.setattr(device_sampling, "draw", sometimes_wrong)
+        every_third_draw_wrong(monkeypatch)
     log = _logged(monkeypatch)
     got = _decode(runner, max_tokens=30, settings=SAMPLED, drafter=SometimesDrafter(script, 0.3, 2))
     monkeypatch.undo()

@@ -83,16 +83,5 @@ for mode in bench greedy; do
   timeout 300 python3 -m bench speculative --json --runs "${RUNS:-2}" --modes plain,auto \
     --workloads "${WORKLOADS:-chat,open_chat,mixed,regenerate,code}" "${args[@]}" \
     > "$out/speculative-$mode.json" 2> /dev/null
-  python3 - "$out/speculative-$mode.json" <<'PY'
-import json, sys
-try:
-    r = json.load(open(sys.argv[1]))
-except (OSError, ValueError) as e:
-    sys.exit(f"speculative bench: no figures ({e})")
-for w, x in r["workloads"].items():
-    a = x["auto"]
-    print(w, "plain", x["plain_tok_s"]["median"], "auto", a["tok_s"]["median"], a["speedup"],
-          "drafted", a["drafted"], "kept", a["accepted"], "a.len", a.get("acceptance_length"),
-          "identical", x.get("identical"))
-PY
+  python3 tools/gpu/spec_summary.py "$out/speculative-$mode.json"
 done

@@ -27,17 +27,6 @@ for n in $(seq "${ROUNDS:-1}"); do
     (cd "$dir" && PYTHONPATH=/root/site:$dir timeout "${AB_TIMEOUT:-280}" python3 -m bench \
       speculative --json $args > "$OUT/spec-$side-$n.json" 2> "$OUT/spec-$side-$n.err")
     echo "== $side $n: exit $?"
-    python3 - "$OUT/spec-$side-$n.json" <<'PY'
-import json, sys
-try:
-    r = json.load(open(sys.argv[1]))
-except (OSError, ValueError) as e:
-    sys.exit(f"no figures: {e}")
-for name, w in r["workloads"].items():
-    modes = {m: v for m, v in w.items() if isinstance(v, dict) and "speedup" in v}
-    print(f"{name:<12} plain {w['plain_tok_s']['median']:8.1f} tok/s  identical {w['identical']}  "
-          + "  ".join(f"{m} {v['speedup']:.3f}x acc {v['accepted']}/{v['drafted']}"
-                      for m, v in modes.items()))
-PY
+    python3 tools/gpu/spec_summary.py "$OUT/spec-$side-$n.json"
   done
 done
