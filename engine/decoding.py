@@ -184,7 +184,7 @@ def decode(
             state.rollback_retaining(cp, 0)
             truncate(runner, state, state.offset - 1)
             runner.fall_back()
-            produced = []
+            produced, verified = [], 0
             continue
         # the host's draws from the rows (a sampled verify's rejection sampling) are the
         # verify's cost, as a plain step's draw is the step's; behind a queued step, what

@@ -242,8 +242,8 @@ def cut_draft(draft: Draft, costs: CostModel, queued: bool = False) -> Draft:
     if len(confidence) != len(tokens) or not tokens or (len(tokens) == 1 and not draft.free):
         return draft
     # plain floats over at most MAX_DRAFT tokens, in plain steps from the model's table of
-    # ratios: asked every round on a GPU (lookup proposes each step), where the host's part
-    # of a queued step is most of it (NumPy's fixed cost was most of a short draft's cut)
+    # ratios: asked every round lookup matches, on a GPU inside a queued step's host part
+    # (NumPy's fixed cost was most of a short draft's cut)
     ratios = costs.ratio_table() if len(tokens) <= MAX_DRAFT else None
     total, best, keep = 0.0, 0.0, 0
     first = 1.0 if queued else 0.0  # the queued step, plain decoding's too
